@@ -1,0 +1,118 @@
+"""Full-state snapshots as Parquet (raw bytes, dtype, shape per tensor; never pickle).
+
+A :class:`StateSource` lists every tensor worth keeping (parameters and buffers of each model,
+tensor state of each optimizer). :class:`FlightRing` keeps the last few sampled states as CPU
+copies, reusing its buffers, so that they can be dumped when a run starts to die.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+import torch
+
+__all__ = ["CHECKPOINT_SCHEMA", "StateSource", "FlightRing", "Snapshot", "checkpoint_table",
+           "tensor_bytes"]
+
+CHECKPOINT_SCHEMA = pa.schema([
+    ("step", pa.int64()),
+    ("owner", pa.string()),
+    ("kind", pa.string()),
+    ("name", pa.string()),
+    ("key", pa.string()),
+    ("dtype", pa.string()),
+    ("shape", pa.list_(pa.int64())),
+    ("data", pa.binary()),
+])
+
+TensorId = tuple[str, str, str, "str | None"]  # owner, kind, name, key
+
+
+def tensor_bytes(t: torch.Tensor) -> bytes:
+    """Raw little-endian bytes in C order (works for dtypes numpy lacks, e.g. bfloat16)."""
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy().tobytes()
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class StateSource:
+    """Every tensor of the models and optimizers, named as in the run's stats table."""
+
+    def __init__(self, models: dict[str, torch.nn.Module],
+                 optimizers: dict[str, torch.optim.Optimizer],
+                 param_names: dict[int, str]) -> None:
+        self._models = models
+        self._optimizers = optimizers
+        self._param_names = param_names
+
+    def tensors(self) -> Iterator[tuple[TensorId, torch.Tensor]]:
+        for owner, model in self._models.items():
+            for name, p in model.named_parameters():
+                yield (owner, "param", name, None), p
+            for name, b in model.named_buffers():
+                yield (owner, "buffer", name, None), b
+        for owner, opt in self._optimizers.items():
+            for p, state in opt.state.items():
+                name = self._param_names.get(id(p))
+                if name is None:
+                    continue
+                for key, value in state.items():
+                    if isinstance(value, torch.Tensor):
+                        yield (owner, "optimizer_state", name, key), value
+
+
+@dataclass
+class Snapshot:
+    step: int
+    tensors: dict[TensorId, torch.Tensor]
+
+
+def checkpoint_table(snapshots: list[Snapshot]) -> pa.Table:
+    rows = {name: [] for name in CHECKPOINT_SCHEMA.names}
+    for snap in snapshots:
+        for (owner, kind, name, key), t in snap.tensors.items():
+            rows["step"].append(snap.step)
+            rows["owner"].append(owner)
+            rows["kind"].append(kind)
+            rows["name"].append(name)
+            rows["key"].append(key)
+            rows["dtype"].append(dtype_name(t.dtype))
+            rows["shape"].append(list(t.shape))
+            rows["data"].append(tensor_bytes(t))
+    return pa.table(rows, schema=CHECKPOINT_SCHEMA)
+
+
+def live_snapshot(step: int, source: StateSource) -> Snapshot:
+    """The current state without copying (written out immediately)."""
+    return Snapshot(step, {tid: t.detach() for tid, t in source.tensors()})
+
+
+class FlightRing:
+    """The last `size` sampled states, as CPU copies whose buffers are reused."""
+
+    def __init__(self, size: int) -> None:
+        self._ring: deque[Snapshot] = deque(maxlen=size) if size > 0 else deque(maxlen=0)
+        self.size = size
+
+    def sample(self, step: int, source: StateSource) -> None:
+        if self.size == 0:
+            return
+        recycled = self._ring[0].tensors if len(self._ring) == self.size else {}
+        copies: dict[TensorId, torch.Tensor] = {}
+        with torch.no_grad():
+            for tid, t in source.tensors():
+                old = recycled.get(tid)
+                if old is not None and old.shape == t.shape and old.dtype == t.dtype:
+                    copies[tid] = old.copy_(t.detach())
+                else:
+                    copies[tid] = t.detach().to("cpu", copy=True)
+        self._ring.append(Snapshot(step, copies))
+
+    def snapshots(self) -> list[Snapshot]:
+        return list(self._ring)

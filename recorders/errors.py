@@ -1,0 +1,25 @@
+"""Errors and warnings raised by the recorder.
+
+Usage errors derive from ``TypeError``/``ValueError`` so callers can catch them the usual way;
+everything also derives from :class:`RecorderError` so one ``except`` catches all of ours.
+"""
+
+from __future__ import annotations
+
+__all__ = ["RecorderError", "RunDirectoryError", "RecorderWriteError", "RecorderWarning"]
+
+
+class RecorderError(Exception):
+    """Base class of every error the recorder raises."""
+
+
+class RunDirectoryError(RecorderError, ValueError):
+    """The run directory cannot be used (not empty, not writable, not a run to append to)."""
+
+
+class RecorderWriteError(RecorderError, OSError):
+    """Writing recorded data failed and ``strict=True`` was asked for."""
+
+
+class RecorderWarning(UserWarning):
+    """Recording degraded (for example a write failed) but training goes on."""

@@ -1,0 +1,547 @@
+"""The context manager users put around their training loop.
+
+It owns every hook it installs (forward hooks on leaf modules, step hooks on optimizers, a
+SIGTERM handler, an atexit callback) and removes them on exit. Names live in dicts; nothing is
+ever written onto the user's modules.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import math
+import os
+import shutil
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from numbers import Real
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from .checkpoints import FlightRing, StateSource, checkpoint_table, live_snapshot
+from .errors import RecorderError, RunDirectoryError
+from .manifest import hyperparameters, new_manifest, utc_now
+from .schedule import Schedule
+from .statistics import MomentBatch, Moments, combine, measure_now, summarize
+from .writer import RunWriter, events_table, scalars_table, stats_table
+
+__all__ = ["Recorder"]
+
+_RUN_ENTRIES = ("manifest.json", "stats", "scalars", "events", "checkpoints")
+_SATURATING = {nn.Tanh: "tanh", nn.Sigmoid: "sigmoid"}
+_IO_KEYWORDS = ("inputs", "targets")
+
+
+@dataclass
+class _Param:
+    """One recorded parameter and what the recorder keeps about it between steps."""
+
+    name: str
+    model: str
+    tensor: nn.Parameter
+    prev: torch.Tensor  # value at the previous record, for the update
+    prev_norm: float
+    grad: Moments | None = None  # captured when an optimizer stepped; None = read at record
+    grad_none: bool = False
+    captured: bool = False
+
+
+@dataclass
+class _StepBuffers:
+    stats: list[tuple] = field(default_factory=list)
+    scalars: list[tuple] = field(default_factory=list)
+    events: list[tuple] = field(default_factory=list)
+    steps: int = 0
+
+
+def _as_models(model: Any) -> dict[str, nn.Module]:
+    if isinstance(model, nn.Module):
+        return {"model": model}
+    if isinstance(model, Mapping) and model:
+        out = {}
+        for name, m in model.items():
+            if not isinstance(name, str) or not name or "." in name:
+                raise ValueError(f"model names must be non-empty strings without '.', got {name!r}")
+            if not isinstance(m, nn.Module):
+                raise TypeError(f"model {name!r} is a {type(m).__name__}, not a torch.nn.Module")
+            out[name] = m
+        return out
+    raise TypeError(f"model must be a torch.nn.Module or a non-empty dict of name -> nn.Module, "
+                    f"got {type(model).__name__}")
+
+
+def _as_optimizers(optimizer: Any) -> dict[str, torch.optim.Optimizer]:
+    if optimizer is None:
+        return {}
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return {"optimizer": optimizer}
+    if isinstance(optimizer, Mapping):
+        items = list(optimizer.items())
+    elif isinstance(optimizer, (list, tuple)):
+        items = [(f"optimizer_{i}", o) for i, o in enumerate(optimizer)]
+    else:
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, a list or a dict of them, "
+                        f"got {type(optimizer).__name__}")
+    out = {}
+    for name, opt in items:
+        if not isinstance(name, str) or not name or "." in name:
+            raise ValueError(f"optimizer names must be non-empty strings without '.', got {name!r}")
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise TypeError(f"optimizer {name!r} is a {type(opt).__name__}, "
+                            "not a torch.optim.Optimizer")
+        out[name] = opt
+    return out
+
+
+def _named_tensors(prefix: str, value: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    """Tensors in a batch: a tensor, array, or (nested) dict/list/tuple of them."""
+    if isinstance(value, torch.Tensor):
+        yield prefix, value
+    elif isinstance(value, np.ndarray):
+        yield prefix, torch.from_numpy(value)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _named_tensors(f"{prefix}.{key}", item)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _named_tensors(f"{prefix}.{i}", item)
+
+
+def _content_hash(t: torch.Tensor) -> str:
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    return hashlib.blake2b(flat.view(torch.uint8).numpy(), digest_size=8).hexdigest()
+
+
+def _scalar_value(name: str, value: Any) -> torch.Tensor | float:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"rec.step({name}=...) needs a scalar, got a tensor of shape "
+                             f"{tuple(value.shape)}")
+        return value
+    if isinstance(value, Real) and not isinstance(value, bool):
+        return float(value)
+    raise TypeError(f"rec.step({name}=...) needs a number or a one-element tensor, "
+                    f"got {type(value).__name__}")
+
+
+class Recorder:
+    """Records per-step tensor statistics, scalars, events and checkpoints of a training run.
+
+    >>> with Recorder("runs/exp1", model, optimizer) as rec:      # doctest: +SKIP
+    ...     for x, y in loader:
+    ...         ...; optimizer.step()
+    ...         rec.step(loss=loss, inputs=x, targets=y)
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, model: nn.Module | Mapping[str, nn.Module],
+                 optimizer: Any = None, *, scaler: Any = None,
+                 config: Mapping[str, Any] | None = None,
+                 flush_every: int = 50, flush_seconds: float = 10.0,
+                 checkpoint_every: int = 500, flight_ring: int = 4, flight_every: int = 10,
+                 overwrite: bool = False, append: bool = False, strict: bool = False) -> None:
+        self._models = _as_models(model)
+        self._optimizers = _as_optimizers(optimizer)
+        if scaler is not None and not (hasattr(scaler, "get_scale") and hasattr(scaler, "is_enabled")):
+            raise TypeError(f"scaler must be a torch GradScaler, got {type(scaler).__name__}")
+        if config is not None and not isinstance(config, Mapping):
+            raise TypeError(f"config must be a dict, got {type(config).__name__}")
+        try:
+            config_json = json.loads(json.dumps(dict(config or {}), default=str))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"config must be JSON-serialisable: {exc}") from exc
+        if isinstance(flight_ring, bool) or not isinstance(flight_ring, int) or flight_ring < 0:
+            raise ValueError(f"flight_ring must be an integer >= 0, got {flight_ring!r}")
+        if overwrite and append:
+            raise ValueError("overwrite=True and append=True exclude each other")
+        self._schedule = Schedule(flush_every=flush_every, flush_seconds=flush_seconds,
+                                  checkpoint_every=checkpoint_every, flight_every=flight_every)
+        self._options = {"flush_every": flush_every, "flush_seconds": float(flush_seconds),
+                         "checkpoint_every": checkpoint_every, "flight_ring": flight_ring,
+                         "flight_every": flight_every, "overwrite": bool(overwrite),
+                         "append": bool(append), "strict": bool(strict)}
+        self._scaler = scaler
+        self._config = config_json
+        self._overwrite = overwrite
+        self._append = append
+        self.run_dir = Path(run_dir)
+        self._previous_manifest = self._check_run_dir()
+        self._writer = RunWriter(self.run_dir, strict=strict)
+        self._flight = FlightRing(flight_ring)
+
+        several = len(self._models) > 1
+        self._params: list[_Param] = []
+        self._param_names: dict[int, str] = {}
+        self._param_models: dict[int, str] = {}
+        self._leaves: dict[str, tuple[nn.Module, str | None]] = {}
+        for model_name, m in self._models.items():
+            prefix = f"{model_name}." if several else ""
+            for name, p in m.named_parameters():
+                if id(p) not in self._param_names:  # shared parameters are recorded once
+                    self._param_names[id(p)] = prefix + name
+                    self._param_models[id(p)] = model_name
+            for name, module in m.named_modules():
+                if next(module.children(), None) is None:
+                    leaf = prefix + name if name else model_name
+                    self._leaves[leaf] = (module, _SATURATING.get(type(module)))
+        self._source = StateSource(self._models, self._optimizers, self._param_names)
+
+        self._handles: list[Any] = []
+        self._open = False
+        self._closed = False
+        self._step = 0
+        self._manifest: dict[str, Any] = {}
+        self._buffers = _StepBuffers()
+        self._last_flush = time.monotonic()
+        self._activations: dict[str, Moments] = {}
+        self._batch = MomentBatch()
+        self._pending_activations: list[tuple[str, int]] = []
+        self._nonfinite_seen = False
+        self._terminated_by: str | None = None
+        self._previous_sigterm: Any = None
+
+    # ----------------------------------------------------------------- set-up and tear-down
+    def _check_run_dir(self) -> dict[str, Any] | None:
+        d = self.run_dir
+        if d.exists() and not d.is_dir():
+            raise RunDirectoryError(f"run directory {d} exists and is not a directory")
+        entries = list(d.iterdir()) if d.is_dir() else []
+        previous = None
+        if entries and self._append:
+            try:
+                previous = json.loads((d / "manifest.json").read_text())
+            except (OSError, ValueError) as exc:
+                raise RunDirectoryError(f"cannot append to {d}: no readable manifest.json "
+                                        f"({exc})") from exc
+        elif entries and not self._overwrite:
+            raise RunDirectoryError(f"run directory {d} is not empty; pass overwrite=True to "
+                                    "replace the run or append=True to continue it")
+        parent = d if d.exists() else next((p for p in d.parents if p.exists()), Path("."))
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise RunDirectoryError(f"run directory {d} is not writable")
+        return previous
+
+    def __enter__(self) -> "Recorder":
+        if self._open or self._closed:
+            raise RecorderError("a Recorder can be entered only once")
+        try:
+            if self._overwrite and self.run_dir.is_dir():
+                for entry in _RUN_ENTRIES:
+                    path = self.run_dir / entry
+                    if path.is_dir():
+                        shutil.rmtree(path)
+                    elif path.exists():
+                        path.unlink()
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._writer.prepare()
+        except OSError as exc:
+            raise RunDirectoryError(f"cannot prepare run directory {self.run_dir}: {exc}") from exc
+        self._manifest = new_manifest(models=self._models, optimizers=self._optimizers,
+                                      param_names=self._param_names,
+                                      param_models=self._param_models,
+                                      options=self._options, config=self._config)
+        if self._previous_manifest is not None:
+            prev = self._previous_manifest
+            self._manifest["run_id"] = prev.get("run_id", self._manifest["run_id"])
+            self._manifest["started_at"] = prev.get("started_at", self._manifest["started_at"])
+            last = prev.get("last_step")
+            self._step = 0 if last is None else int(last) + 1
+            self._manifest["last_step"] = last
+        if not self._writer.write_manifest(self._manifest):
+            raise RunDirectoryError(f"run directory {self.run_dir} is not writable")
+
+        self._init_params()
+        for name, (module, saturation) in self._leaves.items():
+            self._handles.append(module.register_forward_hook(
+                self._activation_hook(name, saturation)))
+        for opt in self._optimizers.values():
+            self._handles.append(opt.register_step_pre_hook(self._capture_grads_hook))
+        if threading.current_thread() is threading.main_thread():
+            self._previous_sigterm = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        atexit.register(self._on_interpreter_exit)
+        self._last_flush = time.monotonic()
+        self._open = True
+        return self
+
+    def _init_params(self) -> None:
+        by_id: dict[int, nn.Parameter] = {}
+        for m in self._models.values():
+            for p in m.parameters():
+                by_id.setdefault(id(p), p)
+        with torch.no_grad():
+            for pid, p in by_id.items():
+                prev = p.detach().clone()
+                norm = summarize(measure_now(prev, sums=False)).norm
+                self._params.append(_Param(self._param_names[pid], self._param_models[pid],
+                                           p, prev, norm))
+        self._param_by_id = {id(p.tensor): p for p in self._params}
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if not self._open:
+            return False
+        try:
+            if exc_type is None:
+                status, info, reason = "completed", None, None
+            elif self._terminated_by is not None and issubclass(
+                    exc_type, (SystemExit, KeyboardInterrupt)):
+                status, info, reason = "terminated", None, None
+            else:
+                status = "exception"
+                info = {"type": exc_type.__name__, "message": str(exc),
+                        "traceback": "".join(traceback.format_exception(exc_type, exc, tb))}
+                reason = "exception"
+            self._finish(status, info, flight_reason=reason)
+        finally:
+            self._remove_hooks()
+        return False
+
+    def _remove_hooks(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        if threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+        atexit.unregister(self._on_interpreter_exit)
+        self._open = False
+        self._closed = True
+
+    def _finish(self, status: str, info: dict[str, Any] | None, flight_reason: str | None) -> None:
+        if flight_reason is not None:
+            self._dump_flight(flight_reason)
+        self.flush()
+        if self._terminated_by is not None and status == "terminated":
+            info = {"type": "signal", "message": self._terminated_by, "traceback": ""}
+        self._manifest.update(status=status, exception=info, ended_at=utc_now(),
+                              failed_writes=self._writer.failed_writes)
+        self._writer.write_manifest(self._manifest)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self._terminated_by = signal.Signals(signum).name
+        if self._open:
+            self._finish("terminated", None, flight_reason=None)
+        previous = self._previous_sigterm
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL or previous is None:
+            self._remove_hooks()
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    def _on_interpreter_exit(self) -> None:
+        if self._open:
+            self.flush()
+
+    # ----------------------------------------------------------------- hooks
+    def _activation_hook(self, name: str, saturation: str | None):
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            for suffix, t in _named_tensors("", output):
+                if not t.is_floating_point():
+                    continue
+                key = name + suffix
+                if t.device.type == "cpu":
+                    m = measure_now(t, sums=True, zeros=True, saturation=saturation)
+                    seen = self._activations.get(key)
+                    self._activations[key] = m if seen is None else combine(seen, m)
+                else:  # measured on the device; read back with the rest of the step
+                    index = self._batch.add(t, sums=True, zeros=True, saturation=saturation,
+                                            exact=True)
+                    self._pending_activations.append((key, index))
+        return hook
+
+    def _capture_grads_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        """Read gradients before the optimizer consumes them (the loop may zero them next)."""
+        params = [self._param_by_id[id(p)] for group in optimizer.param_groups
+                  for p in group["params"] if id(p) in self._param_by_id]
+        self._measure_grads(params)
+
+    def _measure_grads(self, params: list[_Param]) -> None:
+        batch = MomentBatch()
+        indexed = []
+        for prm in params:
+            g = prm.tensor.grad
+            prm.captured = True
+            prm.grad_none = g is None
+            if g is not None:
+                indexed.append((prm, batch.add(g, zeros=True)))
+            else:
+                prm.grad = None
+        moments, _ = batch.read()
+        for prm, index in indexed:
+            prm.grad = moments[index]
+
+    # ----------------------------------------------------------------- public API
+    def step(self, *, inputs: Any = None, targets: Any = None, **scalars: Any) -> int:
+        """Record one training step; call it once per step, after ``optimizer.step()``.
+
+        Keywords: ``inputs``/``targets`` (tensor, or dict/list of tensors) and any named scalar
+        (``loss=...``, ``loss_d=...``, ``accuracy=...``). Returns the step number recorded.
+        """
+        if not self._open:
+            raise RecorderError("Recorder.step() called outside the `with Recorder(...)` block")
+        values = {name: _scalar_value(name, v) for name, v in scalars.items()}
+        step = self._step
+        wall = time.time()
+        batch = self._batch
+        self._measure_grads([p for p in self._params if not p.captured])
+
+        with torch.no_grad():
+            current = [p.tensor.detach() for p in self._params]
+            param_index = [batch.add(t, sums=True) for t in current]
+            prevs = [p.prev for p in self._params]
+            if prevs:
+                torch._foreach_sub_(prevs, current)  # prev := prev - now = -update
+            update_index = [batch.add(t) for t in prevs]
+            state_index = []
+            for opt in self._optimizers.values():
+                for p, state in opt.state.items():
+                    name = self._param_names.get(id(p))
+                    if name is None:
+                        continue
+                    for key, value in state.items():
+                        if isinstance(value, torch.Tensor) and key != "step":
+                            state_index.append((name, str(key), batch.add(value)))
+            io_index = []
+            for role, value in (("input", inputs), ("target", targets)):
+                for name, t in _named_tensors(role, value):
+                    io_index.append((role, name, t, batch.add(t, sums=True)))
+            scalar_offsets = {name: batch.add_value(v) for name, v in values.items()
+                              if isinstance(v, torch.Tensor)}
+            moments, flat = batch.read()
+            if prevs:
+                torch._foreach_copy_(prevs, current)
+
+        rows = self._buffers.stats
+        nonfinite = False
+        grad_sumsq: dict[str, float] = {}
+        for prm, pi, ui in zip(self._params, param_index, update_index):
+            ps = summarize(moments[pi])
+            rows.append((step, "param", prm.name, None, ps.numel, ps.norm, ps.max_abs, ps.mean,
+                         ps.std, None, None, None, None, None, ps.nonfinite, None, None, None))
+            us = summarize(moments[ui])
+            ratio = us.norm / prm.prev_norm if prm.prev_norm > 0 else None
+            rows.append((step, "update", prm.name, None, us.numel, us.norm, None, None, None,
+                         None, None, None, None, ratio, us.nonfinite, None, None, None))
+            prm.prev_norm = ps.norm
+            if prm.grad_none or prm.grad is None:
+                rows.append((step, "grad", prm.name, None, ps.numel, None, None, None, None,
+                             None, None, None, None, None, None, True, None, None))
+            else:
+                gs = summarize(prm.grad)
+                rows.append((step, "grad", prm.name, None, gs.numel, gs.norm, gs.max_abs, None,
+                             None, None, None, gs.zero_frac, None, None, gs.nonfinite, False,
+                             None, None))
+                grad_sumsq[prm.model] = grad_sumsq.get(prm.model, 0.0) + prm.grad.sumsq
+                nonfinite = nonfinite or gs.nonfinite > 0
+            nonfinite = nonfinite or ps.nonfinite > 0 or us.nonfinite > 0
+            prm.captured = False
+            prm.grad = None
+        for name, key, index in state_index:
+            ss = summarize(moments[index])
+            rows.append((step, "state", name, key, ss.numel, ss.norm, ss.max_abs, None, None,
+                         None, None, None, None, None, ss.nonfinite, None, None, None))
+            nonfinite = nonfinite or ss.nonfinite > 0
+        for key, index in self._pending_activations:
+            seen = self._activations.get(key)
+            self._activations[key] = moments[index] if seen is None else combine(seen, moments[index])
+        for key, m in self._activations.items():
+            a = summarize(m)
+            rows.append((step, "activation", key, None, a.numel, None, a.max_abs, a.mean, a.std,
+                         None, None, a.zero_frac, a.sat_frac, None, a.nonfinite, None, None, None))
+            nonfinite = nonfinite or a.nonfinite > 0
+        for role, name, t, index in io_index:
+            s = summarize(moments[index])
+            rows.append((step, role, name, None, s.numel, None, None, s.mean, s.std, s.min, s.max,
+                         None, None, None, s.nonfinite, None, "x".join(map(str, t.shape)),
+                         _content_hash(t)))
+            nonfinite = nonfinite or s.nonfinite > 0
+        self._activations = {}
+        self._pending_activations = []
+        self._batch = MomentBatch()
+
+        scalar_rows = self._buffers.scalars
+        for name, v in values.items():
+            value = flat[scalar_offsets[name]] if name in scalar_offsets else v
+            scalar_rows.append((step, name, value))
+            nonfinite = nonfinite or not math.isfinite(value)
+        scalar_rows.append((step, "grad_norm", math.sqrt(sum(grad_sumsq.values()))))
+        if len(self._models) > 1:
+            for model_name in self._models:
+                scalar_rows.append((step, f"grad_norm.{model_name}",
+                                    math.sqrt(grad_sumsq.get(model_name, 0.0))))
+        first = True
+        for opt_name, opt in self._optimizers.items():
+            for g, group in enumerate(opt.param_groups):
+                for hp, value in hyperparameters(group).items():
+                    if first and hp == "lr":
+                        scalar_rows.append((step, "lr", value))
+                        first = False
+                    scalar_rows.append((step, f"hp.{opt_name}.{g}.{hp}", value))
+        if self._scaler is not None and self._scaler.is_enabled():
+            scalar_rows.append((step, "grad_scale", float(self._scaler.get_scale())))
+        scalar_rows.append((step, "wall_time", wall))
+
+        self._step = step + 1
+        self._buffers.steps += 1
+        self._manifest["last_step"] = step
+        if nonfinite and not self._nonfinite_seen:
+            self._nonfinite_seen = True
+            self._manifest["first_nonfinite_step"] = step
+            self._dump_flight("first_nonfinite")
+        if self._schedule.should_checkpoint(step):
+            snap = live_snapshot(step, self._source)
+            self._writer.write_checkpoint(f"step-{step:08d}.parquet", checkpoint_table([snap]),
+                                          {"step": str(step), "reason": "scheduled"})
+        if self._schedule.should_sample_flight(step):
+            self._flight.sample(step, self._source)
+        if self._schedule.should_flush(self._buffers.steps, time.monotonic() - self._last_flush):
+            self.flush()
+        return step
+
+    def event(self, kind: str, message: str = "") -> None:
+        """Mark something that happened (``domain_switch``, ``lr_drop``...) from the next step on."""
+        if not isinstance(kind, str) or not kind:
+            raise ValueError("event kind must be a non-empty string")
+        if not isinstance(message, str):
+            raise TypeError(f"event message must be a string, got {type(message).__name__}")
+        if not self._open:
+            raise RecorderError("Recorder.event() called outside the `with Recorder(...)` block")
+        self._buffers.events.append((self._step, kind, message, time.time()))
+
+    @property
+    def current_step(self) -> int:
+        """The step number the next ``step()`` call will record."""
+        return self._step
+
+    def flush(self) -> None:
+        """Write everything buffered as new segments (also done automatically)."""
+        buffers, self._buffers = self._buffers, _StepBuffers()
+        self._last_flush = time.monotonic()
+        if buffers.stats:
+            self._writer.write_segment("stats", stats_table(buffers.stats))
+        if buffers.scalars:
+            self._writer.write_segment("scalars", scalars_table(buffers.scalars))
+        if buffers.events:
+            self._writer.write_segment("events", events_table(buffers.events))
+        if buffers.steps or buffers.events:
+            self._writer.write_manifest(self._manifest)
+
+    # ----------------------------------------------------------------- checkpoints
+    def _dump_flight(self, reason: str) -> None:
+        last = self._step - 1
+        snapshots = [s for s in self._flight.snapshots() if s.step != last]
+        if last >= 0:
+            snapshots.append(live_snapshot(last, self._source))
+        if not snapshots:
+            return
+        name = f"flight-{max(last, 0):08d}.parquet"
+        self._writer.write_checkpoint(name, checkpoint_table(snapshots),
+                                      {"step": str(last), "reason": reason})

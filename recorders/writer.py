@@ -1,0 +1,209 @@
+"""Crash-safe files: atomic Parquet segments and JSON, with write errors handled in one place.
+
+Every file is written under a dot-prefixed temporary name in its final folder, fsynced and
+renamed into place, so a reader never sees a partial ``part-*.parquet``. A failed write gives one
+:class:`RecorderWarning` and recording degrades (training goes on), unless ``strict`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import RecorderWarning, RecorderWriteError
+
+__all__ = [
+    "STATS_SCHEMA",
+    "SCALARS_SCHEMA",
+    "EVENTS_SCHEMA",
+    "RunWriter",
+    "atomic_write_bytes",
+    "atomic_write_parquet",
+    "stats_table",
+    "scalars_table",
+    "events_table",
+]
+
+_DICT = pa.dictionary(pa.int32(), pa.string())
+
+STATS_SCHEMA = pa.schema([
+    ("step", pa.int64()),
+    ("role", _DICT),
+    ("name", _DICT),
+    ("key", _DICT),
+    ("numel", pa.int64()),
+    ("norm", pa.float64()),
+    ("max_abs", pa.float32()),
+    ("mean", pa.float32()),
+    ("std", pa.float32()),
+    ("min", pa.float32()),
+    ("max", pa.float32()),
+    ("zero_frac", pa.float32()),
+    ("sat_frac", pa.float32()),
+    ("ratio", pa.float32()),
+    ("nonfinite", pa.int64()),
+    ("grad_none", pa.bool_()),
+    ("shape", pa.string()),
+    ("hash", pa.string()),
+])
+SCALARS_SCHEMA = pa.schema([("step", pa.int64()), ("name", _DICT), ("value", pa.float64())])
+EVENTS_SCHEMA = pa.schema([
+    ("step", pa.int64()), ("kind", pa.string()), ("message", pa.string()),
+    ("wall_time", pa.float64()),
+])
+
+_SORT_KEYS = {"stats": ["role", "name", "key", "step"], "scalars": ["name", "step"],
+              "events": ["step"]}
+_SEGMENT = re.compile(r"^part-(\d{6})\.parquet$")
+
+
+def _rows_to_table(rows: list[tuple], schema: pa.Schema, sort_by: list[str]) -> pa.Table:
+    columns = list(zip(*rows)) if rows else [[] for _ in schema]
+    arrays = []
+    for field, values in zip(schema, columns):
+        plain = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
+        arrays.append(pa.array(values, type=plain))
+    table = pa.Table.from_arrays(arrays, names=schema.names)
+    table = table.sort_by([(k, "ascending") for k in sort_by])
+    return pa.Table.from_arrays(
+        [col.dictionary_encode().cast(field.type) if pa.types.is_dictionary(field.type) else col
+         for col, field in zip(table.columns, schema)],
+        schema=schema,
+    )
+
+
+def stats_table(rows: list[tuple]) -> pa.Table:
+    """Rows in STATS_SCHEMA column order -> sorted table (role, name, key, step)."""
+    return _rows_to_table(rows, STATS_SCHEMA, _SORT_KEYS["stats"])
+
+
+def scalars_table(rows: list[tuple]) -> pa.Table:
+    return _rows_to_table(rows, SCALARS_SCHEMA, _SORT_KEYS["scalars"])
+
+
+def events_table(rows: list[tuple]) -> pa.Table:
+    return _rows_to_table(rows, EVENTS_SCHEMA, _SORT_KEYS["events"])
+
+
+def _parquet_options(schema: pa.Schema) -> dict[str, Any]:
+    """zstd everywhere; byte-stream-split floats; delta steps; dictionaries for the rest."""
+    encodings: dict[str, str] = {}
+    for field in schema:
+        if pa.types.is_floating(field.type):
+            encodings[field.name] = "BYTE_STREAM_SPLIT"
+        elif field.name == "step":
+            encodings[field.name] = "DELTA_BINARY_PACKED"
+    dictionary = [f.name for f in schema if f.name not in encodings]
+    return {"compression": "zstd", "use_dictionary": dictionary, "column_encoding": encodings,
+            "write_statistics": ["step"]}
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return  # some platforms cannot open directories; the rename is still atomic
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def atomic_write_parquet(path: Path, table: pa.Table,
+                         metadata: dict[str, str] | None = None, **options: Any) -> None:
+    if metadata:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f, **options)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def next_segment(folder: Path) -> int:
+    """First unused segment number in `folder` (continues numbering when appending)."""
+    numbers = [int(m.group(1)) for p in folder.glob("part-*.parquet")
+               if (m := _SEGMENT.match(p.name))]
+    return max(numbers, default=-1) + 1
+
+
+class RunWriter:
+    """Owns the files of one run directory and the policy for write errors."""
+
+    TABLES = ("stats", "scalars", "events")
+
+    def __init__(self, run_dir: Path, *, strict: bool) -> None:
+        self.run_dir = run_dir
+        self.strict = strict
+        self.failed_writes = 0
+        self._warned = False
+        self._segments: dict[str, int] = {}
+
+    def prepare(self) -> None:
+        """Create the folders and find where segment numbering continues (raises on error)."""
+        for name in (*self.TABLES, "checkpoints"):
+            (self.run_dir / name).mkdir(parents=True, exist_ok=True)
+        self._segments = {name: next_segment(self.run_dir / name) for name in self.TABLES}
+
+    def _guarded(self, what: str, write) -> bool:
+        try:
+            write()
+            return True
+        except (OSError, pa.ArrowException) as exc:
+            self.failed_writes += 1
+            if self.strict:
+                raise RecorderWriteError(f"recorder could not write {what}: {exc}") from exc
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"postmortem recorder could not write {what} ({exc}); recording is degraded "
+                    "and training continues (pass strict=True to raise instead)",
+                    RecorderWarning, stacklevel=3)
+            return False
+
+    def write_segment(self, table_name: str, table: pa.Table) -> bool:
+        number = self._segments[table_name]
+        path = self.run_dir / table_name / f"part-{number:06d}.parquet"
+        ok = self._guarded(f"{table_name}/{path.name}",
+                           lambda: atomic_write_parquet(path, table,
+                                                        **_parquet_options(table.schema)))
+        # A number is never reused, even after a failure, so segment order stays time order.
+        self._segments[table_name] = number + 1
+        return ok
+
+    def write_checkpoint(self, file_name: str, table: pa.Table, metadata: dict[str, str]) -> bool:
+        path = self.run_dir / "checkpoints" / file_name
+        return self._guarded(f"checkpoints/{file_name}", lambda: atomic_write_parquet(
+            path, table, metadata=metadata, compression="zstd", compression_level=1,
+            use_dictionary=["owner", "kind", "name", "key", "dtype"]))
+
+    def write_manifest(self, manifest: dict[str, Any]) -> bool:
+        data = json.dumps(manifest, indent=2, default=str).encode()
+        return self._guarded("manifest.json",
+                             lambda: atomic_write_bytes(self.run_dir / "manifest.json", data))
