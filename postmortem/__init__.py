@@ -1,0 +1,21 @@
+"""postmortem: load a recorded training run, find when and where it went wrong, and why."""
+
+from .analysis import Analysis, analyze
+from .exceptions import PostmortemError, RunDirectoryError, SchemaVersionError
+from .findings import CheckpointInfo, Finding, FirstNonfinite, Onset, RankedTensor
+from .loading import Run, load_run
+
+__all__ = [
+    "Analysis",
+    "CheckpointInfo",
+    "Finding",
+    "FirstNonfinite",
+    "Onset",
+    "PostmortemError",
+    "RankedTensor",
+    "Run",
+    "RunDirectoryError",
+    "SchemaVersionError",
+    "analyze",
+    "load_run",
+]

@@ -1,0 +1,110 @@
+"""analyze(): load → first non-finite → breaks → onset and ranking → diagnoses → verdict."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from . import diagnoses
+from .findings import Finding, FirstNonfinite, Onset, RankedTensor
+from .loading import Run, load_run
+from .manifest import manifest_order
+from .ranking import diverging, first_nonfinite, fit_breaks, rank, run_onset
+from .series import read_series
+from .story import chain_sentences
+
+__all__ = ["Analysis", "analyze", "JSON_SCHEMA_VERSION"]
+
+JSON_SCHEMA_VERSION = 1
+
+
+@dataclass
+class Analysis:
+    run: Run
+    verdict: str  # "diverged" | "not_learning" | "healthy"
+    onset: Onset | None
+    first_nonfinite: FirstNonfinite | None
+    ranking: list[RankedTensor]
+    chain: list[str]
+    findings: list[Finding]
+    warnings: list[str]
+
+    def to_json(self) -> dict:
+        """A JSON-safe dict (NaN and inf become null), documented in docs/findings.md."""
+        first = None
+        if self.first_nonfinite is not None:
+            first = asdict(self.first_nonfinite)
+            first["spread"] = [list(pair) for pair in self.first_nonfinite.spread]
+        payload = {
+            "schema_version": JSON_SCHEMA_VERSION,
+            "run": str(self.run.path),
+            "verdict": self.verdict,
+            "onset_step": self.onset.step if self.onset else None,
+            "onset_interval": list(self.onset.interval) if self.onset else None,
+            "onset": asdict(self.onset) if self.onset else None,
+            "first_nonfinite": first,
+            "ranking": [asdict(r) for r in self.ranking],
+            "chain": list(self.chain),
+            "diagnoses": [asdict(f) for f in self.findings],
+            "warnings": list(self.warnings),
+        }
+        return _json_safe(payload)
+
+
+def analyze(run: Run | str | Path) -> Analysis:
+    """Analyse a run directory (or an already loaded Run)."""
+    if not isinstance(run, Run):
+        run = load_run(run)
+    table = read_series(run)
+    scalars = run.scalars()
+    events = run.events()
+    tie_order = manifest_order(run.manifest)
+    scaled = bool((scalars["name"] == "grad_scale").any())
+    first = first_nonfinite(table, scalars, tie_order, ignore_grads=scaled)
+    breaks = fit_breaks(table, scalars, first.step if first else None)
+    onset, involved = run_onset(breaks, first, tie_order)
+    diverged = bool(diverging(breaks)) or (first is not None and first.role not in ("input", "target"))
+    ranking = rank(involved, first) if diverged else []
+    evidence = diagnoses.Evidence(
+        table=table,
+        summary=diagnoses.summarize(table),
+        scalars=scalars,
+        events=events,
+        manifest=run.manifest,
+        first_nonfinite=first,
+        onset=onset if diverged else None,
+        diverged=diverged,
+        breaks=breaks,
+    )
+    findings = diagnoses.diagnose(evidence)
+    verdict = diagnoses.verdict(findings)
+    chain = chain_sentences(evidence, ranking) if diverged else []
+    return Analysis(
+        run=run,
+        verdict=verdict,
+        onset=onset if diverged else None,
+        first_nonfinite=first,
+        ranking=ranking,
+        chain=chain,
+        findings=findings,
+        warnings=list(run.warnings),
+    )
+
+
+
+
+def _json_safe(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return _json_safe(value.item())  # numpy scalars
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    return value

@@ -1,0 +1,518 @@
+"""Detectors: small pure functions over tidy frames, each returning typed Findings.
+
+Every threshold here is cited in docs/diagnoses.md; change both together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .findings import Finding, FirstNonfinite, Onset
+from .manifest import frozen_parameters, manifest_order, parameter_shapes
+from .ranking import TensorBreak, is_loss
+from .series import AUX_COLUMNS, SeriesTable
+
+__all__ = [
+    "Evidence",
+    "summarize",
+    "diagnose",
+    "verdict",
+    "DETECTORS",
+    "INFORMATIONAL",
+    "NOT_LEARNING",
+]
+
+# Thresholds (sources in docs/diagnoses.md).
+UPDATE_RATIO_TARGET = 1e-3  # CS231n: update/param ratio ≈ 1e-3
+UPDATE_RATIO_HIGH = 1e-1  # 100× the CS231n target
+UPDATE_RATIO_LOW = 1e-5  # 100× below the CS231n target
+VANISHING_GRAD_RMS = 1e-7  # SageMaker Debugger VanishingGradient threshold (mean |grad|)
+VANISHING_LAYER_RATIO = 1e-3  # first/last layer grad RMS (AUTOTRAINER-style layer ratio)
+DEAD_ZERO_FRAC = 0.9  # share of exactly-zero activations (SageMaker DeadRelu: most units inactive)
+SATURATED_FRAC = 0.5  # SageMaker SaturatedActivation threshold_layer = 50 % of units
+PLATEAU_IMPROVEMENT = 0.01  # loss improved < 1 % first → last quarter (LossNotDecreasing)
+UNSCALED_MAX_ABS = 20.0  # inputs an order of magnitude beyond [-1, 1] (seed 002)
+UNSCALED_ABS_MEAN = 5.0  # seed 002: "si la media es 500.0 en lugar de cerca de 0.0"
+INIT_SCALE_RANGE = (0.05, 10.0)  # std·sqrt(fan_in); PyTorch default 0.58, Kaiming 1.41
+STALE_CORRELATION = 0.9  # grad norm ~ linear in step (missing zero_grad accumulates grads)
+STALE_GROWTH = 5.0
+SPIKE_FACTOR = 10.0  # Megatron-LM style: 10× the recent level
+SPIKE_RECOVERED = 2.0
+_MIN_STEPS = 10
+
+INFORMATIONAL = frozenset({"loss_spike_recovered", "healthy"})
+NOT_LEARNING = frozenset(
+    {
+        "no_update", "no_gradient", "stale_gradients", "vanishing_gradient", "dead_units",
+        "saturated_units", "lr_too_low", "unscaled_inputs", "poor_init", "loss_plateau",
+        "nonfinite_input",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the detectors may look at."""
+
+    table: SeriesTable
+    summary: pd.DataFrame  # one row per series (see summarize)
+    scalars: pd.DataFrame
+    events: pd.DataFrame
+    manifest: dict
+    first_nonfinite: FirstNonfinite | None
+    onset: Onset | None
+    diverged: bool
+    breaks: list[TensorBreak]
+
+
+def summarize(table: SeriesTable) -> pd.DataFrame:
+    """One row per series: sizes, early/late/median magnitude, and per-role statistics."""
+    rows = []
+    for index, key in enumerate(table.keys):
+        sl = table.rows(index)
+        steps, mag = table.step[sl], table.magnitude[sl]
+        finite = np.isfinite(mag) & (table.nonfinite[sl] == 0)
+        values = mag[finite]
+        n = len(values)
+        quarter = max(1, n // 4)
+        row = {
+            "role": key.role, "name": key.name, "key": key.key,
+            "numel": int(table.numel[index]), "steps": int(len(steps)),
+            "first_step": int(steps[0]) if len(steps) else None,
+            "first": float(values[0]) if n else np.nan,
+            "early": float(np.median(values[:quarter])) if n else np.nan,
+            "late": float(np.median(values[-quarter:])) if n else np.nan,
+            "median": float(np.median(values)) if n else np.nan,
+            "zero_share": float(np.mean(values == 0)) if n else np.nan,
+            "nonfinite_rows": int(np.sum(table.nonfinite[sl] > 0)),
+        }
+        for column in AUX_COLUMNS.get(key.role, ()):
+            aux = table.column(index, column)
+            aux = aux[np.isfinite(aux)]
+            row[f"{column}_median"] = float(np.median(aux)) if len(aux) else np.nan
+            row[f"{column}_first"] = float(aux[0]) if len(aux) else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _role(summary: pd.DataFrame, role: str) -> pd.DataFrame:
+    if summary.empty:
+        return summary
+    return summary[summary["role"] == role]
+
+
+def _loss(scalars: pd.DataFrame) -> pd.Series | None:
+    """The main loss series (the name `loss`, else the first loss-like name), finite values."""
+    names = [n for n in scalars["name"].unique() if is_loss(str(n))]
+    if not names:
+        return None
+    name = "loss" if "loss" in names else sorted(names)[0]
+    values = scalars.loc[scalars["name"] == name, "value"].to_numpy(np.float64)
+    return pd.Series(values[np.isfinite(values)], name=name)
+
+
+def _loss_improvement(scalars: pd.DataFrame) -> float | None:
+    """Relative loss decrease from the first to the last quarter of the run."""
+    loss = _loss(scalars)
+    if loss is None or len(loss) < _MIN_STEPS:
+        return None
+    quarter = max(1, len(loss) // 4)
+    early, late = float(loss.iloc[:quarter].median()), float(loss.iloc[-quarter:].median())
+    if early == 0:
+        return 0.0
+    return (early - late) / abs(early)
+
+
+def _scalar(scalars: pd.DataFrame, name: str) -> np.ndarray:
+    return scalars.loc[scalars["name"] == name, "value"].to_numpy(np.float64)
+
+
+def _healthy_grad_norm(ev: Evidence) -> float | None:
+    """The clipping norm the seeds recommend: the largest global grad norm before the onset."""
+    grad_norm = ev.scalars[ev.scalars["name"] == "grad_norm"]
+    if ev.onset is not None:
+        grad_norm = grad_norm[grad_norm["step"] < ev.onset.step]
+    values = grad_norm["value"].to_numpy(np.float64)
+    values = values[np.isfinite(values)]
+    return float(np.max(values)) if len(values) else None
+
+
+def _lr(scalars: pd.DataFrame) -> float | None:
+    values = _scalar(scalars, "lr")
+    values = values[np.isfinite(values)]
+    return float(values[0]) if len(values) else None
+
+
+def detect_nonfinite_input(ev: Evidence) -> list[Finding]:
+    bad = ev.summary[ev.summary["role"].isin(["input", "target"]) & (ev.summary["nonfinite_rows"] > 0)] \
+        if not ev.summary.empty else ev.summary
+    if bad.empty:
+        return []
+    index = {(k.role, k.name): i for i, k in enumerate(ev.table.keys)}
+    steps = []
+    for role, name in zip(bad["role"], bad["name"]):
+        sl = ev.table.rows(index[(role, name)])
+        steps.extend(ev.table.step[sl][ev.table.nonfinite[sl] > 0].tolist())
+    steps = sorted(set(steps))
+    return [Finding(
+        label="nonfinite_input",
+        step=steps[0],
+        tensors=sorted(bad["name"].tolist()),
+        evidence={"steps_with_nonfinite_batches": steps[:20], "batches": len(steps)},
+        fix="Repair or drop the rows holding NaN/inf in the data pipeline (check "
+            "torch.isnan(x).any() / torch.isinf(x).any() on each batch before the forward pass).",
+    )]
+
+
+def detect_divergence(ev: Evidence) -> list[Finding]:
+    """diverged, plus exploding_gradient / lr_too_high when the numbers support them."""
+    if not ev.diverged:
+        return []
+    findings = []
+    clip = _healthy_grad_norm(ev)
+    lr = _lr(ev.scalars)
+    onset_step = ev.onset.step if ev.onset else None
+    first = ev.first_nonfinite
+    evidence = {
+        "onset_step": onset_step,
+        "first_nonfinite_step": first.step if first else None,
+        "first_nonfinite_tensor": f"{first.role} {first.tensor}" if first else None,
+        "lead_steps": ev.onset.lead_steps if ev.onset else None,
+        "healthy_max_grad_norm": clip,
+        "lr": lr,
+    }
+    fix_parts = []
+    if clip is not None:
+        fix_parts.append(
+            f"clip gradients at the healthy-phase norm: torch.nn.utils.clip_grad_norm_("
+            f"model.parameters(), max_norm={clip:.3g})"
+        )
+    if lr is not None:
+        fix_parts.append(f"lower the learning rate ×10 (lr {lr:.3g} → {lr / 10:.3g})")
+    loss_first = first is not None and first.role == "scalar" and is_loss(first.tensor)
+    if loss_first and not any(b.fit.amplified for b in ev.breaks if b.role != "scalar"):
+        fix_parts.insert(0, "the loss itself produced the first NaN while every tensor was finite "
+                            "(log(0) in a hand-written BCE): use BCEWithLogitsLoss on raw logits "
+                            "or add an epsilon inside the log")
+    findings.append(Finding("diverged", onset_step, _culprits(ev), evidence,
+                            "; ".join(fix_parts) or "lower the learning rate ×10"))
+
+    grad_breaks = [b for b in ev.breaks if b.fit.amplified and (
+        b.role == "grad" or (b.role == "scalar" and b.name.startswith("grad_norm")))]
+    if grad_breaks:
+        top = min(grad_breaks, key=lambda b: b.fit.onset_step)
+        findings.append(Finding(
+            "exploding_gradient", top.fit.onset_step,
+            sorted({b.name for b in grad_breaks if b.role == "grad"}),
+            {"series": top.fit.label, "stable_level": top.fit.stable_level,
+             "final_level": top.fit.final_level, "jump": top.fit.jump,
+             "growth_per_step": top.fit.growth_per_step, "healthy_max_grad_norm": clip},
+            f"clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), "
+            f"max_norm={clip:.3g}) (the largest norm of the healthy phase)" if clip is not None
+            else "clip gradients with torch.nn.utils.clip_grad_norm_ at the healthy-phase norm",
+        ))
+
+    ratios = _role(ev.summary, "update")
+    ratio = float(np.nanmedian(ratios["ratio_first"])) if not ratios.empty and ratios["ratio_first"].notna().any() else None
+    early_onset = onset_step is not None and ev.summary["first_step"].min() is not None and \
+        onset_step <= int(ev.summary["first_step"].min()) + 3 if not ev.summary.empty else False
+    if (ratio is not None and ratio >= UPDATE_RATIO_HIGH) or early_onset:
+        findings.append(Finding(
+            "lr_too_high", onset_step, [],
+            {"first_update_ratio_median": ratio, "cs231n_target_ratio": UPDATE_RATIO_TARGET,
+             "diverged_from_start": bool(early_onset), "lr": lr},
+            f"lower the learning rate ×10 (lr {lr:.3g} → {lr / 10:.3g}) and retry; sweep 0.1, 0.01, 0.001"
+            if lr is not None else "lower the learning rate ×10 and retry; sweep 0.1, 0.01, 0.001",
+        ))
+    return findings
+
+
+def _culprits(ev: Evidence) -> list[str]:
+    tensors = []
+    for b in sorted((b for b in ev.breaks if b.fit.amplified and b.role != "scalar"),
+                    key=lambda b: b.fit.onset_step):
+        if b.name not in tensors:
+            tensors.append(b.name)
+    return tensors[:3]
+
+
+def detect_no_gradient(ev: Evidence) -> list[Finding]:
+    grads = _role(ev.summary, "grad")
+    if grads.empty:
+        return []
+    frozen = frozen_parameters(ev.manifest)
+    missing = grads[((grads["grad_none_median"] >= 1.0) | (grads["zero_share"] >= 0.99))
+                    & ~grads["name"].isin(frozen)]
+    if missing.empty:
+        return []
+    everything = len(missing) == len(grads)
+    where = "the loss is not connected to any parameter" if everything else \
+        "these parameters never receive a gradient while the rest of the model does"
+    return [Finding(
+        "no_gradient", None, sorted(missing["name"].tolist()),
+        {"parameters_without_gradient": len(missing), "parameters": len(grads),
+         "grad_none_share": float(missing["grad_none_median"].fillna(0).mean())},
+        f"{where}: remove the .detach() / torch.no_grad() / .item() that cuts the graph before "
+        "these layers; if they are frozen on purpose, set requires_grad=False and leave them "
+        "out of the optimizer.",
+    )]
+
+
+
+
+def detect_no_update(ev: Evidence) -> list[Finding]:
+    grads = _role(ev.summary, "grad")
+    if grads.empty or not (grads["median"] > 0).any():
+        return []
+    updates = _role(ev.summary, "update")
+    params = _role(ev.summary, "param")
+    lr = _lr(ev.scalars)
+    if not updates.empty:
+        live = updates[updates["name"].isin(grads.loc[grads["median"] > 0, "name"])]
+        if live.empty or (live["zero_share"] < 0.99).any():
+            return []
+        evidence = {"update_norm_zero_share": float(live["zero_share"].min()),
+                    "grad_norm_median": float(grads["median"].median()), "lr": lr}
+    elif not params.empty and (params["steps"] >= _MIN_STEPS).all():
+        moving = np.abs(params["late"] - params["early"]) > 1e-7 * np.abs(params["early"])
+        if moving.any():
+            return []
+        evidence = {"param_norm_change": 0.0, "grad_norm_median": float(grads["median"].median()),
+                    "lr": lr}
+    else:
+        return []
+    fix = "set a learning rate above 0" if lr == 0 else \
+        "call optimizer.step() after loss.backward() in every step (and optimizer.zero_grad() before the backward)"
+    return [Finding("no_update", None, sorted(grads["name"].tolist())[:10], evidence, fix)]
+
+
+def detect_stale_gradients(ev: Evidence) -> list[Finding]:
+    grad_norm = ev.scalars[ev.scalars["name"] == "grad_norm"]
+    if len(grad_norm) < _MIN_STEPS or ev.diverged:
+        return []
+    steps = grad_norm["step"].to_numpy(np.float64)
+    values = grad_norm["value"].to_numpy(np.float64)
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    if len(values) < _MIN_STEPS or np.std(values) == 0:
+        return []
+    correlation = float(np.corrcoef(steps, values)[0, 1])
+    quarter = max(1, len(values) // 4)
+    growth = float(np.median(values[-quarter:]) / max(np.median(values[:quarter]), 1e-300))
+    improvement = _loss_improvement(ev.scalars)
+    if correlation < STALE_CORRELATION or growth < STALE_GROWTH or (improvement is not None and improvement > 0.5):
+        return []
+    return [Finding(
+        "stale_gradients", None, [],
+        {"grad_norm_step_correlation": correlation, "grad_norm_growth": growth,
+         "loss_improvement": improvement},
+        "gradients accumulate across steps: call optimizer.zero_grad() at the start of every step",
+    )]
+
+
+def detect_vanishing_gradient(ev: Evidence) -> list[Finding]:
+    grads = _role(ev.summary, "grad")
+    grads = grads[(grads["median"] > 0) & (grads["numel"] > 0)] if not grads.empty else grads
+    if grads.empty:
+        return []
+    rms = grads["median"] / np.sqrt(grads["numel"])
+    order = manifest_order(ev.manifest)
+    ranked = grads.assign(rms=rms, pos=grads["name"].map(lambda n: order.get(n, 10**6)))
+    ranked = ranked.sort_values("pos", kind="stable")
+    tiny = ranked[ranked["rms"] < VANISHING_GRAD_RMS]
+    first, last = ranked.iloc[0], ranked.iloc[-1]
+    layer_ratio = float(first["rms"] / last["rms"]) if last["rms"] > 0 else None
+    if tiny.empty and not (len(ranked) > 2 and layer_ratio is not None and layer_ratio < VANISHING_LAYER_RATIO):
+        return []
+    return [Finding(
+        "vanishing_gradient", None, (tiny["name"].tolist() or [first["name"]])[:10],
+        {"smallest_grad_rms": float(ranked["rms"].min()),
+         "first_to_last_layer_grad_ratio": layer_ratio,
+         "threshold_grad_rms": VANISHING_GRAD_RMS},
+        "re-initialise with Kaiming init (torch.nn.init.kaiming_normal_, nonlinearity='relu' or "
+        "'leaky_relu') and prefer ReLU-family activations or normalisation between layers",
+    )]
+
+
+
+
+def detect_dead_units(ev: Evidence) -> list[Finding]:
+    acts = _role(ev.summary, "activation")
+    if acts.empty:
+        return []
+    dead = acts[acts["zero_frac_median"] >= DEAD_ZERO_FRAC]
+    if dead.empty:
+        return []
+    return [Finding(
+        "dead_units", None, sorted(dead["name"].tolist()),
+        {"zero_fraction": {n: float(v) for n, v in zip(dead["name"], dead["zero_frac_median"])},
+         "threshold": DEAD_ZERO_FRAC},
+        "most units output exactly 0: reset the large negative biases to 0, use LeakyReLU, "
+        "Kaiming init, or a lower learning rate",
+    )]
+
+
+def detect_saturated_units(ev: Evidence) -> list[Finding]:
+    acts = _role(ev.summary, "activation")
+    if acts.empty or "sat_frac_median" not in acts:
+        return []
+    sat = acts[acts["sat_frac_median"] >= SATURATED_FRAC]
+    if sat.empty:
+        return []
+    return [Finding(
+        "saturated_units", None, sorted(sat["name"].tolist()),
+        {"saturated_fraction": {n: float(v) for n, v in zip(sat["name"], sat["sat_frac_median"])},
+         "threshold": SATURATED_FRAC},
+        "sigmoid/tanh units sit at their bounds: normalise inputs, use Xavier init for tanh/sigmoid "
+        "layers, or switch to ReLU-family activations; for a sigmoid output feeding a BCE, use "
+        "BCEWithLogitsLoss on the raw logits",
+    )]
+
+
+def detect_lr_too_low(ev: Evidence) -> list[Finding]:
+    updates = _role(ev.summary, "update")
+    if updates.empty or ev.diverged:
+        return []
+    ratios = updates["ratio_median"].replace(0, np.nan).dropna()
+    if ratios.empty:
+        return []
+    ratio = float(ratios.median())
+    improvement = _loss_improvement(ev.scalars)
+    if ratio > UPDATE_RATIO_LOW or (improvement is not None and improvement > 0.5):
+        return []
+    lr = _lr(ev.scalars)
+    return [Finding(
+        "lr_too_low", None, [],
+        {"update_ratio_median": ratio, "cs231n_target_ratio": UPDATE_RATIO_TARGET, "lr": lr,
+         "loss_improvement": improvement},
+        f"raise the learning rate: the updates are {UPDATE_RATIO_TARGET / ratio:.0f}× smaller than "
+        "the ~1e-3 update/parameter ratio; sweep 0.1, 0.01, 0.001",
+    )]
+
+
+def detect_unscaled_inputs(ev: Evidence) -> list[Finding]:
+    inputs = _role(ev.summary, "input")
+    if inputs.empty:
+        return []
+    big = inputs[(inputs["median"] >= UNSCALED_MAX_ABS) | (inputs["mean_median"].abs() >= UNSCALED_ABS_MEAN)]
+    if big.empty:
+        return []
+    return [Finding(
+        "unscaled_inputs", None, sorted(big["name"].tolist()),
+        {"max_abs_median": {n: float(v) for n, v in zip(big["name"], big["median"])},
+         "mean_median": {n: float(v) for n, v in zip(big["name"], big["mean_median"])},
+         "std_median": {n: float(v) for n, v in zip(big["name"], big["std_median"])}},
+        "normalise the inputs: subtract the mean and divide by the standard deviation of each "
+        "feature (or scale to [0, 1]) before the forward pass",
+    )]
+
+
+def detect_poor_init(ev: Evidence) -> list[Finding]:
+    params = _role(ev.summary, "param")
+    if params.empty:
+        return []
+    shapes = parameter_shapes(ev.manifest)
+    bad = {}
+    for name, std, numel in zip(params["name"], params["std_first"], params["numel"]):
+        shape = shapes.get(name)
+        if not name.endswith("weight") or numel <= 1 or not np.isfinite(std):
+            continue
+        if std == 0:
+            bad[name] = 0.0
+            continue
+        if shape is None or len(shape) < 2 or shape[0] == 0:
+            continue
+        scale = float(std * np.sqrt(numel / shape[0]))  # std · sqrt(fan_in)
+        if not INIT_SCALE_RANGE[0] <= scale <= INIT_SCALE_RANGE[1]:
+            bad[name] = scale
+    if not bad:
+        return []
+    return [Finding(
+        "poor_init", 0, sorted(bad),
+        {"std_times_sqrt_fan_in": bad, "expected_range": list(INIT_SCALE_RANGE),
+         "kaiming_normal": float(np.sqrt(2.0))},
+        "re-initialise the weights with torch.nn.init.kaiming_normal_ (ReLU family) or "
+        "xavier_uniform_ (tanh/sigmoid); never all zeros",
+    )]
+
+
+
+
+def detect_loss_plateau(ev: Evidence) -> list[Finding]:
+    if ev.diverged:
+        return []
+    improvement = _loss_improvement(ev.scalars)
+    if improvement is None or improvement >= PLATEAU_IMPROVEMENT:
+        return []
+    loss = _loss(ev.scalars)
+    return [Finding(
+        "loss_plateau", None, [],
+        {"loss_improvement": improvement, "threshold": PLATEAU_IMPROVEMENT,
+         "first_loss": float(loss.iloc[0]), "last_loss": float(loss.iloc[-1])},
+        "overfit one small batch first (5 rows, lr 0.1, 100 steps): if the loss does not reach "
+        "~0, the training loop is broken (optimizer.step(), detach, wrong loss variable)",
+    )]
+
+
+def detect_loss_spike_recovered(ev: Evidence) -> list[Finding]:
+    loss = ev.scalars[ev.scalars["name"] == "loss"]
+    values = loss["value"].to_numpy(np.float64)
+    steps = loss["step"].to_numpy(np.int64)
+    if len(values) < 2 * _MIN_STEPS or not np.all(np.isfinite(values)) or np.any(values <= 0):
+        return []
+    level = pd.Series(values).rolling(20, min_periods=5).median().shift(1).to_numpy()
+    spikes = np.flatnonzero(values > SPIKE_FACTOR * level)
+    findings = []
+    for i in spikes[:1]:
+        after = values[i + 1:]
+        recovered = np.flatnonzero(after < SPIKE_RECOVERED * level[i])
+        if len(recovered) == 0:
+            continue
+        findings.append(Finding(
+            "loss_spike_recovered", int(steps[i]), [],
+            {"peak_loss": float(values[i]), "recent_level": float(level[i]),
+             "factor": float(values[i] / level[i]),
+             "recovered_at_step": int(steps[i + 1 + recovered[0]])},
+            "informational: the loss spiked and recovered on its own; if spikes recur, clip "
+            "gradients at the healthy-phase norm",
+        ))
+    return findings
+
+
+DETECTORS: tuple[Callable[[Evidence], list[Finding]], ...] = (
+    detect_nonfinite_input,
+    detect_divergence,
+    detect_no_gradient,
+    detect_no_update,
+    detect_stale_gradients,
+    detect_vanishing_gradient,
+    detect_dead_units,
+    detect_saturated_units,
+    detect_lr_too_low,
+    detect_unscaled_inputs,
+    detect_poor_init,
+    detect_loss_plateau,
+    detect_loss_spike_recovered,
+)
+
+
+def diagnose(ev: Evidence) -> list[Finding]:
+    findings = [f for detector in DETECTORS for f in detector(ev)]
+    if not any(f.label not in INFORMATIONAL for f in findings):
+        improvement = _loss_improvement(ev.scalars)
+        findings.append(Finding("healthy", None, [], {"loss_improvement": improvement},
+                                "nothing to fix"))
+    return findings
+
+
+def verdict(findings: list[Finding]) -> str:
+    labels = {f.label for f in findings}
+    if "diverged" in labels:
+        return "diverged"
+    if labels & NOT_LEARNING:
+        return "not_learning"
+    return "healthy"

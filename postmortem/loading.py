@@ -1,0 +1,257 @@
+"""Read a run directory (docs/run-format.md) into tidy frames, tolerating crash damage.
+
+Only Parquet and JSON are read; nothing is unpickled. Segments are scanned one by one in
+segment-number order so a damaged file is skipped with a warning naming it, and column
+projection and row filters are pushed down to pyarrow so memory grows with what is read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from .exceptions import RunDirectoryError, SchemaVersionError
+from .findings import CheckpointInfo
+
+__all__ = ["Run", "load_run", "SUPPORTED_SCHEMA_VERSIONS", "STATS_SCHEMA"]
+
+SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
+
+_DICT = pa.dictionary(pa.int32(), pa.string())
+
+# The columns of schema version 1. Segments are read through this schema so that a column
+# missing from one segment (or typed null because it was empty) reads as nulls.
+STATS_SCHEMA = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("role", _DICT),
+        ("name", _DICT),
+        ("key", _DICT),
+        ("numel", pa.int64()),
+        ("norm", pa.float64()),
+        ("max_abs", pa.float32()),
+        ("mean", pa.float32()),
+        ("std", pa.float32()),
+        ("min", pa.float32()),
+        ("max", pa.float32()),
+        ("zero_frac", pa.float32()),
+        ("sat_frac", pa.float32()),
+        ("ratio", pa.float32()),
+        ("nonfinite", pa.int64()),
+        ("grad_none", pa.bool_()),
+        ("shape", pa.string()),
+        ("hash", pa.string()),
+    ]
+)
+SCALARS_SCHEMA = pa.schema([("step", pa.int64()), ("name", _DICT), ("value", pa.float64())])
+EVENTS_SCHEMA = pa.schema(
+    [("step", pa.int64()), ("kind", pa.string()), ("message", pa.string()), ("wall_time", pa.float64())]
+)
+_SEGMENT = re.compile(r"^part-(\d+)\.parquet$")
+_SERIES_KEYS = {"stats": ["role", "name", "key"], "scalars": ["name"], "events": []}
+_SCHEMAS = {"stats": STATS_SCHEMA, "scalars": SCALARS_SCHEMA, "events": EVENTS_SCHEMA}
+
+
+@dataclass
+class Run:
+    """A run directory opened for reading. Frames are read on demand, never cached whole."""
+
+    path: Path
+    manifest: dict
+    warnings: list[str]
+    segments: dict[str, list[Path]] = field(repr=False)
+
+    def scalars(self, names: Sequence[str] | None = None) -> pd.DataFrame:
+        """Per-step scalars as a frame [step, name, value], one row per (step, name)."""
+        filt = None if names is None else ds.field("name").isin(list(names))
+        table = self._read("scalars", ["step", "name", "value"], filt)
+        return _to_frame(table, ["step", "name"])
+
+    def events(self) -> pd.DataFrame:
+        """User markers as a frame [step, kind, message, wall_time], in step order."""
+        table = self._read("events", ["step", "kind", "message", "wall_time"], None)
+        frame = table.to_pandas()
+        return frame.sort_values("step", kind="stable").reset_index(drop=True)
+
+    def stats(
+        self,
+        roles: Sequence[str] | None = None,
+        names: Sequence[str] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """Tensor statistics, tidy: one row per (step, role, name, key), last occurrence kept."""
+        wanted = list(STATS_SCHEMA.names) if columns is None else list(columns)
+        unknown = sorted(set(wanted) - set(STATS_SCHEMA.names))
+        if unknown:
+            raise ValueError(f"unknown stats columns: {', '.join(unknown)}")
+        read = list(dict.fromkeys(["step", "role", "name", "key", *wanted]))
+        table = self._read("stats", read, _stats_filter(roles, names))
+        frame = _to_frame(table, ["step", "role", "name", "key"])
+        return frame[list(dict.fromkeys(["step", "role", "name", "key", *wanted]))]
+
+    def stats_batches(
+        self,
+        columns: Sequence[str],
+        roles: Sequence[str] | None = None,
+        names: Sequence[str] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream stats record batches in segment order (for analyses of very long runs)."""
+        return self._batches("stats", list(columns), _stats_filter(roles, names))
+
+    @property
+    def checkpoints(self) -> list[CheckpointInfo]:
+        """Checkpoint files with the step and reason from their Parquet key-value metadata."""
+        folder = self.path / "checkpoints"
+        found = []
+        for path in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
+            if path.name.startswith("."):
+                continue
+            try:
+                meta = pq.read_metadata(path).metadata or {}
+            except (OSError, pa.ArrowException) as exc:
+                self._warn(f"skipped unreadable checkpoint {path}: {exc}")
+                continue
+            step = meta.get(b"step")
+            reason = meta.get(b"reason")
+            found.append(
+                CheckpointInfo(
+                    path=str(path),
+                    step=int(step) if step is not None and step.isdigit() else None,
+                    reason=reason.decode() if reason is not None else None,
+                )
+            )
+        return sorted(found, key=lambda c: (c.step is None, c.step or 0, c.path))
+
+    def _read(self, kind: str, columns: list[str], filt) -> pa.Table:
+        batches = list(self._batches(kind, columns, filt))
+        schema = pa.schema([_SCHEMAS[kind].field(c) for c in columns])
+        return pa.Table.from_batches(batches, schema=schema)
+
+    def _batches(self, kind: str, columns: list[str], filt) -> Iterator[pa.RecordBatch]:
+        schema = _SCHEMAS[kind]
+        for path in list(self.segments[kind]):
+            try:
+                fragment = ds.dataset(path, schema=schema, format="parquet")
+                scanned = list(fragment.to_batches(columns=columns, filter=filt))
+            except (OSError, pa.ArrowException) as exc:
+                self.segments[kind].remove(path)
+                self._warn(f"skipped unreadable segment {path}: {exc}")
+                continue
+            yield from scanned
+
+    def _warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Open a run directory, finished or crashed.
+
+    Raises RunDirectoryError when the path is not a directory or holds no readable segment,
+    SchemaVersionError when the manifest or a segment declares an unknown schema version.
+    """
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise RunDirectoryError(f"{path} is not a directory")
+    warnings: list[str] = []
+    manifest = _read_manifest(path, warnings)
+    segments = {kind: _valid_segments(path / kind, warnings) for kind in _SCHEMAS}
+    if not segments["stats"] and not segments["scalars"]:
+        raise RunDirectoryError(f"{path} holds no readable stats or scalars segments")
+    return Run(path=path, manifest=manifest, warnings=warnings, segments=segments)
+
+
+def _read_manifest(path: Path, warnings: list[str]) -> dict:
+    file = path / "manifest.json"
+    if not file.is_file():
+        warnings.append(f"no manifest.json in {path}; using what the segments say")
+        return {}
+    try:
+        manifest = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        warnings.append(f"unreadable manifest {file}: {exc}; using what the segments say")
+        return {}
+    if not isinstance(manifest, dict):
+        warnings.append(f"manifest {file} is not a JSON object; ignored")
+        return {}
+    _check_version(manifest.get("schema_version"), str(file))
+    return manifest
+
+
+def _check_version(version, where: str) -> None:
+    if version is None:
+        return
+    try:
+        number = int(version)
+    except (TypeError, ValueError):
+        number = None
+    if number not in SUPPORTED_SCHEMA_VERSIONS:
+        supported = ", ".join(str(v) for v in sorted(SUPPORTED_SCHEMA_VERSIONS))
+        raise SchemaVersionError(
+            f"{where} has schema_version {version!r}; this postmortem reads version {supported}"
+        )
+
+
+def _valid_segments(folder: Path, warnings: list[str]) -> list[Path]:
+    """Complete `part-N.parquet` files in number order; damaged ones are reported and skipped."""
+    if not folder.is_dir():
+        return []
+    numbered = []
+    for path in folder.iterdir():
+        match = _SEGMENT.match(path.name)
+        if match and path.is_file():
+            numbered.append((int(match.group(1)), path))
+    valid = []
+    for _, path in sorted(numbered):
+        try:
+            if path.stat().st_size == 0:
+                raise ValueError("zero-byte file")
+            meta = pq.read_metadata(path)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            warnings.append(f"skipped unreadable segment {path}: {exc}")
+            continue
+        version = (meta.metadata or {}).get(b"schema_version")
+        _check_version(version.decode() if version is not None else None, str(path))
+        valid.append(path)
+    return valid
+
+
+def _stats_filter(roles: Iterable[str] | None, names: Iterable[str] | None):
+    conditions = []
+    if roles is not None:
+        conditions.append(ds.field("role").isin(list(roles)))
+    if names is not None:
+        conditions.append(ds.field("name").isin(list(names)))
+    if not conditions:
+        return None
+    combined = conditions[0]
+    for condition in conditions[1:]:
+        combined = combined & condition
+    return combined
+
+
+def _to_frame(table: pa.Table, keys: list[str]) -> pd.DataFrame:
+    """Table → frame with duplicated keys removed, keeping the last (newest segment) row."""
+    # Cast dictionaries to plain strings first: segments carry different dictionaries.
+    table = table.cast(
+        pa.schema(
+            [
+                pa.field(f.name, pa.string()) if pa.types.is_dictionary(f.type) else f
+                for f in table.schema
+            ]
+        )
+    )
+    frame = table.to_pandas()
+    if len(frame):
+        frame = frame.drop_duplicates(subset=keys, keep="last")
+        frame = frame.sort_values(keys, kind="stable", na_position="first")
+    return frame.reset_index(drop=True)
+

@@ -1,0 +1,40 @@
+"""What the manifest says about the models: names in order, shapes, frozen parameters."""
+
+from __future__ import annotations
+
+__all__ = ["manifest_order", "parameter_shapes", "frozen_parameters"]
+
+
+def _entries(manifest: dict, section: str):
+    """(qualified name, entry) pairs; with several models the model name is a prefix."""
+    models = manifest.get("models") or {}
+    if not isinstance(models, dict):
+        return
+    for model_name, model in models.items():
+        if not isinstance(model, dict):
+            continue
+        prefix = f"{model_name}." if len(models) > 1 else ""
+        for entry in model.get(section) or []:
+            if isinstance(entry, dict) and entry.get("name"):
+                yield prefix + str(entry["name"]), entry
+
+
+def manifest_order(manifest: dict) -> dict[str, int]:
+    """Module then parameter names in registration order (≈ forward order), for tie-breaks."""
+    order: dict[str, int] = {}
+    for section in ("modules", "parameters"):
+        for name, _ in _entries(manifest, section):
+            order.setdefault(name, len(order))
+    return order
+
+
+def parameter_shapes(manifest: dict) -> dict[str, list[int]]:
+    return {
+        name: entry["shape"]
+        for name, entry in _entries(manifest, "parameters")
+        if isinstance(entry.get("shape"), list)
+    }
+
+
+def frozen_parameters(manifest: dict) -> set[str]:
+    return {name for name, entry in _entries(manifest, "parameters") if entry.get("requires_grad") is False}

@@ -1,0 +1,99 @@
+"""Per-series break analysis: did this series diverge, and when did its growth begin?
+
+Thresholds (docs/diagnoses.md cites them):
+- a break is credible when the best break model beats the no-break model by ΔBIC ≥ 10
+  ("very strong" evidence on the Kass & Raftery scale);
+- a series diverges when its final level is ≥ 100× its stable level and ≥ 10× anything seen in
+  the stable phase (seed 000: grad norm 9 → 483 → 1e14+; healthy noise and warm-up stay below);
+- a series amplified (enters the ranking) when the break is credible, rising, and the final level
+  is ≥ 10× the stable level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .models import select_break
+
+__all__ = ["SeriesBreak", "analyse_series", "BIC_MARGIN", "DIVERGENCE_DECADES", "AMPLIFIED_DECADES"]
+
+BIC_MARGIN = 10.0
+DIVERGENCE_DECADES = 2.0
+AMPLIFIED_DECADES = 1.0
+_MIN_POINTS = 6
+_MIN_STABLE = 50  # steps of stable phase kept in front of the final rise
+_TAIL = 3  # the final level is the median of the last few finite points
+
+
+@dataclass(frozen=True)
+class SeriesBreak:
+    """The break fitted to one series and what it means."""
+
+    label: str
+    onset_step: int
+    interval: tuple[int, int]
+    growth_per_step: float
+    doubling_steps: float | None
+    jump: float
+    delta_bic: float
+    stable_level: float  # value (not log) before the break
+    final_level: float
+    credible: bool
+    diverges: bool
+    amplified: bool
+
+
+def analyse_series(label: str, steps: np.ndarray, values: np.ndarray) -> SeriesBreak | None:
+    """Fit the break models to log10(values) over the finite, positive points."""
+    keep = np.isfinite(values) & (values > 0)
+    steps, values = steps[keep], values[keep]
+    if len(values) < _MIN_POINTS:
+        return None
+    y = np.log10(values)
+    x = steps.astype(np.float64)
+    start = _window_start(y)
+    x, y = x[start:], y[start:]
+    if len(y) < _MIN_POINTS:
+        return None
+    model, delta_bic = select_break(x, y)
+    k = model.index_
+    stable = y[:k]
+    stable_level = float(np.median(stable))
+    final_level = float(np.median(y[-_TAIL:]))
+    rise = final_level - stable_level
+    credible = delta_bic >= BIC_MARGIN and model.jump_decades_ + max(model.rate_, 0.0) > 0
+    diverges = rise >= DIVERGENCE_DECADES and final_level >= float(np.max(stable)) + 1.0
+    return SeriesBreak(
+        label=label,
+        onset_step=int(model.t0_),
+        interval=(int(model.interval_[0]), int(model.interval_[1])),
+        growth_per_step=model.growth_per_step,
+        doubling_steps=model.doubling_steps,
+        jump=model.jump,
+        delta_bic=delta_bic,
+        stable_level=float(10**stable_level),
+        final_level=float(10**final_level),
+        credible=credible,
+        diverges=diverges,
+        amplified=credible and rise >= AMPLIFIED_DECADES,
+    )
+
+
+def _window_start(y: np.ndarray) -> int:
+    """Index where the fit window starts: a stable stretch before the final rise.
+
+    Long runs can change regime many times; fitting one break to all of it would let an old
+    change compete with the final rise. The rise starts after the last point below a quarter
+    of the way from the early baseline to the final level.
+    """
+    n = len(y)
+    baseline = float(np.median(y[: max(_TAIL, n // 2)]))
+    final = float(np.median(y[-_TAIL:]))
+    if final <= baseline:
+        return max(0, n - 4 * _MIN_STABLE)
+    below = np.flatnonzero(y[:-1] <= baseline + 0.25 * (final - baseline))
+    last_stable = int(below[-1]) if len(below) else 0
+    rise = n - 1 - last_stable
+    return max(0, last_stable - max(_MIN_STABLE, 4 * rise))

@@ -1,0 +1,180 @@
+"""First non-finite value, run onset and the ranking of what amplified first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .findings import FirstNonfinite, Onset, RankedTensor
+from .onset import SeriesBreak, analyse_series
+from .series import SeriesTable
+
+__all__ = [
+    "CAUSAL_ORDER",
+    "TensorBreak",
+    "first_nonfinite",
+    "fit_breaks",
+    "run_onset",
+    "rank",
+    "is_loss",
+]
+
+# Within one step, data flows input → params → activations → loss → grads → state → update;
+# ties on the onset step are broken in this order so the cause ranks before its effects.
+CAUSAL_ORDER = {
+    "input": 0, "target": 1, "param": 2, "activation": 3, "scalar": 4,
+    "grad": 5, "state": 6, "update": 7,
+}
+_FITTED_ROLES = ("param", "grad", "update", "state", "activation")
+_SPREAD_STEPS = 50
+
+
+@dataclass(frozen=True)
+class TensorBreak:
+    """A fitted break tied to the series it came from ("scalar" role for scalars)."""
+
+    role: str
+    name: str
+    key: str | None
+    fit: SeriesBreak
+
+
+def is_loss(name: str) -> bool:
+    return "loss" in name
+
+
+def _divergence_scalar(name: str) -> bool:
+    return is_loss(name) or name.startswith("grad_norm")
+
+
+def first_nonfinite(
+    table: SeriesTable, scalars: pd.DataFrame, tie_order: dict[str, int], *, ignore_grads: bool
+) -> FirstNonfinite | None:
+    """Earliest NaN/inf among tensors and loss scalars, causal order breaking ties.
+
+    With a GradScaler (``ignore_grads``) non-finite gradients are expected overflow that the
+    scaler skips, so only the other roles count.
+    """
+    rows = np.flatnonzero(table.nonfinite > 0)
+    series = np.searchsorted(table.offsets, rows, side="right") - 1
+    candidates: list[tuple[int, int, int, str, str, str | None]] = []
+    counts: dict[int, int] = {}
+    for row, index in zip(rows, series):
+        key = table.keys[index]
+        if ignore_grads and key.role == "grad":
+            continue
+        step = int(table.step[row])
+        counts[step] = counts.get(step, 0) + 1
+        candidates.append(
+            (step, CAUSAL_ORDER[key.role] if key.role in CAUSAL_ORDER else 9,
+             tie_order.get(key.name, 10**6), key.name, key.role, key.key)
+        )
+    bad = scalars[scalars["name"].map(_divergence_scalar) & ~np.isfinite(scalars["value"])]
+    for step, name in zip(bad["step"], bad["name"]):
+        counts[int(step)] = counts.get(int(step), 0) + 1
+        candidates.append((int(step), CAUSAL_ORDER["scalar"], 0, name, "scalar", None))
+    if not candidates:
+        return None
+    step, _, _, name, role, key = min(candidates, key=lambda c: c[:4])
+    spread = sorted((s, c) for s, c in counts.items() if s >= step)[:_SPREAD_STEPS]
+    return FirstNonfinite(step=step, tensor=name, role=role, key=key, spread=spread)
+
+
+def fit_breaks(table: SeriesTable, scalars: pd.DataFrame, cut: int | None) -> list[TensorBreak]:
+    """Fit every tensor series and every loss / grad-norm scalar up to (not including) `cut`."""
+    found = []
+    for index, key in enumerate(table.keys):
+        if key.role not in _FITTED_ROLES:
+            continue
+        rows = table.rows(index)
+        steps, values = table.step[rows], table.magnitude[rows]
+        fit = _fit_before(key.label, steps, values, table.nonfinite[rows], cut)
+        if fit is not None:
+            found.append(TensorBreak(key.role, key.name, key.key, fit))
+    for name, group in scalars.groupby("name", sort=True, observed=True):
+        if not _divergence_scalar(str(name)):
+            continue
+        steps = group["step"].to_numpy(np.int64)
+        values = group["value"].to_numpy(np.float64)
+        fit = _fit_before(f"scalar {name}", steps, values, np.zeros(len(steps), np.int64), cut)
+        if fit is not None:
+            found.append(TensorBreak("scalar", str(name), None, fit))
+    return found
+
+
+def _fit_before(label, steps, values, nonfinite, cut) -> SeriesBreak | None:
+    keep = nonfinite == 0
+    if cut is not None:
+        keep &= steps < cut
+    return analyse_series(label, steps[keep], values[keep])
+
+
+def diverging(breaks: list[TensorBreak]) -> list[TensorBreak]:
+    """Series whose divergence makes the run diverged (updates follow the LR schedule, so a
+    warm-up alone never counts; activations count only through what they do to the rest)."""
+    return [
+        b for b in breaks
+        if b.fit.credible and b.fit.diverges and b.role in ("scalar", "param", "grad", "state")
+    ]
+
+
+def run_onset(
+    breaks: list[TensorBreak], first: FirstNonfinite | None, tie_order: dict[str, int]
+) -> tuple[Onset | None, list[TensorBreak]]:
+    """The run's onset and the amplified series that belong to the divergence.
+
+    Precursors may lead the earliest diverging series by at most as long as the divergence
+    then took to show (and by at least a few steps); older breaks are other stories.
+    """
+    leaders = diverging(breaks)
+    if not leaders:
+        if first is None:
+            return None, []
+        onset = Onset(first.step, (first.step, first.step), f"{first.role} {first.tensor}",
+                      None, None, None, 0)
+        return onset, []
+    earliest = min(b.fit.onset_step for b in leaders)
+    end = first.step if first is not None else max(b.fit.onset_step for b in leaders)
+    lookback = max(5, end - earliest)
+    involved = [
+        b for b in breaks
+        if b.fit.amplified and b.fit.onset_step >= earliest - lookback
+        and (b in leaders or b.role != "scalar")
+    ]
+    involved.sort(key=lambda b: _rank_key(b, tie_order))
+    top = involved[0]
+    onset = Onset(
+        step=top.fit.onset_step,
+        interval=top.fit.interval,
+        series=top.fit.label,
+        growth_per_step=top.fit.growth_per_step,
+        doubling_steps=top.fit.doubling_steps,
+        jump=top.fit.jump,
+        lead_steps=(first.step - top.fit.onset_step) if first is not None else None,
+    )
+    return onset, involved
+
+
+def _rank_key(b: TensorBreak, tie_order: dict[str, int]):
+    return (
+        b.fit.onset_step,
+        CAUSAL_ORDER.get(b.role, 9),
+        -np.log10(max(b.fit.growth_per_step, 1e-300)),
+        -np.log10(max(b.fit.jump, 1e-300)),
+        tie_order.get(b.name, 10**6),
+    )
+
+
+def rank(involved: list[TensorBreak], first: FirstNonfinite | None) -> list[RankedTensor]:
+    """Tensors in the order they began to amplify (scalars are summaries, not tensors)."""
+    ranked = [
+        RankedTensor(b.name, b.role, b.key, b.fit.onset_step, b.fit.growth_per_step, b.fit.jump)
+        for b in involved if b.role != "scalar"
+    ]
+    seen = {(r.tensor, r.role, r.key) for r in ranked}
+    if first is not None and first.role != "scalar" and (first.tensor, first.role, first.key) not in seen:
+        ranked.append(RankedTensor(first.tensor, first.role, first.key, first.step, None, None))
+    # Stable sort: entries already in rank order keep it; a non-finite input jumps ahead.
+    return sorted(ranked, key=lambda r: (r.onset_step, CAUSAL_ORDER.get(r.role, 9) if r.role in ("input", "target") else 2))

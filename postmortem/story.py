@@ -1,0 +1,101 @@
+"""The chain of events as sentences a person can read, with the events and batch at the onset."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .findings import RankedTensor
+
+if TYPE_CHECKING:
+    from .diagnoses import Evidence
+
+__all__ = ["chain_sentences", "batch_at", "events_near"]
+
+_CHAIN_LENGTH = 6
+_UNUSUAL_FACTOR = 10.0  # a batch whose largest |x| is 10× outside the healthy range
+_EVENT_WINDOW = 3
+
+
+def _what(r: RankedTensor) -> str:
+    if r.role == "state":
+        return f"the {r.key or 'optimizer'} state of `{r.tensor}`"
+    if r.role == "activation":
+        return f"activations of `{r.tensor}`"
+    if r.role in ("input", "target"):
+        return f"the {r.role} batch `{r.tensor}`"
+    return f"{r.role} of `{r.tensor}`"
+
+
+def _how(r: RankedTensor) -> str:
+    parts = []
+    if r.jump is not None and r.jump >= 1.5:
+        parts.append(f"jumped ×{r.jump:.3g}")
+    if r.growth_per_step is not None and r.growth_per_step >= 1.05:
+        parts.append(f"grew ×{r.growth_per_step:.3g} per step")
+    return " and ".join(parts) or "began to amplify"
+
+
+def chain_sentences(ev: Evidence, ranking: list[RankedTensor]) -> list[str]:
+    sentences = []
+    for event in events_near(ev):
+        sentences.append(event)
+    batch = batch_at(ev)
+    if batch:
+        sentences.append(batch)
+    for i, r in enumerate(ranking[:_CHAIN_LENGTH]):
+        verb = _how(r) if i == 0 or r.jump or r.growth_per_step else "followed"
+        sentences.append(f"{_what(r)} {verb} at step {r.onset_step}")
+    first = ev.first_nonfinite
+    if first is not None:
+        name = f"`{first.tensor}`" + (f" [{first.key}]" if first.key else "")
+        lead = ""
+        if ev.onset is not None and ev.onset.step < first.step:
+            lead = f", {first.step - ev.onset.step} steps after the onset"
+        sentences.append(f"the first non-finite value appeared in {first.role} {name} at step {first.step}{lead}")
+    return sentences
+
+
+def events_near(ev: Evidence) -> list[str]:
+    """Recorded events in the few steps up to the onset ("a domain_switch one step before")."""
+    if ev.onset is None or ev.events.empty:
+        return []
+    near = ev.events[(ev.events["step"] <= ev.onset.step) & (ev.events["step"] >= ev.onset.step - _EVENT_WINDOW)]
+    sentences = []
+    for step, kind, message in zip(near["step"], near["kind"], near["message"]):
+        gap = ev.onset.step - int(step)
+        when = "at the onset step" if gap == 0 else f"{gap} step{'s' if gap > 1 else ''} before the onset"
+        detail = f" ({message})" if message else ""
+        sentences.append(f"a `{kind}` event was recorded at step {int(step)}, {when}{detail}")
+    return sentences
+
+
+def batch_at(ev: Evidence) -> str | None:
+    """Was the batch at the onset unusual compared with the healthy phase?"""
+    if ev.onset is None:
+        return None
+    table, step = ev.table, ev.onset.step
+    for index in table.indices("input"):
+        key = table.keys[index]
+        sl = table.rows(index)
+        steps, mag = table.step[sl], table.magnitude[sl]
+        healthy = mag[(steps < step) & np.isfinite(mag)]
+        now = mag[steps == step]
+        if len(healthy) < 3 or len(now) == 0:
+            continue
+        low, high = float(np.min(healthy)), float(np.max(healthy))
+        value = float(now[0])
+        hashes = table.input_hashes.get(key.name, {})
+        seen = hashes.get(step) is not None and hashes.get(step) in {
+            h for s, h in hashes.items() if s < step
+        }
+        repeat = " It is a batch already seen in the healthy phase." if seen else ""
+        if not np.isfinite(value):
+            return f"the batch `{key.name}` at step {step} holds non-finite values.{repeat}"
+        if value > _UNUSUAL_FACTOR * high or value * _UNUSUAL_FACTOR < low:
+            return (f"the batch `{key.name}` at step {step} was unusual: max |x| {value:.3g} "
+                    f"vs {low:.3g}–{high:.3g} in the healthy phase.{repeat}")
+        return (f"the batch `{key.name}` at step {step} looked ordinary: max |x| {value:.3g} "
+                f"within the healthy range {low:.3g}–{high:.3g}.{repeat}")
+    return None
