@@ -1,0 +1,51 @@
+"""`python -m sample_runs list | make NAME --out DIR | make-all --out DIR [--subset small]`."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from .scenarios import SCENARIOS, make, scenario_names
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sample_runs", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    listing = sub.add_parser("list", help="list the scenarios")
+    listing.add_argument("--subset", choices=["small"])
+    one = sub.add_parser("make", help="train one scenario into --out")
+    one.add_argument("name")
+    one.add_argument("--out", required=True, type=Path, help="run directory to write")
+    every = sub.add_parser("make-all", help="train every scenario into --out/NAME")
+    every.add_argument("--out", required=True, type=Path, help="folder that receives one run directory per scenario")
+    every.add_argument("--subset", choices=["small"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "list":
+        for name in scenario_names(args.subset):
+            s = SCENARIOS[name]
+            print(f"{name}\t{s.family}\t{s.arch}\tseed={s.seed}" + ("\theld_out" if s.held_out else ""))
+        return 0
+    warnings.simplefilter("ignore")  # the recorder's warnings about NaN runs are expected here
+    if args.command == "make":
+        if args.name not in SCENARIOS:
+            print(f"error: unknown scenario {args.name!r}; see `python -m sample_runs list`", file=sys.stderr)
+            return 2
+        expected = make(args.name, args.out)
+        print(f"{args.name}: {expected.verdict} -> {args.out}")
+        return 0
+    names = scenario_names(args.subset)
+    for i, name in enumerate(names, 1):
+        started = time.monotonic()
+        expected = make(name, args.out / name)
+        print(f"[{i}/{len(names)}] {name}: {expected.verdict} ({time.monotonic() - started:.1f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Deterministic data for the sample runs: scikit-learn's digits (bundled, no download) and toys.
+
+Every function takes a seed and returns the same tensors for the same seed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "Dataset",
+    "digits",
+    "digits_images",
+    "domain_b",
+    "batch_sampler",
+    "gan_real_points",
+    "linear_data",
+    "time_on_page_data",
+]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+@lru_cache(maxsize=1)
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    return (bunch.images / 16.0).astype(np.float32), bunch.target.astype(np.int64)
+
+
+def digits(layout: str) -> Dataset:
+    """Digits scaled to [0, 1]: `flat` (N, 64), `rows` (N, 8, 8) as an 8-step sequence, `image` (N, 1, 28, 28)."""
+    images, labels = _digits_arrays()
+    x = torch.from_numpy(images)
+    y = torch.from_numpy(labels)
+    if layout == "flat":
+        return Dataset(x.reshape(len(x), 64), y)
+    if layout == "rows":
+        return Dataset(x, y)
+    if layout == "image":
+        return Dataset(digits_images(), y)
+    raise ValueError(f"unknown digits layout {layout!r}")
+
+
+@lru_cache(maxsize=1)
+def digits_images() -> torch.Tensor:
+    """The 8×8 digits upsampled (bilinear) to 28×28, MNIST-sized, values in [0, 1]."""
+    images, _ = _digits_arrays()
+    x = torch.from_numpy(images).unsqueeze(1)
+    return F.interpolate(x, size=(28, 28), mode="bilinear", align_corners=False).clamp(0.0, 1.0)
+
+
+def domain_b(images: torch.Tensor, shift: int = 4) -> torch.Tensor:
+    """The second domain of seed 000: each image rotated 90°, shifted `shift` pixels right and inverted."""
+    rotated = torch.rot90(images, k=1, dims=(-2, -1))
+    shifted = torch.roll(rotated, shifts=shift, dims=-1)
+    return 1.0 - shifted
+
+
+def batch_sampler(data: Dataset, batch_size: int, seed: int):
+    """Returns `draw()` giving the next random batch (without replacement within an epoch)."""
+    generator = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+
+    def draw() -> tuple[torch.Tensor, torch.Tensor]:
+        nonlocal order
+        if len(order) < batch_size:
+            order = torch.randperm(len(data.x), generator=generator).tolist()
+        index = torch.tensor(order[:batch_size])
+        order = order[batch_size:]
+        return data.x[index], data.y[index]
+
+    return draw
+
+
+def gan_real_points(n: int, seed: int, scale: float) -> torch.Tensor:
+    """Toy GAN data: a ring of 8 Gaussians of radius `scale` in 2-D."""
+    generator = torch.Generator().manual_seed(seed)
+    angles = torch.randint(0, 8, (n,), generator=generator).float() * (2 * torch.pi / 8)
+    centres = torch.stack([angles.cos(), angles.sin()], dim=1) * scale
+    return centres + 0.05 * scale * torch.randn(n, 2, generator=generator)
+
+
+def linear_data(n: int, seed: int) -> Dataset:
+    """y = 2x with x uniform in [-1, 1]."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 1, generator=generator) * 2 - 1
+    return Dataset(x, 2 * x)
+
+
+def time_on_page_data(n: int, seed: int) -> Dataset:
+    """Seed 002's BookSight feature: time on page in raw seconds (0–3600) beside a feature in [0, 1].
+
+    The target depends on both; the unscaled column dominates the gradient.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    seconds = torch.rand(n, 1, generator=generator) * 3600.0
+    pages = torch.rand(n, 1, generator=generator)
+    y = 2.0 * pages + seconds / 3600.0
+    return Dataset(torch.cat([seconds, pages], dim=1), y)

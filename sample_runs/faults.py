@@ -1,0 +1,220 @@
+"""Faults injected into a training loop at a known step `t0`: the ground truth of the benchmark.
+
+A fault is installed on the model before the recorder is created (so its forward hooks run first)
+and is then consulted by the loop at every step. Each class states what it breaks and where.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "Fault",
+    "NoFault",
+    "LrSpike",
+    "WeightScale",
+    "BatchScale",
+    "BatchNaN",
+    "MissingZeroGrad",
+    "FrozenLayer",
+    "DetachedLayer",
+    "AdamEps",
+    "Fp16Overflow",
+    "LabelShuffle",
+    "MislabeledBatch",
+]
+
+
+@dataclass
+class Fault:
+    """No-op base: every hook leaves training as it is."""
+
+    t0: int = 0
+
+    def install(self, model: nn.Module) -> None:
+        """Called once before the recorder is attached."""
+
+    def before_step(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Called before the batch of `step` is drawn into the forward pass."""
+
+    def batch(self, step: int, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, y
+
+    def zero_grad(self, step: int) -> bool:
+        return True
+
+    def loss_scale(self, step: int) -> float:
+        return 1.0
+
+
+NoFault = Fault
+
+
+@dataclass
+class LrSpike(Fault):
+    """The param group holding `layer` gets its learning rate multiplied by `factor` at t0."""
+
+    layer: str = ""
+    factor: float = 100.0
+
+    def before_step(self, step, model, optimizer):
+        if step == self.t0:
+            for group in optimizer.param_groups:
+                if group.get("layer") == self.layer:
+                    group["lr"] *= self.factor
+
+
+@dataclass
+class WeightScale(Fault):
+    """`layer`'s weights are multiplied by `factor` at t0 (a bad checkpoint merge, a broken re-init)."""
+
+    layer: str = ""
+    factor: float = 30.0
+
+    def before_step(self, step, model, optimizer):
+        if step == self.t0:
+            with torch.no_grad():
+                for name, param in model.get_submodule(self.layer).named_parameters():
+                    if name.startswith("weight"):
+                        param.mul_(self.factor)
+
+
+@dataclass
+class BatchScale(Fault):
+    """The batch at t0 arrives multiplied by `factor` (an unnormalised shard)."""
+
+    factor: float = 1e3
+
+    def batch(self, step, x, y):
+        return (x * self.factor, y) if step == self.t0 else (x, y)
+
+
+@dataclass
+class BatchNaN(Fault):
+    """The batch at t0 carries NaN in one sample (a corrupted record)."""
+
+    def batch(self, step, x, y):
+        if step != self.t0:
+            return x, y
+        x = x.clone()
+        x.view(len(x), -1)[0, : max(1, x[0].numel() // 8)] = float("nan")
+        return x, y
+
+
+@dataclass
+class MissingZeroGrad(Fault):
+    """From t0 on the loop no longer calls `optimizer.zero_grad()`: gradients accumulate."""
+
+    def zero_grad(self, step):
+        return step < self.t0
+
+
+@dataclass
+class FrozenLayer(Fault):
+    """`layer` stops requiring grad at t0 (a freeze meant for another module)."""
+
+    layer: str = ""
+
+    def before_step(self, step, model, optimizer):
+        if step == self.t0:
+            model.get_submodule(self.layer).requires_grad_(False)
+
+
+@dataclass
+class DetachedLayer(Fault):
+    """From t0 the output of `layer` is `.detach()`ed: it and every layer before it get no gradient."""
+
+    layer: str = ""
+    active: bool = field(default=False, init=False)
+
+    def install(self, model):
+        def detach(module, args, output):
+            if not self.active:
+                return None
+            if isinstance(output, tuple):  # nn.LSTM: (sequence, (h, c))
+                return (output[0].detach(), output[1])
+            return output.detach()
+
+        model.get_submodule(self.layer).register_forward_hook(detach, prepend=True)
+
+    def before_step(self, step, model, optimizer):
+        self.active = step >= self.t0
+
+
+@dataclass
+class AdamEps(Fault):
+    """Adam's eps is set to 1e-15 at t0 (copied from a config tuned for another precision)."""
+
+    eps: float = 1e-15
+
+    def before_step(self, step, model, optimizer):
+        if step == self.t0:
+            for group in optimizer.param_groups:
+                group["eps"] = self.eps
+
+
+@dataclass
+class Fp16Overflow(Fault):
+    """From t0 `layer` (a Linear) runs in float16 with a hand-rolled static loss scale and no GradScaler.
+
+    This is what mixed precision does on a GPU, done honestly on a CPU: the layer's input, weight and
+    bias are cast to float16, so its forward and its backward matmuls run in float16. The loss is
+    multiplied by `scale` (GradScaler's initial scale, 2**16) before backward and the gradients are
+    divided by it afterwards, but nothing checks for inf and skips the step as GradScaler would:
+    once the scaled gradient of the layer exceeds float16's 65504 it becomes inf and the optimizer
+    writes it into the weights.
+    """
+
+    layer: str = ""
+    scale: float = 2.0**20
+    active: bool = field(default=False, init=False)
+
+    def install(self, model):
+        def half_forward(module, args, output):
+            if not self.active:
+                return None
+            (x,) = args
+            return F.linear(x.half(), module.weight.half(), module.bias.half()).float()
+
+        module = model.get_submodule(self.layer)
+        if not isinstance(module, nn.Linear):
+            raise TypeError(f"Fp16Overflow needs a Linear layer, {self.layer!r} is {type(module).__name__}")
+        module.register_forward_hook(half_forward, prepend=True)
+
+    def before_step(self, step, model, optimizer):
+        self.active = step >= self.t0
+
+    def loss_scale(self, step):
+        return self.scale if step >= self.t0 else 1.0
+
+
+@dataclass
+class LabelShuffle(Fault):
+    """From t0 the labels are permuted within each batch (a join on the wrong key)."""
+
+    seed: int = 0
+    generator: torch.Generator = field(init=False)
+
+    def __post_init__(self):
+        self.generator = torch.Generator().manual_seed(self.seed)
+
+    def batch(self, step, x, y):
+        if step < self.t0:
+            return x, y
+        return x, y[torch.randperm(len(y), generator=self.generator)]
+
+
+@dataclass
+class MislabeledBatch(Fault):
+    """Healthy-run noise: the `length` batches from t0 carry wrong labels, giving a loss spike that recovers."""
+
+    length: int = 2
+    classes: int = 10
+
+    def batch(self, step, x, y):
+        if self.t0 <= step < self.t0 + self.length:
+            return x, (y + 1 + step % (self.classes - 1)) % self.classes
+        return x, y
