@@ -1,0 +1,140 @@
+"""load_run on crash-shaped run directories."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pm_runs import make_run, scalar_rows, series_rows
+from postmortem import RunDirectoryError, SchemaVersionError, analyze, load_run
+from postmortem.exceptions import PostmortemError
+from postmortem.series import read_series
+
+
+def _run(tmp_path, segments=3, steps=30):
+    stats = pd.concat([
+        series_rows("grad", "fc.weight", np.linspace(1, 2, steps)),
+        series_rows("param", "fc.weight", np.linspace(5, 6, steps)),
+        series_rows("activation", "fc", np.linspace(3, 4, steps)),
+    ])
+    return make_run(tmp_path / "run", stats, scalar_rows("loss", np.linspace(2, 1, steps)),
+                    segments=segments)
+
+
+def test_reads_tidy_frames_in_step_order(tmp_path):
+    run = load_run(_run(tmp_path))
+    stats = run.stats()
+    assert len(stats) == 90 and run.warnings == []
+    grad = stats[(stats["role"] == "grad")]
+    assert grad["step"].tolist() == list(range(30))
+    assert grad["norm"].iloc[-1] == pytest.approx(2.0)
+    assert run.scalars()["value"].iloc[0] == pytest.approx(2.0)
+    assert list(run.events().columns) == ["step", "kind", "message", "wall_time"]
+
+
+def test_projection_and_filters(tmp_path):
+    run = load_run(_run(tmp_path))
+    frame = run.stats(roles=["grad"], columns=["norm"])
+    assert list(frame.columns) == ["step", "role", "name", "key", "norm"]
+    assert set(frame["role"]) == {"grad"}
+    assert set(load_run(_run(tmp_path / "b")).stats(names=["fc"])["role"]) == {"activation"}
+    with pytest.raises(ValueError):
+        run.stats(columns=["nope"])
+
+
+@pytest.mark.parametrize("damage", ["truncated", "zero_byte"])
+def test_damaged_last_segment_is_skipped_with_a_warning(tmp_path, damage):
+    root = _run(tmp_path)
+    last = root / "stats" / "part-000002.parquet"
+    if damage == "truncated":
+        last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    else:
+        last.write_bytes(b"")
+    run = load_run(root)
+    assert any("part-000002.parquet" in w for w in run.warnings)
+    assert run.stats()["step"].max() == 19  # the first two segments survive
+    assert analyze(root).verdict in {"healthy", "not_learning"}
+
+
+def test_duplicated_steps_keep_the_last_occurrence(tmp_path):
+    root = _run(tmp_path)
+    # An interrupted compaction: steps 10..19 appear again in a later segment, rewritten.
+    stats = pd.concat([series_rows("grad", "fc.weight", np.full(10, 7.0), start=10)])
+    from pm_runs import write_segment
+    from postmortem.loading import STATS_SCHEMA
+    write_segment(root / "stats" / "part-000003.parquet", stats, STATS_SCHEMA)
+    run = load_run(root)
+    grad = run.stats(roles=["grad"])
+    assert grad["step"].tolist() == list(range(30))
+    assert grad.loc[grad["step"] == 15, "norm"].item() == 7.0
+    table = read_series(run)
+    index = table.find("grad", "fc.weight")
+    assert table.step[table.rows(index)].tolist() == list(range(30))
+    assert table.magnitude[table.rows(index)][15] == 7.0
+
+
+def test_missing_manifest_warns_and_carries_on(tmp_path):
+    root = _run(tmp_path)
+    (root / "manifest.json").unlink()
+    run = load_run(root)
+    assert run.manifest == {}
+    assert any("manifest" in w for w in run.warnings)
+    assert analyze(root).to_json()["warnings"]
+
+
+def test_unknown_schema_version_is_a_clear_error(tmp_path):
+    root = _run(tmp_path)
+    (root / "manifest.json").write_text(json.dumps({"schema_version": 99}))
+    with pytest.raises(SchemaVersionError, match="99"):
+        load_run(root)
+
+
+def test_not_a_run_directory(tmp_path):
+    with pytest.raises(RunDirectoryError):
+        load_run(tmp_path / "missing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RunDirectoryError):
+        load_run(tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RunDirectoryError):
+        load_run(tmp_path / "empty")
+    assert issubclass(RunDirectoryError, PostmortemError) and issubclass(SchemaVersionError, PostmortemError)
+
+
+def test_files_that_are_not_ours_are_ignored(tmp_path):
+    root = _run(tmp_path)
+    (root / "stats" / ".part-000009.parquet").write_bytes(b"partial")
+    (root / "stats" / "part-000009.parquet.tmp").write_bytes(b"partial")
+    (root / "stats" / "model.pkl").write_bytes(b"\x80\x04not unpickled")
+    shutil.copy(root / "stats" / "part-000000.parquet", root / "stats" / "notes.parquet")
+    run = load_run(root)
+    assert run.warnings == []
+    assert len(run.stats()) == 90
+
+
+def test_segments_in_number_order_not_name_order(tmp_path):
+    stats = series_rows("grad", "w", np.arange(1, 21, dtype=float))
+    root = make_run(tmp_path / "run", stats, segments=2)
+    # Renumber so that lexical order differs from numeric order: 9 < 10 numerically.
+    (root / "stats" / "part-000000.parquet").rename(root / "stats" / "part-9.parquet")
+    (root / "stats" / "part-000001.parquet").rename(root / "stats" / "part-10.parquet")
+    table = read_series(load_run(root))
+    assert table.magnitude[table.rows(0)].tolist() == list(np.arange(1, 21, dtype=float))
+
+
+def test_checkpoint_metadata(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    root = _run(tmp_path)
+    (root / "checkpoints").mkdir()
+    table = pa.table({"step": [46]}).replace_schema_metadata({"step": "46", "reason": "first_nonfinite"})
+    pq.write_table(table, root / "checkpoints" / "flight-00000046.parquet")
+    (root / "checkpoints" / "broken.parquet").write_bytes(b"")
+    run = load_run(root)
+    (info,) = run.checkpoints
+    assert (info.step, info.reason) == (46, "first_nonfinite")
+    assert any("broken.parquet" in w for w in run.warnings)
