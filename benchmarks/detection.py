@@ -1,0 +1,451 @@
+"""Scores `postmortem.analyze` and today's baselines on sample runs whose truth is known.
+
+    python benchmarks/detection.py --runs runs/all --generate [--subset small] [--write-docs]
+
+Each run directory holds an `expected.json` written by `python -m sample_runs` from the
+injection (never from the analyzer). The baselines read the run directory with pyarrow/pandas
+only, exactly as the run format documents it; none of them uses postmortem code.
+
+Methods
+- postmortem: `postmortem.analyze(run)`.
+- first_nonfinite: the first step at which any recorded value is NaN/inf (what a NaN check sees).
+- zclip: ZClip (Kumar et al. 2025): z-score of the global grad norm against its EMA mean/variance,
+  alpha 0.97, threshold z > 2.5, 25 warm-up steps; spikes update the EMA with the clipped value.
+- megatron: Megatron-LM's spiky-loss check: loss > 10 × the max of the previous 100 losses, or
+  a non-finite loss (its NaN check).
+- pelt: ruptures PELT (model "l2", jump=1, min_size=2) on log10 of the global grad norm, penalty
+  3·σ²·ln(n) with σ from the median absolute first difference; an alarm is the first change
+  point after which the segment mean rises by ≥ 1 (×10) over the segment before.
+- sagemaker_rules: ports of the SageMaker Debugger built-in rules at their documented defaults
+  (docs.aws.amazon.com/sagemaker/latest/dg/debugger-built-in-rules.html), mapped to our labels;
+  see `sagemaker_rules()` for each rule, threshold and the proxy used where our statistics differ.
+
+Scoring (one row per method; held-out families in their own rows)
+- detection: share of runs whose truth is `diverged` that the method calls diverged, and the same
+  for `not_learning` (methods that only watch for divergence cannot say "not learning").
+- false alarms: share of healthy runs given any other verdict.
+- onset error: |t̂ − t0| over injected divergences with a known t0; missed runs count as misses
+  in the ±1 / ±5 shares.
+- culprit top-1/top-3: over runs with a known culprit layer; a named tensor matches when it is the
+  layer or one of its parameters/outputs (`fc2`, `fc2.weight`, `fc2.0`), or one of the layers the
+  fault hit equally (every layer before a detach()). Diverged runs use the method's ranking;
+  not-learning runs the tensors named by its findings, in order.
+- labels: every expected label is among the method's labels (its verdict counts as a label);
+  for healthy runs, no label other than `healthy`/`loss_spike_recovered` and verdict healthy.
+- lead time: first non-finite step − t̂, median over detected runs that reach a non-finite value.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.dataset as ds
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script from a checkout: import this tree's packages
+DOCS = ROOT / "docs" / "benchmarks.md"
+SECTION = "## Detection"
+BENIGN_LABELS = {"healthy", "loss_spike_recovered"}
+
+
+# ---------------------------------------------------------------- reading a run (no postmortem code)
+
+def _read(run: Path, kind: str, columns: list[str]) -> pd.DataFrame:
+    files = sorted(p for p in (run / kind).glob("part-*.parquet"))
+    if not files:
+        return pd.DataFrame(columns=columns)
+    return ds.dataset([str(f) for f in files], format="parquet").to_table(columns=columns).to_pandas()
+
+
+@dataclass
+class RunData:
+    long_scalars: pd.DataFrame  # step, name, value
+    scalars: pd.DataFrame  # step × name → value
+    stats: pd.DataFrame
+
+    def scalar(self, name: str) -> pd.Series:
+        if name not in self.scalars.columns:
+            return pd.Series(dtype=float)
+        return self.scalars[name].dropna()
+
+    def loss(self) -> pd.Series:
+        """The loss, or the sum of every `loss_*` scalar (a GAN's loss_d + loss_g)."""
+        names = [c for c in self.scalars.columns if c == "loss" or c.startswith("loss_")]
+        if not names:
+            return pd.Series(dtype=float)
+        return self.scalars[names].dropna(how="all").sum(axis=1, min_count=1)
+
+
+def read_run(run: Path) -> RunData:
+    scalars = _read(run, "scalars", ["step", "name", "value"]).drop_duplicates(["step", "name"], keep="last")
+    stats = _read(run, "stats", ["step", "role", "name", "key", "numel", "norm", "mean", "zero_frac",
+                                 "sat_frac", "ratio", "nonfinite", "grad_none"])
+    stats = stats.drop_duplicates(["step", "role", "name", "key"], keep="last")
+    wide = scalars.pivot(index="step", columns="name", values="value").sort_index()
+    return RunData(scalars, wide, stats)
+
+
+def first_nonfinite_step(data: RunData) -> int | None:
+    """First step with a NaN/inf in any statistic's non-finite count or in any scalar."""
+    steps = []
+    bad = data.stats[data.stats["nonfinite"] > 0]
+    if len(bad):
+        steps.append(int(bad["step"].min()))
+    values = data.long_scalars["value"].to_numpy(dtype=float)
+    bad_scalars = data.long_scalars[~np.isfinite(values)]
+    if len(bad_scalars):
+        steps.append(int(bad_scalars["step"].min()))
+    return min(steps) if steps else None
+
+
+# ---------------------------------------------------------------- predictions
+
+@dataclass
+class Prediction:
+    verdict: str
+    onset: int | None = None
+    culprits: list[str] = field(default_factory=list)
+    labels: set[str] = field(default_factory=set)
+
+
+def postmortem_method(run: Path, data: RunData) -> Prediction:
+    import postmortem
+
+    analysis = postmortem.analyze(run)
+    if analysis.verdict == "diverged":
+        culprits = [r.tensor for r in analysis.ranking]
+    else:
+        culprits = [t for f in analysis.findings for t in f.tensors]
+    return Prediction(
+        verdict=analysis.verdict,
+        onset=analysis.onset.step if analysis.onset else None,
+        culprits=culprits,
+        labels={f.label for f in analysis.findings},
+    )
+
+
+def first_nonfinite_method(run: Path, data: RunData) -> Prediction:
+    step = first_nonfinite_step(data)
+    if step is None:
+        return Prediction("healthy")
+    at = data.stats[(data.stats["step"] == step) & (data.stats["nonfinite"] > 0)]
+    at = at.assign(share=at["nonfinite"] / at["numel"].clip(lower=1)).sort_values("share", ascending=False)
+    return Prediction("diverged", step, list(dict.fromkeys(at["name"])), {"diverged"})
+
+
+def _alarm(step: int | None) -> Prediction:
+    return Prediction("healthy") if step is None else Prediction("diverged", step, [], {"diverged"})
+
+
+def _nonfinite_at(series: pd.Series) -> int | None:
+    bad = series[~np.isfinite(series.to_numpy(dtype=float))]
+    return int(bad.index[0]) if len(bad) else None
+
+
+def zclip_method(run: Path, data: RunData, *, alpha=0.97, z_threshold=2.5, warmup=25) -> Prediction:
+    norms = data.scalar("grad_norm")
+    values = norms.to_numpy(dtype=float)
+    nan_at = _nonfinite_at(norms)
+    if len(values) <= warmup:
+        return _alarm(nan_at)
+    mean = float(np.mean(values[:warmup]))
+    var = float(np.var(values[:warmup]))
+    for step, g in zip(norms.index[warmup:], values[warmup:]):
+        if not math.isfinite(g):
+            return _alarm(int(step))
+        std = math.sqrt(max(var, 1e-24))
+        z = (g - mean) / std
+        if z > z_threshold:
+            return _alarm(int(step))
+        mean = alpha * mean + (1 - alpha) * g
+        var = alpha * var + (1 - alpha) * (g - mean) ** 2
+    return _alarm(None)
+
+
+def megatron_method(run: Path, data: RunData, *, factor=10.0, window=100) -> Prediction:
+    loss = data.loss()
+    values = loss.to_numpy(dtype=float)
+    for i, (step, value) in enumerate(zip(loss.index, values)):
+        if not math.isfinite(value):
+            return _alarm(int(step))
+        history = values[max(0, i - window) : i]
+        if len(history) and value > factor * np.max(history):
+            return _alarm(int(step))
+    return _alarm(None)
+
+
+def pelt_method(run: Path, data: RunData) -> Prediction:
+    import ruptures as rpt
+
+    norms = data.scalar("grad_norm")
+    values = norms.to_numpy(dtype=float)
+    nan_at = _nonfinite_at(norms)
+    finite = values[: (list(norms.index).index(nan_at) if nan_at is not None else len(values))]
+    signal = np.log10(np.maximum(finite, 1e-30))
+    if len(signal) < 6:
+        return _alarm(nan_at)
+    sigma = np.median(np.abs(np.diff(signal))) / 0.6745 / math.sqrt(2) or 1e-3
+    breaks = rpt.Pelt(model="l2", min_size=2, jump=1).fit(signal).predict(pen=3 * sigma**2 * math.log(len(signal)))
+    edges = [0, *breaks]
+    for k in range(1, len(edges) - 1):
+        before = signal[edges[k - 1] : edges[k]].mean()
+        after = signal[edges[k] : edges[k + 1]].mean()
+        if after - before >= 1.0:
+            return _alarm(int(norms.index[edges[k]]))
+    return _alarm(nan_at)
+
+
+def sagemaker_rules(run: Path, data: RunData) -> Prediction:
+    """Ports of SageMaker Debugger built-in rules at their documented defaults."""
+    stats, labels, culprits = data.stats, set(), []
+    # ExplodingTensor (only_nan=False): any NaN/inf in a saved tensor.
+    nan_at = first_nonfinite_step(data)
+    if nan_at is not None:
+        bad = stats[(stats["step"] == nan_at) & (stats["nonfinite"] > 0)]
+        labels.add("nonfinite_input" if (bad["role"] == "input").any() else "diverged")
+        labels.add("diverged")
+        culprits += list(bad["name"])
+        return Prediction("diverged", nan_at, culprits, labels)
+    grads = stats[stats["role"] == "grad"]
+    # AllZero (threshold 100 %) on gradients: every gradient value is zero (or the grad is None).
+    dead = grads[(grads["zero_frac"] >= 1.0) | grads["grad_none"].fillna(False).astype(bool)]
+    if len(dead):
+        labels.add("no_gradient")
+        culprits += list(dict.fromkeys(dead["name"]))
+    # VanishingGradient (threshold 1e-7 on the mean |grad|): we record the L2 norm, so the RMS
+    # norm/sqrt(numel), an upper bound of the mean |grad|, stands in for it.
+    live = grads[(grads["zero_frac"] < 1.0) & ~grads["grad_none"].fillna(False).astype(bool)]
+    rms = live["norm"] / np.sqrt(live["numel"].clip(lower=1))
+    if (rms < 1e-7).any():
+        labels.add("vanishing_gradient")
+        culprits += list(dict.fromkeys(live.loc[rms < 1e-7, "name"]))
+    # WeightUpdateRatio (large_threshold 10, small_threshold 1e-8) on the recorded update/param ratio.
+    updates = stats[stats["role"] == "update"].dropna(subset=["ratio"])
+    updates = updates[updates["step"] > 0]
+    if (updates["ratio"] > 10.0).any():
+        labels.add("lr_too_high")
+    if (updates["ratio"] < 1e-8).any():
+        labels.add("lr_too_low")
+    # UnchangedTensor (num_steps 3, rtol 1e-5, atol 1e-8) on parameters: their recorded update norm
+    # stays within atol + rtol·|param| for 3 consecutive steps, for every parameter.
+    params = stats[stats["role"] == "param"].set_index(["name", "step"])["norm"]
+    upd = stats[stats["role"] == "update"].set_index(["name", "step"])["norm"]
+    joined = pd.concat([params.rename("param"), upd.rename("update")], axis=1).dropna()
+    if len(joined):
+        still = (joined["update"] <= 1e-8 + 1e-5 * joined["param"]).groupby(level="step").all()
+        if still.rolling(3).sum().max() >= 3:
+            labels.add("no_update")
+    # DeadRelu (threshold_inactivity 1 %, threshold_layer 50 %): we record the per-step share of
+    # exactly-zero outputs, not per-unit activity; >50 % dead units with the rest at a typical 50 %
+    # activity give a zero share ≥ 0.75, the proxy used here (mean over the last 10 steps).
+    acts = stats[stats["role"] == "activation"]
+    last = acts[acts["step"] > acts["step"].max() - 10].groupby("name")["zero_frac"].mean()
+    if (last >= 0.75).any():
+        labels.add("dead_units")
+        culprits += list(last[last >= 0.75].index)
+    # SaturatedActivation (threshold_layer 50 %): recorded share of saturated tanh/sigmoid outputs.
+    sat = acts.dropna(subset=["sat_frac"])
+    if (sat["sat_frac"] > 0.5).any():
+        labels.add("saturated_units")
+    # CheckInputImages (threshold_mean 0.2, threshold_samples 500): |mean of the inputs| > 0.2.
+    inputs = stats[stats["role"] == "input"]
+    if len(inputs) and inputs["numel"].sum() >= 500 and abs(np.average(inputs["mean"], weights=inputs["numel"])) > 0.2:
+        labels.add("unscaled_inputs")
+    # LossNotDecreasing (num_steps 10, diff_percent 0.1 %): every 10 steps the loss must be at
+    # least 0.1 % below the loss 10 steps earlier.
+    loss = data.loss().to_numpy(dtype=float)
+    checks = range(10, len(loss), 10)
+    if any(loss[i] > loss[i - 10] * (1 - 0.001) for i in checks):
+        labels.add("loss_plateau")
+    return Prediction("not_learning" if labels else "healthy", None, culprits, labels)
+
+
+METHODS: dict[str, Callable[[Path, RunData], Prediction]] = {
+    "postmortem": postmortem_method,
+    "first_nonfinite": first_nonfinite_method,
+    "zclip": zclip_method,
+    "megatron": megatron_method,
+    "pelt": pelt_method,
+    "sagemaker_rules": sagemaker_rules,
+}
+
+
+# ---------------------------------------------------------------- scoring
+
+def _matches(tensor: str, layers: list[str]) -> bool:
+    return any(tensor == layer or tensor.startswith(layer + ".") for layer in layers)
+
+
+def _labels_ok(expected: dict, pred: Prediction) -> bool:
+    found = pred.labels | {pred.verdict}
+    if expected["verdict"] == "healthy":
+        return pred.verdict == "healthy" and not (found - BENIGN_LABELS)
+    return set(expected["labels"]) <= found
+
+
+@dataclass
+class Scored:
+    run: str
+    family: str
+    held_out: bool
+    method: str
+    truth: str
+    verdict: str
+    onset_truth: int | None
+    onset: int | None
+    first_nonfinite: int | None
+    culprit: str | None
+    top1: bool | None
+    top3: bool | None
+    labels_ok: bool
+    seconds: float
+
+
+def score(run: Path, expected: dict, method: str, pred: Prediction, nan_at: int | None, seconds: float) -> Scored:
+    layers = [expected["culprit"], *expected.get("culprit_alternatives", [])] if expected["culprit"] else []
+    top1 = top3 = None
+    if layers:
+        top1 = any(_matches(t, layers) for t in pred.culprits[:1])
+        top3 = any(_matches(t, layers) for t in pred.culprits[:3])
+    return Scored(run.name, expected["family"], expected["held_out"], method, expected["verdict"], pred.verdict,
+                  expected["onset_step"], pred.onset, nan_at, expected["culprit"], top1, top3,
+                  _labels_ok(expected, pred), seconds)
+
+
+def _share(values: list[bool]) -> str:
+    return f"{sum(values)}/{len(values)} ({100 * sum(values) / len(values):.0f} %)" if values else "—"
+
+
+def summarize(rows: list[Scored]) -> dict[str, str]:
+    diverged = [r for r in rows if r.truth == "diverged"]
+    stuck = [r for r in rows if r.truth == "not_learning"]
+    healthy = [r for r in rows if r.truth == "healthy"]
+    timed = [r for r in diverged if r.onset_truth is not None]
+    errors = [abs(r.onset - r.onset_truth) for r in timed if r.verdict == "diverged" and r.onset is not None]
+    culprit = [r for r in rows if r.top1 is not None and r.truth != "healthy"]
+    leads = [r.first_nonfinite - r.onset for r in diverged
+             if r.verdict == "diverged" and r.onset is not None and r.first_nonfinite is not None]
+    return {
+        "runs": str(len(rows)),
+        "detected (diverged)": _share([r.verdict == "diverged" for r in diverged]),
+        "detected (not learning)": _share([r.verdict == "not_learning" for r in stuck]),
+        "false alarms (healthy)": _share([r.verdict != "healthy" for r in healthy]),
+        "onset ±1": _share([r.verdict == "diverged" and r.onset is not None and abs(r.onset - r.onset_truth) <= 1 for r in timed]),
+        "onset ±5": _share([r.verdict == "diverged" and r.onset is not None and abs(r.onset - r.onset_truth) <= 5 for r in timed]),
+        "median |t̂−t0|": f"{statistics.median(errors):g}" if errors else "—",
+        "culprit top-1": _share([bool(r.top1) for r in culprit]),
+        "culprit top-3": _share([bool(r.top3) for r in culprit]),
+        "labels": _share([r.labels_ok for r in rows]),
+        "median lead (steps)": f"{statistics.median(leads):g}" if leads else "—",
+    }
+
+
+def table(rows: list[Scored], held_out: bool) -> str:
+    subset = [r for r in rows if r.held_out == held_out]
+    header = None
+    lines = []
+    for method in METHODS:
+        summary = summarize([r for r in subset if r.method == method])
+        if header is None:
+            header = ["method", *summary]
+            lines += ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+        lines.append("| " + " | ".join([method, *summary.values()]) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- driver
+
+def generate(runs_dir: Path, subset: str | None) -> None:
+    """Makes every missing run (`python -m sample_runs make`), one process per run."""
+    from sample_runs import scenario_names
+
+    for name in scenario_names(subset):
+        if not (runs_dir / name / "expected.json").exists():
+            subprocess.run([sys.executable, "-m", "sample_runs", "make", name, "--out", str(runs_dir / name)],
+                           cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+
+
+def evaluate(runs_dir: Path, names: list[str] | None = None) -> list[Scored]:
+    rows = []
+    for run in sorted(p for p in runs_dir.iterdir() if (p / "expected.json").exists()):
+        if names is not None and run.name not in names:
+            continue
+        expected = json.loads((run / "expected.json").read_text())
+        data = read_run(run)
+        nan_at = first_nonfinite_step(data)
+        for method, fn in METHODS.items():
+            started = time.perf_counter()
+            pred = fn(run, data)
+            rows.append(score(run, expected, method, pred, nan_at, time.perf_counter() - started))
+    return rows
+
+
+def report(rows: list[Scored], command: str) -> str:
+    tuned = [r for r in rows if not r.held_out]
+    held = [r for r in rows if r.held_out]
+    return "\n".join([
+        SECTION, "",
+        f"Measured with `{command}` on {len({r.run for r in rows})} recorded runs "
+        f"({len({r.run for r in tuned})} in the tuning set, {len({r.run for r in held})} held out: "
+        "adam_eps, fp16_overflow, label_shuffle). Ground truth: `expected.json` from the injection "
+        "(see benchmarks/detection.py for every method and how each column is scored).", "",
+        "Runs available for tuning:", "", table(rows, held_out=False), "",
+        "Held-out families (never used for tuning):", "", table(rows, held_out=True), "",
+    ])
+
+
+def write_section(text: str, path: Path = DOCS) -> None:
+    """Replaces only the `## Detection` section of docs/benchmarks.md (other sections are not ours)."""
+    old = path.read_text() if path.exists() else "# Benchmarks\n"
+    lines = old.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == SECTION), None)
+    if start is None:
+        new = old.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        new = "\n".join([*lines[:start], *text.rstrip("\n").splitlines(), "", *lines[end:]]).rstrip("\n") + "\n"
+    path.write_text(new)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "all", help="folder of run directories")
+    parser.add_argument("--generate", action="store_true", help="make missing runs first")
+    parser.add_argument("--subset", choices=["small"], help="only seed 0 of every family (for CI)")
+    parser.add_argument("--json", type=Path, help="write every per-run score here")
+    parser.add_argument("--write-docs", action="store_true", help=f"replace the '{SECTION}' section of {DOCS}")
+    args = parser.parse_args(argv)
+    args.runs.mkdir(parents=True, exist_ok=True)
+    if args.generate:
+        generate(args.runs, args.subset)
+    names = None
+    if args.subset:
+        from sample_runs import scenario_names
+
+        names = set(scenario_names(args.subset))
+    rows = evaluate(args.runs, names)
+    if not rows:
+        print(f"error: no run with expected.json under {args.runs}", file=sys.stderr)
+        return 2
+    command = "python benchmarks/detection.py --generate" + (f" --subset {args.subset}" if args.subset else "")
+    text = report(rows, command)
+    print(text)
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    if args.write_docs:
+        write_section(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
