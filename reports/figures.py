@@ -1,0 +1,153 @@
+"""Figures for the report, drawn with matplotlib's Agg canvas and returned as PNG bytes.
+
+Uses `matplotlib.figure.Figure` with an Agg canvas instead of pyplot: no global backend switch,
+no figure registry to leak, safe to call from a library. Every `$` in a name from a run is
+escaped, so a module named `a$b$` is drawn as text and cannot switch on (or break) mathtext.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.transforms import blended_transform_factory
+
+from reports.text import clean, shorten
+
+__all__ = ["Markers", "Panel", "line_panels", "heatmap", "DPI"]
+
+DPI = 90  # modest: a report holds ~8 figures and must stay well under 2 MB
+_WIDTH_IN = 11.0
+_STYLE = {
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "legend.fontsize": 8,
+    "legend.frameon": False,
+}
+_ONSET_COLOUR = "#d97706"
+_NONFINITE_COLOUR = "#dc2626"
+_EVENT_COLOUR = "#4b5563"
+
+
+@dataclass(frozen=True)
+class Markers:
+    """Steps marked on every time axis: onset (with its interval), first non-finite, events."""
+
+    onset: int | None = None
+    onset_interval: tuple[int, int] | None = None
+    first_nonfinite: int | None = None
+    events: tuple[tuple[int, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One axes of stacked line plots: label -> series indexed by step."""
+
+    title: str
+    ylabel: str
+    series: dict[str, pd.Series] = field(default_factory=dict)
+    log: bool = True
+
+
+def _png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def _label(name: str, limit: int = 48) -> str:
+    return shorten(clean(name), limit).replace("$", r"\$")
+
+
+def _mark(ax, markers: Markers, *, first: bool) -> None:
+    """Onset, first non-finite and event lines; the legend entries and event names on the first axes only."""
+    if markers.onset_interval is not None:
+        lo, hi = markers.onset_interval
+        ax.axvspan(lo - 0.5, hi + 0.5, color=_ONSET_COLOUR, alpha=0.15, lw=0)
+    if markers.onset is not None:
+        ax.axvline(markers.onset, color=_ONSET_COLOUR, lw=1.5,
+                   label=f"onset (step {markers.onset})" if first else None)
+    if markers.first_nonfinite is not None:
+        ax.axvline(markers.first_nonfinite, color=_NONFINITE_COLOUR, lw=1.5, ls="--",
+                   label=f"first non-finite (step {markers.first_nonfinite})" if first else None)
+    top = blended_transform_factory(ax.transData, ax.transAxes)
+    for step, kind in markers.events:
+        ax.axvline(step, color=_EVENT_COLOUR, lw=1, ls=":")
+        if first:
+            ax.text(step, 1.0, f" {_label(kind)}", transform=top, rotation=90, va="top",
+                    ha="right", fontsize=7, color=_EVENT_COLOUR)
+
+
+def _plot_series(ax, name: str, series: pd.Series, log: bool) -> None:
+    steps = series.index.to_numpy()
+    values = series.to_numpy(dtype=float)
+    finite = np.isfinite(values)
+    if log:
+        finite &= values > 0
+    (line,) = ax.plot(steps[finite], values[finite], lw=1.2, label=_label(name))
+    nonfinite = ~np.isfinite(values)
+    if nonfinite.any():  # NaN/inf cannot be drawn on the axis: mark them along the top edge
+        top = blended_transform_factory(ax.transData, ax.transAxes)
+        ax.plot(steps[nonfinite], np.full(nonfinite.sum(), 0.97), "x", color=line.get_color(),
+                transform=top, ms=5)
+
+
+def line_panels(panels: list[Panel], markers: Markers, *, panel_height: float = 2.4) -> bytes:
+    """Stacked panels sharing the step axis, each with the onset/non-finite/event markers."""
+    with matplotlib.rc_context(_STYLE):
+        fig = Figure(figsize=(_WIDTH_IN, panel_height * len(panels) + 0.4), layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+        for index, (ax, panel) in enumerate(zip(axes, panels)):
+            log = panel.log and all(
+                (s[np.isfinite(s.to_numpy(dtype=float))] > 0).all() for s in panel.series.values()
+            )
+            for name, series in panel.series.items():
+                _plot_series(ax, name, series, log)
+            if log:
+                ax.set_yscale("log")
+            ax.set_title(_label(panel.title, 110), loc="left")
+            ax.set_ylabel(_label(panel.ylabel))
+            _mark(ax, markers, first=index == 0)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(loc="upper left", ncols=2)
+        axes[-1].set_xlabel("step")
+        return _png(fig)
+
+
+def heatmap(matrices: list[tuple[str, pd.DataFrame, pd.DataFrame]], markers: Markers) -> bytes:
+    """Tensors × steps colour maps. Each entry: (title, values, nonfinite mask), both frames
+    indexed by tensor name with one column per step; NaN values are steps without data."""
+    rows = max(len(values.index) for _, values, _ in matrices)
+    height = min(max(1.6 + 0.16 * rows, 2.6), 9.0)
+    with matplotlib.rc_context({**_STYLE, "axes.grid": False}):
+        fig = Figure(figsize=(_WIDTH_IN, height * len(matrices)), layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(len(matrices), 1, squeeze=False)[:, 0]
+        for ax, (title, values, nonfinite) in zip(axes, matrices):
+            steps = values.columns.to_numpy()
+            half = (steps[1] - steps[0]) / 2 if len(steps) > 1 else 0.5
+            extent = (steps[0] - half, steps[-1] + half, len(values.index) - 0.5, -0.5)
+            image = ax.imshow(values.to_numpy(dtype=float), aspect="auto", interpolation="nearest",
+                              extent=extent, cmap="viridis")
+            mask = nonfinite.to_numpy(dtype=bool)
+            if mask.any():
+                ax.imshow(np.where(mask, 1.0, np.nan), aspect="auto", interpolation="nearest",
+                          extent=extent, cmap=ListedColormap([_NONFINITE_COLOUR]), vmin=0, vmax=1)
+            ax.set_yticks(range(len(values.index)), [_label(n) for n in values.index],
+                          fontsize=7 if len(values.index) <= 40 else 5)
+            ax.set_title(_label(title) + ("  (red: non-finite values)" if mask.any() else ""), loc="left")
+            ax.set_xlabel("step")
+            fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
+            _mark(ax, Markers(markers.onset, None, markers.first_nonfinite, markers.events),
+                  first=False)
+        return _png(fig)

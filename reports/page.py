@@ -1,0 +1,498 @@
+"""Analysis -> page dataclasses: everything the template shows, as plain (unescaped) text.
+
+The template (reports/template.py) is the only place that turns these into HTML, and it escapes
+every string it is given; nothing here produces markup.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from reports import figures
+from reports.figures import Markers, Panel
+from reports.text import clean, fmt_growth, fmt_interval, fmt_number, fmt_step, shorten
+
+__all__ = ["Fact", "Figure", "Table", "Diagnosis", "Section", "Page", "build_page", "headline", "key_facts"]
+
+_MAX_HEATMAP_ROWS = 40
+_MAX_HEATMAP_COLUMNS = 300
+_TOP_TENSORS = 3
+_MAX_ACTIVATIONS = 8
+_NOT_LOSSES = ("grad_norm", "lr", "grad_scale", "wall_time", "hp.")
+
+
+@dataclass(frozen=True)
+class Fact:
+    label: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Figure:
+    title: str
+    png: bytes
+    alt: str
+
+    @property
+    def data_uri(self) -> str:
+        return "data:image/png;base64," + base64.b64encode(self.png).decode("ascii")
+
+
+@dataclass(frozen=True)
+class Table:
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    caption: str = ""
+    collapsed: bool = False  # long reference tables start folded (<details>)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    label: str
+    step: str
+    tensors: tuple[str, ...]
+    evidence: Table
+    fix: str
+
+
+@dataclass(frozen=True)
+class Section:
+    anchor: str
+    title: str
+    paragraphs: tuple[str, ...] = ()
+    figures: tuple[Figure, ...] = ()
+    tables: tuple[Table, ...] = ()
+    items: tuple[str, ...] = ()  # an ordered list, e.g. the amplification chain
+    diagnoses: tuple[Diagnosis, ...] = ()
+    preformatted: str = ""
+
+
+@dataclass(frozen=True)
+class Page:
+    title: str
+    verdict: str
+    headline: str
+    facts: tuple[Fact, ...]
+    fix: str
+    sections: tuple[Section, ...]
+    warnings: tuple[str, ...]
+    footer: str
+
+
+# --- headline --------------------------------------------------------------------------------
+
+def _name(value: object) -> str:
+    return shorten(clean(value), 120)
+
+
+def _tensor_label(tensor: object, role: object, key: object = None) -> str:
+    label = f"{clean(role)} of `{_name(tensor)}`"
+    return label + (f" ({clean(key)})" if key else "")
+
+
+def headline(analysis) -> str:
+    """One or two sentences that say what happened, when it began, where, and how fast."""
+    onset, first = analysis.onset, analysis.first_nonfinite
+    if analysis.verdict == "diverged":
+        parts = ["Diverged."]
+        if onset is not None:
+            how = [f"jump ×{fmt_number(onset.jump)}" if onset.jump else "",
+                   fmt_growth(onset.growth_per_step, onset.doubling_steps)]
+            how = "; ".join(h for h in how if h)
+            parts.append(f"The failure began at step {onset.step} (interval {fmt_interval(onset.interval)})"
+                         f" in {_name(onset.series)}" + (f": {how}." if how else "."))
+        if first is not None:
+            lead = (f", {onset.lead_steps} steps after the onset"
+                    if onset is not None and onset.lead_steps is not None else "")
+            parts.append(f"First non-finite value at step {first.step} in the "
+                         f"{_tensor_label(first.tensor, first.role, first.key)}{lead}.")
+        else:
+            parts.append("No non-finite value was recorded: the run stayed finite while diverging.")
+        return " ".join(parts)
+    labels = [f.label for f in analysis.findings if f.label != "healthy"]
+    if analysis.verdict == "not_learning":
+        return "Not learning: " + ", ".join(clean(label) for label in labels) + "." if labels \
+            else "Not learning."
+    steps = _step_count(analysis.run)
+    text = f"Healthy: no divergence and no not-learning pattern over {steps} recorded steps."
+    return text + (f" Also noted: {', '.join(clean(label) for label in labels)}." if labels else "")
+
+
+def key_facts(analysis) -> list[Fact]:
+    """The numbers a reader wants on the first screen, omitting what does not apply."""
+    facts = [Fact("Verdict", analysis.verdict.replace("_", " "))]
+    onset, first = analysis.onset, analysis.first_nonfinite
+    if onset is not None:
+        facts.append(Fact("Onset", f"step {onset.step} (interval {fmt_interval(onset.interval)})"))
+        facts.append(Fact("Onset series", _name(onset.series)))
+        if onset.growth_per_step is not None:
+            facts.append(Fact("Growth rate", fmt_growth(onset.growth_per_step, onset.doubling_steps)))
+        if onset.jump:
+            facts.append(Fact("Jump at onset", f"×{fmt_number(onset.jump)}"))
+        if onset.lead_steps is not None:
+            facts.append(Fact("Lead time", f"{onset.lead_steps} steps before the first non-finite value"))
+    if first is not None:
+        facts.append(Fact("First non-finite", f"step {first.step}: {_tensor_label(first.tensor, first.role, first.key)}"))
+    event = _event_near_onset(analysis)
+    if event:
+        facts.append(Fact("Event near onset", event))
+    for finding in analysis.findings:
+        if finding.label not in ("diverged", "healthy"):
+            facts.append(Fact("Diagnosis", f"{clean(finding.label)} ({fmt_step(finding.step)})"
+                              if finding.step is not None else clean(finding.label)))
+    manifest = analysis.run.manifest or {}
+    facts.append(Fact("Steps recorded", str(_step_count(analysis.run))))
+    status = clean(manifest.get("status", "unknown (no manifest)"))
+    if isinstance(manifest.get("exception"), dict):
+        status += f": {_name(manifest['exception'].get('type'))}"
+    facts.append(Fact("Run status", status))
+    return facts
+
+
+def _event_near_onset(analysis) -> str:
+    if analysis.onset is None:
+        return ""
+    events = analysis.run.events()
+    lo, hi = analysis.onset.interval
+    near = events[(events["step"] >= lo - 5) & (events["step"] <= hi)]
+    if near.empty:
+        return ""
+    row = near.iloc[-1]
+    return f"{_name(row['kind'])} at step {int(row['step'])} ({analysis.onset.step - int(row['step'])} steps before the onset)"
+
+
+def _step_count(run) -> int:
+    return int(run.scalars()["step"].nunique())
+
+
+# --- data helpers ----------------------------------------------------------------------------
+
+def _stats(run, roles: list[str], columns: list[str]) -> pd.DataFrame:
+    return run.stats(roles=roles, columns=["step", "role", "name", "key", *columns])
+
+
+def _model_order(run) -> dict[str, int]:
+    """Tensor/module name -> position in the model, so tables and heatmaps read input to output."""
+    order: dict[str, int] = {}
+    models = (run.manifest or {}).get("models") or {}
+    prefix = len(models) > 1
+    for model_name, model in models.items():
+        for kind in ("modules", "parameters"):
+            for entry in model.get(kind) or []:
+                name = f"{model_name}.{entry.get('name')}" if prefix else str(entry.get("name"))
+                order.setdefault(name, len(order))
+    return order
+
+
+def _ordered(names, order: dict[str, int]) -> list[str]:
+    return sorted(set(names), key=lambda n: (order.get(n, len(order)), n))
+
+
+def _window(analysis, steps: np.ndarray) -> tuple[int, int]:
+    """Steps shown around the onset: a stable stretch before it through the first non-finite value."""
+    first_step, last_step = int(steps.min()), int(steps.max())
+    if analysis.onset is None:
+        return first_step, last_step
+    lo, hi = (int(v) for v in analysis.onset.interval)
+    end = analysis.first_nonfinite.step if analysis.first_nonfinite is not None else last_step
+    span = max(int(end) - lo, hi - lo, 10)
+    return max(first_step, lo - 2 * span), min(last_step, int(end) + max(span // 4, 3))
+
+
+def _markers(analysis) -> Markers:
+    events = analysis.run.events()
+    onset = analysis.onset
+    return Markers(
+        onset=None if onset is None else int(onset.step),
+        onset_interval=None if onset is None else tuple(int(v) for v in onset.interval),
+        first_nonfinite=None if analysis.first_nonfinite is None else int(analysis.first_nonfinite.step),
+        events=tuple((int(s), str(k)) for s, k in zip(events["step"], events["kind"])),
+    )
+
+
+def _series(frame: pd.DataFrame, column: str) -> pd.Series:
+    """One series indexed by step (last occurrence wins, as in the run format)."""
+    return frame.drop_duplicates("step", keep="last").set_index("step")[column].sort_index()
+
+
+# --- sections --------------------------------------------------------------------------------
+
+def _timeline(analysis, markers: Markers) -> Section | None:
+    scalars = analysis.run.scalars()
+    if scalars.empty:
+        return None
+    names = [n for n in scalars["name"].unique() if not str(n).startswith(_NOT_LOSSES)]
+    norms = [n for n in scalars["name"].unique() if str(n) == "grad_norm" or str(n).startswith("grad_norm.")]
+    panels = []
+    if names:
+        panels.append(Panel("Losses", "value", {n: _series(scalars[scalars["name"] == n], "value") for n in names[:8]}))
+    if norms:
+        panels.append(Panel("Global gradient norm", "L2 norm", {n: _series(scalars[scalars["name"] == n], "value") for n in norms}))
+    if scalars.loc[scalars["name"] == "lr", "value"].nunique() > 1:  # a constant lr is in the metadata
+        panels.append(Panel("Learning rate", "lr", {"lr": _series(scalars[scalars["name"] == "lr"], "value")}))
+    if not panels:
+        return None
+    png = figures.line_panels(panels, markers)
+    return Section("timeline", "Timeline", paragraphs=(
+        "Losses and global gradient norm per step (log scale). Orange: onset and its interval; red dashed: "
+        "first non-finite value; dotted: recorded events; × on the top edge: non-finite values.",),
+        figures=(Figure("Timeline", png, "Losses, gradient norm and learning rate per step"),))
+
+
+def _matrix(frame: pd.DataFrame, column: str, rows: list[str], log: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    frame = frame.drop_duplicates(["step", "name"], keep="last")
+    values = frame.pivot(index="name", columns="step", values=column).reindex(rows)
+    nonfinite = frame.pivot(index="name", columns="step", values="nonfinite").reindex(rows).fillna(0) > 0
+    values = values.astype(float)
+    if log:
+        values = np.log10(values.where(values > 0))
+    if values.shape[1] > _MAX_HEATMAP_COLUMNS:  # bin steps; the max keeps spikes visible
+        width = int(np.ceil(values.shape[1] / _MAX_HEATMAP_COLUMNS))
+        bins = (values.columns - values.columns[0]) // width * width + values.columns[0]
+        values = values.T.groupby(bins).max().T
+        nonfinite = nonfinite.T.groupby(bins).any().T
+    return values.replace([np.inf, -np.inf], np.nan), nonfinite
+
+
+def _heatmap(analysis, markers: Markers, window: tuple[int, int], order: dict[str, int]) -> Section | None:
+    stats = _stats(analysis.run, ["grad", "update"], ["norm", "ratio", "nonfinite"])
+    stats = stats[(stats["step"] >= window[0]) & (stats["step"] <= window[1])]
+    grads = stats[stats["role"] == "grad"]
+    if grads.empty:
+        return None
+    ranked = [r.tensor for r in analysis.ranking if r.tensor in set(grads["name"])]
+    rows = _ordered(grads["name"].unique(), order)
+    hidden = 0
+    if len(rows) > _MAX_HEATMAP_ROWS:
+        keep = list(dict.fromkeys(ranked + rows))[:_MAX_HEATMAP_ROWS]
+        hidden = len(rows) - len(keep)
+        rows = _ordered(keep, order)
+    matrices = [("log10 gradient norm", *_matrix(grads, "norm", rows, log=True))]
+    updates = stats[stats["role"] == "update"]
+    if not updates.empty and updates["ratio"].notna().any():
+        matrices.append(("log10 update / parameter ratio (healthy ≈ -3)", *_matrix(updates, "ratio", rows, log=True)))
+    png = figures.heatmap(matrices, markers)
+    where = (f"steps {window[0]}–{window[1]} around the onset" if analysis.onset is not None
+             else f"the whole run (steps {window[0]}–{window[1]})")
+    text = f"Per-tensor gradient norm and update/parameter ratio over {where}, tensors in model order."
+    if hidden:
+        text += f" {hidden} more tensors are not shown (the ranked ones always are)."
+    return Section("heatmap", "Layers × steps", paragraphs=(text,),
+                   figures=(Figure("Layers × steps", png, "Heatmap of per-tensor gradient norms and update ratios"),))
+
+
+def _focus_tensors(analysis, names: set[str], order: dict[str, int]) -> list[str]:
+    """Tensors worth a close look: ranked first, then those named by diagnoses, else a spread."""
+    chosen = [r.tensor for r in analysis.ranking if r.role in ("param", "grad", "update", "state")]
+    chosen += [t for f in analysis.findings for t in (f.tensors or [])]
+    chosen = [t for t in dict.fromkeys(chosen) if t in names]
+    if not chosen:  # healthy: first, middle and last layer
+        ordered = _ordered(names, order)
+        chosen = list(dict.fromkeys([ordered[0], ordered[len(ordered) // 2], ordered[-1]]))
+    return chosen[:_TOP_TENSORS]
+
+
+def _top_tensors(analysis, markers: Markers, window: tuple[int, int], order: dict[str, int]) -> Section | None:
+    stats = _stats(analysis.run, ["param", "grad", "update", "state", "activation"],
+                   ["norm", "max_abs", "zero_frac", "sat_frac"])
+    stats = stats[(stats["step"] >= window[0]) & (stats["step"] <= window[1])]
+    tensors = stats[stats["role"] != "activation"]
+    panels = []
+    if not tensors.empty:
+        for tensor in _focus_tensors(analysis, set(tensors["name"]), order):
+            rows = tensors[tensors["name"] == tensor]
+            series = {}
+            for (role, key), group in rows.groupby(["role", rows["key"].fillna("")], sort=False):
+                series[f"{role} {key}".strip() + " norm"] = _series(group, "norm")
+            panels.append(Panel(f"`{tensor}`: parameter, gradient, update and optimizer state", "L2 norm", series))
+    activations = stats[stats["role"] == "activation"]
+    if not activations.empty:
+        ranked = [r.tensor for r in analysis.ranking if r.role == "activation"]
+        peak = activations.groupby("name")["max_abs"].max().sort_values(ascending=False)
+        modules = list(dict.fromkeys(ranked + list(peak.index)))[:_MAX_ACTIVATIONS]
+        modules = _ordered(modules, order)
+        panels.append(Panel("Activations: largest absolute value", "max |a|",
+                            {m: _series(activations[activations["name"] == m], "max_abs") for m in modules}))
+        panels.append(Panel("Activations: fraction of zeros (dead units)", "fraction",
+                            {m: _series(activations[activations["name"] == m], "zero_frac") for m in modules}, log=False))
+        if activations["sat_frac"].notna().any():
+            bounded = [m for m in modules if activations.loc[activations["name"] == m, "sat_frac"].notna().any()]
+            panels.append(Panel("Activations: fraction saturated", "fraction",
+                                {m: _series(activations[activations["name"] == m], "sat_frac") for m in bounded}, log=False))
+    if not panels:
+        return None
+    png = figures.line_panels(panels, markers, panel_height=2.1)
+    title = "Top-ranked tensors" if analysis.ranking else "Selected tensors"
+    return Section("tensors", f"{title}: optimizer state and activations", figures=(
+        Figure(title, png, "Norms of parameters, gradients, updates, optimizer state and activation statistics"),))
+
+
+def _ranking(analysis) -> Section | None:
+    if not analysis.ranking:
+        return None
+    rows = tuple(
+        (str(i), _name(r.tensor), clean(r.role), clean(r.key or ""), fmt_number(r.onset_step),
+         "" if r.growth_per_step is None else f"×{fmt_number(r.growth_per_step)}",
+         "" if not r.jump else f"×{fmt_number(r.jump)}")
+        for i, r in enumerate(analysis.ranking[:30], 1))
+    caption = "" if len(analysis.ranking) <= 30 else f"First 30 of {len(analysis.ranking)} tensors."
+    return Section("ranking", "What amplified first",
+                   paragraphs=("Tensors ordered by when each began to amplify, then by growth rate and jump.",),
+                   tables=(Table(("#", "tensor", "role", "state key", "onset step", "growth / step", "jump"), rows, caption),),
+                   items=tuple(shorten(clean(link), 400) for link in analysis.chain))
+
+
+def _evidence_table(evidence: dict) -> Table:
+    rows = []
+    for key, value in (evidence or {}).items():
+        if isinstance(value, (list, tuple)):
+            shown = ", ".join(fmt_number(v) if isinstance(v, (int, float)) else _name(v) for v in value[:12])
+            shown += " …" if len(value) > 12 else ""
+        elif isinstance(value, dict):
+            shown = shorten(clean(json.dumps(value, default=str)), 300)
+        else:
+            shown = fmt_number(value) if isinstance(value, (int, float, np.number)) else _name(value)
+        rows.append((_name(key), shown))
+    return Table(("evidence", "value"), tuple(rows))
+
+
+def _diagnoses(analysis) -> Section | None:
+    if not analysis.findings:
+        return None
+    diagnoses = tuple(
+        Diagnosis(clean(f.label), fmt_step(f.step), tuple(_name(t) for t in (f.tensors or [])[:20]),
+                  _evidence_table(f.evidence), shorten(clean(f.fix), 2000))
+        for f in analysis.findings)
+    return Section("diagnoses", "Diagnoses", diagnoses=diagnoses)
+
+
+def _input_health(analysis, markers: Markers) -> Section | None:
+    stats = _stats(analysis.run, ["input", "target"], ["mean", "std", "min", "max", "nonfinite", "hash", "shape"])
+    if stats.empty:
+        return None
+    stats = stats.drop_duplicates(["step", "role", "name"], keep="last").sort_values("step")
+    inputs = stats[stats["role"] == "input"]
+    panels = [Panel(f"{_name(name)}: mean, std, min, max", "value",
+                    {c: _series(group, c) for c in ("mean", "std", "min", "max")}, log=False)
+              for name, group in inputs.groupby("name", sort=True)][:2]
+    tables = []
+    for (role, name), group in stats.groupby(["role", "name"], sort=True):
+        group = group.reset_index(drop=True)
+        first_seen = group.groupby("hash")["step"].transform("min")
+        repeated = (first_seen < group["step"]) & group["hash"].notna()
+        if analysis.onset is None:
+            rows = ((f"{role} {_name(name)}", str(len(group)), f"{fmt_number(group['mean'].min())} … {fmt_number(group['mean'].max())}",
+                     f"{fmt_number(group['std'].min())} … {fmt_number(group['std'].max())}",
+                     fmt_number(group["min"].min()), fmt_number(group["max"].max()),
+                     fmt_number(int(group["nonfinite"].fillna(0).sum())), str(int(repeated.sum()))),)
+            tables.append(Table(("series", "steps", "mean range", "std range", "min", "max", "non-finite values", "repeated batches"), rows))
+            continue
+        lo, hi = analysis.onset.interval
+        before = group[group["step"] < lo - 3]
+        centre_m, spread_m = _robust(before["mean"])
+        centre_s, spread_s = _robust(before["std"])
+        near = group[(group["step"] >= lo - 3) & (group["step"] <= hi + 2)]
+        rows = tuple(
+            (str(int(r.step)), fmt_number(r.mean), _z(r.mean, centre_m, spread_m), fmt_number(r.std), _z(r.std, centre_s, spread_s),
+             fmt_number(r.min), fmt_number(r.max), fmt_number(r.nonfinite), _name(r.shape),
+             shorten(clean(r.hash), 12), "yes" if repeated.loc[r.Index] else "no")
+            for r in near.itertuples())
+        caption = (f"{role} `{_name(name)}` around the onset; z = distance from the median of the {len(before)} "
+                   "earlier steps in robust standard deviations (MAD).")
+        tables.append(Table(("step", "mean", "z", "std", "z", "min", "max", "non-finite", "shape", "hash", "seen before"), rows, caption))
+    where = "at the onset" if analysis.onset is not None else "over the run"
+    figs = (Figure("Input statistics", figures.line_panels(panels, markers, panel_height=2.0), "Input statistics per step"),) if panels else ()
+    return Section("inputs", f"Input and batch health {where}", figures=figs, tables=tuple(tables))
+
+
+def _robust(values: pd.Series) -> tuple[float, float]:
+    values = values.dropna().astype(float)
+    if values.empty:
+        return float("nan"), float("nan")
+    centre = float(values.median())
+    return centre, 1.4826 * float((values - centre).abs().median())
+
+
+def _z(value: float, centre: float, spread: float) -> str:
+    if not np.isfinite(spread) or spread == 0 or value is None or not np.isfinite(value):
+        return "—"
+    return fmt_number((value - centre) / spread, 2)
+
+
+def _metadata(analysis) -> Section:
+    run = analysis.run
+    manifest = run.manifest or {}
+    fields = ("run_id", "status", "started_at", "ended_at", "last_step", "schema_version",
+              "python_version", "torch_version", "host", "platform")
+    rows = [(f, _name(manifest.get(f))) for f in fields if f in manifest]
+    for key in ("options", "config"):
+        if manifest.get(key):
+            rows.append((key, shorten(clean(json.dumps(manifest[key], default=str, sort_keys=True)), 600)))
+    rows.append(("run directory", _name(os.path.basename(os.path.normpath(str(run.path))))))
+    tables = [Table(("field", "value"), tuple(rows), "Manifest" if manifest else "No manifest: values come from the segments.")]
+    for model_name, model in (manifest.get("models") or {}).items():
+        modules = tuple((_name(m.get("name")), _name(m.get("type"))) for m in model.get("modules") or [])
+        params = tuple((_name(p.get("name")), "×".join(str(d) for d in p.get("shape") or []) or "scalar",
+                        _name(p.get("dtype")), fmt_number(p.get("requires_grad")))
+                       for p in model.get("parameters") or [])
+        tables.append(Table(("module", "type"), modules, f"Model `{_name(model_name)}` ({_name(model.get('class'))}): modules", collapsed=True))
+        tables.append(Table(("parameter", "shape", "dtype", "requires grad"), params,
+                            f"Model `{_name(model_name)}`: parameters", collapsed=True))
+    for opt_name, optimizer in (manifest.get("optimizers") or {}).items():
+        groups = optimizer.get("param_groups") or []
+        keys = list(dict.fromkeys(k for g in groups for k in g if k != "params"))
+        rows = tuple((str(i), *(fmt_number(g.get(k)) if not isinstance(g.get(k), (list, tuple)) else
+                                ", ".join(fmt_number(v) for v in g.get(k)) for k in keys),
+                      str(len(g.get("params") or []))) for i, g in enumerate(groups))
+        tables.append(Table(("group", *(_name(k) for k in keys), "parameters"), rows,
+                            f"Optimizer `{_name(opt_name)}` ({_name(optimizer.get('class'))}) hyper-parameters"))
+    checkpoints = tuple((fmt_number(c.step), _name(c.reason), _name(os.path.basename(str(c.path)))) for c in run.checkpoints)
+    if checkpoints:
+        tables.append(Table(("step", "reason", "file"), checkpoints, "Checkpoints available (Parquet, loadable without torch)"))
+    else:
+        tables.append(Table(("step", "reason", "file"), (), "No checkpoints were recorded."))
+    trace = ""
+    if isinstance(manifest.get("exception"), dict):
+        exc = manifest["exception"]
+        trace = shorten(clean(f"{exc.get('type')}: {exc.get('message')}\n\n{exc.get('traceback') or ''}", keep_newlines=True), 6000)
+    return Section("metadata", "Run metadata", tables=tuple(tables), preformatted=trace)
+
+
+# --- page ------------------------------------------------------------------------------------
+
+def build_page(analysis, *, progress: Callable[[str], None] | None = None, version: str = "") -> Page:
+    """Every section of the report for `analysis`; sections without data are left out."""
+    report_progress = progress or (lambda label: None)
+    run = analysis.run
+    markers = _markers(analysis)
+    order = _model_order(run)
+    steps = run.scalars()["step"].to_numpy()
+    window = _window(analysis, steps) if len(steps) else (0, 0)
+    sections: list[Section | None] = []
+    for label, build in (("timeline", lambda: _timeline(analysis, markers)),
+                         ("heatmap", lambda: _heatmap(analysis, markers, window, order)),
+                         ("tensors", lambda: _top_tensors(analysis, markers, window, order)),
+                         ("ranking", lambda: _ranking(analysis)),
+                         ("diagnoses", lambda: _diagnoses(analysis)),
+                         ("inputs", lambda: _input_health(analysis, markers)),
+                         ("metadata", lambda: _metadata(analysis))):
+        report_progress(f"drawing {label}")
+        sections.append(build())
+    fixes = [f.fix for f in analysis.findings if f.fix and f.label != "healthy"]
+    run_name = os.path.basename(os.path.normpath(str(run.path)))
+    return Page(
+        title=f"postmortem: {_name(run_name)}",
+        verdict=analysis.verdict,
+        headline=headline(analysis),
+        facts=tuple(key_facts(analysis)),
+        fix=shorten(clean(fixes[0]), 600) if fixes else "",
+        sections=tuple(s for s in sections if s is not None),
+        warnings=tuple(_name(w) for w in [*run.warnings, *analysis.warnings]),
+        footer=f"postmortem {version}".strip(),
+    )

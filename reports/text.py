@@ -1,0 +1,79 @@
+"""Plain-text helpers shared by the HTML, Markdown and terminal renderers.
+
+Names in a run directory come from other people's code and machines: they may carry terminal
+escape sequences or bidirectional overrides that would rewrite what a reader sees. Every string
+that comes from a run goes through `clean` before it is shown anywhere.
+"""
+from __future__ import annotations
+
+import math
+import unicodedata
+
+__all__ = ["clean", "fmt_number", "fmt_step", "fmt_interval", "fmt_growth", "shorten"]
+
+# Explicit bidi controls are category Cf; they can make `fc1` display as something else.
+_BIDI_CONTROLS = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
+
+
+def clean(value: object, *, keep_newlines: bool = False) -> str:
+    """Text of a run-supplied value with control characters (C0, C1, DEL, bidi) removed."""
+    text = "" if value is None else str(value)
+    kept = []
+    for char in text:
+        if char == "\n" and keep_newlines:
+            kept.append(char)
+        elif char == "\t":
+            kept.append(" ")
+        elif unicodedata.category(char) == "Cc" or char in _BIDI_CONTROLS:
+            continue
+        else:
+            kept.append(char)
+    return "".join(kept)
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters with an ellipsis, so one huge name cannot flood a page."""
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+
+
+def fmt_number(value: object, digits: int = 3) -> str:
+    """A number as a reader wants it: ints in full, floats to `digits` significant figures."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    try:
+        number = float(value)  # numpy scalars too
+    except (TypeError, ValueError):
+        return clean(value)
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "inf" if number > 0 else "-inf"
+    if number == int(number) and abs(number) < 1e6:
+        return str(int(number))
+    return f"{number:.{digits}g}"
+
+
+def fmt_step(step: object) -> str:
+    return "—" if step is None else f"step {int(step)}"
+
+
+def fmt_interval(interval: object) -> str:
+    """Onset interval `(lo, hi)` as `39–41`, or a single step when it is exact."""
+    if not interval:
+        return "—"
+    lo, hi = (int(v) for v in interval)
+    return str(lo) if lo == hi else f"{lo}–{hi}"
+
+
+def fmt_growth(growth_per_step: object, doubling_steps: object = None) -> str:
+    """Growth as `×1.8/step (doubles every 1.2 steps)`; empty when there is no growth."""
+    if growth_per_step is None:
+        return ""
+    text = f"×{fmt_number(growth_per_step)}/step"
+    if doubling_steps is not None and math.isfinite(float(doubling_steps)):
+        text += f" (doubles every {fmt_number(doubling_steps, 2)} steps)"
+    return text

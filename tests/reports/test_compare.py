@@ -1,0 +1,47 @@
+from postmortem import load_run
+from report_runs import write_run
+from reports import compare_runs
+
+
+def _compare(tmp_path, **b_options):
+    run_a = load_run(write_run(tmp_path / "a", kind="healthy"))
+    run_b = load_run(write_run(tmp_path / "b", kind="healthy", **b_options))
+    return compare_runs(run_a, run_b)
+
+
+def test_identical_runs_agree_everywhere(tmp_path):
+    comparison = _compare(tmp_path)
+    assert comparison.first_difference is None
+    assert comparison.common_steps == 60
+    assert "agree on all 60 common steps" in comparison.describe()
+
+
+def test_same_batch_different_loss_found_at_its_step(tmp_path):
+    difference = _compare(tmp_path, loss_change_at=17).first_difference
+    assert (difference.step, difference.reason) == (17, "different_values")
+    assert any(d.startswith("loss:") for d in difference.details)
+
+
+def test_different_batch_found_at_its_step_and_explains_later_values(tmp_path):
+    difference = _compare(tmp_path, batch_change_at=23, loss_change_at=30).first_difference
+    assert (difference.step, difference.reason) == (23, "different_batch")
+    assert difference.details[0].startswith("input input: hash")
+
+
+def test_batch_difference_wins_a_tie_with_values(tmp_path):
+    difference = _compare(tmp_path, batch_change_at=5, loss_change_at=5).first_difference
+    assert (difference.step, difference.reason) == (5, "different_batch")
+
+
+def test_shorter_run_is_compared_on_common_steps(tmp_path):
+    comparison = _compare(tmp_path, steps=40)
+    assert comparison.first_difference is None
+    assert (comparison.last_step_a, comparison.last_step_b) == (59, 39)
+    assert "Run A ends at step 59, run B at step 39" in comparison.describe()
+
+
+def test_gradient_differences_are_located(tmp_path):
+    run_a = load_run(write_run(tmp_path / "a", kind="healthy", seed=0))
+    run_b = load_run(write_run(tmp_path / "b", kind="healthy", seed=1))  # different data from step 0
+    difference = compare_runs(run_a, run_b).first_difference
+    assert (difference.step, difference.reason) == (0, "different_batch")
