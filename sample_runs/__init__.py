@@ -4,18 +4,32 @@
 Each run directory gets an `expected.json` (see `sample_runs.expected.Expected`).
 """
 from .expected import EXPECTED_FILE, VERDICTS, Expected, read_expected, write_expected
-from .scenarios import HELD_OUT_FAMILIES, SCENARIOS, Scenario, ScenarioError, get, make, scenario_names
+from .scenarios import (
+    COMMITTED_SAMPLES,
+    HELD_OUT_FAMILIES,
+    SAMPLES_DIR,
+    SCENARIOS,
+    Scenario,
+    ScenarioError,
+    get,
+    make,
+    make_committed_samples,
+    scenario_names,
+)
 
 __all__ = [
+    "COMMITTED_SAMPLES",
     "EXPECTED_FILE",
     "Expected",
     "HELD_OUT_FAMILIES",
+    "SAMPLES_DIR",
     "SCENARIOS",
     "Scenario",
     "ScenarioError",
     "VERDICTS",
     "get",
     "make",
+    "make_committed_samples",
     "read_expected",
     "scenario_names",
     "write_expected",

@@ -1,4 +1,4 @@
-"""`python -m sample_runs list | make NAME --out DIR | make-all --out DIR [--subset small]`."""
+"""`python -m sample_runs list | make NAME --out DIR | make-all --out DIR [--subset small] | samples`."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ import time
 import warnings
 from pathlib import Path
 
-from .scenarios import SCENARIOS, make, scenario_names
+from .scenarios import COMMITTED_SAMPLES, SAMPLES_DIR, SCENARIOS, make, make_committed_samples, scenario_names
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -21,6 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     every = sub.add_parser("make-all", help="train every scenario into --out/NAME")
     every.add_argument("--out", required=True, type=Path, help="folder that receives one run directory per scenario")
     every.add_argument("--subset", choices=["small"])
+    sub.add_parser("samples", help="regenerate the runs committed in sample_runs/<name>/")
     return parser
 
 
@@ -38,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         expected = make(args.name, args.out)
         print(f"{args.name}: {expected.verdict} -> {args.out}")
+        return 0
+    if args.command == "samples":
+        for name, expected in make_committed_samples().items():
+            print(f"{SAMPLES_DIR / name}: {COMMITTED_SAMPLES[name]} {expected.verdict}")
         return 0
     names = scenario_names(args.subset)
     for i, name in enumerate(names, 1):

@@ -30,7 +30,18 @@ from .expected import Expected, write_expected
 from .models import CNN, DeepMLP, Discriminator, Generator, LinearRegressor, build_classifier, weight_layers
 from .training import STEPS_AFTER_NONFINITE, Outcome, broke_after, first_nonfinite, train
 
-__all__ = ["Scenario", "SCENARIOS", "HELD_OUT_FAMILIES", "ScenarioError", "scenario_names", "get", "make"]
+__all__ = [
+    "COMMITTED_SAMPLES",
+    "HELD_OUT_FAMILIES",
+    "SCENARIOS",
+    "SAMPLES_DIR",
+    "Scenario",
+    "ScenarioError",
+    "get",
+    "make",
+    "make_committed_samples",
+    "scenario_names",
+]
 
 SEEDS = (0, 1, 2)
 ARCHS = ("mlp", "cnn", "lstm")
@@ -50,7 +61,8 @@ class Scenario:
     held_out: bool
     small: bool
     """Part of `--subset small` (seed 0 of every family)."""
-    run: Callable[[Path, "Scenario"], Expected]
+    run: Callable[[Path, "Scenario", dict], Expected]
+    """Trains into a run directory with the given extra Recorder options; returns the truth."""
 
 
 # ---------------------------------------------------------------- injected faults and healthy runs
@@ -92,7 +104,7 @@ def _require(condition: bool, scenario: Scenario, what: str) -> None:
         raise ScenarioError(f"{scenario.name}: {what}")
 
 
-def _zoo_run(run_dir: Path, scenario: Scenario) -> Expected:
+def _zoo_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expected:
     arch, family, seed = scenario.arch, scenario.family, scenario.seed
     settings = ZOO[arch]
     rng = random.Random(f"{family}/{arch}/{seed}")
@@ -122,7 +134,8 @@ def _zoo_run(run_dir: Path, scenario: Scenario) -> Expected:
     culprit = getattr(fault, "layer", None) or None
     draw = batch_sampler(digits(settings.layout), batch, seed)
     config = {"scenario": scenario.name, "family": family, "arch": arch, "seed": seed, "batch_size": batch}
-    outcome = train(run_dir, model, optimizer, draw, steps=settings.steps, fault=fault, lr_at=lr_at, config=config)
+    outcome = train(run_dir, model, optimizer, draw, steps=settings.steps, fault=fault, lr_at=lr_at, config=config,
+                    recorder_options=recorder_options)
     nan_at = outcome.first_nonfinite_loss_step
     verdict = spec.verdict
     recovered = False
@@ -228,7 +241,7 @@ DOMAIN_A_STEPS = 120
 DOMAIN_B_STEPS = 80
 
 
-def _domain_shift_run(run_dir: Path, scenario: Scenario) -> Expected:
+def _domain_shift_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expected:
     """Seed 000, unscripted: nothing is injected; whether a seed diverges is up to the training itself.
 
     Seed 000's CNN (two conv layers with LeakyReLU, ~0.42 M parameters), SGD lr 0.05 momentum 0.9,
@@ -258,7 +271,7 @@ def _domain_shift_run(run_dir: Path, scenario: Scenario) -> Expected:
     config = {"scenario": scenario.name, "lr": 0.05, "momentum": 0.9, "batch_size": 32,
               "domain_a_steps": DOMAIN_A_STEPS, "domain_b_steps": DOMAIN_B_STEPS}
     outcome = train(run_dir, model, optimizer, draw, steps=DOMAIN_A_STEPS + DOMAIN_B_STEPS,
-                    events=events, config=config)
+                    events=events, config=config, recorder_options=recorder_options)
     nan_at = outcome.first_nonfinite_loss_step
     diverged = nan_at is not None
     return _truth(
@@ -281,7 +294,7 @@ def _hand_written_bce(p: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return -(target * torch.log(p) + (1 - target) * torch.log(1 - p)).mean()
 
 
-def _gan_run(run_dir: Path, scenario: Scenario) -> Expected:
+def _gan_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expected:
     """Seed 001: a small GAN on a ring of 8 Gaussians of radius 30 (unnormalised), Adam lr 1e-3.
 
     `gan_log0`: the discriminator ends in a Sigmoid and the loss is a hand-written BCE: its logits
@@ -304,7 +317,7 @@ def _gan_run(run_dir: Path, scenario: Scenario) -> Expected:
     config = {"scenario": scenario.name, "loss": "hand-written BCE on sigmoid" if buggy else "BCEWithLogits",
               "clip_grad_norm": None if buggy else 1.0, "lr": 1e-3, "data_radius": 30.0}
     with Recorder(run_dir, {"G": gen, "D": disc}, {"opt_G": opt_g, "opt_D": opt_d},
-                  config=config, overwrite=True) as rec:
+                  config=config, overwrite=True, **recorder_options) as rec:
         for step in range(GAN_STEPS):
             x = real[step * GAN_BATCH : (step + 1) * GAN_BATCH]
             z = torch.randn(GAN_BATCH, 8, generator=noise)
@@ -366,7 +379,7 @@ LINEAR_CASES = {
 LINEAR_STEPS = 100
 
 
-def _linear_run(run_dir: Path, scenario: Scenario) -> Expected:
+def _linear_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expected:
     """Seed 002: the BookSight stand-in trained on one fixed batch of 5 rows for 100 iterations."""
     case = LINEAR_CASES[scenario.family]
     seed = scenario.seed
@@ -376,7 +389,8 @@ def _linear_run(run_dir: Path, scenario: Scenario) -> Expected:
     optimizer = torch.optim.SGD(model.parameters(), lr=case.lr)
     config = {"scenario": scenario.name, "lr": case.lr, "optimizer_step": case.take_step}
     outcome = train(run_dir, model, optimizer, lambda: (data.x, data.y), steps=LINEAR_STEPS,
-                    loss_fn=F.mse_loss, take_step=case.take_step, config=config)
+                    loss_fn=F.mse_loss, take_step=case.take_step, config=config,
+                    recorder_options=recorder_options)
     nan_at = outcome.first_nonfinite_loss_step
     _require((nan_at is not None) == (case.verdict == "diverged"), scenario, f"loss non-finite at {nan_at}")
     return _truth(scenario, verdict=case.verdict, labels=list(case.labels), onset_step=case.onset_step,
@@ -388,7 +402,7 @@ def _linear_run(run_dir: Path, scenario: Scenario) -> Expected:
 DEEP_STEPS = 150
 
 
-def _deep_run(run_dir: Path, scenario: Scenario) -> Expected:
+def _deep_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expected:
     """Seed 003: an 8-block LeakyReLU(0.2) MLP on digits, SGD lr 0.05 momentum 0.9.
 
     `deep_vanishing`: weights N(0, 0.01²): the signal shrinks ×0.08 per layer, gradients vanish.
@@ -410,7 +424,7 @@ def _deep_run(run_dir: Path, scenario: Scenario) -> Expected:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     draw = batch_sampler(digits("flat"), 32, seed)
     outcome = train(run_dir, model, optimizer, draw, steps=DEEP_STEPS,
-                    config={"scenario": scenario.name, "init": family})
+                    config={"scenario": scenario.name, "init": family}, recorder_options=recorder_options)
     losses = outcome.losses
     _require(outcome.first_nonfinite_loss_step is None, scenario, "unexpected non-finite loss")
     learned = sum(losses[-10:]) / 10 < 0.5 * sum(losses[:10]) / 10
@@ -464,12 +478,38 @@ def get(name: str) -> Scenario:
         raise ValueError(f"unknown scenario {name!r}; `python -m sample_runs list` shows them") from None
 
 
-def make(name: str, run_dir: Path) -> Expected:
-    """Trains scenario `name` with the recorder into `run_dir` and writes `expected.json` beside the run."""
+def make(name: str, run_dir: Path, recorder_options: dict | None = None) -> Expected:
+    """Trains scenario `name` with the recorder into `run_dir` and writes `expected.json` beside the run.
+
+    `recorder_options` (Recorder keywords such as `checkpoint_every`) change what is stored, never
+    the training, so the truth is the same whatever they are.
+    """
     scenario = get(name)
     torch.set_num_threads(1)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    expected = scenario.run(run_dir, scenario)
+    expected = scenario.run(run_dir, scenario, recorder_options or {})
     write_expected(run_dir, expected)
     return expected
+
+
+# ---------------------------------------------------------------- the runs committed in sample_runs/
+
+SAMPLES_DIR = Path(__file__).resolve().parent
+COMMITTED_SAMPLES = {
+    "cnn_domain_shift": "cnn_domain_shift-s0",  # seed 000 diverging on its own: `make demo`
+    "gan_log0": "gan_log0-s0",
+    "linear_no_step": "linear_no_step-s0",
+    "mlp_healthy": "healthy-mlp-s0",
+}
+# Full checkpoints of the 0.42 M-parameter CNN (parameters + momentum) cost ~3.4 MB each; the
+# committed copies keep statistics, scalars and events only, so the repository stays small.
+COMMITTED_RECORDER_OPTIONS = {"checkpoint_every": 0, "flight_ring": 0}
+
+
+def make_committed_samples(folder: Path = SAMPLES_DIR) -> dict[str, Expected]:
+    """Regenerates the runs committed in `sample_runs/<name>/` (deterministic: same truth, same statistics)."""
+    return {
+        name: make(scenario, Path(folder) / name, COMMITTED_RECORDER_OPTIONS)
+        for name, scenario in COMMITTED_SAMPLES.items()
+    }

@@ -62,6 +62,7 @@ def train(
     events: dict[int, tuple[str, str]] | None = None,
     take_step: bool = True,
     config: dict | None = None,
+    recorder_options: dict | None = None,
 ) -> Outcome:
     """A plain supervised loop; `fault` decides what goes wrong and when.
 
@@ -76,7 +77,8 @@ def train(
     outcome = Outcome()
     params = [p for p in model.parameters()]
     try:
-        with Recorder(run_dir, model, optimizer, config=config or {}, overwrite=True) as rec:
+        with Recorder(run_dir, model, optimizer, config=config or {}, overwrite=True,
+                      **(recorder_options or {})) as rec:
             for step in range(steps):
                 if events and step in events:
                     rec.event(*events[step])

@@ -1,0 +1,65 @@
+"""Smoke test of benchmarks/detection.py on three tiny generated runs."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from sample_runs import make
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def detection():
+    spec = importlib.util.spec_from_file_location("detection", ROOT / "benchmarks" / "detection.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["detection"] = module  # dataclasses look their module up while the file executes
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("runs")
+    for name in ("linear_lr_10-s0", "linear_no_step-s0", "linear_overfit_batch-s0"):
+        make(name, folder / name)
+    return folder
+
+
+def test_baselines_read_the_run_directory(detection, runs):
+    lr10 = detection.read_run(runs / "linear_lr_10-s0")
+    nan_at = detection.first_nonfinite_step(lr10)
+    truth = (runs / "linear_lr_10-s0" / "expected.json").read_text()
+    assert nan_at is not None and nan_at <= int(truth.split('"first_nonfinite_loss_step": ')[1].split(",")[0])
+    assert detection.megatron_method(runs, lr10).verdict == "diverged"
+    assert detection.first_nonfinite_method(runs, lr10).onset == nan_at
+    stuck = detection.sagemaker_rules(runs, detection.read_run(runs / "linear_no_step-s0"))
+    assert stuck.verdict == "not_learning" and "no_update" in stuck.labels
+    healthy = detection.read_run(runs / "linear_overfit_batch-s0")
+    assert detection.first_nonfinite_method(runs, healthy).verdict == "healthy"
+
+
+def test_every_method_is_scored_on_every_run(detection, runs):
+    rows = detection.evaluate(runs)
+    assert {(r.run, r.method) for r in rows} == {
+        (run, method) for run in ("linear_lr_10-s0", "linear_no_step-s0", "linear_overfit_batch-s0")
+        for method in detection.METHODS
+    }
+    by = {(r.run, r.method): r for r in rows}
+    lr10 = by["linear_lr_10-s0", "first_nonfinite"]
+    assert lr10.truth == "diverged" and lr10.onset_truth == 0 and lr10.top1 is not None
+    summary = detection.summarize([r for r in rows if r.method == "first_nonfinite"])
+    assert summary["detected (diverged)"].startswith("1/1") and summary["false alarms (healthy)"].startswith("0/1")
+    text = detection.report(rows, "pytest")
+    assert text.startswith("## Detection") and "| postmortem |" in text
+
+
+def test_write_section_replaces_only_our_section(detection, tmp_path):
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\n## Recorder overhead\n\nkeep me\n\n## Detection\n\nold\n\n## Analyzer scale\n\nkeep too\n")
+    detection.write_section("## Detection\n\nnew table\n", docs)
+    text = docs.read_text()
+    assert "keep me" in text and "keep too" in text and "new table" in text and "old" not in text
+    detection.write_section("## Detection\n\nnewer\n", docs)
+    assert docs.read_text().count("## Detection") == 1

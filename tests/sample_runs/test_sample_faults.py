@@ -1,0 +1,142 @@
+"""Each injected fault does what it claims, at t0 and not before (no recorder needed)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sample_runs import faults
+from sample_runs.models import MLP, LSTMClassifier, build_classifier, weight_layers
+from sample_runs.scenarios import _layer_groups
+from sample_runs.training import broke_after
+
+
+def _step(model, optimizer, fault, step, x, y):
+    fault.before_step(step, model, optimizer)
+    x, y = fault.batch(step, x, y)
+    if fault.zero_grad(step):
+        optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    (loss * fault.loss_scale(step)).backward()
+    return x, y
+
+
+@pytest.fixture
+def mlp():
+    torch.manual_seed(0)
+    model = MLP()
+    return model, torch.optim.SGD(_layer_groups(model, 0.1), lr=0.1, momentum=0.9)
+
+
+def test_weight_layers_lists_every_layer_with_weights():
+    assert weight_layers(MLP()) == ["fc1", "fc2", "fc3"]
+    assert weight_layers(build_classifier("cnn")) == ["conv1", "conv2", "fc1", "fc2"]
+    assert weight_layers(LSTMClassifier()) == ["lstm", "fc"]
+
+
+def test_lr_spike_changes_only_the_target_group_at_t0(mlp):
+    model, opt = mlp
+    fault = faults.LrSpike(t0=2, layer="fc2", factor=100.0)
+    for step in range(4):
+        fault.before_step(step, model, opt)
+        lrs = {g["layer"]: g["lr"] for g in opt.param_groups}
+        assert lrs["fc1"] == lrs["fc3"] == 0.1
+        assert lrs["fc2"] == pytest.approx(10.0 if step >= 2 else 0.1)
+
+
+def test_weight_scale_multiplies_one_layer_once(mlp):
+    model, opt = mlp
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    fault = faults.WeightScale(t0=1, layer="fc1", factor=30.0)
+    fault.before_step(0, model, opt)
+    assert torch.equal(model.fc1.weight, before["fc1.weight"])
+    fault.before_step(1, model, opt)
+    assert torch.allclose(model.fc1.weight, 30 * before["fc1.weight"])
+    assert torch.equal(model.fc1.bias, before["fc1.bias"])
+    assert torch.equal(model.fc2.weight, before["fc2.weight"])
+
+
+def test_batch_faults_touch_only_the_batch_at_t0():
+    x, y = torch.ones(4, 3), torch.arange(4)
+    assert torch.equal(faults.BatchScale(t0=5).batch(4, x, y)[0], x)
+    assert torch.equal(faults.BatchScale(t0=5).batch(5, x, y)[0], 1e3 * x)
+    nan_x, _ = faults.BatchNaN(t0=5).batch(5, x, y)
+    assert torch.isnan(nan_x[0]).any() and not torch.isnan(nan_x[1:]).any()
+    assert not torch.isnan(x).any()  # the caller's batch is left alone
+
+
+def test_missing_zero_grad_accumulates_from_t0(mlp):
+    model, opt = mlp
+    fault = faults.MissingZeroGrad(t0=1)
+    x, y = torch.randn(8, 64), torch.arange(8)
+    _step(model, opt, fault, 0, x, y)
+    once = model.fc1.weight.grad.clone()
+    _step(model, opt, fault, 1, x, y)
+    assert torch.allclose(model.fc1.weight.grad, 2 * once)
+
+
+def test_frozen_layer_gets_no_gradient_from_t0(mlp):
+    model, opt = mlp
+    fault = faults.FrozenLayer(t0=1, layer="fc2")
+    x, y = torch.randn(8, 64), torch.arange(8)
+    _step(model, opt, fault, 0, x, y)
+    assert model.fc2.weight.grad is not None
+    _step(model, opt, fault, 1, x, y)
+    assert model.fc2.weight.grad is None and model.fc2.bias.grad is None
+    assert model.fc1.weight.grad is not None and model.fc3.weight.grad is not None
+
+
+def test_detach_cuts_the_graph_below_the_layer_from_t0():
+    torch.manual_seed(0)
+    model = LSTMClassifier()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fault = faults.DetachedLayer(t0=1, layer="lstm")
+    fault.install(model)
+    x, y = torch.randn(8, 8, 8), torch.arange(8)
+    _step(model, opt, fault, 0, x, y)
+    assert model.lstm.weight_ih_l0.grad is not None
+    _step(model, opt, fault, 1, x, y)
+    assert model.lstm.weight_ih_l0.grad is None
+    assert model.fc.weight.grad is not None
+
+
+def test_fp16_overflow_runs_the_layer_in_half_precision_from_t0(mlp):
+    model, opt = mlp
+    fault = faults.Fp16Overflow(t0=1, layer="fc3")
+    fault.install(model)
+    seen = []
+    model.fc3.register_forward_hook(lambda m, a, out: seen.append(out.clone()))
+    x = torch.randn(2, 64)
+    fault.before_step(0, model, opt)
+    full = model(x)
+    fault.before_step(1, model, opt)
+    half = model(x)
+    assert fault.loss_scale(0) == 1.0 and fault.loss_scale(1) == 2.0**20
+    assert not torch.equal(full, half)  # rounded through float16
+    assert torch.allclose(full, half, atol=1e-2)
+    assert torch.equal(seen[1], half)  # what the recorder sees is what the model used
+    with pytest.raises(TypeError):
+        faults.Fp16Overflow(t0=0, layer="act1").install(model)
+
+
+def test_adam_eps_and_label_shuffle_start_at_t0():
+    model = MLP()
+    opt = torch.optim.Adam(model.parameters(), eps=1e-8)
+    fault = faults.AdamEps(t0=3)
+    fault.before_step(2, model, opt)
+    assert opt.param_groups[0]["eps"] == 1e-8
+    fault.before_step(3, model, opt)
+    assert opt.param_groups[0]["eps"] == 1e-15
+    shuffle = faults.LabelShuffle(t0=3, seed=0)
+    y = torch.arange(32)
+    assert torch.equal(shuffle.batch(2, None, y)[1], y)
+    shuffled = shuffle.batch(3, None, y)[1]
+    assert not torch.equal(shuffled, y) and torch.equal(shuffled.sort().values, y)
+
+
+def test_broke_after_tells_a_broken_run_from_a_recovered_spike():
+    base = [1.0] * 20
+    assert broke_after(base + [50.0] + [3.0] * 20, 20, chance=math.log(10))  # spike, then stuck high
+    assert broke_after(base + [float("nan")] * 3, 20, chance=math.log(10))
+    assert not broke_after(base + [50.0] + [1.0] * 20, 20, chance=math.log(10))  # recovered
+    assert not broke_after(base + [1.2] + [2.0] * 20, 20, chance=math.log(10))  # no ×3 spike

@@ -1,0 +1,92 @@
+"""The generator: deterministic per seed, truth written beside each run, a usable CLI."""
+import json
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from sample_run_helpers import assert_same_stats, read_stats
+
+from sample_runs import (
+    HELD_OUT_FAMILIES,
+    SCENARIOS,
+    VERDICTS,
+    Expected,
+    get,
+    make,
+    read_expected,
+    scenario_names,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_catalogue_covers_the_issue():
+    families = {s.family for s in SCENARIOS.values()}
+    for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "missing_zero_grad", "frozen_layer",
+                   "detach", "adam_eps", "fp16_overflow", "label_shuffle", "cnn_domain_shift", "gan_log0",
+                   "gan_healthy", "linear_lr_0.001", "linear_no_step", "linear_lr_10", "linear_lr_1e-7",
+                   "linear_unscaled", "linear_overfit_batch", "deep_vanishing", "deep_kaiming", "deep_dead_relu"):
+        assert family in families
+    for family in ("lr_spike", "adam_eps", "fp16_overflow", "label_shuffle"):
+        assert {s.arch for s in SCENARIOS.values() if s.family == family} == {"mlp", "cnn", "lstm"}
+    healthy = [s for s in SCENARIOS.values() if s.family.startswith("healthy")]
+    assert len(healthy) >= 30
+    assert len([s for s in SCENARIOS.values() if s.family == "cnn_domain_shift"]) == 10
+    assert {s.family for s in SCENARIOS.values() if s.held_out} == set(HELD_OUT_FAMILIES)
+    small = scenario_names("small")
+    assert 0 < len(small) < len(SCENARIOS) and all(SCENARIOS[n].seed == 0 for n in small)
+    with pytest.raises(ValueError):
+        scenario_names("huge")
+    with pytest.raises(ValueError, match="unknown scenario"):
+        get("no_such_run")
+
+
+
+
+def test_same_seed_same_run_and_truth(tmp_path):
+    first = make("linear_lr_10-s1", tmp_path / "a")
+    second = make("linear_lr_10-s1", tmp_path / "b")
+    assert first == second
+    assert read_expected(tmp_path / "a") == first
+    assert_same_stats(read_stats(tmp_path / "a"), read_stats(tmp_path / "b"))
+    other_seed = make("linear_lr_10-s2", tmp_path / "c")
+    assert not read_stats(tmp_path / "c")["norm"].equals(read_stats(tmp_path / "a")["norm"])
+    assert other_seed.seed == 2
+
+
+def test_truth_comes_from_the_injection(tmp_path):
+    truth = make("lr_spike-mlp-s1", tmp_path / "run")
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert truth.verdict == "diverged" and truth.onset_step is not None and 40 <= truth.onset_step <= 100
+    assert manifest["config"]["family"] == "lr_spike"
+    # The recorded lr of the culprit's param group (one group per layer) jumps ×300 exactly at t0.
+    group = ["fc1", "fc2", "fc3"].index(truth.culprit)
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    lr = scalars[scalars["name"] == f"hp.optimizer.{group}.lr"].set_index("step")["value"]
+    assert lr[truth.onset_step] == pytest.approx(300 * lr[truth.onset_step - 1])
+    # t0 and the target layer are drawn per seed, so nothing can be tuned to one step or layer.
+    other = make("lr_spike-mlp-s2", tmp_path / "other")
+    assert (other.onset_step, other.culprit) != (truth.onset_step, truth.culprit)
+
+
+def test_expected_json_schema(tmp_path):
+    truth = make("linear_no_step-s0", tmp_path / "run")
+    raw = json.loads((tmp_path / "run" / "expected.json").read_text())
+    assert set(raw) == {f.name for f in fields(Expected)}
+    assert raw["verdict"] in VERDICTS and raw["labels"] == ["no_update"] and raw["held_out"] is False
+    assert Expected(**raw) == truth
+    with pytest.raises(ValueError):
+        Expected(**{**raw, "verdict": "exploded"})
+
+
+def test_cli_lists_and_rejects_unknown_names(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "sample_runs", "list"], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0 and "cnn_domain_shift-s0" in run.stdout and "held_out" in run.stdout
+    bad = subprocess.run([sys.executable, "-m", "sample_runs", "make", "nope", "--out", str(tmp_path / "x")],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown scenario" in bad.stderr and "Traceback" not in bad.stderr
+
