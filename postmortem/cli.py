@@ -121,7 +121,7 @@ def _analyze(args: argparse.Namespace) -> int:
         progress.advance("writing report")
         _write_atomically(output, render_html(page))
         for path, kind in extras:
-            text = (json.dumps(analysis.to_json(), indent=2) + "\n" if kind == "json"
+            text = (json.dumps(analysis.to_json(), indent=2, allow_nan=False) + "\n" if kind == "json"
                     else render_markdown(analysis, report_name=output.name))
             _write_atomically(path, text)
     finally:
@@ -164,13 +164,16 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    message = " ".join(clean(str(exc)).split()) or type(exc).__name__
+    message = clean(" ".join(str(exc).split())) or type(exc).__name__
     return shorten(message, 500)
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = _parser().parse_args(argv)
+        try:
+            args = _parser().parse_args(argv)
+        except SystemExit as done:  # --help and --version print and stop here
+            return int(done.code or 0)
         return args.handler(args)
     except (_UsageError, PostmortemError, OSError) as exc:
         if isinstance(exc, BrokenPipeError):  # e.g. `postmortem summary RUN | head -3`

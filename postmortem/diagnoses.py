@@ -69,6 +69,16 @@ class Evidence:
     breaks: list[TensorBreak]
 
 
+_SUMMARY_POINTS = 4096  # medians of longer stretches are taken on an even subsample
+
+
+def _median(values: np.ndarray) -> float:
+    if len(values) == 0:
+        return float("nan")
+    stride = max(1, len(values) // _SUMMARY_POINTS)
+    return float(np.median(values[::stride]))
+
+
 def summarize(table: SeriesTable) -> pd.DataFrame:
     """One row per series: sizes, early/late/median magnitude, and per-role statistics."""
     rows = []
@@ -84,16 +94,16 @@ def summarize(table: SeriesTable) -> pd.DataFrame:
             "numel": int(table.numel[index]), "steps": int(len(steps)),
             "first_step": int(steps[0]) if len(steps) else None,
             "first": float(values[0]) if n else np.nan,
-            "early": float(np.median(values[:quarter])) if n else np.nan,
-            "late": float(np.median(values[-quarter:])) if n else np.nan,
-            "median": float(np.median(values)) if n else np.nan,
+            "early": _median(values[:quarter]),
+            "late": _median(values[-quarter:]),
+            "median": _median(values),
             "zero_share": float(np.mean(values == 0)) if n else np.nan,
             "nonfinite_rows": int(np.sum(table.nonfinite[sl] > 0)),
         }
         for column in AUX_COLUMNS.get(key.role, ()):
             aux = table.column(index, column)
             aux = aux[np.isfinite(aux)]
-            row[f"{column}_median"] = float(np.median(aux)) if len(aux) else np.nan
+            row[f"{column}_median"] = _median(aux)
             row[f"{column}_first"] = float(aux[0]) if len(aux) else np.nan
         rows.append(row)
     return pd.DataFrame(rows)
@@ -132,13 +142,29 @@ def _scalar(scalars: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def _healthy_grad_norm(ev: Evidence) -> float | None:
-    """The clipping norm the seeds recommend: the largest global grad norm before the onset."""
+    """The clipping norm the seeds recommend: the largest global grad norm before the onset.
+
+    Uses the recorded `grad_norm` scalar, else the global norm rebuilt from per-tensor norms.
+    """
     grad_norm = ev.scalars[ev.scalars["name"] == "grad_norm"]
-    if ev.onset is not None:
-        grad_norm = grad_norm[grad_norm["step"] < ev.onset.step]
+    steps = grad_norm["step"].to_numpy(np.int64)
     values = grad_norm["value"].to_numpy(np.float64)
-    values = values[np.isfinite(values)]
-    return float(np.max(values)) if len(values) else None
+    if len(values) == 0:
+        steps, values = _global_grad_norm(ev.table)
+    healthy = np.isfinite(values)
+    if ev.onset is not None:
+        healthy &= steps < ev.onset.step
+    return float(np.max(values[healthy])) if healthy.any() else None
+
+
+def _global_grad_norm(table: SeriesTable) -> tuple[np.ndarray, np.ndarray]:
+    grads = table.indices("grad")
+    if not grads:
+        return np.zeros(0, np.int64), np.zeros(0)
+    steps = np.concatenate([table.step[table.rows(i)] for i in grads])
+    squares = np.concatenate([table.magnitude[table.rows(i)] ** 2 for i in grads])
+    unique, inverse = np.unique(steps, return_inverse=True)
+    return unique, np.sqrt(np.bincount(inverse, weights=np.nan_to_num(squares)))
 
 
 def _lr(scalars: pd.DataFrame) -> float | None:

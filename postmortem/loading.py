@@ -139,8 +139,11 @@ class Run:
         schema = _SCHEMAS[kind]
         for path in list(self.segments[kind]):
             try:
-                fragment = ds.dataset(path, schema=schema, format="parquet")
-                scanned = list(fragment.to_batches(columns=columns, filter=filt))
+                if filt is None:
+                    scanned = _read_segment(path, schema, columns).to_batches()
+                else:
+                    fragment = ds.dataset(path, schema=schema, format="parquet")
+                    scanned = list(fragment.to_batches(columns=columns, filter=filt))
             except (OSError, pa.ArrowException) as exc:
                 self.segments[kind].remove(path)
                 self._warn(f"skipped unreadable segment {path}: {exc}")
@@ -222,6 +225,25 @@ def _valid_segments(folder: Path, warnings: list[str]) -> list[Path]:
         _check_version(version.decode() if version is not None else None, str(path))
         valid.append(path)
     return valid
+
+
+def _read_segment(path: Path, schema: pa.Schema, columns: list[str]) -> pa.Table:
+    """A whole segment projected onto `columns` of `schema` (missing columns read as nulls).
+
+    Without a row filter this is about twice as fast as a one-file pyarrow dataset scan.
+    """
+    file = pq.ParquetFile(path)
+    stored = set(file.schema_arrow.names)
+    table = file.read(columns=[c for c in columns if c in stored])
+    arrays = []
+    for name in columns:
+        field = schema.field(name)
+        if name not in stored:
+            arrays.append(pa.chunked_array([pa.nulls(table.num_rows, field.type)]))
+            continue
+        column = table.column(name)
+        arrays.append(column if column.type == field.type else column.cast(field.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema([schema.field(c) for c in columns]))
 
 
 def _stats_filter(roles: Iterable[str] | None, names: Iterable[str] | None):

@@ -24,7 +24,7 @@ __all__ = [
 # Within one step, data flows input → params → activations → loss → grads → state → update;
 # ties on the onset step are broken in this order so the cause ranks before its effects.
 CAUSAL_ORDER = {
-    "input": 0, "target": 1, "param": 2, "activation": 3, "scalar": 4,
+    "input": 0, "target": 1, "param": 2, "activation": 3, "scalar": 8,
     "grad": 5, "state": 6, "update": 7,
 }
 _FITTED_ROLES = ("param", "grad", "update", "state", "activation")
@@ -71,7 +71,8 @@ def first_nonfinite(
             (step, CAUSAL_ORDER[key.role] if key.role in CAUSAL_ORDER else 9,
              tie_order.get(key.name, 10**6), key.name, key.role, key.key)
         )
-    bad = scalars[scalars["name"].map(_divergence_scalar) & ~np.isfinite(scalars["value"])]
+    names = [n for n in scalars["name"].unique() if _divergence_scalar(str(n))]
+    bad = scalars[scalars["name"].isin(names) & ~np.isfinite(scalars["value"])]
     for step, name in zip(bad["step"], bad["name"]):
         counts[int(step)] = counts.get(int(step), 0) + 1
         candidates.append((int(step), CAUSAL_ORDER["scalar"], 0, name, "scalar", None))

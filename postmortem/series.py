@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -57,8 +58,8 @@ class SeriesTable:
     magnitude: np.ndarray
     nonfinite: np.ndarray
     aux: np.ndarray  # shape (2, rows), float32, meaning per role in AUX_COLUMNS
-    numel: np.ndarray  # per series: element count at its last recorded step
-    input_hashes: dict[str, dict[int, str]]
+    numel: np.ndarray  # per series: element count
+    input_hashes: pd.DataFrame  # [step, name, hash] of input/target batches
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -83,83 +84,125 @@ class SeriesTable:
 
 def read_series(run: Run) -> SeriesTable:
     """Stream the stats segments once and group them by series."""
-    ids: dict[SeriesKey, int] = {}
-    parts: dict[str, list[np.ndarray]] = {c: [] for c in ("sid", "step", "mag", "nf", "a0", "a1")}
-    hashes: dict[str, dict[int, str]] = {}
-    numel: dict[int, int] = {}
+    builder = _Builder()
     for batch in run.stats_batches(_READ_COLUMNS):
-        if batch.num_rows == 0:
-            continue
-        sid, role_codes, role_names = _series_ids(batch, ids)
-        parts["sid"].append(sid)
-        parts["step"].append(_ints(batch.column("step")))
-        parts["mag"].append(_magnitude(batch))
-        parts["nf"].append(_ints(batch.column("nonfinite")))
+        if batch.num_rows:
+            builder.add(batch)
+    # Arrow's allocator keeps freed scan buffers for reuse; hand them back before the sort.
+    pa.default_memory_pool().release_unused()
+    return builder.finish()
+
+
+class _Builder:
+    """Accumulates per-row arrays batch by batch; finish() groups them by series."""
+
+    def __init__(self) -> None:
+        self.ids: dict[SeriesKey, int] = {}
+        self.parts: dict[str, list[np.ndarray]] = {c: [] for c in ("sid", "step", "mag", "nf", "a0", "a1")}
+        self.hashes: list[pa.Table] = []
+        self.numel: dict[int, int] = {}
+        self._dictionaries: tuple[pa.Array, ...] | None = None
+        self._lut = np.zeros(0, np.int64)
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        sid, role_codes, role_names = self._series_ids(batch)
+        self.parts["sid"].append(sid.astype(np.int32))
+        self.parts["step"].append(_ints(batch.column("step")))
+        self.parts["mag"].append(_magnitude(batch))
+        self.parts["nf"].append(np.minimum(_ints(batch.column("nonfinite")), 2**31 - 1).astype(np.int32))
         a0, a1 = _aux(batch, role_codes, role_names)
-        parts["a0"].append(a0)
-        parts["a1"].append(a1)
-        _collect_hashes(batch, hashes)
+        self.parts["a0"].append(a0)
+        self.parts["a1"].append(a1)
+        self.hashes.extend(_input_hashes(batch))
         # numel is constant along a series, so any row of each series will do.
-        sizes = np.zeros(len(ids), np.int64)
+        sizes = np.zeros(len(self.ids), np.int64)
         sizes[sid] = _ints(batch.column("numel"))
         for index in np.flatnonzero(np.bincount(sid)).tolist():
-            numel[index] = int(sizes[index])
-    keys = sorted(ids, key=ids.get)
-    if not keys:
-        empty = np.zeros(0)
-        return SeriesTable([], np.zeros(1, np.int64), empty.astype(np.int64), empty,
-                           empty.astype(np.int64), np.zeros((2, 0), np.float32),
-                           np.zeros(0, np.int64), hashes)
-    dtype = np.int16 if len(keys) < 2**15 else np.int32
-    sid = np.concatenate(parts.pop("sid")).astype(dtype)
-    step = np.concatenate(parts.pop("step"))
-    order = _grouped_order(sid, step)
-    sid, step = sid[order], step[order]
-    magnitude = np.concatenate(parts.pop("mag"))[order]
-    nonfinite = np.concatenate(parts.pop("nf"))[order]
-    aux = np.empty((2, len(order)), np.float32)
-    aux[0] = np.concatenate(parts.pop("a0"))[order]
-    aux[1] = np.concatenate(parts.pop("a1"))[order]
-    counts = np.bincount(sid, minlength=len(keys))
-    offsets = np.concatenate([[0], np.cumsum(counts)])
-    sizes = np.array([numel.get(i, 0) for i in range(len(keys))], np.int64)
-    return SeriesTable(keys, offsets, step, magnitude, nonfinite, aux, sizes, hashes)
+            self.numel.setdefault(index, int(sizes[index]))
+
+    def _series_ids(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Global series id per row, plus each row's role code and the role dictionary."""
+        role, name, key = (_dictionary(batch.column(c)) for c in ("role", "name", "key"))
+        r, n, k = _codes(role), _codes(name), _codes(key) + 1  # key 0 means null
+        nn, nk = len(name.dictionary), len(key.dictionary) + 1
+        size = max(len(role.dictionary) * nn * nk, 1)
+        code = (r * nn + n) * nk + k
+        dictionaries = (role.dictionary, name.dictionary, key.dictionary)
+        # Segments from one recorder share their dictionaries: reuse the lookup table.
+        if self._dictionaries is None or len(self._lut) != size or not all(
+            a.equals(b) for a, b in zip(dictionaries, self._dictionaries)
+        ):
+            self._dictionaries = dictionaries
+            self._lut = np.full(size, -1, np.int64)
+        role_names = role.dictionary.to_pylist()
+        missing = np.flatnonzero(np.bincount(code, minlength=size))
+        missing = missing[self._lut[missing] < 0]
+        if len(missing):
+            names = name.dictionary.to_pylist()
+            key_names = [None, *key.dictionary.to_pylist()]
+            for c in missing.tolist():
+                ri, rest = divmod(c, nn * nk)
+                ni, ki = divmod(rest, nk)
+                series = SeriesKey(role_names[ri], names[ni], key_names[ki])
+                self._lut[c] = self.ids.setdefault(series, len(self.ids))
+        return self._lut[code], r, role_names
+
+    def finish(self) -> SeriesTable:
+        keys = sorted(self.ids, key=self.ids.get)
+        hashes = (pa.concat_tables(self.hashes).to_pandas() if self.hashes
+                  else pd.DataFrame({"step": [], "name": [], "hash": []}))
+        if not keys:
+            empty = np.zeros(0)
+            return SeriesTable([], np.zeros(1, np.int64), empty.astype(np.int64), empty,
+                               empty.astype(np.int32), np.zeros((2, 0), np.float32),
+                               np.zeros(0, np.int64), hashes)
+        sid_parts = self.parts.pop("sid")
+        counts = np.zeros(len(keys), np.int64)
+        for sid in sid_parts:
+            counts += np.bincount(sid, minlength=len(keys))
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        grouped = {name: np.empty(int(offsets[-1]), self.parts[name][0].dtype) for name in self.parts}
+        # Counting sort, one batch at a time: each batch is scattered to its series' next free
+        # rows and then dropped, so no 20 M-row concatenation or global argsort is needed.
+        cursor = offsets[:-1].copy()
+        for i, sid in enumerate(sid_parts):
+            order = np.argsort(sid, kind="stable")
+            ordered = sid[order]
+            starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+            lengths = np.diff(np.r_[starts, len(ordered)])
+            destination = cursor[ordered] + (np.arange(len(ordered)) - np.repeat(starts, lengths))
+            cursor[ordered[starts]] += lengths
+            for name, pieces in self.parts.items():
+                grouped[name][destination] = pieces[i][order]
+                pieces[i] = None
+            sid_parts[i] = None
+        aux = np.stack([grouped.pop("a0"), grouped.pop("a1")])
+        sizes = np.array([self.numel.get(i, 0) for i in range(len(keys))], np.int64)
+        table = SeriesTable(keys, offsets, grouped["step"], grouped["mag"], grouped["nf"], aux,
+                            sizes, hashes)
+        return _deduplicated(table)
 
 
-def _grouped_order(sid: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """Row order grouping series, steps ascending, keeping the last occurrence of a step."""
-    order = np.argsort(sid, kind="stable")  # radix sort on int16: linear time
-    s, t = sid[order], step[order]
-    same_series = s[1:] == s[:-1]
-    if not np.any(same_series & (t[1:] <= t[:-1])):
-        return order  # segments were in step order and had no duplicates: the usual case
-    order = np.lexsort((np.arange(len(sid)), step, sid))
-    s, t = sid[order], step[order]
-    is_last = np.ones(len(order), bool)
-    is_last[:-1] = (s[1:] != s[:-1]) | (t[1:] != t[:-1])
-    return order[is_last]
+def _deduplicated(table: SeriesTable) -> SeriesTable:
+    """Steps ascending within each series, keeping the last occurrence of a repeated step.
 
-
-def _series_ids(
-    batch: pa.RecordBatch, ids: dict[SeriesKey, int]
-) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Global series id per row, plus each row's role code and the role dictionary."""
-    role, name, key = (_dictionary(batch.column(c)) for c in ("role", "name", "key"))
-    r = _codes(role)
-    n = _codes(name)
-    k = _codes(key) + 1  # 0 means null key
-    nr, nn, nk = len(role.dictionary), len(name.dictionary), len(key.dictionary) + 1
-    code = (r.astype(np.int64) * nn + n) * nk + k
-    lut = np.full(max(nr * nn * nk, 1), -1, np.int64)
-    role_names = role.dictionary.to_pylist()
-    names = name.dictionary.to_pylist()
-    key_names = [None, *key.dictionary.to_pylist()]
-    for c in np.flatnonzero(np.bincount(code, minlength=len(lut))):
-        ri, rest = divmod(int(c), nn * nk)
-        ni, ki = divmod(rest, nk)
-        series = SeriesKey(role_names[ri], names[ni], key_names[ki])
-        lut[c] = ids.setdefault(series, len(ids))
-    return lut[code], r, role_names
+    Segments arrive in number order, so the last occurrence is the newest write.
+    """
+    series = np.repeat(np.arange(len(table.keys)), np.diff(table.offsets))
+    same = series[1:] == series[:-1]
+    if not np.any(same & (table.step[1:] <= table.step[:-1])):
+        return table  # the usual case: segments in step order without duplicates
+    order = np.lexsort((np.arange(len(series)), table.step, series))
+    s, t = series[order], table.step[order]
+    keep = np.ones(len(order), bool)
+    keep[:-1] = (s[1:] != s[:-1]) | (t[1:] != t[:-1])
+    order = order[keep]
+    counts = np.bincount(series[order], minlength=len(table.keys))
+    return SeriesTable(
+        table.keys, np.concatenate([[0], np.cumsum(counts)]), table.step[order],
+        table.magnitude[order], table.nonfinite[order], table.aux[:, order], table.numel,
+        table.input_hashes,
+    )
 
 
 def _dictionary(column: pa.Array) -> pa.DictionaryArray:
@@ -198,27 +241,28 @@ def _aux(
     batch: pa.RecordBatch, role_codes: np.ndarray, role_names: list[str]
 ) -> tuple[np.ndarray, np.ndarray]:
     slots = (np.full(batch.num_rows, np.nan, np.float32), np.full(batch.num_rows, np.nan, np.float32))
-    for code in np.flatnonzero(np.bincount(role_codes[role_codes >= 0])):
+    converted: dict[str, np.ndarray] = {}
+    for code in np.flatnonzero(np.bincount(role_codes[role_codes >= 0])).tolist():
         columns = AUX_COLUMNS.get(role_names[code])
         if columns is None:
             continue
         mask = role_codes == code
         for slot, column in zip(slots, columns):
-            values = batch.column(column)
-            if pa.types.is_boolean(values.type):
-                values = pc.cast(values, pa.float32())
-            slot[mask] = _floats(values)[mask]
+            if column not in converted:
+                values = batch.column(column)
+                if pa.types.is_boolean(values.type):
+                    values = pc.cast(values, pa.float32())
+                converted[column] = values.to_numpy(zero_copy_only=False)
+            slot[mask] = converted[column][mask]
     return slots
 
 
-def _collect_hashes(batch: pa.RecordBatch, hashes: dict[str, dict[int, str]]) -> None:
-    """Batch content hashes of input rows, {name: {step: hash}}, last occurrence wins."""
+def _input_hashes(batch: pa.RecordBatch) -> list[pa.Table]:
+    """(step, name, hash) of the rows that carry a batch content hash (inputs, targets)."""
     column = batch.column("hash")
     if column.null_count == len(column):
-        return
-    present = pc.is_valid(column)
-    table = pa.table(
-        {"step": batch.column("step"), "name": pc.cast(batch.column("name"), pa.string()), "hash": column}
-    ).filter(present)
-    for step, name, value in zip(*(table.column(c).to_pylist() for c in ("step", "name", "hash"))):
-        hashes.setdefault(name, {})[step] = value
+        return []
+    table = pa.table({"step": batch.column("step"),
+                      "name": pc.cast(batch.column("name"), pa.string()),
+                      "hash": column})
+    return [table.filter(pc.is_valid(column))]

@@ -86,10 +86,10 @@ def batch_at(ev: Evidence) -> str | None:
             continue
         low, high = float(np.min(healthy)), float(np.max(healthy))
         value = float(now[0])
-        hashes = table.input_hashes.get(key.name, {})
-        seen = hashes.get(step) is not None and hashes.get(step) in {
-            h for s, h in hashes.items() if s < step
-        }
+        hashes = table.input_hashes[table.input_hashes["name"] == key.name]
+        current = hashes.loc[hashes["step"] == step, "hash"]
+        earlier = set(hashes.loc[hashes["step"] < step, "hash"])
+        seen = len(current) > 0 and current.iloc[-1] in earlier
         repeat = " It is a batch already seen in the healthy phase." if seen else ""
         if not np.isfinite(value):
             return f"the batch `{key.name}` at step {step} holds non-finite values.{repeat}"

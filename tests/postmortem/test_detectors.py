@@ -1,0 +1,198 @@
+"""Detectors on small synthetic stat frames: each label fires on its signature and not on a
+healthy run. Magnitudes are drawn around levels on both sides of each threshold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pm_runs import make_run, scalar_rows, series_rows
+from postmortem import analyze
+
+STEPS = 120
+
+
+def _noise(seed: int, scale: float = 0.05) -> np.ndarray:
+    return 10 ** np.random.default_rng(seed).normal(0, scale, STEPS)
+
+
+def _layers(names=("fc1", "fc2"), grad=1.0, ratio=1e-3, update=None, zero_frac=0.3, seed=0,
+            act_sat=None, param_std=0.05):
+    frames = []
+    for i, name in enumerate(names):
+        weight = f"{name}.weight"
+        g = grad[i] if isinstance(grad, (list, tuple)) else grad
+        frames.append(series_rows("param", weight, 5.0 * _noise(seed + i), mean=0.0, std=param_std))
+        frames.append(series_rows("grad", weight, g * _noise(seed + 10 + i), zero_frac=0.0,
+                                  grad_none=False))
+        upd = update if update is not None else 5.0 * ratio * _noise(seed + 20 + i)
+        frames.append(series_rows("update", weight, upd, ratio=ratio if update is None else 0.0))
+        frames.append(series_rows("activation", name, 2.0 * _noise(seed + 30 + i),
+                                  zero_frac=zero_frac, sat_frac=act_sat))
+    frames.append(series_rows("input", "input", 1.0 * _noise(seed + 40), mean=0.0, std=1.0))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _manifest(names=("fc1", "fc2"), fan_in=64, requires_grad=None):
+    requires_grad = requires_grad or {}
+    return {
+        "schema_version": 1,
+        "models": {"model": {
+            "modules": [{"name": n, "type": "Linear"} for n in names],
+            "parameters": [{"name": f"{n}.weight", "shape": [32, fan_in], "dtype": "float32",
+                            "requires_grad": requires_grad.get(n, True)} for n in names],
+        }},
+    }
+
+
+def _loss(kind: str, seed: int = 0) -> np.ndarray:
+    t = np.arange(STEPS)
+    noise = _noise(seed + 50, 0.02)
+    if kind == "learning":
+        return (2.0 * np.exp(-t / 30) + 0.05) * noise
+    return 2.3 * noise  # flat
+
+
+def _labels(tmp_path, stats, loss, manifest=None, extra_scalars=()):
+    scalars = pd.concat([scalar_rows("loss", loss), scalar_rows("lr", np.full(STEPS, 0.01)),
+                         *extra_scalars], ignore_index=True)
+    run = make_run(tmp_path / "run", stats, scalars, manifest or _manifest())
+    analysis = analyze(run)
+    return analysis, {f.label for f in analysis.findings}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_healthy_run_is_healthy(tmp_path, seed):
+    analysis, labels = _labels(tmp_path, _layers(seed=seed), _loss("learning", seed))
+    assert analysis.verdict == "healthy" and labels == {"healthy"}
+    assert analysis.to_json()["diagnoses"][0]["label"] == "healthy"
+
+
+def test_no_update_when_grads_flow_but_updates_are_zero(tmp_path):
+    stats = _layers(update=np.zeros(STEPS))
+    analysis, labels = _labels(tmp_path, stats, _loss("flat"))
+    assert "no_update" in labels and analysis.verdict == "not_learning"
+    finding = next(f for f in analysis.findings if f.label == "no_update")
+    assert "optimizer.step()" in finding.fix
+
+
+def test_no_gradient_names_the_cut_off_layers(tmp_path):
+    stats = _layers()
+    cut = (stats["role"] == "grad") & (stats["name"] == "fc1.weight")
+    stats.loc[cut, "norm"] = 0.0
+    stats.loc[cut, "grad_none"] = True
+    analysis, labels = _labels(tmp_path, stats, _loss("learning"))
+    finding = next(f for f in analysis.findings if f.label == "no_gradient")
+    assert finding.tensors == ["fc1.weight"]
+    assert "detach" in finding.fix
+
+
+def test_frozen_parameters_are_not_reported(tmp_path):
+    stats = _layers()
+    cut = (stats["role"] == "grad") & (stats["name"] == "fc1.weight")
+    stats.loc[cut, "grad_none"] = True
+    manifest = _manifest(requires_grad={"fc1": False})
+    _, labels = _labels(tmp_path, stats, _loss("learning"), manifest)
+    assert "no_gradient" not in labels
+
+
+def test_stale_gradients_grow_linearly_while_loss_does_not_improve(tmp_path):
+    grad_norm = (1.0 + np.arange(STEPS)) * _noise(7, 0.02)
+    extra = [scalar_rows("grad_norm", grad_norm)]
+    _, labels = _labels(tmp_path, _layers(), _loss("flat"), extra_scalars=extra)
+    assert "stale_gradients" in labels
+    _, labels = _labels(tmp_path / "ok", _layers(), _loss("flat"),
+                        extra_scalars=[scalar_rows("grad_norm", _noise(8))])
+    assert "stale_gradients" not in labels
+
+
+def test_vanishing_gradient_in_the_first_layer(tmp_path):
+    stats = _layers(names=("fc1", "fc2", "fc3"), grad=[1e-7, 1e-3, 1.0])
+    analysis, labels = _labels(tmp_path, stats, _loss("flat"), _manifest(("fc1", "fc2", "fc3")))
+    assert "vanishing_gradient" in labels
+    finding = next(f for f in analysis.findings if f.label == "vanishing_gradient")
+    assert finding.tensors[0] == "fc1.weight"
+
+
+def test_dead_units(tmp_path):
+    _, labels = _labels(tmp_path, _layers(zero_frac=0.97), _loss("flat"))
+    assert "dead_units" in labels
+    _, labels = _labels(tmp_path / "ok", _layers(zero_frac=0.5), _loss("learning"))
+    assert "dead_units" not in labels
+
+
+def test_saturated_units(tmp_path):
+    _, labels = _labels(tmp_path, _layers(act_sat=0.8), _loss("flat"))
+    assert "saturated_units" in labels
+
+
+@pytest.mark.parametrize("ratio,label", [(1e-7, "lr_too_low"), (1e-3, None)])
+def test_lr_too_low_from_update_ratio(tmp_path, ratio, label):
+    _, labels = _labels(tmp_path, _layers(ratio=ratio), _loss("flat"))
+    assert ("lr_too_low" in labels) == (label is not None)
+
+
+def test_unscaled_inputs(tmp_path):
+    stats = _layers()
+    inputs = stats["role"] == "input"
+    stats.loc[inputs, "max_abs"] = 3600.0
+    stats.loc[inputs, "mean"] = 1800.0
+    _, labels = _labels(tmp_path, stats, _loss("learning"))
+    assert "unscaled_inputs" in labels
+
+
+@pytest.mark.parametrize("std,expected", [(0.0, True), (1e-4, True), (0.1, False)])
+def test_poor_init_from_weight_scale(tmp_path, std, expected):
+    # fan_in 64: std 0.1 → std·sqrt(fan_in) = 0.8, within the usual schemes.
+    _, labels = _labels(tmp_path, _layers(param_std=std), _loss("learning"))
+    assert ("poor_init" in labels) == expected
+
+
+def test_loss_plateau(tmp_path):
+    _, labels = _labels(tmp_path, _layers(), _loss("flat"))
+    assert "loss_plateau" in labels
+
+
+def test_recovered_loss_spike_is_informational(tmp_path):
+    loss = _loss("learning")
+    at = int(np.random.default_rng(3).integers(40, 90))
+    loss[at] *= 50
+    analysis, labels = _labels(tmp_path, _layers(), loss)
+    assert analysis.verdict == "healthy"
+    spike = next(f for f in analysis.findings if f.label == "loss_spike_recovered")
+    assert spike.step == at
+
+
+def test_nonfinite_input(tmp_path):
+    stats = _layers()
+    at = 70
+    bad = (stats["role"] == "input") & (stats["step"] == at)
+    stats.loc[bad, "nonfinite"] = 5
+    analysis, labels = _labels(tmp_path, stats, _loss("learning"))
+    assert "nonfinite_input" in labels
+    assert analysis.first_nonfinite.step == at and analysis.first_nonfinite.role == "input"
+
+
+@pytest.mark.parametrize("t0", [37, 81])
+def test_finite_divergence_is_found_without_any_nan(tmp_path, t0):
+    # The grad of fc2.weight jumps ×53 at t0 and grows; everything else follows from t0 + 1.
+    stats = _layers()
+    step = stats["step"]
+    culprit = (stats["role"] == "grad") & (stats["name"] == "fc2.weight")
+    followers = stats["role"].isin(["grad", "param", "activation", "update"]) & ~culprit
+    stats.loc[culprit & (step >= t0), "norm"] *= 53 * 10.0 ** (0.5 * (step - t0))
+    later = followers & (step > t0)
+    for column in ("norm", "max_abs"):
+        stats.loc[later, column] *= 10.0 ** (0.5 * (step[later] - t0))
+    loss = _loss("learning")
+    loss[t0 + 1:] *= 10.0 ** (0.8 * np.arange(1, STEPS - t0))
+    analysis, labels = _labels(tmp_path, stats, loss)
+    assert analysis.verdict == "diverged" and analysis.first_nonfinite is None
+    assert analysis.onset.step == t0
+    assert (analysis.ranking[0].tensor, analysis.ranking[0].role) == ("fc2.weight", "grad")
+    assert analysis.ranking[0].jump == pytest.approx(53, rel=0.3)
+    assert {"diverged", "exploding_gradient"} <= labels
+    diverged = next(f for f in analysis.findings if f.label == "diverged")
+    assert "max_norm=" in diverged.fix
+    assert any("fc2.weight" in sentence and f"step {t0}" in sentence for sentence in analysis.chain)
