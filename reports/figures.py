@@ -47,6 +47,14 @@ class Markers:
     first_nonfinite: int | None = None
     events: tuple[tuple[int, str], ...] = ()
 
+    def within(self, lo: int, hi: int) -> Markers:
+        """The markers a plot of steps lo..hi can show (others would stretch its axis)."""
+        inside = lambda step: step is not None and lo <= step <= hi  # noqa: E731
+        return Markers(self.onset if inside(self.onset) else None,
+                       self.onset_interval if inside(self.onset) else None,
+                       self.first_nonfinite if inside(self.first_nonfinite) else None,
+                       tuple(e for e in self.events if inside(e[0])))
+
 
 @dataclass(frozen=True)
 class Panel:
@@ -56,6 +64,14 @@ class Panel:
     ylabel: str
     series: dict[str, pd.Series] = field(default_factory=dict)
     log: bool = True
+
+
+def _margins(fig: Figure, *, left_in: float, axes_height_in: float, right_in: float = 0.15,
+             gap_in: float = 0.55) -> None:
+    """Fixed margins in inches: much cheaper than constrained layout, which redraws every text."""
+    width, height = fig.get_size_inches()
+    fig.subplots_adjust(left=left_in / width, right=1 - right_in / width, bottom=0.45 / height,
+                        top=1 - 0.3 / height, hspace=gap_in / max(axes_height_in, 0.5))
 
 
 def _png(fig: Figure) -> bytes:
@@ -101,16 +117,22 @@ def _plot_series(ax, name: str, series: pd.Series, log: bool) -> None:
                 transform=top, ms=5)
 
 
+def _loggable(arrays: list[np.ndarray]) -> bool:
+    """Log scale fits norms and losses (zeros are left out); a negative value needs a linear axis."""
+    values = np.concatenate(arrays) if arrays else np.array([])
+    values = values[np.isfinite(values)]
+    return bool((values > 0).any() and not (values < 0).any())
+
+
 def line_panels(panels: list[Panel], markers: Markers, *, panel_height: float = 2.4) -> bytes:
     """Stacked panels sharing the step axis, each with the onset/non-finite/event markers."""
     with matplotlib.rc_context(_STYLE):
-        fig = Figure(figsize=(_WIDTH_IN, panel_height * len(panels) + 0.4), layout="constrained")
+        fig = Figure(figsize=(_WIDTH_IN, panel_height * len(panels) + 0.4))
         FigureCanvasAgg(fig)
         axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+        _margins(fig, left_in=0.8, axes_height_in=panel_height - 0.45)
         for index, (ax, panel) in enumerate(zip(axes, panels)):
-            log = panel.log and all(
-                (s[np.isfinite(s.to_numpy(dtype=float))] > 0).all() for s in panel.series.values()
-            )
+            log = panel.log and _loggable([s.to_numpy(dtype=float) for s in panel.series.values()])
             for name, series in panel.series.items():
                 _plot_series(ax, name, series, log)
             if log:
@@ -130,9 +152,12 @@ def heatmap(matrices: list[tuple[str, pd.DataFrame, pd.DataFrame]], markers: Mar
     rows = max(len(values.index) for _, values, _ in matrices)
     height = min(max(1.6 + 0.16 * rows, 2.6), 9.0)
     with matplotlib.rc_context({**_STYLE, "axes.grid": False}):
-        fig = Figure(figsize=(_WIDTH_IN, height * len(matrices)), layout="constrained")
+        fig = Figure(figsize=(_WIDTH_IN, height * len(matrices)))
         FigureCanvasAgg(fig)
         axes = fig.subplots(len(matrices), 1, squeeze=False)[:, 0]
+        longest = max(len(_label(n)) for _, values, _ in matrices for n in values.index)
+        _margins(fig, left_in=min(0.3 + 0.06 * longest, 3.2), axes_height_in=height - 0.9, right_in=0.55,
+                 gap_in=0.8)
         for ax, (title, values, nonfinite) in zip(axes, matrices):
             steps = values.columns.to_numpy()
             half = (steps[1] - steps[0]) / 2 if len(steps) > 1 else 0.5

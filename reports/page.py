@@ -139,9 +139,9 @@ def key_facts(analysis) -> list[Fact]:
             facts.append(Fact("Lead time", f"{onset.lead_steps} steps before the first non-finite value"))
     if first is not None:
         facts.append(Fact("First non-finite", f"step {first.step}: {_tensor_label(first.tensor, first.role, first.key)}"))
-    event = _event_near_onset(analysis)
+    event = _event_before_onset(analysis)
     if event:
-        facts.append(Fact("Event near onset", event))
+        facts.append(Fact("Last event before onset", event))
     for finding in analysis.findings:
         if finding.label not in ("diverged", "healthy"):
             facts.append(Fact("Diagnosis", f"{clean(finding.label)} ({fmt_step(finding.step)})"
@@ -155,16 +155,17 @@ def key_facts(analysis) -> list[Fact]:
     return facts
 
 
-def _event_near_onset(analysis) -> str:
+def _event_before_onset(analysis) -> str:
+    """The last recorded event at or before the onset interval: a likely trigger, with its distance."""
     if analysis.onset is None:
         return ""
     events = analysis.run.events()
-    lo, hi = analysis.onset.interval
-    near = events[(events["step"] >= lo - 5) & (events["step"] <= hi)]
-    if near.empty:
+    before = events[events["step"] <= analysis.onset.interval[1]]
+    if before.empty:
         return ""
-    row = near.iloc[-1]
-    return f"{_name(row['kind'])} at step {int(row['step'])} ({analysis.onset.step - int(row['step'])} steps before the onset)"
+    row = before.iloc[-1]
+    gap = analysis.onset.step - int(row["step"])
+    return f"{_name(row['kind'])} at step {int(row['step'])} ({gap} steps before the onset)"
 
 
 def _step_count(run) -> int:
@@ -201,7 +202,7 @@ def _window(analysis, steps: np.ndarray) -> tuple[int, int]:
         return first_step, last_step
     lo, hi = (int(v) for v in analysis.onset.interval)
     end = analysis.first_nonfinite.step if analysis.first_nonfinite is not None else last_step
-    span = max(int(end) - lo, hi - lo, 10)
+    span = max(int(end) - lo, hi - lo, 15)
     return max(first_step, lo - 2 * span), min(last_step, int(end) + max(span // 4, 3))
 
 
@@ -277,7 +278,7 @@ def _heatmap(analysis, markers: Markers, window: tuple[int, int], order: dict[st
     updates = stats[stats["role"] == "update"]
     if not updates.empty and updates["ratio"].notna().any():
         matrices.append(("log10 update / parameter ratio (healthy ≈ -3)", *_matrix(updates, "ratio", rows, log=True)))
-    png = figures.heatmap(matrices, markers)
+    png = figures.heatmap(matrices, markers.within(*window))
     where = (f"steps {window[0]}–{window[1]} around the onset" if analysis.onset is not None
              else f"the whole run (steps {window[0]}–{window[1]})")
     text = f"Per-tensor gradient norm and update/parameter ratio over {where}, tensors in model order."
@@ -319,15 +320,16 @@ def _top_tensors(analysis, markers: Markers, window: tuple[int, int], order: dic
         modules = _ordered(modules, order)
         panels.append(Panel("Activations: largest absolute value", "max |a|",
                             {m: _series(activations[activations["name"] == m], "max_abs") for m in modules}))
-        panels.append(Panel("Activations: fraction of zeros (dead units)", "fraction",
-                            {m: _series(activations[activations["name"] == m], "zero_frac") for m in modules}, log=False))
+        if activations["zero_frac"].max() > 0.05:  # a flat zero line (LeakyReLU, Tanh) tells nothing
+            panels.append(Panel("Activations: fraction of zeros (dead units)", "fraction",
+                                {m: _series(activations[activations["name"] == m], "zero_frac") for m in modules}, log=False))
         if activations["sat_frac"].notna().any():
             bounded = [m for m in modules if activations.loc[activations["name"] == m, "sat_frac"].notna().any()]
             panels.append(Panel("Activations: fraction saturated", "fraction",
                                 {m: _series(activations[activations["name"] == m], "sat_frac") for m in bounded}, log=False))
     if not panels:
         return None
-    png = figures.line_panels(panels, markers, panel_height=2.1)
+    png = figures.line_panels(panels, markers.within(*window), panel_height=2.1)
     title = "Top-ranked tensors" if analysis.ranking else "Selected tensors"
     return Section("tensors", f"{title}: optimizer state and activations", figures=(
         Figure(title, png, "Norms of parameters, gradients, updates, optimizer state and activation statistics"),))
