@@ -12,7 +12,14 @@ from . import diagnoses
 from .findings import Finding, FirstNonfinite, Onset, RankedTensor
 from .loading import Run, load_run
 from .manifest import manifest_order
-from .ranking import diverging, first_nonfinite, fit_breaks, rank, run_onset
+from .ranking import (
+    diverging,
+    first_nonfinite,
+    fit_breaks,
+    nonfinite_beyond_inputs,
+    rank,
+    run_onset,
+)
 from .series import read_series
 from .story import chain_sentences
 
@@ -65,12 +72,13 @@ def analyze(run: Run | str | Path) -> Analysis:
     scaled = bool((scalars["name"] == "grad_scale").any())
     first = first_nonfinite(table, scalars, tie_order, ignore_grads=scaled)
     breaks = fit_breaks(table, scalars, first.step if first else None)
-    onset, involved = run_onset(breaks, first, tie_order)
-    diverged = bool(diverging(breaks)) or (first is not None and first.role not in ("input", "target"))
+    leaders = diverging(breaks, scalars)
+    onset, involved = run_onset(breaks, leaders, first, tie_order)
+    diverged = bool(leaders) or nonfinite_beyond_inputs(table, scalars, ignore_grads=scaled)
     ranking = rank(involved, first) if diverged else []
     evidence = diagnoses.Evidence(
         table=table,
-        summary=diagnoses.summarize(table),
+        summary=diagnoses.summarize(table, before=onset.step if diverged and onset else None),
         scalars=scalars,
         events=events,
         manifest=run.manifest,

@@ -38,6 +38,8 @@ PLATEAU_IMPROVEMENT = 0.01  # loss improved < 1 % first → last quarter (LossNo
 UNSCALED_MAX_ABS = 20.0  # inputs an order of magnitude beyond [-1, 1] (seed 002)
 UNSCALED_ABS_MEAN = 5.0  # seed 002: "si la media es 500.0 en lugar de cerca de 0.0"
 INIT_SCALE_RANGE = (0.05, 10.0)  # std·sqrt(fan_in); PyTorch default 0.58, Kaiming 1.41
+SILENT_MIN_STEPS = 5  # a final stretch of zero/missing values at least this long...
+SILENT_MIN_SHARE = 0.1  # ...and at least this share of the run
 STALE_CORRELATION = 0.9  # grad norm ~ linear in step (missing zero_grad accumulates grads)
 STALE_GROWTH = 5.0
 SPIKE_FACTOR = 10.0  # Megatron-LM style: 10× the recent level
@@ -79,13 +81,24 @@ def _median(values: np.ndarray) -> float:
     return float(np.median(values[::stride]))
 
 
-def summarize(table: SeriesTable) -> pd.DataFrame:
-    """One row per series: sizes, early/late/median magnitude, and per-role statistics."""
+def summarize(table: SeriesTable, before: int | None = None) -> pd.DataFrame:
+    """One row per series: sizes, early/late/median magnitude, and per-role statistics.
+
+    `before` limits the summary to the steps before it (the healthy phase of a diverged run).
+    `silent_from` is the first step of a final stretch where the series is zero or missing
+    (a gradient that stopped arriving, an update that stopped), `silent_share` its share.
+    """
     rows = []
     for index, key in enumerate(table.keys):
         sl = table.rows(index)
         steps, mag = table.step[sl], table.magnitude[sl]
-        finite = np.isfinite(mag) & (table.nonfinite[sl] == 0)
+        if before is not None:
+            keep = steps < before
+            steps, mag = steps[keep], mag[keep]
+        silent = (mag == 0) | (np.isnan(mag) & (table.nonfinite[sl][: len(mag)] == 0))
+        live = np.flatnonzero(~silent)
+        silent_start = int(live[-1]) + 1 if len(live) else 0
+        finite = np.isfinite(mag) & (table.nonfinite[sl][: len(mag)] == 0)
         values = mag[finite]
         n = len(values)
         quarter = max(1, n // 4)
@@ -99,9 +112,11 @@ def summarize(table: SeriesTable) -> pd.DataFrame:
             "median": _median(values),
             "zero_share": float(np.mean(values == 0)) if n else np.nan,
             "nonfinite_rows": int(np.sum(table.nonfinite[sl] > 0)),
+            "silent_from": int(steps[silent_start]) if silent_start < len(steps) else None,
+            "silent_share": (len(steps) - silent_start) / len(steps) if len(steps) else np.nan,
         }
         for column in AUX_COLUMNS.get(key.role, ()):
-            aux = table.column(index, column)
+            aux = table.column(index, column)[: len(mag)]
             aux = aux[np.isfinite(aux)]
             row[f"{column}_median"] = _median(aux)
             row[f"{column}_first"] = float(aux[0]) if len(aux) else np.nan
@@ -174,21 +189,23 @@ def _lr(scalars: pd.DataFrame) -> float | None:
 
 
 def detect_nonfinite_input(ev: Evidence) -> list[Finding]:
-    bad = ev.summary[ev.summary["role"].isin(["input", "target"]) & (ev.summary["nonfinite_rows"] > 0)] \
-        if not ev.summary.empty else ev.summary
-    if bad.empty:
+    table = ev.table
+    steps: set[int] = set()
+    tensors = []
+    for index in [*table.indices("input"), *table.indices("target")]:
+        rows = table.rows(index)
+        bad = table.step[rows][table.nonfinite[rows] > 0]
+        if len(bad):
+            steps.update(bad.tolist())
+            tensors.append(table.keys[index].name)
+    if not steps:
         return []
-    index = {(k.role, k.name): i for i, k in enumerate(ev.table.keys)}
-    steps = []
-    for role, name in zip(bad["role"], bad["name"]):
-        sl = ev.table.rows(index[(role, name)])
-        steps.extend(ev.table.step[sl][ev.table.nonfinite[sl] > 0].tolist())
-    steps = sorted(set(steps))
+    ordered = sorted(steps)
     return [Finding(
         label="nonfinite_input",
-        step=steps[0],
-        tensors=sorted(bad["name"].tolist()),
-        evidence={"steps_with_nonfinite_batches": steps[:20], "batches": len(steps)},
+        step=ordered[0],
+        tensors=sorted(tensors),
+        evidence={"steps_with_nonfinite_batches": ordered[:20], "batches": len(ordered)},
         fix="Repair or drop the rows holding NaN/inf in the data pipeline (check "
             "torch.isnan(x).any() / torch.isinf(x).any() on each batch before the forward pass).",
     )]
@@ -266,54 +283,71 @@ def _culprits(ev: Evidence) -> list[str]:
     return tensors[:3]
 
 
+def _silent(frame: pd.DataFrame) -> pd.Series:
+    """Series that went silent (zero or missing) for a final stretch long enough to matter."""
+    stretch = frame["silent_share"] * frame["steps"]
+    return frame["silent_from"].notna() & (stretch >= SILENT_MIN_STEPS) & (frame["silent_share"] >= SILENT_MIN_SHARE)
+
+
 def detect_no_gradient(ev: Evidence) -> list[Finding]:
     grads = _role(ev.summary, "grad")
     if grads.empty:
         return []
+    silent = grads[_silent(grads)]
+    # Parameters frozen on purpose from the first step (requires_grad=False) are not a fault.
     frozen = frozen_parameters(ev.manifest)
-    missing = grads[((grads["grad_none_median"] >= 1.0) | (grads["zero_share"] >= 0.99))
-                    & ~grads["name"].isin(frozen)]
-    if missing.empty:
+    silent = silent[~(silent["name"].isin(frozen) & (silent["silent_from"] == silent["first_step"]))]
+    if silent.empty:
         return []
-    everything = len(missing) == len(grads)
+    order = manifest_order(ev.manifest)
+    silent = silent.assign(pos=silent["name"].map(lambda n: order.get(n, 10**6)))
+    silent = silent.sort_values(["silent_from", "pos", "name"], kind="stable")
+    everything = len(silent) == len(grads)
     where = "the loss is not connected to any parameter" if everything else \
-        "these parameters never receive a gradient while the rest of the model does"
+        "these parameters stopped receiving a gradient while the rest of the model still does"
+    marked_frozen = sorted(set(silent["name"]) & frozen)
+    fix = (f"{where}: remove the .detach() / torch.no_grad() / .item() that cuts the graph "
+           "before these layers")
+    if marked_frozen:
+        fix += f"; {', '.join(marked_frozen)} have requires_grad=False: unfreeze them if they should learn"
     return [Finding(
-        "no_gradient", None, sorted(missing["name"].tolist()),
-        {"parameters_without_gradient": len(missing), "parameters": len(grads),
-         "grad_none_share": float(missing["grad_none_median"].fillna(0).mean())},
-        f"{where}: remove the .detach() / torch.no_grad() / .item() that cuts the graph before "
-        "these layers; if they are frozen on purpose, set requires_grad=False and leave them "
-        "out of the optimizer.",
+        "no_gradient", int(silent["silent_from"].min()), silent["name"].tolist(),
+        {"parameters_without_gradient": len(silent), "parameters": len(grads),
+         "since_step": {n: int(v) for n, v in zip(silent["name"], silent["silent_from"])},
+         "requires_grad_false": marked_frozen},
+        fix,
     )]
-
-
 
 
 def detect_no_update(ev: Evidence) -> list[Finding]:
     grads = _role(ev.summary, "grad")
-    if grads.empty or not (grads["median"] > 0).any():
+    if grads.empty:
         return []
+    live_grads = grads[~_silent(grads) & (grads["median"] > 0)]
     updates = _role(ev.summary, "update")
-    params = _role(ev.summary, "param")
     lr = _lr(ev.scalars)
     if not updates.empty:
-        live = updates[updates["name"].isin(grads.loc[grads["median"] > 0, "name"])]
-        if live.empty or (live["zero_share"] < 0.99).any():
+        stuck = updates[_silent(updates) & updates["name"].isin(live_grads["name"])]
+        if stuck.empty:
             return []
-        evidence = {"update_norm_zero_share": float(live["zero_share"].min()),
-                    "grad_norm_median": float(grads["median"].median()), "lr": lr}
-    elif not params.empty and (params["steps"] >= _MIN_STEPS).all():
-        moving = np.abs(params["late"] - params["early"]) > 1e-7 * np.abs(params["early"])
-        if moving.any():
-            return []
-        evidence = {"param_norm_change": 0.0, "grad_norm_median": float(grads["median"].median()),
-                    "lr": lr}
+        since = int(stuck["silent_from"].min())
+        evidence = {"parameters_not_updated": len(stuck), "parameters_with_gradients": len(live_grads),
+                    "since_step": since, "lr": lr,
+                    "grad_norm_median": float(live_grads["median"].median())}
+        tensors = sorted(stuck["name"])
     else:
-        return []
+        params = _role(ev.summary, "param")
+        if params.empty or (params["steps"] < _MIN_STEPS).any():
+            return []
+        if (np.abs(params["late"] - params["early"]) > 1e-7 * np.abs(params["early"])).any():
+            return []
+        since = int(params["first_step"].min())
+        evidence = {"param_norm_change": 0.0, "lr": lr,
+                    "grad_norm_median": float(live_grads["median"].median()) if len(live_grads) else None}
+        tensors = sorted(params["name"])
     fix = "set a learning rate above 0" if lr == 0 else \
-        "call optimizer.step() after loss.backward() in every step (and optimizer.zero_grad() before the backward)"
-    return [Finding("no_update", None, sorted(grads["name"].tolist())[:10], evidence, fix)]
+        "call optimizer.step() after loss.backward() in every step"
+    return [Finding("no_update", since, tensors[:10], evidence, fix)]
 
 
 def detect_stale_gradients(ev: Evidence) -> list[Finding]:

@@ -19,6 +19,8 @@ __all__ = [
     "run_onset",
     "rank",
     "is_loss",
+    "diverging",
+    "nonfinite_beyond_inputs",
 ]
 
 # Within one step, data flows input → params → activations → loss → grads → state → update;
@@ -29,6 +31,12 @@ CAUSAL_ORDER = {
 }
 _FITTED_ROLES = ("param", "grad", "update", "state", "activation")
 _SPREAD_STEPS = 50
+ABRUPT_PARAM_JUMP = 10.0  # a parameter norm never moves ×10 in one healthy step
+LOSS_RECOVERED_FACTOR = 2.0
+_LOSS_WINDOW = 10
+SHARP_JUMP = 2.0  # a visible jump at the break...
+SHARP_GROWTH = 1.1  # ...or growth doubling in ≤ 7 steps
+PRECURSOR_STEPS = 3
 
 
 @dataclass(frozen=True)
@@ -112,36 +120,67 @@ def _fit_before(label, steps, values, nonfinite, cut) -> SeriesBreak | None:
     return analyse_series(label, steps[keep], values[keep])
 
 
-def diverging(breaks: list[TensorBreak]) -> list[TensorBreak]:
-    """Series whose divergence makes the run diverged (updates follow the LR schedule, so a
-    warm-up alone never counts; activations count only through what they do to the rest)."""
-    return [
-        b for b in breaks
-        if b.fit.credible and b.fit.diverges and b.role in ("scalar", "param", "grad", "state")
-    ]
+def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame) -> list[TensorBreak]:
+    """Series whose break makes the run diverged.
+
+    Either a loss, gradient or parameter series ends ≥ 100× above its stable level, or a parameter jumped ≥ 10× in one step and stayed there
+    while the loss never came back to its level before the jump (a destroyed model that stays
+    finite).
+    """
+    found = []
+    for b in breaks:
+        if not b.fit.credible:
+            continue
+        # Updates follow the LR schedule (a warm-up is no divergence), Adam's moments start
+        # from zero and grow for hundreds of steps by design, and activations count through
+        # what they do to the rest: none of them decides on its own.
+        if b.fit.diverges and b.role in ("scalar", "param", "grad"):
+            found.append(b)
+        elif (b.role == "param" and b.fit.jump >= ABRUPT_PARAM_JUMP
+              and b.fit.final_level >= ABRUPT_PARAM_JUMP * b.fit.stable_level
+              and not _loss_recovered(scalars, b.fit.onset_step)):
+            found.append(b)
+    return found
+
+
+def _loss_recovered(scalars: pd.DataFrame, step: int) -> bool:
+    """Is the loss at the end of the run within 2× of its level just before `step`?"""
+    names = [n for n in scalars["name"].unique() if is_loss(str(n))]
+    if not names:
+        return True  # nothing says the model was hurt
+    loss = scalars[scalars["name"] == ("loss" if "loss" in names else sorted(names)[0])]
+    before = loss.loc[loss["step"] < step, "value"].tail(_LOSS_WINDOW).to_numpy(np.float64)
+    after = loss.loc[loss["step"] >= step, "value"].tail(_LOSS_WINDOW).to_numpy(np.float64)
+    if len(before) == 0 or len(after) == 0:
+        return True
+    if not np.all(np.isfinite(after)):
+        return False
+    return float(np.median(after)) <= LOSS_RECOVERED_FACTOR * abs(float(np.median(before)))
 
 
 def run_onset(
-    breaks: list[TensorBreak], first: FirstNonfinite | None, tie_order: dict[str, int]
+    breaks: list[TensorBreak], leaders: list[TensorBreak], first: FirstNonfinite | None,
+    tie_order: dict[str, int],
 ) -> tuple[Onset | None, list[TensorBreak]]:
     """The run's onset and the amplified series that belong to the divergence.
 
-    Precursors may lead the earliest diverging series by at most as long as the divergence
-    then took to show (and by at least a few steps); older breaks are other stories.
+    Precursors (an update that jumped with the LR one step before the parameters followed)
+    may lead the earliest diverging series by a few steps; older breaks are other stories.
     """
-    leaders = diverging(breaks)
     if not leaders:
         if first is None:
             return None, []
         onset = Onset(first.step, (first.step, first.step), f"{first.role} {first.tensor}",
                       None, None, None, 0)
         return onset, []
-    earliest = min(b.fit.onset_step for b in leaders)
-    end = first.step if first is not None else max(b.fit.onset_step for b in leaders)
-    lookback = max(5, end - earliest)
+    # Slow drifts (a parameter norm creeping up while the model learns) also end far above
+    # their start; the onset is where amplification became sharp, if any series shows it.
+    sharp = [b for b in leaders if _sharp(b)] or leaders
+    earliest = min(b.fit.onset_step for b in sharp)
     involved = [
         b for b in breaks
-        if b.fit.amplified and b.fit.onset_step >= earliest - lookback
+        if b.fit.amplified and (_sharp(b) or b in sharp)
+        and b.fit.onset_step >= earliest - PRECURSOR_STEPS
         and (b in leaders or b.role != "scalar")
     ]
     involved.sort(key=lambda b: _rank_key(b, tie_order))
@@ -156,6 +195,21 @@ def run_onset(
         lead_steps=(first.step - top.fit.onset_step) if first is not None else None,
     )
     return onset, involved
+
+
+def _sharp(b: TensorBreak) -> bool:
+    return b.fit.jump >= SHARP_JUMP or b.fit.growth_per_step >= SHARP_GROWTH
+
+
+def nonfinite_beyond_inputs(table: SeriesTable, scalars: pd.DataFrame, *, ignore_grads: bool) -> bool:
+    """Did NaN/inf reach the model (anything but the data), or the loss?"""
+    rows = np.flatnonzero(table.nonfinite > 0)
+    series = np.unique(np.searchsorted(table.offsets, rows, side="right") - 1)
+    ignored = {"input", "target", *(("grad",) if ignore_grads else ())}
+    if any(table.keys[i].role not in ignored for i in series):
+        return True
+    loss = scalars[scalars["name"].isin([n for n in scalars["name"].unique() if is_loss(str(n))])]
+    return bool((~np.isfinite(loss["value"].to_numpy(np.float64))).any())
 
 
 def _rank_key(b: TensorBreak, tie_order: dict[str, int]):
