@@ -403,7 +403,7 @@ DEEP_STEPS = 150
 
 
 def _deep_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expected:
-    """Seed 003: an 8-block LeakyReLU(0.2) MLP on digits, SGD lr 0.05 momentum 0.9.
+    """Seed 003: an 8-block LeakyReLU(0.2) MLP on digits, SGD lr 0.01 momentum 0.9.
 
     `deep_vanishing`: weights N(0, 0.01²): the signal shrinks ×0.08 per layer, gradients vanish.
     `deep_kaiming`: the same net with the seed's fix, kaiming_normal_(a=0.2).
@@ -421,7 +421,7 @@ def _deep_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expe
             else:
                 nn.init.kaiming_normal_(layer.weight, a=0.2 if family == "deep_kaiming" else 0.0)
             nn.init.constant_(layer.bias, -4.0 if family == "deep_dead_relu" else 0.0)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     draw = batch_sampler(digits("flat"), 32, seed)
     outcome = train(run_dir, model, optimizer, draw, steps=DEEP_STEPS,
                     config={"scenario": scenario.name, "init": family}, recorder_options=recorder_options)
