@@ -19,7 +19,7 @@ from matplotlib.transforms import blended_transform_factory
 
 from reports.text import clean, shorten
 
-__all__ = ["Markers", "Panel", "line_panels", "heatmap", "DPI"]
+__all__ = ["Markers", "Panel", "Matrix", "line_panels", "heatmap", "DPI"]
 
 DPI = 90  # modest: a report holds ~8 figures and must stay well under 2 MB
 _WIDTH_IN = 11.0
@@ -36,6 +36,7 @@ _STYLE = {
 _ONSET_COLOUR = "#d97706"
 _NONFINITE_COLOUR = "#dc2626"
 _EVENT_COLOUR = "#4b5563"
+_ZERO_COLOUR = "#9ca3af"
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,15 @@ class Panel:
     ylabel: str
     series: dict[str, pd.Series] = field(default_factory=dict)
     log: bool = True
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Tensors × steps: values (NaN where no data) and masks of non-finite and exactly-zero cells."""
+
+    values: pd.DataFrame
+    nonfinite: pd.DataFrame
+    zero: pd.DataFrame
 
 
 def _margins(fig: Figure, *, left_in: float, axes_height_in: float, right_in: float = 0.15,
@@ -146,33 +156,36 @@ def line_panels(panels: list[Panel], markers: Markers, *, panel_height: float = 
         return _png(fig)
 
 
-def heatmap(matrices: list[tuple[str, pd.DataFrame, pd.DataFrame]], markers: Markers) -> bytes:
-    """Tensors × steps colour maps. Each entry: (title, values, nonfinite mask), both frames
-    indexed by tensor name with one column per step; NaN values are steps without data."""
-    rows = max(len(values.index) for _, values, _ in matrices)
+def heatmap(matrices: list[tuple[str, Matrix]], markers: Markers) -> bytes:
+    """Tensors × steps colour maps, one per (title, matrix); red cells hold non-finite values,
+    grey cells are exactly zero (no gradient, no update), white cells have no data."""
+    rows = max(len(matrix.values.index) for _, matrix in matrices)
     height = min(max(1.6 + 0.16 * rows, 2.6), 9.0)
     with matplotlib.rc_context({**_STYLE, "axes.grid": False}):
         fig = Figure(figsize=(_WIDTH_IN, height * len(matrices)))
         FigureCanvasAgg(fig)
         axes = fig.subplots(len(matrices), 1, squeeze=False)[:, 0]
-        longest = max(len(_label(n)) for _, values, _ in matrices for n in values.index)
+        longest = max(len(_label(n)) for _, matrix in matrices for n in matrix.values.index)
         _margins(fig, left_in=min(0.3 + 0.06 * longest, 3.2), axes_height_in=height - 0.9, right_in=0.55,
                  gap_in=0.8)
-        for ax, (title, values, nonfinite) in zip(axes, matrices):
-            steps = values.columns.to_numpy()
+        for ax, (title, matrix) in zip(axes, matrices):
+            steps = matrix.values.columns.to_numpy()
             half = (steps[1] - steps[0]) / 2 if len(steps) > 1 else 0.5
-            extent = (steps[0] - half, steps[-1] + half, len(values.index) - 0.5, -0.5)
-            image = ax.imshow(values.to_numpy(dtype=float), aspect="auto", interpolation="nearest",
+            extent = (steps[0] - half, steps[-1] + half, len(matrix.values.index) - 0.5, -0.5)
+            image = ax.imshow(matrix.values.to_numpy(dtype=float), aspect="auto", interpolation="nearest",
                               extent=extent, cmap="viridis")
-            mask = nonfinite.to_numpy(dtype=bool)
-            if mask.any():
-                ax.imshow(np.where(mask, 1.0, np.nan), aspect="auto", interpolation="nearest",
-                          extent=extent, cmap=ListedColormap([_NONFINITE_COLOUR]), vmin=0, vmax=1)
-            ax.set_yticks(range(len(values.index)), [_label(n) for n in values.index],
-                          fontsize=7 if len(values.index) <= 40 else 5)
-            ax.set_title(_label(title) + ("  (red: non-finite values)" if mask.any() else ""), loc="left")
+            notes = []
+            for mask, colour, note in ((matrix.zero, _ZERO_COLOUR, "grey: exactly 0"),
+                                       (matrix.nonfinite, _NONFINITE_COLOUR, "red: non-finite values")):
+                cells = mask.to_numpy(dtype=bool)
+                if cells.any():
+                    ax.imshow(np.where(cells, 1.0, np.nan), aspect="auto", interpolation="nearest",
+                              extent=extent, cmap=ListedColormap([colour]), vmin=0, vmax=1)
+                    notes.append(note)
+            ax.set_yticks(range(len(matrix.values.index)), [_label(n) for n in matrix.values.index],
+                          fontsize=7 if len(matrix.values.index) <= 40 else 5)
+            ax.set_title(_label(title, 110) + (f"  ({'; '.join(notes)})" if notes else ""), loc="left")
             ax.set_xlabel("step")
             fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
-            _mark(ax, Markers(markers.onset, None, markers.first_nonfinite, markers.events),
-                  first=False)
+            _mark(ax, Markers(markers.onset, None, markers.first_nonfinite, markers.events), first=False)
         return _png(fig)

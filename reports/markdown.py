@@ -31,11 +31,12 @@ def render_markdown(analysis, *, report_name: str = "report.html") -> str:
     run_name = os.path.basename(os.path.normpath(str(analysis.run.path)))
     lines = [f"### postmortem: {_md(shorten(run_name, 80))}: {analysis.verdict.replace('_', ' ')}", "",
              _md(headline(analysis)), "", "| | |", "|---|---|"]
-    lines += [f"| {_md(f.label)} | {_md(f.value)} |" for f in key_facts(analysis)[:10]]
+    facts = [f for f in key_facts(analysis) if f.label != "Verdict"]  # the title says it
+    lines += [f"| {_md(f.label)} | {_md(f.value)} |" for f in facts[:8]]
     fixes = [f for f in analysis.findings if f.fix and f.label != "healthy"]
     if analysis.chain:
         lines += ["", "**What amplified first**", ""]
-        lines += [f"{i}. {_md(shorten(link, 200))}" for i, link in enumerate(analysis.chain[:4], 1)]
+        lines += [f"{i}. {_md(shorten(link, 200))}" for i, link in enumerate(analysis.chain[:3], 1)]
     if fixes:
         lines += ["", "**Diagnoses**", ""]
         lines += [f"- **{_md(f.label)}** ({fmt_step(f.step)}): {_md(shorten(f.fix, 240))}" for f in fixes[:5]]

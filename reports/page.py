@@ -146,6 +146,8 @@ def key_facts(analysis) -> list[Fact]:
         if finding.label not in ("diverged", "healthy"):
             facts.append(Fact("Diagnosis", f"{clean(finding.label)} ({fmt_step(finding.step)})"
                               if finding.step is not None else clean(finding.label)))
+    if analysis.verdict != "diverged":
+        facts += _training_facts(analysis.run)
     manifest = analysis.run.manifest or {}
     facts.append(Fact("Steps recorded", str(_step_count(analysis.run))))
     status = clean(manifest.get("status", "unknown (no manifest)"))
@@ -153,6 +155,30 @@ def key_facts(analysis) -> list[Fact]:
         status += f": {_name(manifest['exception'].get('type'))}"
     facts.append(Fact("Run status", status))
     return facts
+
+
+def _training_facts(run) -> list[Fact]:
+    """How training went when nothing blew up: loss start → end, learning rate, update size."""
+    scalars = run.scalars()
+    facts = []
+    for name in [n for n in scalars["name"].unique() if _is_loss(n)][:3]:
+        loss = _series(scalars[scalars["name"] == name], "value").dropna()
+        if len(loss) >= 2:
+            n = max(1, min(10, len(loss) // 10))
+            facts.append(Fact(f"{_name(name)} (median of first → last {n} steps)",
+                              f"{fmt_number(loss.iloc[:n].median())} → {fmt_number(loss.iloc[-n:].median())}"))
+    lr = _series(scalars[scalars["name"] == "lr"], "value").dropna()
+    if len(lr):
+        facts.append(Fact("Learning rate", fmt_number(lr.iloc[0]) if lr.nunique() == 1
+                          else f"{fmt_number(lr.iloc[0])} → {fmt_number(lr.iloc[-1])}"))
+    ratio = run.stats(roles=["update"], columns=["ratio"])["ratio"].dropna()
+    if len(ratio):
+        facts.append(Fact("Median update / parameter ratio", f"{fmt_number(ratio.median())} (≈1e-3 is typical)"))
+    return facts
+
+
+def _is_loss(name: object) -> bool:
+    return not str(name).startswith(_NOT_LOSSES)
 
 
 def _event_before_onset(analysis) -> str:
@@ -228,7 +254,7 @@ def _timeline(analysis, markers: Markers) -> Section | None:
     scalars = analysis.run.scalars()
     if scalars.empty:
         return None
-    names = [n for n in scalars["name"].unique() if not str(n).startswith(_NOT_LOSSES)]
+    names = [n for n in scalars["name"].unique() if _is_loss(n)]
     norms = [n for n in scalars["name"].unique() if str(n) == "grad_norm" or str(n).startswith("grad_norm.")]
     panels = []
     if names:
@@ -246,19 +272,20 @@ def _timeline(analysis, markers: Markers) -> Section | None:
         figures=(Figure("Timeline", png, "Losses, gradient norm and learning rate per step"),))
 
 
-def _matrix(frame: pd.DataFrame, column: str, rows: list[str], log: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _matrix(frame: pd.DataFrame, column: str, rows: list[str]) -> figures.Matrix:
+    """log10 of `column` as tensors × steps, with the non-finite and exactly-zero cells marked."""
     frame = frame.drop_duplicates(["step", "name"], keep="last")
-    values = frame.pivot(index="name", columns="step", values=column).reindex(rows)
+    values = frame.pivot(index="name", columns="step", values=column).reindex(rows).astype(float)
     nonfinite = frame.pivot(index="name", columns="step", values="nonfinite").reindex(rows).fillna(0) > 0
-    values = values.astype(float)
-    if log:
-        values = np.log10(values.where(values > 0))
+    zero = values == 0
+    values = np.log10(values.where(values > 0))
     if values.shape[1] > _MAX_HEATMAP_COLUMNS:  # bin steps; the max keeps spikes visible
         width = int(np.ceil(values.shape[1] / _MAX_HEATMAP_COLUMNS))
         bins = (values.columns - values.columns[0]) // width * width + values.columns[0]
         values = values.T.groupby(bins).max().T
         nonfinite = nonfinite.T.groupby(bins).any().T
-    return values.replace([np.inf, -np.inf], np.nan), nonfinite
+        zero = zero.T.groupby(bins).all().T
+    return figures.Matrix(values.replace([np.inf, -np.inf], np.nan), nonfinite, zero)
 
 
 def _heatmap(analysis, markers: Markers, window: tuple[int, int], order: dict[str, int]) -> Section | None:
@@ -274,10 +301,10 @@ def _heatmap(analysis, markers: Markers, window: tuple[int, int], order: dict[st
         keep = list(dict.fromkeys(ranked + rows))[:_MAX_HEATMAP_ROWS]
         hidden = len(rows) - len(keep)
         rows = _ordered(keep, order)
-    matrices = [("log10 gradient norm", *_matrix(grads, "norm", rows, log=True))]
+    matrices = [("log10 gradient norm", _matrix(grads, "norm", rows))]
     updates = stats[stats["role"] == "update"]
     if not updates.empty and updates["ratio"].notna().any():
-        matrices.append(("log10 update / parameter ratio (healthy ≈ -3)", *_matrix(updates, "ratio", rows, log=True)))
+        matrices.append(("log10 update / parameter ratio (typical ≈ -3)", _matrix(updates, "ratio", rows)))
     png = figures.heatmap(matrices, markers.within(*window))
     where = (f"steps {window[0]}–{window[1]} around the onset" if analysis.onset is not None
              else f"the whole run (steps {window[0]}–{window[1]})")
@@ -293,8 +320,9 @@ def _focus_tensors(analysis, names: set[str], order: dict[str, int]) -> list[str
     chosen = [r.tensor for r in analysis.ranking if r.role in ("param", "grad", "update", "state")]
     chosen += [t for f in analysis.findings for t in (f.tensors or [])]
     chosen = [t for t in dict.fromkeys(chosen) if t in names]
-    if not chosen:  # healthy: first, middle and last layer
+    if not chosen:  # healthy: first, middle and last layer, weights rather than biases
         ordered = _ordered(names, order)
+        ordered = [n for n in ordered if not n.endswith(".bias")] or ordered
         chosen = list(dict.fromkeys([ordered[0], ordered[len(ordered) // 2], ordered[-1]]))
     return chosen[:_TOP_TENSORS]
 
@@ -477,13 +505,16 @@ def build_page(analysis, *, progress: Callable[[str], None] | None = None, versi
     steps = run.scalars()["step"].to_numpy()
     window = _window(analysis, steps) if len(steps) else (0, 0)
     sections: list[Section | None] = []
-    for label, build in (("timeline", lambda: _timeline(analysis, markers)),
-                         ("heatmap", lambda: _heatmap(analysis, markers, window, order)),
-                         ("tensors", lambda: _top_tensors(analysis, markers, window, order)),
-                         ("ranking", lambda: _ranking(analysis)),
-                         ("diagnoses", lambda: _diagnoses(analysis)),
-                         ("inputs", lambda: _input_health(analysis, markers)),
-                         ("metadata", lambda: _metadata(analysis))):
+    builders = [("timeline", lambda: _timeline(analysis, markers)),
+                ("heatmap", lambda: _heatmap(analysis, markers, window, order)),
+                ("tensors", lambda: _top_tensors(analysis, markers, window, order)),
+                ("ranking", lambda: _ranking(analysis)),
+                ("diagnoses", lambda: _diagnoses(analysis)),
+                ("inputs", lambda: _input_health(analysis, markers)),
+                ("metadata", lambda: _metadata(analysis))]
+    if analysis.verdict == "not_learning":  # the diagnoses are the story: show them first
+        builders.insert(0, builders.pop(4))
+    for label, build in builders:
         report_progress(f"drawing {label}")
         sections.append(build())
     fixes = [f.fix for f in analysis.findings if f.fix and f.label != "healthy"]

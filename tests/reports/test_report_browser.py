@@ -43,9 +43,11 @@ def test_the_checker_sees_blocked_requests_and_console_errors(tmp_path):
     assert any("Content Security Policy" in error for error in seen.console_errors)
 
 
-def test_synthetic_report_renders_cleanly(tmp_path):
+def test_report_of_hostile_run_renders_cleanly(tmp_path):
+    """Module names carrying markup and scripts stay text in a real browser: nothing runs or loads."""
+    run_dir = write_run(tmp_path / "run", modules=("<script>console.error(1)</script>", "<img src=http://x.invalid/>", "fc2"))
     report = tmp_path / "report.html"
-    report.write_text(render_html(build_page(diverged_analysis(write_run(tmp_path / "run")))), encoding="utf-8")
+    report.write_text(render_html(build_page(diverged_analysis(run_dir))), encoding="utf-8")
     _check(report, tmp_path)
 
 

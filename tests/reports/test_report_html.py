@@ -47,15 +47,19 @@ def test_input_health_at_onset_lists_the_steps_around_it(pages):
 @pytest.mark.parametrize("verdict", ["healthy", "not_learning"])
 def test_runs_without_onset_get_no_onset_sections(pages, verdict):
     html = pages[verdict]
+    assert "loss (median of first → last 6 steps)" in html and "Learning rate</dt><dd>0.05" in html
     assert "ranking" not in _section_ids(html)
     assert "Onset" not in html and "non-finite value at" not in html
     assert "the whole run (steps 0–59)" in html
     assert "Input and batch health over the run" in html
 
 
-def test_not_learning_diagnosis_shows_evidence_and_fix(pages):
+def test_not_learning_diagnosis_comes_first_with_evidence_and_fix(pages):
     html = pages["not_learning"]
+    assert _section_ids(html)[0] == "diagnoses"
     assert "Not learning: no_update." in html
+    assert "Median update / parameter ratio</dt><dd>0 (≈1e-3 is typical)" in html
+    assert "grey: exactly 0" not in html  # it is in the figure; the page text stays plain
     assert "median_update_ratio" in html and "Call optimizer.step() after loss.backward()" in html
     assert "example warning" in html
 
