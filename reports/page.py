@@ -277,7 +277,7 @@ def _matrix(frame: pd.DataFrame, column: str, rows: list[str]) -> figures.Matrix
     frame = frame.drop_duplicates(["step", "name"], keep="last")
     values = frame.pivot(index="name", columns="step", values=column).reindex(rows).astype(float)
     nonfinite = frame.pivot(index="name", columns="step", values="nonfinite").reindex(rows).fillna(0) > 0
-    zero = values == 0
+    zero = (values == 0) & ~nonfinite  # a non-finite tensor's finite part can be empty: red wins
     values = np.log10(values.where(values > 0))
     if values.shape[1] > _MAX_HEATMAP_COLUMNS:  # bin steps; the max keeps spikes visible
         width = int(np.ceil(values.shape[1] / _MAX_HEATMAP_COLUMNS))
