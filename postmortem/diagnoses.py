@@ -30,6 +30,7 @@ __all__ = [
 UPDATE_RATIO_TARGET = 1e-3  # CS231n: update/param ratio ≈ 1e-3
 UPDATE_RATIO_HIGH = 1e-1  # 100× the CS231n target
 UPDATE_RATIO_LOW = 1e-5  # 100× below the CS231n target
+SHARP_UPDATE_JUMP = 10.0  # an update ×10 in one step while its gradient stays put
 VANISHING_GRAD_RMS = 1e-7  # SageMaker Debugger VanishingGradient threshold (mean |grad|)
 VANISHING_LAYER_RATIO = 1e-3  # first/last layer grad RMS (AUTOTRAINER-style layer ratio)
 DEAD_ZERO_FRAC = 0.9  # share of exactly-zero activations (SageMaker DeadRelu: most units inactive)
@@ -40,8 +41,11 @@ UNSCALED_ABS_MEAN = 5.0  # seed 002: "si la media es 500.0 en lugar de cerca de 
 INIT_SCALE_RANGE = (0.05, 10.0)  # std·sqrt(fan_in); PyTorch default 0.58, Kaiming 1.41
 SILENT_MIN_STEPS = 5  # a final stretch of zero/missing values at least this long...
 SILENT_MIN_SHARE = 0.1  # ...and at least this share of the run
-STALE_CORRELATION = 0.9  # grad norm ~ linear in step (missing zero_grad accumulates grads)
-STALE_GROWTH = 5.0
+STALE_GROWTH = 5.0  # the accumulated gradient ends ≥ 5× the healthy norm
+STALE_RISING = 0.7  # share of steps where the norm does not decrease
+STALE_MAX_RATIO = 3.0  # no single step multiplies the norm by more (explosions jump)
+STALE_LOSS_IMPROVEMENT = 0.1  # the loss got no more than 10 % better meanwhile
+STALE_ACCELERATION = 2.0  # later increments no bigger than 2× the early ones (not exponential)
 SPIKE_FACTOR = 10.0  # Megatron-LM style: 10× the recent level
 SPIKE_RECOVERED = 2.0
 _MIN_STEPS = 10
@@ -259,19 +263,41 @@ def detect_divergence(ev: Evidence) -> list[Finding]:
             else "clip gradients with torch.nn.utils.clip_grad_norm_ at the healthy-phase norm",
         ))
 
-    ratios = _role(ev.summary, "update")
-    ratio = float(np.nanmedian(ratios["ratio_first"])) if not ratios.empty and ratios["ratio_first"].notna().any() else None
-    early_onset = onset_step is not None and ev.summary["first_step"].min() is not None and \
-        onset_step <= int(ev.summary["first_step"].min()) + 3 if not ev.summary.empty else False
-    if (ratio is not None and ratio >= UPDATE_RATIO_HIGH) or early_onset:
-        findings.append(Finding(
-            "lr_too_high", onset_step, [],
-            {"first_update_ratio_median": ratio, "cs231n_target_ratio": UPDATE_RATIO_TARGET,
-             "diverged_from_start": bool(early_onset), "lr": lr},
-            f"lower the learning rate ×10 (lr {lr:.3g} → {lr / 10:.3g}) and retry; sweep 0.1, 0.01, 0.001"
-            if lr is not None else "lower the learning rate ×10 and retry; sweep 0.1, 0.01, 0.001",
-        ))
+    lr_finding = _lr_too_high(ev, onset_step, lr)
+    if lr_finding is not None:
+        findings.append(lr_finding)
     return findings
+
+
+def _lr_too_high(ev: Evidence, onset_step: int | None, lr: float | None) -> Finding | None:
+    """The step size, not the gradient, blew up: an update jumped while its gradient did not,
+    the first updates were already ≫ the CS231n ratio, or the run diverged from its start."""
+    updates = _role(ev.summary, "update")
+    first_ratio = None
+    if not updates.empty and updates["ratio_first"].notna().any():
+        first_ratio = float(np.nanmedian(updates["ratio_first"]))
+    start = int(ev.summary["first_step"].min()) if not ev.summary.empty else None
+    from_start = onset_step is not None and start is not None and onset_step <= start + 3
+    grad_onsets = {b.name: b.fit.onset_step for b in ev.breaks if b.role == "grad" and b.fit.amplified}
+    lr_driven = [
+        b for b in ev.breaks
+        if b.role == "update" and b.fit.amplified and b.fit.jump >= SHARP_UPDATE_JUMP
+        and onset_step is not None and abs(b.fit.onset_step - onset_step) <= 1
+        and grad_onsets.get(b.name, 10**12) > b.fit.onset_step
+    ]
+    if not (lr_driven or from_start or (first_ratio is not None and first_ratio >= UPDATE_RATIO_HIGH)):
+        return None
+    evidence = {
+        "first_update_ratio_median": first_ratio, "cs231n_target_ratio": UPDATE_RATIO_TARGET,
+        "diverged_from_start": bool(from_start), "lr": lr,
+        "update_jumps_without_gradient_jump": {b.name: b.fit.jump for b in lr_driven},
+    }
+    fix = (f"lower the learning rate ×10 (lr {lr:.3g} → {lr / 10:.3g}) and retry; sweep 0.1, 0.01, 0.001"
+           if lr is not None else "lower the learning rate ×10 and retry; sweep 0.1, 0.01, 0.001")
+    if lr_driven:
+        fix += ("; the update of " + ", ".join(sorted({b.name for b in lr_driven}))
+                + " jumped while its gradient did not: check the LR schedule / param-group LR")
+    return Finding("lr_too_high", onset_step, sorted({b.name for b in lr_driven}), evidence, fix)
 
 
 def _culprits(ev: Evidence) -> list[str]:
@@ -351,27 +377,61 @@ def detect_no_update(ev: Evidence) -> list[Finding]:
 
 
 def detect_stale_gradients(ev: Evidence) -> list[Finding]:
-    grad_norm = ev.scalars[ev.scalars["name"] == "grad_norm"]
-    if len(grad_norm) < _MIN_STEPS or ev.diverged:
+    """Missing zero_grad(): each recorded gradient is the running sum of all the previous ones.
+
+    Its norm then climbs step after step by about one healthy gradient, roughly linearly and
+    without the jumps or constant-ratio growth of an explosion, while the loss gets no better.
+    """
+    steps, values = _grad_norm_series(ev)
+    if len(values) < _MIN_STEPS:
         return []
-    steps = grad_norm["step"].to_numpy(np.float64)
-    values = grad_norm["value"].to_numpy(np.float64)
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
-    if len(values) < _MIN_STEPS or np.std(values) == 0:
+    baseline = float(np.median(values[: max(3, len(values) // 20)]))
+    calm = np.flatnonzero(values[:-1] <= 2 * baseline)
+    start = int(calm[-1]) if len(calm) else 0
+    stretch = values[start:]
+    # An explosion may follow the accumulation: keep what comes before its first jump.
+    jumps = np.flatnonzero(stretch[1:] > STALE_MAX_RATIO * np.maximum(stretch[:-1], 1e-300))
+    if len(jumps):
+        stretch = stretch[: jumps[0] + 1]
+    if len(stretch) < _MIN_STEPS or stretch[-1] < STALE_GROWTH * max(stretch[0], 1e-300):
         return []
-    correlation = float(np.corrcoef(steps, values)[0, 1])
-    quarter = max(1, len(values) // 4)
-    growth = float(np.median(values[-quarter:]) / max(np.median(values[:quarter]), 1e-300))
-    improvement = _loss_improvement(ev.scalars)
-    if correlation < STALE_CORRELATION or growth < STALE_GROWTH or (improvement is not None and improvement > 0.5):
+    rising = float(np.mean(np.diff(stretch) >= 0))
+    ratios = stretch[1:] / np.maximum(stretch[:-1], 1e-300)
+    half = len(stretch) // 2
+    increments = np.diff(stretch)
+    accelerating = np.median(increments[half:]) > STALE_ACCELERATION * max(np.median(increments[:half]), 1e-300)
+    improvement = _loss_change(ev.scalars, int(steps[start]))
+    if rising < STALE_RISING or accelerating or \
+            (improvement is not None and improvement > STALE_LOSS_IMPROVEMENT):
         return []
     return [Finding(
-        "stale_gradients", None, [],
-        {"grad_norm_step_correlation": correlation, "grad_norm_growth": growth,
-         "loss_improvement": improvement},
+        "stale_gradients", int(steps[start]), [],
+        {"grad_norm_at_start": float(stretch[0]), "grad_norm_at_end": float(stretch[-1]),
+         "rising_share": rising, "largest_step_ratio": float(ratios.max()),
+         "loss_change_since_start": improvement},
         "gradients accumulate across steps: call optimizer.zero_grad() at the start of every step",
     )]
+
+
+def _grad_norm_series(ev: Evidence) -> tuple[np.ndarray, np.ndarray]:
+    grad_norm = ev.scalars[ev.scalars["name"] == "grad_norm"]
+    steps = grad_norm["step"].to_numpy(np.int64)
+    values = grad_norm["value"].to_numpy(np.float64)
+    if len(values) == 0:
+        steps, values = _global_grad_norm(ev.table)
+    finite = np.isfinite(values)
+    return steps[finite], values[finite]
+
+
+def _loss_change(scalars: pd.DataFrame, step: int) -> float | None:
+    """Relative loss decrease from just before `step` to the end (positive: it improved)."""
+    loss = scalars[scalars["name"] == "loss"]
+    before = loss.loc[loss["step"] < step, "value"].tail(10).to_numpy(np.float64)
+    after = loss.loc[loss["step"] >= step, "value"].tail(10).to_numpy(np.float64)
+    before, after = before[np.isfinite(before)], after[np.isfinite(after)]
+    if len(before) == 0 or len(after) == 0 or np.median(before) == 0:
+        return None
+    return float((np.median(before) - np.median(after)) / abs(np.median(before)))
 
 
 def detect_vanishing_gradient(ev: Evidence) -> list[Finding]:
