@@ -1,0 +1,310 @@
+"""Crash campaign: kill recorded training runs in every way a job dies, then read what is left.
+
+A small MLP is trained in a child process with the Recorder (small flush interval). After
+each `rec.step()` the child reports the step it reached through a pipe, so the parent knows how
+far training got even when the child dies without a word. Each trial ends one way:
+
+- `kill`       SIGKILL once the child reports a seeded random step (plus a random sub-step delay,
+               so kills also land inside a flush);
+- `term`       SIGTERM at a random step (the recorder's handler flushes and writes the status);
+- `exception`  the training loop raises at a random step;
+- `complete`   the loop finishes (the control).
+
+Then every segment is read back with plain pyarrow, the steps on disk are compared with the
+step the child reported, the manifest status is checked, and `postmortem.load_run` /
+`postmortem.analyze` must not raise. Children are forked from a forkserver that has imported
+torch once, so a trial costs its training, not an interpreter start.
+
+    .venv/bin/python benchmarks/crash_campaign.py                 # 20 kills + term + exception
+    .venv/bin/python benchmarks/crash_campaign.py --write-docs    # also update docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+MODES = ("kill", "term", "exception", "complete")
+EXPECTED_STATUS = {"kill": "running", "term": "terminated", "exception": "exception",
+                   "complete": "completed"}
+_TABLES = ("stats", "scalars", "events")
+_DOCS_SECTION = "## Crash campaign"
+
+
+@dataclass(frozen=True)
+class Trial:
+    mode: str
+    stop_at: int  # kill/term: signal once the child reports this step; exception: raise here
+    delay: float = 0.0  # seconds between seeing `stop_at` and signalling
+
+
+@dataclass
+class Outcome:
+    trial: Trial
+    flush_every: int
+    exitcode: int | None
+    reported_step: int | None  # last step the child said rec.step() returned
+    recorded_step: int | None  # last step present in both stats and scalars on disk
+    status: str | None
+    segments: int
+    unreadable: list[str] = field(default_factory=list)
+    missing_steps: list[int] = field(default_factory=list)  # gaps below recorded_step
+    load_warnings: list[str] = field(default_factory=list)
+    verdict: str | None = None
+    analyzer_error: str | None = None
+
+    @property
+    def lost(self) -> int | None:
+        """Steps the child completed that are not on disk (may be -1: it died before reporting)."""
+        if self.reported_step is None:
+            return None
+        return self.reported_step - (-1 if self.recorded_step is None else self.recorded_step)
+
+    def problems(self) -> list[str]:
+        """Every way this trial breaks the recorder's or analyzer's promises (empty = fine)."""
+        out = [f"unreadable segment {p}" for p in self.unreadable]
+        if self.missing_steps:
+            out.append(f"steps missing on disk below the last recorded one: {self.missing_steps[:5]}")
+        lost = self.lost
+        if lost is None:
+            out.append("child reported no step")
+        elif lost > self.flush_every:
+            out.append(f"lost {lost} steps > flush interval {self.flush_every}")
+        elif self.trial.mode != "kill" and lost > 0:
+            out.append(f"lost {lost} steps although the recorder could flush at exit")
+        if self.recorded_step is not None and self.reported_step is not None \
+                and self.recorded_step > self.reported_step + 1:
+            out.append("more steps on disk than the child ran")
+        expected = EXPECTED_STATUS[self.trial.mode]
+        if self.status != expected:
+            out.append(f"status {self.status!r}, expected {expected!r}")
+        if self.analyzer_error is not None:
+            out.append(f"analyzer raised {self.analyzer_error}")
+        return out
+
+
+def train_child(run_dir: str, trial: Trial, flush_every: int, steps: int, conn) -> None:
+    """The training job under test (runs in the child process)."""
+    import torch
+    from torch import nn
+
+    from recorders import Recorder
+
+    sys.stderr = open(os.devnull, "w")  # the injected exception's traceback is in the manifest
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    inputs, targets = torch.randn(steps, 8, 16), torch.randn(steps, 8, 4)
+    with Recorder(run_dir, model, optimizer, flush_every=flush_every, checkpoint_every=100) as rec:
+        for i in range(steps):
+            if trial.mode == "exception" and i == trial.stop_at:
+                raise RuntimeError(f"injected failure at step {i}")
+            optimizer.zero_grad()
+            loss = ((model(inputs[i]) - targets[i]) ** 2).mean()
+            loss.backward()
+            optimizer.step()
+            conn.send(rec.step(loss=loss, inputs=inputs[i], targets=targets[i]))
+
+
+def _context() -> mp.context.BaseContext:
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "recorders", __name__])
+    return ctx
+
+
+def run_trial(run_dir: Path, trial: Trial, *, flush_every: int, steps: int,
+              timeout: float = 120.0) -> Outcome:
+    """Run one child to its end, then inspect what it left in `run_dir`."""
+    ctx = _context()
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=train_child, args=(str(run_dir), trial, flush_every, steps, sender))
+    child.start()
+    sender.close()
+    reported = None
+    deadline = time.monotonic() + timeout
+    signalled = False
+    while time.monotonic() < deadline:
+        if not receiver.poll(0.5):
+            if not child.is_alive() and not receiver.poll(0):
+                break
+            continue
+        try:
+            reported = receiver.recv()
+        except EOFError:
+            break
+        if not signalled and trial.mode in ("kill", "term") and reported >= trial.stop_at:
+            time.sleep(trial.delay)
+            os.kill(child.pid, signal.SIGKILL if trial.mode == "kill" else signal.SIGTERM)
+            signalled = True
+    else:
+        child.kill()
+    child.join(timeout)
+    while True:  # steps sent before the child died are still in the pipe
+        try:
+            if not receiver.poll(0):
+                break
+            reported = receiver.recv()
+        except EOFError:
+            break
+    receiver.close()
+    return inspect_run(run_dir, trial, flush_every=flush_every, exitcode=child.exitcode,
+                       reported_step=reported)
+
+
+def inspect_run(run_dir: Path, trial: Trial, *, flush_every: int, exitcode: int | None,
+                reported_step: int | None) -> Outcome:
+    """Read every closed segment with plain pyarrow, then load and analyse with postmortem."""
+    import postmortem
+
+    unreadable, segments = [], 0
+    steps: dict[str, set[int]] = {"stats": set(), "scalars": set()}
+    for table in _TABLES:
+        for path in sorted((run_dir / table).glob("part-*.parquet")):
+            segments += 1
+            try:
+                read = pq.read_table(path)
+            except Exception as exc:  # noqa: BLE001 - any failure to read is the finding
+                unreadable.append(f"{path.name} ({type(exc).__name__}: {exc})")
+                continue
+            if table in steps:
+                steps[table].update(read.column("step").to_pylist())
+    recorded = min((max(s) for s in steps.values() if s), default=None) \
+        if all(steps.values()) else None
+    missing = [] if recorded is None else sorted(set(range(recorded + 1)) - steps["stats"])
+    try:
+        status = json.loads((run_dir / "manifest.json").read_text()).get("status")
+    except (OSError, ValueError) as exc:
+        status = f"unreadable manifest: {exc}"
+    outcome = Outcome(trial=trial, flush_every=flush_every, exitcode=exitcode,
+                      reported_step=reported_step, recorded_step=recorded, status=status,
+                      segments=segments, unreadable=unreadable, missing_steps=missing)
+    try:
+        run = postmortem.load_run(run_dir)
+        outcome.verdict = postmortem.analyze(run).verdict
+        outcome.load_warnings = list(run.warnings)
+    except Exception as exc:  # noqa: BLE001 - the campaign records, the caller judges
+        outcome.analyzer_error = f"{type(exc).__name__}: {exc}"
+    return outcome
+
+
+def plan(*, kills: int, seed: int, steps: int, flush_every: int, step_seconds: float = 0.005
+         ) -> list[Trial]:
+    """Seeded trials: `kills` SIGKILLs at distinct random steps, one SIGTERM, one exception."""
+    rng = random.Random(seed)
+    kill_steps = sorted(rng.sample(range(1, steps - 1), kills))
+    trials = [Trial("kill", s, rng.uniform(0, step_seconds)) for s in kill_steps]
+    trials.append(Trial("term", rng.randrange(flush_every, steps - 1)))
+    trials.append(Trial("exception", rng.randrange(flush_every, steps - 1)))
+    return trials
+
+
+def run_campaign(trials: list[Trial], workdir: Path, *, flush_every: int, steps: int
+                 ) -> list[Outcome]:
+    return [run_trial(workdir / f"{i:02d}-{t.mode}-{t.stop_at}", t, flush_every=flush_every,
+                      steps=steps) for i, t in enumerate(trials)]
+
+
+def summary_markdown(outcomes: list[Outcome], *, flush_every: int, steps: int, seed: int,
+                     seconds: float) -> str:
+    lines = [
+        _DOCS_SECTION,
+        "",
+        f"Measured by `benchmarks/crash_campaign.py` (seed {seed}): a 2-layer MLP trained for up "
+        f"to {steps} steps in a child process with `Recorder(flush_every={flush_every})`, ended "
+        "by SIGKILL at random steps (with a random sub-step delay, so some kills land inside a "
+        "flush), by SIGTERM and by an exception raised in the training loop. Steps lost = last "
+        "step the child reported reaching − last step present on disk in both `stats` and "
+        f"`scalars`. Wall time of the whole campaign: {seconds:.0f} s.",
+        "",
+        "| ending | trials | steps lost (max) | bound | statuses | unreadable segments "
+        "| analyzer errors | verdicts |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |",
+    ]
+    for mode in MODES:
+        group = [o for o in outcomes if o.trial.mode == mode]
+        if not group:
+            continue
+        lost = max((o.lost for o in group if o.lost is not None), default=None)
+        bound = flush_every if mode == "kill" else 0
+        statuses = ", ".join(f"{s} ×{n}" for s, n in Counter(o.status for o in group).items())
+        verdicts = ", ".join(f"{v} ×{n}" for v, n in Counter(o.verdict for o in group).items())
+        lines.append(f"| {mode} | {len(group)} | {lost} | {bound} | {statuses} "
+                     f"| {sum(len(o.unreadable) for o in group)} "
+                     f"| {sum(o.analyzer_error is not None for o in group)} | {verdicts} |")
+    kills = [o for o in outcomes if o.trial.mode == "kill"]
+    if kills:
+        lost = Counter(o.lost for o in kills)
+        lines += ["", "Steps lost per SIGKILL (steps lost: kills): "
+                  + ", ".join(f"{k}: {lost[k]}" for k in sorted(lost, key=lambda v: (v is None, v)))
+                  + f"; segments on disk per killed run: "
+                  f"{min(o.segments for o in kills)}–{max(o.segments for o in kills)}."]
+    failed = [(o, p) for o in outcomes for p in o.problems()]
+    lines += ["", "Problems found: " + ("none." if not failed else "; ".join(
+        f"{o.trial.mode}@{o.trial.stop_at}: {p}" for o, p in failed))]
+    return "\n".join(lines) + "\n"
+
+
+def write_docs_section(docs: Path, section: str) -> None:
+    """Replace only this benchmark's generated part of the `## Crash campaign` section.
+
+    The shared file is re-read right before writing; other sections, and the hand-written
+    `### ` subsections of this one (the long-run figures), are kept as they are.
+    """
+    text = docs.read_text() if docs.exists() else "# Benchmarks\n"
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == _DOCS_SECTION), None)
+    if start is None:
+        docs.write_text(text.rstrip("\n") + "\n\n" + section)
+        return
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    kept = next((i for i in range(start + 1, end) if lines[i].startswith("### ")), end)
+    docs.write_text("".join(lines[:start]) + section + "\n" + "".join(lines[kept:]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--flush-every", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--write-docs", action="store_true",
+                        help="replace the '## Crash campaign' section of docs/benchmarks.md")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    trials = plan(kills=args.kills, seed=args.seed, steps=args.steps, flush_every=args.flush_every)
+    with tempfile.TemporaryDirectory(prefix="crash_campaign_") as tmp:
+        outcomes = run_campaign(trials, Path(tmp), flush_every=args.flush_every, steps=args.steps)
+    seconds = time.perf_counter() - start
+    for o in outcomes:
+        print(f"{o.trial.mode:9} stop_at={o.trial.stop_at:4} exit={o.exitcode} "
+              f"reported={o.reported_step} recorded={o.recorded_step} lost={o.lost} "
+              f"status={o.status} verdict={o.verdict} problems={o.problems()}")
+    section = summary_markdown(outcomes, flush_every=args.flush_every, steps=args.steps,
+                               seed=args.seed, seconds=seconds)
+    print("\n" + section)
+    if args.write_docs:
+        write_docs_section(Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md",
+                           section)
+    sys.exit(1 if any(o.problems() for o in outcomes) else 0)
+
+
+if __name__ == "__main__":
+    # Children are forked from a forkserver that imports this module by name, not as __main__;
+    # the checkout goes first on the path so the packages are found without an install.
+    sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+    import crash_campaign
+
+    crash_campaign.main()
