@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.stats import linregress
 
 from .findings import Finding, FirstNonfinite, Onset
 from .manifest import frozen_parameters, manifest_order, parameter_shapes
@@ -29,15 +30,19 @@ __all__ = [
 # Thresholds (sources in docs/diagnoses.md).
 UPDATE_RATIO_TARGET = 1e-3  # CS231n: update/param ratio ≈ 1e-3
 UPDATE_RATIO_HIGH = 1e-1  # 100× the CS231n target
-UPDATE_RATIO_LOW = 1e-5  # 100× below the CS231n target
+UPDATE_RATIO_LOW = 1e-4  # 10× below the CS231n target
 SHARP_UPDATE_JUMP = 10.0  # an update ×10 in one step while its gradient stays put
 VANISHING_GRAD_RMS = 1e-7  # SageMaker Debugger VanishingGradient threshold (mean |grad|)
 VANISHING_LAYER_RATIO = 1e-3  # first/last layer grad RMS (AUTOTRAINER-style layer ratio)
 DEAD_ZERO_FRAC = 0.9  # share of exactly-zero activations (SageMaker DeadRelu: most units inactive)
 SATURATED_FRAC = 0.5  # SageMaker SaturatedActivation threshold_layer = 50 % of units
 PLATEAU_IMPROVEMENT = 0.01  # loss improved < 1 % first → last quarter (LossNotDecreasing)
-UNSCALED_MAX_ABS = 20.0  # inputs an order of magnitude beyond [-1, 1] (seed 002)
-UNSCALED_ABS_MEAN = 5.0  # seed 002: "si la media es 500.0 en lugar de cerca de 0.0"
+UNSCALED_MAX_ABS = 100.0  # inputs two orders of magnitude beyond [-1, 1] (seed 002: 0–3600 s)
+UNSCALED_ABS_MEAN = 10.0  # seed 002: "si la media es 500.0 en lugar de cerca de 0.0"
+SLOW_MIN_IMPROVEMENT = 0.02  # below this the loss is flat (loss_plateau)
+SLOW_MAX_IMPROVEMENT = 0.5  # the loss did not even halve
+SLOW_PACE_KEPT = 0.5  # late slope within ×2 of the early one: no sign of converging
+SLOW_LINEAR_R2 = 0.9  # a steady straight descent, not noisy small-batch learning
 INIT_SCALE_RANGE = (0.05, 10.0)  # std·sqrt(fan_in); PyTorch default 0.58, Kaiming 1.41
 SILENT_MIN_STEPS = 5  # a final stretch of zero/missing values at least this long...
 SILENT_MIN_SHARE = 0.1  # ...and at least this share of the run
@@ -135,11 +140,18 @@ def _role(summary: pd.DataFrame, role: str) -> pd.DataFrame:
 
 
 def _loss(scalars: pd.DataFrame) -> pd.Series | None:
-    """The main loss series (the name `loss`, else the first loss-like name), finite values."""
+    """The main loss series (`loss`, or the only loss-like name), finite values.
+
+    Several losses and none called `loss` means adversarial training (loss_d, loss_g): those
+    losses are not meant to go down, so no detector reads progress from them.
+    """
     names = [n for n in scalars["name"].unique() if is_loss(str(n))]
-    if not names:
+    if "loss" in names:
+        name = "loss"
+    elif len(names) == 1:
+        name = names[0]
+    else:
         return None
-    name = "loss" if "loss" in names else sorted(names)[0]
     values = scalars.loc[scalars["name"] == name, "value"].to_numpy(np.float64)
     return pd.Series(values[np.isfinite(values)], name=name)
 
@@ -349,7 +361,9 @@ def detect_no_update(ev: Evidence) -> list[Finding]:
     grads = _role(ev.summary, "grad")
     if grads.empty:
         return []
-    live_grads = grads[~_silent(grads) & (grads["median"] > 0)]
+    # Gradients below the vanishing threshold may legitimately round to no change at all.
+    rms = grads["median"] / np.sqrt(grads["numel"].clip(lower=1))
+    live_grads = grads[~_silent(grads) & (rms >= VANISHING_GRAD_RMS)]
     updates = _role(ev.summary, "update")
     lr = _lr(ev.scalars)
     if not updates.empty:
@@ -494,24 +508,47 @@ def detect_saturated_units(ev: Evidence) -> list[Finding]:
 
 
 def detect_lr_too_low(ev: Evidence) -> list[Finding]:
+    """Updates ≪ the CS231n ratio, or a loss still falling at its first, slow pace at the end."""
+    if ev.diverged:
+        return []
     updates = _role(ev.summary, "update")
-    if updates.empty or ev.diverged:
-        return []
-    ratios = updates["ratio_median"].replace(0, np.nan).dropna()
-    if ratios.empty:
-        return []
-    ratio = float(ratios.median())
+    ratios = updates["ratio_median"].replace(0, np.nan).dropna() if not updates.empty else pd.Series([])
+    ratio = float(ratios.median()) if len(ratios) else None
     improvement = _loss_improvement(ev.scalars)
-    if ratio > UPDATE_RATIO_LOW or (improvement is not None and improvement > 0.5):
+    slow = _slow_steady_descent(ev.scalars)
+    tiny_updates = ratio is not None and ratio <= UPDATE_RATIO_LOW and \
+        (improvement is None or improvement <= SLOW_MAX_IMPROVEMENT)
+    if not (tiny_updates or slow):
         return []
     lr = _lr(ev.scalars)
+    fix = "raise the learning rate ×10"
+    if lr is not None:
+        fix += f" (lr {lr:.3g} → {lr * 10:.3g})"
+    if ratio:
+        fix += f"; updates are {UPDATE_RATIO_TARGET / ratio:.3g}× below the ~1e-3 update/parameter ratio"
     return [Finding(
         "lr_too_low", None, [],
         {"update_ratio_median": ratio, "cs231n_target_ratio": UPDATE_RATIO_TARGET, "lr": lr,
-         "loss_improvement": improvement},
-        f"raise the learning rate: the updates are {UPDATE_RATIO_TARGET / ratio:.0f}× smaller than "
-        "the ~1e-3 update/parameter ratio; sweep 0.1, 0.01, 0.001",
+         "loss_improvement": improvement, "steady_slow_descent": slow},
+        fix + "; sweep 0.1, 0.01, 0.001",
     )]
+
+
+def _slow_steady_descent(scalars: pd.DataFrame) -> bool:
+    """The loss fell by less than half, along a straight line (r² ≥ 0.9) whose second half
+    keeps the pace of the first: far from converged, each step just too small (seed 002)."""
+    loss = _loss(scalars)
+    improvement = _loss_improvement(scalars)
+    if loss is None or improvement is None or not SLOW_MIN_IMPROVEMENT <= improvement <= SLOW_MAX_IMPROVEMENT:
+        return False
+    values = loss.to_numpy()
+    half = len(values) // 2
+    whole = linregress(np.arange(len(values)), values)
+    early = linregress(np.arange(half), values[:half])
+    late = linregress(np.arange(len(values) - half), values[half:])
+    if not (early.slope < 0 and late.slope < 0 and whole.rvalue**2 >= SLOW_LINEAR_R2):
+        return False
+    return bool(SLOW_PACE_KEPT <= late.slope / early.slope <= 1 / SLOW_PACE_KEPT)
 
 
 def detect_unscaled_inputs(ev: Evidence) -> list[Finding]:
