@@ -74,16 +74,15 @@ class RunData:
     stats: pd.DataFrame
 
     def scalar(self, name: str) -> pd.Series:
-        if name not in self.scalars.columns:
-            return pd.Series(dtype=float)
-        return self.scalars[name].dropna()
+        """One scalar by step, NaN and inf kept (they are what the detectors look for)."""
+        rows = self.long_scalars[self.long_scalars["name"] == name]
+        return rows.set_index("step")["value"].sort_index()
 
     def loss(self) -> pd.Series:
-        """The loss, or the sum of every `loss_*` scalar (a GAN's loss_d + loss_g)."""
+        """The loss, or the sum of every `loss_*` scalar (a GAN's loss_d + loss_g); NaN stays NaN."""
         names = [c for c in self.scalars.columns if c == "loss" or c.startswith("loss_")]
-        if not names:
-            return pd.Series(dtype=float)
-        return self.scalars[names].dropna(how="all").sum(axis=1, min_count=1)
+        steps = self.long_scalars.loc[self.long_scalars["name"].isin(names), "step"].unique()
+        return self.scalars.loc[sorted(steps), names].sum(axis=1, skipna=False)
 
 
 def read_run(run: Path) -> RunData:
@@ -390,6 +389,35 @@ def evaluate(runs_dir: Path, names: list[str] | None = None) -> list[Scored]:
     return rows
 
 
+def family_table(rows: list[Scored], method: str = "postmortem") -> str:
+    """Per scenario family, for one method: where it is right and where it is not."""
+    lines = ["| family | runs | truth | verdict right | onset ±1 | culprit top-1 | labels |", "|" + " --- |" * 7]
+    mine = [r for r in rows if r.method == method]
+    for family in sorted({r.family for r in mine}):
+        group = [r for r in mine if r.family == family]
+        truths = "/".join(sorted({r.truth for r in group}))
+        timed = [r for r in group if r.truth == "diverged" and r.onset_truth is not None]
+        named = [r for r in group if r.top1 is not None and r.truth != "healthy"]
+        onset = [r.onset is not None and abs(r.onset - r.onset_truth) <= 1 for r in timed]
+        lines.append(f"| {family}{' (held out)' if group[0].held_out else ''} | {len(group)} | {truths} | "
+                     f"{sum(r.verdict == r.truth for r in group)}/{len(group)} | "
+                     f"{f'{sum(onset)}/{len(onset)}' if timed else '—'} | "
+                     f"{f'{sum(bool(r.top1) for r in named)}/{len(named)}' if named else '—'} | "
+                     f"{sum(r.labels_ok for r in group)}/{len(group)} |")
+    return "\n".join(lines)
+
+
+def seed_000_line(rows: list[Scored]) -> str:
+    runs = [r for r in rows if r.family == "cnn_domain_shift" and r.method == "postmortem"]
+    if not runs:
+        return ""
+    diverged = [r for r in runs if r.truth == "diverged"]
+    return (f"Seed 000, unscripted (no injection): {len(diverged)} of {len(runs)} seeds diverged on their own "
+            f"after the domain switch; postmortem called {sum(r.verdict == 'diverged' for r in diverged)} of them "
+            f"diverged and {sum(r.verdict == 'healthy' for r in runs if r.truth == 'healthy')} of the "
+            f"{len(runs) - len(diverged)} others healthy.")
+
+
 def report(rows: list[Scored], command: str) -> str:
     tuned = [r for r in rows if not r.held_out]
     held = [r for r in rows if r.held_out]
@@ -398,9 +426,12 @@ def report(rows: list[Scored], command: str) -> str:
         f"Measured with `{command}` on {len({r.run for r in rows})} recorded runs "
         f"({len({r.run for r in tuned})} in the tuning set, {len({r.run for r in held})} held out: "
         "adam_eps, fp16_overflow, label_shuffle). Ground truth: `expected.json` from the injection "
-        "(see benchmarks/detection.py for every method and how each column is scored).", "",
+        "(see benchmarks/detection.py for every method and how each column is scored). "
+        "Methods that only watch for divergence cannot say \"not learning\" and score 0 there by design.", "",
         "Runs available for tuning:", "", table(rows, held_out=False), "",
         "Held-out families (never used for tuning):", "", table(rows, held_out=True), "",
+        seed_000_line(rows), "",
+        "postmortem per scenario family:", "", family_table(rows), "",
     ])
 
 
