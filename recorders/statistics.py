@@ -159,15 +159,21 @@ def exact_moments(t: torch.Tensor, *, sums: bool = True, zeros: bool = False,
     return _moments_from_exact(values, t.numel(), sums, zeros, saturation)
 
 
+_INT_VIEW = {torch.float32: torch.int32, torch.float64: torch.int64,
+             torch.float16: torch.int16, torch.bfloat16: torch.int16}
+
+
 @dataclass
 class _Entry:
     tensor: torch.Tensor
     numel: int
     sums: bool
+    extremes: bool
     zeros: bool
     saturation: str | None
     exact: bool
-    start: int  # offset of this entry's values in the batch
+    floats: int  # offset of this entry's float results (or of its exact vector)
+    ints: int  # offset of this entry's integer results
 
 
 class MomentBatch:
@@ -175,102 +181,118 @@ class MomentBatch:
 
     ``add`` returns an index into the list that ``read`` returns. Tensors must stay unchanged
     between ``add`` and ``read`` (the exact fallback re-reads them).
+
+    Kernels are chosen for speed on CPU and GPU alike: ``dot`` for the sum of squares, one
+    ``aminmax`` for the extremes, and zeros counted on the integer view of the bits (float
+    comparisons are several times slower); the integer minimum tells whether a ``-0.0``, which
+    that count misses, is present.
     """
 
     def __init__(self) -> None:
-        self._values: list[torch.Tensor] = []
+        self._floats: list[torch.Tensor] = []
+        self._ints: list[torch.Tensor] = []
+        self._exacts: list[torch.Tensor] = []
         self._entries: list[_Entry] = []
-        self._width = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def add(self, t: torch.Tensor, *, sums: bool = False, zeros: bool = False,
-            saturation: str | None = None, exact: bool = False) -> int:
-        """Queue `t`; ``exact=True`` measures in float64 on the device right away (for tensors
+    def add(self, t: torch.Tensor, *, sums: bool = False, extremes: bool = True,
+            zeros: bool = False, saturation: str | None = None, exact: bool = False) -> int:
+        """Queue `t`. ``exact=True`` measures in float64 on the device right away (for tensors
         that will not outlive the step, on devices where reading back early would stall)."""
         x = t.detach()
         numel = x.numel()
         exact = exact or x.dtype not in _FAST_DTYPES or numel == 0
-        entry = _Entry(x, numel, sums, zeros, saturation, exact, self._width)
         if exact:
-            self._values.append(_exact_tensor(x, sums, zeros, saturation))
-            self._width += 7
+            entry = _Entry(x, numel, sums, True, zeros, saturation, True, len(self._exacts), 0)
+            self._exacts.append(_exact_tensor(x, sums, zeros, saturation))
         else:
+            entry = _Entry(x, numel, sums, extremes, zeros, saturation, False,
+                           len(self._floats), len(self._ints))
             v = x.reshape(-1)
             if v.dtype in (torch.float32, torch.float64):
-                sumsq = torch.dot(v, v)
+                self._floats.append(torch.dot(v, v))
             else:
-                sumsq = torch.linalg.vector_norm(v, dtype=torch.float32).square()
-            lo, hi = torch.aminmax(v)
-            parts = [sumsq, lo, hi]
+                self._floats.append(torch.linalg.vector_norm(v, dtype=torch.float32).square())
+            if extremes:
+                self._floats.extend(torch.aminmax(v))
             if sums:
-                parts.append(v.sum(dtype=torch.float32 if v.dtype.itemsize < 4 else None))
+                self._floats.append(v.sum(dtype=torch.float32 if v.dtype.itemsize < 4 else None))
             if zeros:
-                parts.append(torch.count_nonzero(v))
-            if saturation:
-                parts.append(_saturated_mask(v, saturation).sum())
-            self._values.extend(parts)
-            self._width += len(parts)
+                bits = v.view(_INT_VIEW[v.dtype])
+                self._ints.append(torch.count_nonzero(bits))
+                self._ints.append(bits.amin())
         self._entries.append(entry)
         return len(self._entries) - 1
 
     def add_value(self, t: torch.Tensor) -> int:
-        """Queue a one-element tensor (a loss) to be read with the rest; returns its offset."""
-        self._values.append(t.detach().reshape(-1)[:1])
-        self._width += 1
-        return self._width - 1
+        """Queue a one-element tensor (a loss) to be read with the rest; returns its offset in
+        the float values that `read` returns."""
+        self._floats.append(t.detach().reshape(-1)[0])
+        return len(self._floats) - 1
 
     def read(self) -> tuple[list[Moments], list[float]]:
-        """One host transfer for everything queued: (moments per tensor, the flat values from
-        which `add_value` offsets index). Exact re-measurement where the fast path is unsure."""
-        if not self._values:
+        """One host transfer for everything queued: (moments per tensor, the float values that
+        `add_value` offsets index). Exact re-measurement where the fast path is unsure."""
+        groups = [torch.stack(g).to(torch.float64).reshape(-1)
+                  for g in (self._floats, self._ints, self._exacts) if g]
+        if not groups:
             return [], []
-        flat = torch.cat([v.reshape(-1).to(torch.float64) for v in self._values]).tolist()
-        return [self._moments(e, flat) for e in self._entries], flat
+        flat = torch.cat(groups).tolist() if len(groups) > 1 else groups[0].tolist()
+        floats = flat[:len(self._floats)]
+        ints = flat[len(self._floats):len(self._floats) + len(self._ints)]
+        exacts = flat[len(self._floats) + len(self._ints):]
+        return [self._moments(e, floats, ints, exacts) for e in self._entries], floats
 
     @staticmethod
-    def _moments(e: _Entry, flat: list[float]) -> Moments:
+    def _moments(e: _Entry, floats: list[float], ints: list[float],
+                 exacts: list[float]) -> Moments:
         if e.exact:
-            return _moments_from_exact(flat[e.start:e.start + 7], e.numel, e.sums, e.zeros,
-                                       e.saturation)
-        i = e.start
-        sumsq, lo, hi = flat[i:i + 3]
-        i += 3
-        total = None
+            return _moments_from_exact(exacts[7 * e.floats:7 * e.floats + 7], e.numel, e.sums,
+                                       e.zeros, e.saturation)
+        i = e.floats
+        sumsq = floats[i]
+        trusted = math.isfinite(sumsq)  # a NaN/inf element or float32 overflow shows here
+        lo = hi = total = None
+        if e.extremes:
+            lo, hi = floats[i + 1], floats[i + 2]
+            i += 2
         if e.sums:
-            total = flat[i]
-            i += 1
-        nonzero = None
-        if e.zeros:
-            nonzero = int(flat[i])
-            i += 1
-        sat = int(flat[i]) if e.saturation else None
-        trusted = math.isfinite(sumsq) and math.isfinite(lo) and math.isfinite(hi)
-        if trusted and total is not None:
-            trusted = math.isfinite(total)
+            total = floats[i + 1]
+            trusted = trusted and math.isfinite(total)
             if trusted and sumsq > 0:
                 mean_sq = sumsq / e.numel
                 mean = total / e.numel
                 trusted = mean_sq - mean * mean > _CANCELLATION_LIMIT * mean_sq
         if not trusted:
             return exact_moments(e.tensor, sums=e.sums, zeros=e.zeros, saturation=e.saturation)
-        return Moments(
-            numel=e.numel,
-            finite=e.numel,
-            sum=total,
-            sumsq=sumsq,
-            min=lo,
-            max=hi,
-            zeros=None if nonzero is None else e.numel - nonzero,
-            saturated=sat,
-            nonfinite=0,
-        )
+        zeros = None
+        if e.zeros:
+            nonzero_bits, lowest_bits = ints[e.ints], ints[e.ints + 1]
+            if lowest_bits == -2.0 ** (8 * e.tensor.element_size() - 1):  # a -0.0 is present
+                zeros = int(torch.count_nonzero(e.tensor.reshape(-1) == 0))
+            else:
+                zeros = e.numel - int(nonzero_bits)
+        saturated = None
+        if e.saturation:
+            saturated = _saturated_count(e.tensor, e.saturation, lo, hi)
+        return Moments(numel=e.numel, finite=e.numel, sum=total, sumsq=sumsq, min=lo, max=hi,
+                       zeros=zeros, saturated=saturated, nonfinite=0)
 
 
-def measure_now(t: torch.Tensor, *, sums: bool = True, zeros: bool = False,
-                saturation: str | None = None) -> Moments:
+def _saturated_count(t: torch.Tensor, saturation: str, lo: float, hi: float) -> int:
+    """Counted only when the extremes say some element can be at a bound (often none is)."""
+    if saturation == "tanh" and max(-lo, hi) <= 0.99:
+        return 0
+    if saturation == "sigmoid" and lo >= 0.01 and hi <= 0.99:
+        return 0
+    return int(torch.count_nonzero(_saturated_mask(t.reshape(-1), saturation)))
+
+
+def measure_now(t: torch.Tensor, *, sums: bool = True, extremes: bool = True,
+                zeros: bool = False, saturation: str | None = None) -> Moments:
     """Moments of one tensor right away (used where the tensor will not outlive the call)."""
     batch = MomentBatch()
-    batch.add(t, sums=sums, zeros=zeros, saturation=saturation)
+    batch.add(t, sums=sums, extremes=extremes, zeros=zeros, saturation=saturation)
     return batch.read()[0][0]

@@ -1,0 +1,160 @@
+"""Recorder overhead: step time with the recorder / without, and bytes on disk per stats row.
+
+Two identical copies of a model train on the same batches; blocks of steps with and without
+the recorder are interleaved (order alternating per round) so that machine noise hits both
+alike. Each block runs `flush_every` steps, so every recorded block pays one flush; scheduled
+checkpoints and flight-ring samples are paid where they fall. Everything is at defaults.
+
+    .venv/bin/python benchmarks/recorder_overhead.py            # both models
+    .venv/bin/python benchmarks/recorder_overhead.py --model b --rounds 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from recorders import Recorder  # noqa: E402
+
+
+class SeedCNN(nn.Module):
+    """Seed 000's small CNN: two conv layers with LeakyReLU, ~0.42 M parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, padding=1)
+        self.act1 = nn.LeakyReLU(0.01)
+        self.pool1 = nn.MaxPool2d(2)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.act2 = nn.LeakyReLU(0.01)
+        self.pool2 = nn.MaxPool2d(2)
+        self.fc1 = nn.Linear(64 * 7 * 7, 128)
+        self.act3 = nn.LeakyReLU(0.01)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.pool1(self.act1(self.conv1(x)))
+        h = self.pool2(self.act2(self.conv2(h)))
+        return self.fc2(self.act3(self.fc1(h.flatten(1))))
+
+
+def deep_mlp() -> nn.Module:
+    layers: list[nn.Module] = []
+    for _ in range(8):
+        layers += [nn.Linear(512, 512), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def workload(name: str):
+    g = torch.Generator().manual_seed(0)
+    if name == "a":
+        model = SeedCNN()
+        batches = [(torch.randn(64, 1, 28, 28, generator=g), torch.randint(0, 10, (64,), generator=g))
+                   for _ in range(8)]
+        return model, batches, nn.CrossEntropyLoss()
+    model = deep_mlp()
+    batches = [(torch.randn(256, 512, generator=g), torch.randn(256, 512, generator=g))
+               for _ in range(8)]
+    return model, batches, nn.MSELoss()
+
+
+def run_block(model, opt, batches, loss_fn, steps: int, start: int, rec=None) -> float:
+    t0 = time.perf_counter()
+    for i in range(start, start + steps):
+        x, y = batches[i % len(batches)]
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        if rec is not None:
+            rec.step(loss=loss, inputs=x, targets=y)
+    return (time.perf_counter() - t0) / steps
+
+
+def measure(name: str, rounds: int, block: int, warmup: int) -> dict:
+    torch.manual_seed(0)
+    base_model, batches, loss_fn = workload(name)
+    plain, recorded = base_model, copy.deepcopy(base_model)
+    # lr small enough that neither copy diverges during the benchmark.
+    opt_plain = torch.optim.SGD(plain.parameters(), lr=1e-3, momentum=0.9)
+    opt_rec = torch.optim.SGD(recorded.parameters(), lr=1e-3, momentum=0.9)
+    n_params = sum(p.numel() for p in plain.parameters())
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        with Recorder(run_dir, recorded, opt_rec) as rec:
+            run_block(plain, opt_plain, batches, loss_fn, warmup, 0)
+            run_block(recorded, opt_rec, batches, loss_fn, warmup, 0, rec)
+            ratios, with_ms, without_ms = [], [], []
+            for r in range(rounds):
+                order = (False, True) if r % 2 == 0 else (True, False)
+                times = {}
+                for recorded_block in order:
+                    if recorded_block:
+                        times[True] = run_block(recorded, opt_rec, batches, loss_fn, block, r, rec)
+                    else:
+                        times[False] = run_block(plain, opt_plain, batches, loss_fn, block, r)
+                ratios.append(times[True] / times[False])
+                with_ms.append(times[True] * 1e3)
+                without_ms.append(times[False] * 1e3)
+        stats_files = list((run_dir / "stats").glob("part-*.parquet"))
+        stats_bytes = sum(f.stat().st_size for f in stats_files)
+        import pyarrow.parquet as pq
+        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in stats_files)
+        other_bytes = sum(f.stat().st_size for sub in ("scalars", "events")
+                          for f in (run_dir / sub).glob("part-*.parquet"))
+        steps = rec.current_step
+    q = statistics.quantiles(ratios, n=4)
+    return {
+        "model": name, "params": n_params, "rounds": rounds, "block_steps": block,
+        "recorded_steps": steps,
+        "ratio_median": statistics.median(ratios), "ratio_q1": q[0], "ratio_q3": q[2],
+        "ratio_min": min(ratios), "ratio_max": max(ratios),
+        "ratio_of_medians": statistics.median(with_ms) / statistics.median(without_ms),
+        "step_ms_without": statistics.median(without_ms),
+        "step_ms_with": statistics.median(with_ms),
+        "stats_rows": rows, "stats_bytes": stats_bytes,
+        "bytes_per_row": stats_bytes / rows, "rows_per_step": rows / steps,
+        "scalar_event_bytes_per_step": other_bytes / steps,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["a", "b", "both"], default="both")
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--block", type=int, default=50, help="steps per block (= flush_every)")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    names = ["a", "b"] if args.model == "both" else [args.model]
+    results = [measure(n, args.rounds, args.block, args.warmup) for n in names]
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(f"torch {torch.__version__}, python {platform.python_version()}, "
+          f"{platform.processor() or platform.machine()}, threads={args.threads}")
+    print("| model | params | step ms without | with | ratio median [q1, q3] (min-max) | "
+          "bytes/row | rows/step |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        print(f"| ({r['model']}) | {r['params']:,} | {r['step_ms_without']:.2f} | "
+              f"{r['step_ms_with']:.2f} | {r['ratio_median']:.3f} [{r['ratio_q1']:.3f}, "
+              f"{r['ratio_q3']:.3f}] ({r['ratio_min']:.3f}-{r['ratio_max']:.3f}) | "
+              f"{r['bytes_per_row']:.1f} | {r['rows_per_step']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

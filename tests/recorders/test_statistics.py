@@ -1,0 +1,128 @@
+"""Tensor statistics against a plain numpy float64 reference, including NaN, inf and overflow."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from recorders.statistics import MomentBatch, combine, exact_moments, measure_now, summarize
+
+
+def reference(x: np.ndarray) -> dict:
+    x = x.astype(np.float64).ravel()
+    finite = x[np.isfinite(x)]
+    out = {"numel": x.size, "nonfinite": int((~np.isfinite(x)).sum()),
+           "norm": float(np.sqrt(np.sum(finite ** 2))),
+           "zero_frac": float(np.mean(x == 0)) if x.size else None}
+    if finite.size:
+        out.update(max_abs=float(np.max(np.abs(finite))), mean=float(finite.mean()),
+                   std=float(finite.std()), min=float(finite.min()), max=float(finite.max()))
+    else:
+        out.update(max_abs=None, mean=None, std=None, min=None, max=None)
+    return out
+
+
+def assert_matches(stats, ref, rtol=1e-5):
+    assert stats.numel == ref["numel"]
+    assert stats.nonfinite == ref["nonfinite"]
+    assert stats.norm == pytest.approx(ref["norm"], rel=rtol, abs=1e-30)
+    assert stats.zero_frac == pytest.approx(ref["zero_frac"])
+    for key in ("max_abs", "min", "max"):
+        if ref[key] is None:
+            assert getattr(stats, key) is None
+        else:
+            assert getattr(stats, key) == pytest.approx(ref[key], rel=1e-6)
+    if ref["mean"] is None:
+        assert stats.mean is None and stats.std is None
+    else:
+        scale = max(ref["std"], abs(ref["mean"]), 1e-30)
+        assert stats.mean == pytest.approx(ref["mean"], abs=1e-5 * scale)
+        assert stats.std == pytest.approx(ref["std"], rel=1e-3, abs=1e-6 * scale)
+
+
+def make_cases():
+    rng = np.random.default_rng(0)
+    normal = rng.standard_normal(10_000).astype(np.float32)
+    with_nan = normal.copy()
+    with_nan[rng.choice(10_000, 37, replace=False)] = np.nan
+    with_inf = normal.copy()
+    with_inf[[3, 99]] = [np.inf, -np.inf]
+    overflowing = (rng.standard_normal(5_000) * 1e20).astype(np.float32)  # squares overflow f32
+    near_max = np.array([3e38, -3e38, 1.0], dtype=np.float32)
+    relu = np.maximum(normal, 0)
+    neg_zero = np.where(normal > 0, normal, np.float32(-0.0)).astype(np.float32)
+    constant = np.ones(1_000, dtype=np.float32) + np.float32(1e-3) * normal[:1_000]
+    all_nan = np.full(10, np.nan, dtype=np.float32)
+    return {
+        "normal": normal, "with_nan": with_nan, "with_inf": with_inf,
+        "overflowing": overflowing, "near_max": near_max, "relu": relu, "neg_zero": neg_zero,
+        "nearly_constant": constant, "all_nan": all_nan,
+        "float64": rng.standard_normal(777), "offset": (normal + 1000).astype(np.float32),
+        "empty": np.zeros(0, dtype=np.float32),
+    }
+
+
+@pytest.mark.parametrize("name", list(make_cases()))
+def test_fast_path_matches_reference(name):
+    x = make_cases()[name]
+    stats = summarize(measure_now(torch.from_numpy(x), sums=True, zeros=True))
+    assert_matches(stats, reference(x))
+
+
+@pytest.mark.parametrize("name", list(make_cases()))
+def test_exact_path_matches_reference(name):
+    x = make_cases()[name]
+    stats = summarize(exact_moments(torch.from_numpy(x), sums=True, zeros=True))
+    assert_matches(stats, reference(x))
+
+
+def test_overflowing_tensor_has_finite_norm():
+    x = torch.full((1000,), 1e20)
+    stats = summarize(measure_now(x))
+    assert math.isfinite(stats.norm)
+    assert stats.norm == pytest.approx(1e20 * math.sqrt(1000), rel=1e-6)
+    assert stats.nonfinite == 0
+
+
+def test_half_precision_and_integers():
+    h = torch.randn(1000).half()
+    assert_matches(summarize(measure_now(h, zeros=True)), reference(h.float().numpy()), rtol=1e-3)
+    labels = torch.randint(0, 10, (64,))
+    assert_matches(summarize(measure_now(labels, zeros=True)), reference(labels.numpy()))
+
+
+def test_batch_reads_many_tensors_at_once():
+    cases = make_cases()
+    batch = MomentBatch()
+    indices = {name: batch.add(torch.from_numpy(x), sums=True, zeros=True)
+               for name, x in cases.items()}
+    offset = batch.add_value(torch.tensor(2.5))
+    moments, values = batch.read()
+    assert values[offset] == 2.5
+    for name, index in indices.items():
+        assert_matches(summarize(moments[index]), reference(cases[name]))
+
+
+def test_combine_equals_moments_of_concatenation():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(300).astype(np.float32)
+    b = (rng.standard_normal(500) * 3 + 1).astype(np.float32)
+    b[7] = np.nan
+    m = combine(measure_now(torch.from_numpy(a), zeros=True),
+                measure_now(torch.from_numpy(b), zeros=True))
+    assert_matches(summarize(m), reference(np.concatenate([a, b])))
+
+
+@pytest.mark.parametrize("kind", ["tanh", "sigmoid"])
+def test_saturation_fraction(kind):
+    x = torch.randn(5000) * 4
+    y = torch.tanh(x) if kind == "tanh" else torch.sigmoid(x)
+    expected = ((y.abs() > 0.99) if kind == "tanh" else ((y < 0.01) | (y > 0.99))).double().mean()
+    fast = summarize(measure_now(y, saturation=kind))
+    exact = summarize(exact_moments(y, saturation=kind))
+    assert fast.sat_frac == pytest.approx(float(expected))
+    assert exact.sat_frac == pytest.approx(float(expected))
+    small = torch.randn(100) * 0.1
+    calm = torch.tanh(small) if kind == "tanh" else torch.sigmoid(small)
+    assert summarize(measure_now(calm, saturation=kind)).sat_frac == 0.0
