@@ -24,6 +24,7 @@ _MAX_HEATMAP_ROWS = 40
 _MAX_HEATMAP_COLUMNS = 300
 _TOP_TENSORS = 3
 _MAX_ACTIVATIONS = 8
+_MAX_TABLE_ROWS = 500
 _NOT_LOSSES = ("grad_norm", "lr", "grad_scale", "wall_time", "hp.")
 
 
@@ -148,10 +149,10 @@ def key_facts(analysis) -> list[Fact]:
                               if finding.step is not None else clean(finding.label)))
     if analysis.verdict != "diverged":
         facts += _training_facts(analysis.run)
-    manifest = analysis.run.manifest or {}
+    manifest = _mapping(analysis.run.manifest)
     facts.append(Fact("Steps recorded", str(_step_count(analysis.run))))
-    status = clean(manifest.get("status", "unknown (no manifest)"))
-    if isinstance(manifest.get("exception"), dict):
+    status = _name(manifest.get("status", "unknown (no manifest)"))
+    if _mapping(manifest.get("exception")):
         status += f": {_name(manifest['exception'].get('type'))}"
     facts.append(Fact("Run status", status))
     return facts
@@ -194,8 +195,14 @@ def _event_before_onset(analysis) -> str:
     return f"{_name(row['kind'])} at step {int(row['step'])} ({gap} steps before the onset)"
 
 
+def _recorded_steps(run) -> np.ndarray:
+    """The distinct steps of the run, from the scalars or, when a crash left none, the stats."""
+    steps = run.scalars()["step"].unique()
+    return steps if len(steps) else run.stats(columns=["step"])["step"].unique()
+
+
 def _step_count(run) -> int:
-    return int(run.scalars()["step"].nunique())
+    return len(_recorded_steps(run))
 
 
 # --- data helpers ----------------------------------------------------------------------------
@@ -204,14 +211,25 @@ def _stats(run, roles: list[str], columns: list[str]) -> pd.DataFrame:
     return run.stats(roles=roles, columns=["step", "role", "name", "key", *columns])
 
 
+def _mapping(value: object) -> dict:
+    """A manifest field that should be a JSON object; anything else (a hostile or broken
+    manifest) reads as empty rather than failing the report."""
+    return value if isinstance(value, dict) else {}
+
+
+def _records(value: object) -> list[dict]:
+    """A manifest field that should be a list of objects, keeping only the objects."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
 def _model_order(run) -> dict[str, int]:
     """Tensor/module name -> position in the model, so tables and heatmaps read input to output."""
     order: dict[str, int] = {}
-    models = (run.manifest or {}).get("models") or {}
+    models = _mapping(_mapping(run.manifest).get("models"))
     prefix = len(models) > 1
     for model_name, model in models.items():
         for kind in ("modules", "parameters"):
-            for entry in model.get(kind) or []:
+            for entry in _records(_mapping(model).get(kind)):
                 name = f"{model_name}.{entry.get('name')}" if prefix else str(entry.get("name"))
                 order.setdefault(name, len(order))
     return order
@@ -455,9 +473,22 @@ def _z(value: float, centre: float, spread: float) -> str:
     return fmt_number((value - centre) / spread, 2)
 
 
+def _capped(rows: list[tuple[str, ...]], caption: str) -> tuple[tuple[tuple[str, ...], ...], str]:
+    """At most _MAX_TABLE_ROWS rows, saying so in the caption when rows were left out."""
+    if len(rows) <= _MAX_TABLE_ROWS:
+        return tuple(rows), caption
+    return tuple(rows[:_MAX_TABLE_ROWS]), f"{caption} (first {_MAX_TABLE_ROWS} of {len(rows)})"
+
+
+def _hyper_parameter(value: object) -> str:
+    if isinstance(value, (list, tuple)):
+        return ", ".join(fmt_number(v) for v in value[:8])
+    return fmt_number(value) if isinstance(value, (int, float)) or value is None else _name(value)
+
+
 def _metadata(analysis) -> Section:
     run = analysis.run
-    manifest = run.manifest or {}
+    manifest = _mapping(run.manifest)
     fields = ("run_id", "status", "started_at", "ended_at", "last_step", "schema_version",
               "python_version", "torch_version", "host", "platform")
     rows = [(f, _name(manifest.get(f))) for f in fields if f in manifest]
@@ -466,31 +497,33 @@ def _metadata(analysis) -> Section:
             rows.append((key, shorten(clean(json.dumps(manifest[key], default=str, sort_keys=True)), 600)))
     rows.append(("run directory", _name(os.path.basename(os.path.normpath(str(run.path))))))
     tables = [Table(("field", "value"), tuple(rows), "Manifest" if manifest else "No manifest: values come from the segments.")]
-    for model_name, model in (manifest.get("models") or {}).items():
-        modules = tuple((_name(m.get("name")), _name(m.get("type"))) for m in model.get("modules") or [])
-        params = tuple((_name(p.get("name")), "×".join(str(d) for d in p.get("shape") or []) or "scalar",
-                        _name(p.get("dtype")), fmt_number(p.get("requires_grad")))
-                       for p in model.get("parameters") or [])
-        tables.append(Table(("module", "type"), modules, f"Model `{_name(model_name)}` ({_name(model.get('class'))}): modules", collapsed=True))
-        tables.append(Table(("parameter", "shape", "dtype", "requires grad"), params,
-                            f"Model `{_name(model_name)}`: parameters", collapsed=True))
-    for opt_name, optimizer in (manifest.get("optimizers") or {}).items():
-        groups = optimizer.get("param_groups") or []
-        keys = list(dict.fromkeys(k for g in groups for k in g if k != "params"))
-        rows = tuple((str(i), *(fmt_number(g.get(k)) if not isinstance(g.get(k), (list, tuple)) else
-                                ", ".join(fmt_number(v) for v in g.get(k)) for k in keys),
-                      str(len(g.get("params") or []))) for i, g in enumerate(groups))
-        tables.append(Table(("group", *(_name(k) for k in keys), "parameters"), rows,
-                            f"Optimizer `{_name(opt_name)}` ({_name(optimizer.get('class'))}) hyper-parameters"))
-    checkpoints = tuple((fmt_number(c.step), _name(c.reason), _name(os.path.basename(str(c.path)))) for c in run.checkpoints)
-    if checkpoints:
-        tables.append(Table(("step", "reason", "file"), checkpoints, "Checkpoints available (Parquet, loadable without torch)"))
-    else:
-        tables.append(Table(("step", "reason", "file"), (), "No checkpoints were recorded."))
+    for model_name, model in _mapping(manifest.get("models")).items():
+        model = _mapping(model)
+        modules = [(_name(m.get("name")), _name(m.get("type"))) for m in _records(model.get("modules"))]
+        params = [(_name(p.get("name")),
+                   "×".join(str(d) for d in p["shape"]) if isinstance(p.get("shape"), list) and p["shape"] else "scalar",
+                   _name(p.get("dtype")), fmt_number(p.get("requires_grad")))
+                  for p in _records(model.get("parameters"))]
+        label = f"Model `{_name(model_name)}` ({_name(model.get('class'))})"
+        tables.append(Table(("module", "type"), *_capped(modules, f"{label}: modules"), collapsed=True))
+        tables.append(Table(("parameter", "shape", "dtype", "requires grad"), *_capped(params, f"{label}: parameters"),
+                            collapsed=True))
+    for opt_name, optimizer in _mapping(manifest.get("optimizers")).items():
+        optimizer = _mapping(optimizer)
+        groups = _records(optimizer.get("param_groups"))
+        keys = list(dict.fromkeys(k for g in groups for k in g if k != "params"))[:12]
+        rows = [(str(i), *(_hyper_parameter(g.get(k)) for k in keys),
+                 str(len(g["params"])) if isinstance(g.get("params"), list) else "—") for i, g in enumerate(groups)]
+        tables.append(Table(("group", *(_name(k) for k in keys), "parameters"),
+                            *_capped(rows, f"Optimizer `{_name(opt_name)}` ({_name(optimizer.get('class'))}) hyper-parameters")))
+    checkpoints = [(fmt_number(c.step), _name(c.reason), _name(os.path.basename(str(c.path)))) for c in run.checkpoints]
+    caption = "Checkpoints available (Parquet, loadable without torch)" if checkpoints else "No checkpoints were recorded."
+    tables.append(Table(("step", "reason", "file"), *_capped(checkpoints, caption)))
     trace = ""
-    if isinstance(manifest.get("exception"), dict):
-        exc = manifest["exception"]
-        trace = shorten(clean(f"{exc.get('type')}: {exc.get('message')}\n\n{exc.get('traceback') or ''}", keep_newlines=True), 6000)
+    exception = _mapping(manifest.get("exception"))
+    if exception:
+        trace = shorten(clean(f"{exception.get('type')}: {exception.get('message')}\n\n{exception.get('traceback') or ''}",
+                              keep_newlines=True), 6000)
     return Section("metadata", "Run metadata", tables=tuple(tables), preformatted=trace)
 
 
@@ -502,7 +535,7 @@ def build_page(analysis, *, progress: Callable[[str], None] | None = None, versi
     run = analysis.run
     markers = _markers(analysis)
     order = _model_order(run)
-    steps = run.scalars()["step"].to_numpy()
+    steps = _recorded_steps(run)
     window = _window(analysis, steps) if len(steps) else (0, 0)
     sections: list[Section | None] = []
     builders = [("timeline", lambda: _timeline(analysis, markers)),

@@ -1,0 +1,35 @@
+"""Crash-shaped and hostile run directories still get a report (never an exception)."""
+import json
+import shutil
+
+import pytest
+
+from report_runs import healthy_analysis, write_run
+from reports import build_page, render_html, render_markdown, render_summary
+
+
+def _drop(folder):
+    return lambda run_dir: shutil.rmtree(run_dir / folder)
+
+
+def _manifest(**fields):
+    def edit(run_dir):
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        (run_dir / "manifest.json").write_text(json.dumps({**manifest, **fields}))
+    return edit
+
+
+@pytest.mark.parametrize("damage, steps, expect", [
+    (_drop("stats"), 60, "Steps recorded</dt><dd>60"),
+    (_drop("scalars"), 60, "Steps recorded</dt><dd>60"),  # counted from the stats instead
+    (lambda run_dir: None, 1, "Steps recorded</dt><dd>1"),
+    (_manifest(models=["x"], optimizers={"o": {"param_groups": [{"lr": "high", "params": "all"}]}},
+               exception="boom", status=None), 60, "<td>high</td>"),
+], ids=["no stats", "no scalars", "one step", "malformed manifest"])
+def test_damaged_run_still_gets_a_report(tmp_path, damage, steps, expect):
+    run_dir = write_run(tmp_path / "run", kind="healthy", steps=steps)
+    damage(run_dir)
+    analysis = healthy_analysis(run_dir)
+    html = render_html(build_page(analysis))
+    assert expect in html
+    assert render_markdown(analysis) and render_summary(analysis)
