@@ -1,0 +1,36 @@
+"""The crash campaign's fast subset: 3 SIGKILLs, a SIGTERM and an exception in real children.
+
+The full campaign (20 kills) is benchmarks/crash_campaign.py; both share its code.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import crash_campaign
+from crash_campaign import Outcome, Trial
+
+FLUSH_EVERY, STEPS = 5, 60
+
+
+def test_killed_terminated_and_failed_runs_lose_at_most_one_flush(tmp_path):
+    trials = crash_campaign.plan(kills=3, seed=1, steps=STEPS, flush_every=FLUSH_EVERY)
+    outcomes = crash_campaign.run_campaign(trials, tmp_path, flush_every=FLUSH_EVERY, steps=STEPS)
+
+    assert [o.exitcode for o in outcomes] == [-signal.SIGKILL] * 3 + [-signal.SIGTERM, 1]
+    assert [o.status for o in outcomes] == ["running"] * 3 + ["terminated", "exception"]
+    for outcome in outcomes:
+        assert outcome.problems() == [], (outcome.trial, outcome.problems())
+    failed = outcomes[-1]
+    assert failed.recorded_step == failed.trial.stop_at - 1  # every step before the raise
+
+
+def test_campaign_checks_can_fail():
+    """The judge itself: a loss beyond the flush interval, a bad segment, a wrong status."""
+    outcome = Outcome(trial=Trial("kill", 40), flush_every=5, exitcode=-9, reported_step=40,
+                      recorded_step=30, status="completed", segments=6,
+                      unreadable=["part-000003.parquet (ArrowInvalid)"],
+                      analyzer_error="ValueError: boom")
+    problems = " | ".join(outcome.problems())
+    for expected in ("lost 10 steps", "unreadable segment", "status 'completed'", "ValueError"):
+        assert expected in problems
