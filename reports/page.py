@@ -106,7 +106,7 @@ def headline(analysis) -> str:
             how = [f"jump ×{fmt_number(onset.jump)}" if onset.jump else "",
                    fmt_growth(onset.growth_per_step, onset.doubling_steps)]
             how = "; ".join(h for h in how if h)
-            parts.append(f"The failure began at step {onset.step} (interval {fmt_interval(onset.interval)})"
+            parts.append(f"The failure began at step {onset.step}{fmt_interval(onset.interval)}"
                          f" in {_name(onset.series)}" + (f": {how}." if how else "."))
         if first is not None:
             lead = (f", {onset.lead_steps} steps after the onset"
@@ -130,7 +130,7 @@ def key_facts(analysis) -> list[Fact]:
     facts = [Fact("Verdict", analysis.verdict.replace("_", " "))]
     onset, first = analysis.onset, analysis.first_nonfinite
     if onset is not None:
-        facts.append(Fact("Onset", f"step {onset.step} (interval {fmt_interval(onset.interval)})"))
+        facts.append(Fact("Onset", f"step {onset.step}{fmt_interval(onset.interval)}"))
         facts.append(Fact("Onset series", _name(onset.series)))
         if onset.growth_per_step is not None:
             facts.append(Fact("Growth rate", fmt_growth(onset.growth_per_step, onset.doubling_steps)))

@@ -62,11 +62,11 @@ def fmt_step(step: object) -> str:
 
 
 def fmt_interval(interval: object) -> str:
-    """Onset interval `(lo, hi)` as `39–41`, or a single step when it is exact."""
+    """Onset interval `(lo, hi)` as ` (interval 39–41)`; empty when the step is exact."""
     if not interval:
-        return "—"
+        return ""
     lo, hi = (int(v) for v in interval)
-    return str(lo) if lo == hi else f"{lo}–{hi}"
+    return "" if lo == hi else f" (interval {lo}–{hi})"
 
 
 def fmt_growth(growth_per_step: object, doubling_steps: object = None) -> str:

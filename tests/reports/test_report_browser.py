@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from browser import chromium_path, visit
+from report_browser import chromium_path, visit
 from postmortem import analyze
 from report_runs import diverged_analysis, write_run
 from reports import build_page, render_html
