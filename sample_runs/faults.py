@@ -146,9 +146,21 @@ class DetachedLayer(Fault):
 
 @dataclass
 class AdamEps(Fault):
-    """Adam's eps is set to 1e-15 at t0 (copied from a config tuned for another precision)."""
+    """Pure float16 training with Adam; eps goes from 1e-4 (the usual float16 setting) to 1e-15 at t0.
+
+    The model, its batches and Adam's state are float16 (`install` casts the model, `batch` the
+    inputs). 1e-15, copied from a float32 config, rounds to 0 in float16, so wherever sqrt(v)
+    underflows (gradients below ~2e-4, or exactly 0) Adam divides by zero at t0 and writes inf/NaN
+    into the weights. The optimizer must be created with eps=1e-4.
+    """
 
     eps: float = 1e-15
+
+    def install(self, model):
+        model.half()
+
+    def batch(self, step, x, y):
+        return x.half(), y
 
     def before_step(self, step, model, optimizer):
         if step == self.t0:

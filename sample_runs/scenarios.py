@@ -117,7 +117,9 @@ def _zoo_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expec
     batch = settings.batch
     lr_at = None
     if family in ("adam_eps", "healthy_warmup"):
-        optimizer: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+        # float16 Adam needs an eps float16 can hold (1e-8 rounds to 0 there): see faults.AdamEps.
+        eps = 1e-4 if family == "adam_eps" else 1e-8
+        optimizer: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, eps=eps)
         if family == "healthy_warmup":
             warmup = rng.randint(20, 60)
             lr_at = lambda step: 3e-3 * min(1.0, (step + 1) / warmup)  # noqa: E731
@@ -139,6 +141,7 @@ def _zoo_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expec
     nan_at = outcome.first_nonfinite_loss_step
     verdict = spec.verdict
     recovered = False
+    _require(nan_at is None or nan_at >= t0, scenario, f"loss non-finite at {nan_at}, before the fault at {t0}")
     if verdict == "diverged":
         # A fault that the run shrugs off is a recovered spike, not a divergence: say so, honestly.
         recovered = not broke_after(outcome.losses, t0, chance=math.log(10))
@@ -217,7 +220,7 @@ _FAMILIES: dict[str, FamilySpec] = {
         notes="output of {layer} detached from step {t0}: it and every layer before it get no gradient"),
     "adam_eps": FamilySpec(
         _spec(faults.AdamEps), "diverged", ("diverged",),
-        notes="Adam eps set to 1e-15 at step {t0}"),
+        notes="float16 Adam: eps 1e-4 set to 1e-15 (0 in float16) at step {t0}"),
     "fp16_overflow": FamilySpec(
         _spec(faults.Fp16Overflow), "diverged", ("diverged",), has_culprit=True,
         notes="{layer} in float16 with static loss scale 2**16 and no GradScaler from step {t0}"),

@@ -119,14 +119,25 @@ def test_fp16_overflow_runs_the_layer_in_half_precision_from_t0(mlp):
         faults.Fp16Overflow(t0=0, layer="act1").install(model)
 
 
-def test_adam_eps_and_label_shuffle_start_at_t0():
+def test_adam_eps_breaks_float16_adam_at_t0():
+    torch.manual_seed(0)
     model = MLP()
-    opt = torch.optim.Adam(model.parameters(), eps=1e-8)
-    fault = faults.AdamEps(t0=3)
-    fault.before_step(2, model, opt)
-    assert opt.param_groups[0]["eps"] == 1e-8
-    fault.before_step(3, model, opt)
-    assert opt.param_groups[0]["eps"] == 1e-15
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-4)
+    fault = faults.AdamEps(t0=2)
+    fault.install(model)
+    assert model.fc1.weight.dtype == torch.float16
+    x, y = torch.rand(16, 64), torch.arange(16) % 10
+    for step in range(3):
+        assert torch.isfinite(model.fc1.weight).all()
+        xb, yb = _step(model, opt, fault, step, x, y)
+        assert xb.dtype == torch.float16
+        opt.step()
+        assert opt.param_groups[0]["eps"] == (1e-15 if step >= 2 else 1e-4)
+    # 1e-15 is 0 in float16: where sqrt(v) underflowed Adam divided by zero.
+    assert not all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_label_shuffle_starts_at_t0():
     shuffle = faults.LabelShuffle(t0=3, seed=0)
     y = torch.arange(32)
     assert torch.equal(shuffle.batch(2, None, y)[1], y)
