@@ -31,6 +31,7 @@ CAUSAL_ORDER = {
 }
 _FITTED_ROLES = ("param", "grad", "update", "state", "activation")
 _SPREAD_STEPS = 50
+PARAM_SETTLE_STEPS = 10
 ABRUPT_PARAM_JUMP = 10.0  # a parameter norm never moves ×10 in one healthy step
 LOSS_RECOVERED_FACTOR = 2.0
 _LOSS_WINDOW = 10
@@ -99,7 +100,7 @@ def fit_breaks(table: SeriesTable, scalars: pd.DataFrame, cut: int | None) -> li
             continue
         rows = table.rows(index)
         steps, values = table.step[rows], table.magnitude[rows]
-        fit = _fit_before(key.label, steps, values, table.nonfinite[rows], cut)
+        fit = _fit_before(key.label, steps, values, table.nonfinite[rows], cut, earliest=True)
         if fit is not None:
             found.append(TensorBreak(key.role, key.name, key.key, fit))
     for name, group in scalars.groupby("name", sort=True, observed=True):
@@ -113,11 +114,13 @@ def fit_breaks(table: SeriesTable, scalars: pd.DataFrame, cut: int | None) -> li
     return found
 
 
-def _fit_before(label, steps, values, nonfinite, cut) -> SeriesBreak | None:
+def _fit_before(label, steps, values, nonfinite, cut, *, earliest=False) -> SeriesBreak | None:
     keep = nonfinite == 0
     if cut is not None:
         keep &= steps < cut
-    return analyse_series(label, steps[keep], values[keep])
+    # Tensors get the earliest sharp rise; scalars (the loss) keep their main break, since a
+    # loss also steps up at every domain switch without anything amplifying yet.
+    return analyse_series(label, steps[keep], values[keep], earliest=earliest)
 
 
 def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame) -> list[TensorBreak]:
@@ -134,9 +137,16 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame) -> list[TensorBr
         # Updates follow the LR schedule (a warm-up is no divergence), Adam's moments start
         # from zero and grow for hundreds of steps by design, and activations count through
         # what they do to the rest: none of them decides on its own.
-        if b.fit.diverges and b.role in ("scalar", "param", "grad"):
+        if b.fit.diverges and b.role in ("scalar", "grad"):
+            found.append(b)
+        elif (b.fit.diverges and b.role == "param"
+              and (b.fit.jump >= ABRUPT_PARAM_JUMP or b.fit.growth_per_step >= SHARP_GROWTH)
+              and b.fit.onset_step >= b.fit.first_step + PARAM_SETTLE_STEPS):
+            # Small or zero-initialised parameters (biases) may grow by orders of magnitude
+            # while the model learns, but slowly and from the first steps on.
             found.append(b)
         elif (b.role == "param" and b.fit.jump >= ABRUPT_PARAM_JUMP
+              and b.fit.onset_step >= b.fit.first_step + PARAM_SETTLE_STEPS
               and b.fit.final_level >= ABRUPT_PARAM_JUMP * b.fit.stable_level
               and not _loss_recovered(scalars, b.fit.onset_step)):
             found.append(b)
