@@ -82,7 +82,7 @@ def run_block(model, opt, batches, loss_fn, steps: int, start: int, rec=None) ->
     return (time.perf_counter() - t0) / steps
 
 
-def measure(name: str, rounds: int, block: int, warmup: int) -> dict:
+def measure(name: str, rounds: int, block: int, warmup: int, options: dict) -> dict:
     torch.manual_seed(0)
     base_model, batches, loss_fn = workload(name)
     plain, recorded = base_model, copy.deepcopy(base_model)
@@ -92,7 +92,7 @@ def measure(name: str, rounds: int, block: int, warmup: int) -> dict:
     n_params = sum(p.numel() for p in plain.parameters())
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
-        with Recorder(run_dir, recorded, opt_rec) as rec:
+        with Recorder(run_dir, recorded, opt_rec, **options) as rec:
             run_block(plain, opt_plain, batches, loss_fn, warmup, 0)
             run_block(recorded, opt_rec, batches, loss_fn, warmup, 0, rec)
             ratios, with_ms, without_ms = [], [], []
@@ -116,7 +116,7 @@ def measure(name: str, rounds: int, block: int, warmup: int) -> dict:
         steps = rec.current_step
     q = statistics.quantiles(ratios, n=4)
     return {
-        "model": name, "params": n_params, "rounds": rounds, "block_steps": block,
+        "model": name, "options": options, "params": n_params, "rounds": rounds, "block_steps": block,
         "recorded_steps": steps,
         "ratio_median": statistics.median(ratios), "ratio_q1": q[0], "ratio_q3": q[2],
         "ratio_min": min(ratios), "ratio_max": max(ratios),
@@ -136,16 +136,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block", type=int, default=50, help="steps per block (= flush_every)")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--activation-every", type=int, default=1,
+                        help="Recorder(activation_every=...); the default records every step")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     names = ["a", "b"] if args.model == "both" else [args.model]
-    results = [measure(n, args.rounds, args.block, args.warmup) for n in names]
+    options = {} if args.activation_every == 1 else {"activation_every": args.activation_every}
+    results = [measure(n, args.rounds, args.block, args.warmup, options) for n in names]
     if args.json:
         print(json.dumps(results, indent=2))
         return
     print(f"torch {torch.__version__}, python {platform.python_version()}, "
-          f"{platform.processor() or platform.machine()}, threads={args.threads}")
+          f"{platform.processor() or platform.machine()}, threads={args.threads}, "
+          f"recorder options {options or 'defaults'}")
     print("| model | params | step ms without | with | ratio median [q1, q3] (min-max) | "
           "bytes/row | rows/step |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

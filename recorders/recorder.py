@@ -30,7 +30,8 @@ from .checkpoints import FlightRing, StateSource, checkpoint_table, live_snapsho
 from .errors import RecorderError, RunDirectoryError
 from .manifest import hyperparameters, new_manifest, utc_now
 from .schedule import Schedule
-from .statistics import MomentBatch, Moments, combine, measure_now, summarize
+from .statistics import (MomentBatch, Moments, activation_moments, combine, measure_now,
+                         summarize)
 from .writer import RunWriter, events_table, scalars_table, stats_table
 
 __all__ = ["Recorder"]
@@ -148,6 +149,7 @@ class Recorder:
                  config: Mapping[str, Any] | None = None,
                  flush_every: int = 50, flush_seconds: float = 10.0,
                  checkpoint_every: int = 500, flight_ring: int = 4, flight_every: int = 10,
+                 activation_every: int = 1,
                  overwrite: bool = False, append: bool = False, strict: bool = False) -> None:
         self._models = _as_models(model)
         self._optimizers = _as_optimizers(optimizer)
@@ -164,10 +166,12 @@ class Recorder:
         if overwrite and append:
             raise ValueError("overwrite=True and append=True exclude each other")
         self._schedule = Schedule(flush_every=flush_every, flush_seconds=flush_seconds,
-                                  checkpoint_every=checkpoint_every, flight_every=flight_every)
+                                  checkpoint_every=checkpoint_every, flight_every=flight_every,
+                                  activation_every=activation_every)
         self._options = {"flush_every": flush_every, "flush_seconds": float(flush_seconds),
                          "checkpoint_every": checkpoint_every, "flight_ring": flight_ring,
-                         "flight_every": flight_every, "overwrite": bool(overwrite),
+                         "flight_every": flight_every, "activation_every": activation_every,
+                         "overwrite": bool(overwrite),
                          "append": bool(append), "strict": bool(strict)}
         self._scaler = scaler
         self._config = config_json
@@ -205,6 +209,7 @@ class Recorder:
         self._activations: dict[str, Moments] = {}
         self._batch = MomentBatch()
         self._pending_activations: list[tuple[str, int]] = []
+        self._watch_activations = True  # whether the step being run records activations
         self._nonfinite_seen = False
         self._terminated_by: str | None = None
         self._previous_sigterm: Any = None
@@ -270,6 +275,7 @@ class Recorder:
             signal.signal(signal.SIGTERM, self._on_sigterm)
         atexit.register(self._on_interpreter_exit)
         self._last_flush = time.monotonic()
+        self._watch_activations = self._schedule.should_record_activations(self._step)
         self._open = True
         return self
 
@@ -345,12 +351,16 @@ class Recorder:
     # ----------------------------------------------------------------- hooks
     def _activation_hook(self, name: str, saturation: str | None):
         def hook(module: nn.Module, args: Any, output: Any) -> None:
-            for suffix, t in _named_tensors("", output):
+            if not self._watch_activations:
+                return
+            outputs = (("", output),) if isinstance(output, torch.Tensor) \
+                else _named_tensors("", output)
+            for suffix, t in outputs:
                 if not t.is_floating_point():
                     continue
                 key = name + suffix
-                if t.device.type == "cpu":
-                    m = measure_now(t, sums=True, zeros=True, saturation=saturation)
+                if t.device.type == "cpu":  # reading back is free on the host
+                    m = activation_moments(t, saturation)
                     seen = self._activations.get(key)
                     self._activations[key] = m if seen is None else combine(seen, m)
                 else:  # measured on the device; read back with the rest of the step
@@ -397,11 +407,12 @@ class Recorder:
 
         with torch.no_grad():
             current = [p.tensor.detach() for p in self._params]
-            param_index = [batch.add(t, sums=True) for t in current]
             prevs = [p.prev for p in self._params]
-            if prevs:
-                torch._foreach_sub_(prevs, current)  # prev := prev - now = -update
-            update_index = [batch.add(t, extremes=False) for t in prevs]
+            param_index, update_index = [], []
+            for now, prev in zip(current, prevs):  # one tensor at a time: it stays in cache
+                param_index.append(batch.add(now, sums=True))
+                prev.sub_(now)  # prev := prev - now = -update
+                update_index.append(batch.add(prev, extremes=False))
             state_index = []
             for opt in self._optimizers.values():
                 for p, state in opt.state.items():
@@ -492,6 +503,7 @@ class Recorder:
         scalar_rows.append((step, "wall_time", wall))
 
         self._step = step + 1
+        self._watch_activations = self._schedule.should_record_activations(self._step)
         self._buffers.steps += 1
         self._manifest["last_step"] = step
         if nonfinite and not self._nonfinite_seen:

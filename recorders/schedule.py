@@ -18,14 +18,16 @@ class Schedule:
     flush_seconds: float = 10.0
     checkpoint_every: int = 500
     flight_every: int = 10
+    activation_every: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("flush_every", "checkpoint_every", "flight_every"):
+        for name in ("flush_every", "checkpoint_every", "flight_every", "activation_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-        if self.flush_every == 0:
-            raise ValueError("flush_every must be >= 1")
+        for name in ("flush_every", "activation_every"):
+            if getattr(self, name) == 0:
+                raise ValueError(f"{name} must be >= 1")
         if isinstance(self.flush_seconds, bool) or not isinstance(self.flush_seconds, (int, float)) \
                 or not self.flush_seconds > 0:
             raise ValueError(f"flush_seconds must be a number > 0, got {self.flush_seconds!r}")
@@ -43,3 +45,8 @@ class Schedule:
     def should_sample_flight(self, step: int) -> bool:
         """Flight-recorder samples at steps 0, N, 2N, ..."""
         return self.flight_every > 0 and step % self.flight_every == 0
+
+    def should_record_activations(self, step: int) -> bool:
+        """Leaf-module outputs are the largest tensors a step touches (on a small CNN, ten times
+        the parameters), so they get their own period; every step by default."""
+        return step % self.activation_every == 0

@@ -22,6 +22,7 @@ __all__ = [
     "TensorStats",
     "combine",
     "exact_moments",
+    "activation_moments",
     "measure_now",
     "summarize",
 ]
@@ -252,33 +253,44 @@ class MomentBatch:
             return _moments_from_exact(exacts[7 * e.floats:7 * e.floats + 7], e.numel, e.sums,
                                        e.zeros, e.saturation)
         i = e.floats
-        sumsq = floats[i]
-        trusted = math.isfinite(sumsq)  # a NaN/inf element or float32 overflow shows here
-        lo = hi = total = None
+        lo = hi = total = nonzero = lowest = None
         if e.extremes:
             lo, hi = floats[i + 1], floats[i + 2]
             i += 2
         if e.sums:
             total = floats[i + 1]
-            trusted = trusted and math.isfinite(total)
-            if trusted and sumsq > 0:
-                mean_sq = sumsq / e.numel
-                mean = total / e.numel
-                trusted = mean_sq - mean * mean > _CANCELLATION_LIMIT * mean_sq
-        if not trusted:
-            return exact_moments(e.tensor, sums=e.sums, zeros=e.zeros, saturation=e.saturation)
-        zeros = None
         if e.zeros:
-            nonzero_bits, lowest_bits = ints[e.ints], ints[e.ints + 1]
-            if lowest_bits == -2.0 ** (8 * e.tensor.element_size() - 1):  # a -0.0 is present
-                zeros = int(torch.count_nonzero(e.tensor.reshape(-1) == 0))
-            else:
-                zeros = e.numel - int(nonzero_bits)
-        saturated = None
-        if e.saturation:
-            saturated = _saturated_count(e.tensor, e.saturation, lo, hi)
-        return Moments(numel=e.numel, finite=e.numel, sum=total, sumsq=sumsq, min=lo, max=hi,
-                       zeros=zeros, saturated=saturated, nonfinite=0)
+            nonzero, lowest = ints[e.ints], ints[e.ints + 1]
+        return _checked_moments(e.tensor, floats[e.floats], lo, hi, total, nonzero, lowest,
+                                e.saturation)
+
+
+def _checked_moments(t: torch.Tensor, sumsq: float, lo: float | None, hi: float | None,
+                     total: float | None, nonzero: float | None, lowest: float | None,
+                     saturation: str | None) -> Moments:
+    """Fast-path results, or the exact float64 moments where they cannot be trusted."""
+    numel = t.numel()
+    trusted = math.isfinite(sumsq)  # a NaN/inf element or float32 overflow shows here
+    if trusted and lo is not None:
+        trusted = math.isfinite(lo) and math.isfinite(hi)
+    if trusted and total is not None:
+        trusted = math.isfinite(total)
+        if trusted and sumsq > 0:
+            mean_sq = sumsq / numel
+            mean = total / numel
+            trusted = mean_sq - mean * mean > _CANCELLATION_LIMIT * mean_sq
+    if not trusted:
+        return exact_moments(t, sums=total is not None, zeros=nonzero is not None,
+                             saturation=saturation)
+    zeros = None
+    if nonzero is not None:
+        if lowest == -2.0 ** (8 * t.element_size() - 1):  # a -0.0 is present
+            zeros = int(torch.count_nonzero(t.reshape(-1) == 0))
+        else:
+            zeros = numel - int(nonzero)
+    saturated = _saturated_count(t, saturation, lo, hi) if saturation else None
+    return Moments(numel=numel, finite=numel, sum=total, sumsq=sumsq, min=lo, max=hi,
+                   zeros=zeros, saturated=saturated, nonfinite=0)
 
 
 def _saturated_count(t: torch.Tensor, saturation: str, lo: float, hi: float) -> int:
@@ -296,3 +308,20 @@ def measure_now(t: torch.Tensor, *, sums: bool = True, extremes: bool = True,
     batch = MomentBatch()
     batch.add(t, sums=sums, extremes=extremes, zeros=zeros, saturation=saturation)
     return batch.read()[0][0]
+
+
+def activation_moments(t: torch.Tensor, saturation: str | None) -> Moments:
+    """Moments of a module output, read at once: the next module may overwrite it in place.
+
+    The common case (float32 on CPU, where reading back costs nothing) takes one stack and one
+    read for all six kernels; anything else goes through :func:`measure_now`.
+    """
+    v = t.detach().reshape(-1)
+    if v.dtype is not torch.float32 or v.numel() == 0:
+        return measure_now(t, sums=True, zeros=True, saturation=saturation)
+    bits = v.view(torch.int32)
+    lo, hi = torch.aminmax(v)
+    sumsq, lo, hi, total, nonzero, lowest = torch.stack((
+        torch.dot(v, v), lo, hi, v.sum(), torch.count_nonzero(bits).double(),
+        bits.amin().double())).tolist()
+    return _checked_moments(v, sumsq, lo, hi, total, nonzero, lowest, saturation)

@@ -83,3 +83,21 @@ def test_sigterm_flushes_and_marks_the_run_terminated(tmp_path):
     manifest = read_manifest(run)
     assert manifest["status"] == "terminated"
     assert manifest["exception"]["message"] == "SIGTERM"
+
+
+def test_interpreter_exit_flushes_an_unclosed_recorder(tmp_path):
+    script = textwrap.dedent("""
+        import sys, torch
+        from torch import nn
+        from recorders import Recorder
+        model = nn.Linear(3, 1)
+        rec = Recorder(sys.argv[1], model).__enter__()   # never exited
+        for _ in range(7):
+            model(torch.randn(2, 3))
+            rec.step()
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "run")], env=env, check=True,
+                   timeout=120)
+    assert sorted(read_table(tmp_path / "run", "stats").step.unique()) == list(range(7))
+    assert read_manifest(tmp_path / "run")["last_step"] == 6

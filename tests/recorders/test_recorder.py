@@ -338,3 +338,45 @@ def test_write_errors_warn_once_and_training_continues(tmp_path, monkeypatch):
         with Recorder(tmp_path / "strict", model, opt, flush_every=2, strict=True) as rec:
             for _ in range(3):
                 rec.step()
+
+
+def test_activation_schedule(tmp_path):
+    model = Net()
+    with Recorder(tmp_path / "run", model, activation_every=3) as rec:
+        for x, _ in batches(7):
+            model(x)
+            rec.step()
+    stats = read_table(tmp_path / "run", "stats")
+    assert sorted(stats[stats.role == "activation"].step.unique()) == [0, 3, 6]
+    assert sorted(stats[stats.role == "param"].step.unique()) == list(range(7))
+
+
+def test_grad_scale_and_threads(tmp_path):
+    import threading
+
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    errors = []
+
+    def train():
+        try:
+            with Recorder(tmp_path / "run", model, opt, scaler=scaler) as rec:
+                for x, y in batches(2):
+                    opt.zero_grad()
+                    scaler.scale(nn.functional.cross_entropy(model(x), y)).backward()
+                    scaler.step(opt)
+                    scaler.update()
+                    rec.step()
+        except Exception as exc:  # surfaced below; a thread cannot install signal handlers
+            errors.append(exc)
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    thread.join()
+    assert not errors
+    scalars = read_table(tmp_path / "run", "scalars")
+    assert scalars[scalars.name == "grad_scale"].value.tolist() == [1024.0, 1024.0]
+    # gradients are unscaled by scaler.step() before the optimizer's pre-step hook reads them
+    stats = read_table(tmp_path / "run", "stats")
+    assert series(stats, "grad", "fc1.weight", "norm").max() < 100

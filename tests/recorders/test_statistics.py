@@ -126,3 +126,12 @@ def test_saturation_fraction(kind):
     small = torch.randn(100) * 0.1
     calm = torch.tanh(small) if kind == "tanh" else torch.sigmoid(small)
     assert summarize(measure_now(calm, saturation=kind)).sat_frac == 0.0
+
+
+@pytest.mark.parametrize("name", list(make_cases()))
+def test_activation_path_matches_reference(name):
+    from recorders.statistics import activation_moments
+
+    x = make_cases()[name]
+    stats = summarize(activation_moments(torch.from_numpy(x), None))
+    assert_matches(stats, reference(x))
