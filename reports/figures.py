@@ -17,9 +17,10 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
+from reports.aggregate import Matrix
 from reports.text import clean, shorten
 
-__all__ = ["Markers", "Panel", "Matrix", "line_panels", "heatmap", "DPI"]
+__all__ = ["Markers", "Panel", "line_panels", "heatmap", "DPI"]
 
 DPI = 90  # modest: a report holds ~8 figures and must stay well under 2 MB
 _WIDTH_IN = 11.0
@@ -65,15 +66,6 @@ class Panel:
     ylabel: str
     series: dict[str, pd.Series] = field(default_factory=dict)
     log: bool = True
-
-
-@dataclass(frozen=True)
-class Matrix:
-    """Tensors × steps: values (NaN where no data) and masks of non-finite and exactly-zero cells."""
-
-    values: pd.DataFrame
-    nonfinite: pd.DataFrame
-    zero: pd.DataFrame
 
 
 def _margins(fig: Figure, *, left_in: float, axes_height_in: float, right_in: float = 0.15,

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from reports import figures
+from reports.aggregate import StepBins, binned_log_matrix, column_values, names_of, peak_by_name
 from reports.figures import Markers, Panel
 from reports.text import clean, fmt_growth, fmt_interval, fmt_number, fmt_step, shorten
 
@@ -172,9 +173,9 @@ def _training_facts(run) -> list[Fact]:
     if len(lr):
         facts.append(Fact("Learning rate", fmt_number(lr.iloc[0]) if lr.nunique() == 1
                           else f"{fmt_number(lr.iloc[0])} → {fmt_number(lr.iloc[-1])}"))
-    ratio = run.stats(roles=["update"], columns=["ratio"])["ratio"].dropna()
+    ratio = column_values(run, role="update", column="ratio")
     if len(ratio):
-        facts.append(Fact("Median update / parameter ratio", f"{fmt_number(ratio.median())} (≈1e-3 is typical)"))
+        facts.append(Fact("Median update / parameter ratio", f"{fmt_number(np.median(ratio))} (≈1e-3 is typical)"))
     return facts
 
 
@@ -290,43 +291,29 @@ def _timeline(analysis, markers: Markers) -> Section | None:
         figures=(Figure("Timeline", png, "Losses, gradient norm and learning rate per step"),))
 
 
-def _matrix(frame: pd.DataFrame, column: str, rows: list[str]) -> figures.Matrix:
-    """log10 of `column` as tensors × steps, with the non-finite and exactly-zero cells marked."""
-    frame = frame.drop_duplicates(["step", "name"], keep="last")
-    values = frame.pivot(index="name", columns="step", values=column).reindex(rows).astype(float)
-    nonfinite = frame.pivot(index="name", columns="step", values="nonfinite").reindex(rows).fillna(0) > 0
-    zero = (values == 0) & ~nonfinite  # a non-finite tensor's finite part can be empty: red wins
-    values = np.log10(values.where(values > 0))
-    if values.shape[1] > _MAX_HEATMAP_COLUMNS:  # bin steps; the max keeps spikes visible
-        width = int(np.ceil(values.shape[1] / _MAX_HEATMAP_COLUMNS))
-        bins = (values.columns - values.columns[0]) // width * width + values.columns[0]
-        values = values.T.groupby(bins).max().T
-        nonfinite = nonfinite.T.groupby(bins).any().T
-        zero = zero.T.groupby(bins).all().T
-    return figures.Matrix(values.replace([np.inf, -np.inf], np.nan), nonfinite, zero)
-
-
 def _heatmap(analysis, markers: Markers, window: tuple[int, int], order: dict[str, int]) -> Section | None:
-    stats = _stats(analysis.run, ["grad", "update"], ["norm", "ratio", "nonfinite"])
-    stats = stats[(stats["step"] >= window[0]) & (stats["step"] <= window[1])]
-    grads = stats[stats["role"] == "grad"]
-    if grads.empty:
+    run = analysis.run
+    names = names_of(run, "grad")
+    if not names:
         return None
-    ranked = [r.tensor for r in analysis.ranking if r.tensor in set(grads["name"])]
-    rows = _ordered(grads["name"].unique(), order)
+    rows = _ordered(names, order)
     hidden = 0
     if len(rows) > _MAX_HEATMAP_ROWS:
+        ranked = [r.tensor for r in analysis.ranking if r.tensor in set(rows)]
         keep = list(dict.fromkeys(ranked + rows))[:_MAX_HEATMAP_ROWS]
         hidden = len(rows) - len(keep)
         rows = _ordered(keep, order)
-    matrices = [("log10 gradient norm", _matrix(grads, "norm", rows))]
-    updates = stats[stats["role"] == "update"]
-    if not updates.empty and updates["ratio"].notna().any():
-        matrices.append(("log10 update / parameter ratio (typical ≈ -3)", _matrix(updates, "ratio", rows)))
+    bins = StepBins.covering(*window, _MAX_HEATMAP_COLUMNS)
+    matrices = [("log10 gradient norm", binned_log_matrix(run, role="grad", column="norm", names=rows, bins=bins))]
+    ratios = binned_log_matrix(run, role="update", column="ratio", names=rows, bins=bins)
+    if ratios.values.notna().any().any() or ratios.zero.any().any():
+        matrices.append(("log10 update / parameter ratio (typical ≈ -3)", ratios))
     png = figures.heatmap(matrices, markers.within(*window))
     where = (f"steps {window[0]}–{window[1]} around the onset" if analysis.onset is not None
              else f"the whole run (steps {window[0]}–{window[1]})")
     text = f"Per-tensor gradient norm and update/parameter ratio over {where}, tensors in model order."
+    if bins.width > 1:
+        text += f" Each column is the largest value of {bins.width} steps."
     if hidden:
         text += f" {hidden} more tensors are not shown (the ranked ones always are)."
     return Section("heatmap", "Layers × steps", paragraphs=(text,),
@@ -346,33 +333,35 @@ def _focus_tensors(analysis, names: set[str], order: dict[str, int]) -> list[str
 
 
 def _top_tensors(analysis, markers: Markers, window: tuple[int, int], order: dict[str, int]) -> Section | None:
-    stats = _stats(analysis.run, ["param", "grad", "update", "state", "activation"],
-                   ["norm", "max_abs", "zero_frac", "sat_frac"])
-    stats = stats[(stats["step"] >= window[0]) & (stats["step"] <= window[1])]
-    tensors = stats[stats["role"] != "activation"]
+    run = analysis.run
+    in_window = lambda frame: frame[(frame["step"] >= window[0]) & (frame["step"] <= window[1])]  # noqa: E731
     panels = []
-    if not tensors.empty:
-        for tensor in _focus_tensors(analysis, set(tensors["name"]), order):
+    names = names_of(run, "grad") or names_of(run, "param")
+    if names:
+        focus = _focus_tensors(analysis, set(names), order)
+        tensors = in_window(run.stats(roles=["param", "grad", "update", "state"], names=focus, columns=["norm"]))
+        for tensor in focus:
             rows = tensors[tensors["name"] == tensor]
             series = {}
             for (role, key), group in rows.groupby(["role", rows["key"].fillna("")], sort=False):
                 series[f"{role} {key}".strip() + " norm"] = _series(group, "norm")
             panels.append(Panel(f"`{tensor}`: parameter, gradient, update and optimizer state", "L2 norm", series))
-    activations = stats[stats["role"] == "activation"]
-    if not activations.empty:
-        ranked = [r.tensor for r in analysis.ranking if r.role == "activation"]
-        peak = activations.groupby("name")["max_abs"].max().sort_values(ascending=False)
-        modules = list(dict.fromkeys(ranked + list(peak.index)))[:_MAX_ACTIVATIONS]
-        modules = _ordered(modules, order)
+    peaks = peak_by_name(run, role="activation", column="max_abs")
+    if peaks:
+        ranked = [r.tensor for r in analysis.ranking if r.role == "activation" and r.tensor in peaks]
+        loudest = sorted(peaks, key=peaks.get, reverse=True)
+        modules = _ordered(list(dict.fromkeys(ranked + loudest))[:_MAX_ACTIVATIONS], order)
+        activations = in_window(run.stats(roles=["activation"], names=modules, columns=["max_abs", "zero_frac", "sat_frac"]))
+        by_module = {m: activations[activations["name"] == m] for m in modules}
         panels.append(Panel("Activations: largest absolute value", "max |a|",
-                            {m: _series(activations[activations["name"] == m], "max_abs") for m in modules}))
+                            {m: _series(rows, "max_abs") for m, rows in by_module.items()}))
         if activations["zero_frac"].max() > 0.05:  # a flat zero line (LeakyReLU, Tanh) tells nothing
             panels.append(Panel("Activations: fraction of zeros (dead units)", "fraction",
-                                {m: _series(activations[activations["name"] == m], "zero_frac") for m in modules}, log=False))
-        if activations["sat_frac"].notna().any():
-            bounded = [m for m in modules if activations.loc[activations["name"] == m, "sat_frac"].notna().any()]
+                                {m: _series(rows, "zero_frac") for m, rows in by_module.items()}, log=False))
+        bounded = {m: rows for m, rows in by_module.items() if rows["sat_frac"].notna().any()}
+        if bounded:
             panels.append(Panel("Activations: fraction saturated", "fraction",
-                                {m: _series(activations[activations["name"] == m], "sat_frac") for m in bounded}, log=False))
+                                {m: _series(rows, "sat_frac") for m, rows in bounded.items()}, log=False))
     if not panels:
         return None
     png = figures.line_panels(panels, markers.within(*window), panel_height=2.1)
