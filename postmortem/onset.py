@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .models import select_break
+from .models import ExponentialFrom, select_break
 
 __all__ = ["SeriesBreak", "analyse_series", "BIC_MARGIN", "DIVERGENCE_DECADES", "AMPLIFIED_DECADES"]
 
@@ -25,6 +25,7 @@ AMPLIFIED_DECADES = 1.0
 SHARP_DECADES = np.log10(2.0)  # an earlier break counts when it jumps at least ×2
 _MIN_POINTS = 6
 _PRECURSOR_REACH = 5
+_LOCAL_STABLE = 20
 _MIN_STABLE = 50  # steps of stable phase kept in front of the final rise
 _TAIL = 3  # the final level is the median of the last few finite points
 
@@ -40,6 +41,7 @@ class SeriesBreak:
     growth_per_step: float
     doubling_steps: float | None
     jump: float
+    step_jump: float  # measured ratio between the value at the onset and the step before
     delta_bic: float
     stable_level: float  # value (not log) before the break
     final_level: float
@@ -80,6 +82,7 @@ def analyse_series(
         x, y = x[lo:], y[lo:]
         model, delta_bic = earlier
     k = model.index_
+    onset_index = _visible_onset(y, k, model)
     stable = y[:k]
     stable_level = float(np.median(stable))
     final_level = float(np.median(y[-_TAIL:]))
@@ -89,11 +92,12 @@ def analyse_series(
     return SeriesBreak(
         label=label,
         first_step=first_step,
-        onset_step=int(model.t0_),
+        onset_step=int(x[onset_index]),
         interval=(int(model.interval_[0]), int(model.interval_[1])),
         growth_per_step=model.growth_per_step,
         doubling_steps=model.doubling_steps,
         jump=model.jump,
+        step_jump=float(10 ** (y[onset_index] - y[onset_index - 1])) if onset_index > 0 else 1.0,
         delta_bic=delta_bic,
         stable_level=float(10**stable_level),
         final_level=float(10**final_level),
@@ -101,6 +105,24 @@ def analyse_series(
         diverges=diverges,
         amplified=credible and rise >= AMPLIFIED_DECADES,
     )
+
+
+def _visible_onset(y: np.ndarray, k: int, model) -> int:
+    """A hinge fitted to a jump followed by fast growth may start one step early, at a point
+    still inside the stable band. When the fitted first step of growth should stand out of the
+    noise (rate ≥ 4 robust σ of the stable phase) but does not, move to the first point that
+    does (at most two steps on)."""
+    if not isinstance(model, ExponentialFrom) or k < _MIN_POINTS:
+        return k
+    stable = y[max(0, k - _LOCAL_STABLE): k]  # the recent level, not the start of training
+    sigma = max(1.4826 * float(np.median(np.abs(stable - np.median(stable)))), 0.01)
+    if model.rate_ < 4 * sigma:
+        return k
+    band = float(np.median(stable)) + 4 * sigma
+    for i in range(k, min(k + 3, len(y))):
+        if y[i] > band:
+            return i
+    return k
 
 
 def _earlier_sharp_break(x: np.ndarray, y: np.ndarray):

@@ -126,9 +126,9 @@ def _fit_before(label, steps, values, nonfinite, cut, *, earliest=False) -> Seri
 def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame) -> list[TensorBreak]:
     """Series whose break makes the run diverged.
 
-    Either a loss, gradient or parameter series ends ≥ 100× above its stable level, or a parameter jumped ≥ 10× in one step and stayed there
-    while the loss never came back to its level before the jump (a destroyed model that stays
-    finite).
+    Either a loss, gradient or parameter series ends ≥ 100× above its stable level after a
+    sharp rise, or a parameter jumped ≥ 10× in one step and stayed there while the loss never
+    came back to its level before the jump (a destroyed model that stays finite).
     """
     found = []
     for b in breaks:
@@ -145,7 +145,7 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame) -> list[TensorBr
             # Small or zero-initialised parameters (biases) may grow by orders of magnitude
             # while the model learns, but slowly and from the first steps on.
             found.append(b)
-        elif (b.role == "param" and b.fit.jump >= ABRUPT_PARAM_JUMP
+        elif (b.role == "param" and b.fit.step_jump >= ABRUPT_PARAM_JUMP
               and b.fit.onset_step >= b.fit.first_step + PARAM_SETTLE_STEPS
               and b.fit.final_level >= ABRUPT_PARAM_JUMP * b.fit.stable_level
               and not _loss_recovered(scalars, b.fit.onset_step)):
@@ -160,11 +160,10 @@ def _loss_recovered(scalars: pd.DataFrame, step: int) -> bool:
         return True  # nothing says the model was hurt
     loss = scalars[scalars["name"] == ("loss" if "loss" in names else sorted(names)[0])]
     before = loss.loc[loss["step"] < step, "value"].tail(_LOSS_WINDOW).to_numpy(np.float64)
-    after = loss.loc[loss["step"] >= step, "value"].tail(_LOSS_WINDOW).to_numpy(np.float64)
+    after = loss.loc[loss["step"] >= step, "value"].to_numpy(np.float64)
+    after = after[np.isfinite(after)][-_LOSS_WINDOW:]
     if len(before) == 0 or len(after) == 0:
         return True
-    if not np.all(np.isfinite(after)):
-        return False
     return float(np.median(after)) <= LOSS_RECOVERED_FACTOR * abs(float(np.median(before)))
 
 

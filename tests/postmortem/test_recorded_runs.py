@@ -1,0 +1,138 @@
+"""analyze() on small real runs recorded with recorders.Recorder (tiny torch models)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from postmortem import analyze  # noqa: E402
+from recorders import Recorder  # noqa: E402
+
+STEPS = 120
+
+
+class Net(nn.Module):
+    def __init__(self, detach_after_fc1: bool = False):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 32)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(32, 32)
+        self.fc3 = nn.Linear(32, 1)
+        self.detach_after_fc1 = detach_after_fc1
+
+    def forward(self, x):
+        h = self.act(self.fc1(x))
+        if self.detach_after_fc1:
+            h = h.detach()
+        return self.fc3(self.act(self.fc2(h)))
+
+
+def _train(path, *, seed=0, lr_boost_at=None, nan_batch_at=None, skip_step=False,
+           detach=False, event_at=None):
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    model = Net(detach_after_fc1=detach)
+    groups = [{"params": list(m.parameters())} for m in (model.fc1, model.fc2, model.fc3)]
+    optimizer = torch.optim.SGD(groups, lr=0.01, momentum=0.9)
+    weights = torch.randn(8, 1)
+    with Recorder(path, model, optimizer, flush_every=25) as rec:
+        for step in range(STEPS):
+            x = torch.randn(32, 8)
+            y = x @ weights
+            if step == nan_batch_at:
+                x[0, 0] = float("nan")
+            if event_at is not None and step == event_at:
+                rec.event("domain_switch", "second task")
+            if step == lr_boost_at:
+                optimizer.param_groups[1]["lr"] *= 3000  # fc2 only
+            loss = nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            if not skip_step:
+                optimizer.step()
+            rec.step(loss=loss, inputs=x, targets=y)
+            if not torch.isfinite(loss):
+                break
+    return path
+
+
+def test_healthy_run(tmp_path):
+    analysis = analyze(_train(tmp_path / "run"))
+    assert analysis.verdict == "healthy"
+    assert [f.label for f in analysis.findings] == ["healthy"]
+    assert analysis.onset is None and analysis.ranking == []
+    json.dumps(analysis.to_json(), allow_nan=False)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_lr_spike_on_one_layer_is_found_with_its_layer(tmp_path, seed):
+    t0 = int(np.random.default_rng(seed).integers(40, 80))
+    analysis = analyze(_train(tmp_path / "run", seed=seed, lr_boost_at=t0, event_at=t0))
+    assert analysis.verdict == "diverged"
+    assert abs(analysis.onset.step - t0) <= 1
+    assert analysis.onset.interval[0] <= analysis.onset.step <= analysis.onset.interval[1]
+    assert analysis.ranking[0].tensor.startswith("fc2.")
+    labels = {f.label for f in analysis.findings}
+    assert {"diverged", "lr_too_high"} <= labels
+    assert any("domain_switch" in sentence for sentence in analysis.chain)
+    if analysis.first_nonfinite is not None:
+        assert analysis.onset.lead_steps == analysis.first_nonfinite.step - analysis.onset.step >= 0
+    payload = analysis.to_json()
+    json.dumps(payload, allow_nan=False)
+    assert payload["onset_step"] == analysis.onset.step
+    assert payload["ranking"][0]["tensor"] == analysis.ranking[0].tensor
+
+
+def test_nan_batch_is_the_first_nonfinite_value(tmp_path):
+    t0 = int(np.random.default_rng(3).integers(30, 90))
+    analysis = analyze(_train(tmp_path / "run", nan_batch_at=t0))
+    first = analysis.first_nonfinite
+    assert (first.step, first.role, first.tensor) == (t0, "input", "input")
+    assert analysis.verdict == "diverged"
+    labels = {f.label for f in analysis.findings}
+    assert "nonfinite_input" in labels
+    assert analysis.ranking[0].role == "input"
+    assert first.spread and first.spread[0][0] == t0
+
+
+def test_missing_optimizer_step_is_no_update(tmp_path):
+    analysis = analyze(_train(tmp_path / "run", skip_step=True))
+    assert analysis.verdict == "not_learning"
+    finding = next(f for f in analysis.findings if f.label == "no_update")
+    assert "optimizer.step()" in finding.fix
+
+
+def test_detached_layer_gets_no_gradient(tmp_path):
+    analysis = analyze(_train(tmp_path / "run", detach=True))
+    assert analysis.verdict == "not_learning"
+    finding = next(f for f in analysis.findings if f.label == "no_gradient")
+    assert set(finding.tensors) == {"fc1.weight", "fc1.bias"}
+
+
+def test_crashed_run_is_analysed(tmp_path):
+    path = tmp_path / "run"
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with pytest.raises(RuntimeError):
+        with Recorder(path, model, optimizer, flush_every=10) as rec:
+            for step in range(60):
+                x = torch.randn(16, 8)
+                loss = model(x).pow(2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                rec.step(loss=loss, inputs=x)
+                if step == 45:
+                    raise RuntimeError("killed")
+    segments = sorted((path / "stats").glob("part-*.parquet"))
+    segments[-1].write_bytes(segments[-1].read_bytes()[:100])  # torn last write
+    analysis = analyze(path)
+    assert any(segments[-1].name in w for w in analysis.warnings)
+    assert analysis.run.manifest.get("status") == "exception"
+    assert analysis.verdict in {"healthy", "not_learning"}
