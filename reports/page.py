@@ -141,6 +141,9 @@ def key_facts(analysis) -> list[Fact]:
             facts.append(Fact("Lead time", f"{onset.lead_steps} steps before the first non-finite value"))
     if first is not None:
         facts.append(Fact("First non-finite", f"step {first.step}: {_tensor_label(first.tensor, first.role, first.key)}"))
+        if first.spread:
+            spread = ", ".join(f"{fmt_number(count)} at step {fmt_number(step)}" for step, count in first.spread[:4])
+            facts.append(Fact("Non-finite tensors per step", spread + (" …" if len(first.spread) > 4 else "")))
     event = _event_before_onset(analysis)
     if event:
         facts.append(Fact("Last event before onset", event))
