@@ -28,7 +28,7 @@ from .data import (
 )
 from .expected import Expected, write_expected
 from .models import CNN, DeepMLP, Discriminator, Generator, LinearRegressor, build_classifier, weight_layers
-from .training import STEPS_AFTER_NONFINITE, Outcome, broke_after, first_nonfinite, train
+from .training import STEPS_AFTER_NONFINITE, broke_after, first_nonfinite, train
 
 __all__ = [
     "COMMITTED_SAMPLES",
@@ -135,7 +135,8 @@ def _zoo_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expec
     )
     culprit = getattr(fault, "layer", None) or None
     draw = batch_sampler(digits(settings.layout), batch, seed)
-    config = {"scenario": scenario.name, "family": family, "arch": arch, "seed": seed, "batch_size": batch}
+    # What a user would log; never the scenario or the fault (the analyzer must not see the answer).
+    config = {"arch": arch, "seed": seed, "batch_size": batch, "steps": settings.steps}
     outcome = train(run_dir, model, optimizer, draw, steps=settings.steps, fault=fault, lr_at=lr_at, config=config,
                     recorder_options=recorder_options)
     nan_at = outcome.first_nonfinite_loss_step
@@ -271,7 +272,7 @@ def _domain_shift_run(run_dir: Path, scenario: Scenario, recorder_options: dict)
 
     step = 0
     events = {DOMAIN_A_STEPS: ("domain_switch", "now training on domain B (rotated 90°, shifted, inverted)")}
-    config = {"scenario": scenario.name, "lr": 0.05, "momentum": 0.9, "batch_size": 32,
+    config = {"seed": seed, "lr": 0.05, "momentum": 0.9, "batch_size": 32,
               "domain_a_steps": DOMAIN_A_STEPS, "domain_b_steps": DOMAIN_B_STEPS}
     outcome = train(run_dir, model, optimizer, draw, steps=DOMAIN_A_STEPS + DOMAIN_B_STEPS,
                     events=events, config=config, recorder_options=recorder_options)
@@ -317,8 +318,7 @@ def _gan_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expec
     noise = torch.Generator().manual_seed(seed + 1)
     ones, zeros = torch.ones(GAN_BATCH, 1), torch.zeros(GAN_BATCH, 1)
     losses: list[float] = []
-    config = {"scenario": scenario.name, "loss": "hand-written BCE on sigmoid" if buggy else "BCEWithLogits",
-              "clip_grad_norm": None if buggy else 1.0, "lr": 1e-3, "data_radius": 30.0}
+    config = {"seed": seed, "lr": 1e-3, "batch_size": GAN_BATCH, "data_radius": 30.0}
     with Recorder(run_dir, {"G": gen, "D": disc}, {"opt_G": opt_g, "opt_D": opt_d},
                   config=config, overwrite=True, **recorder_options) as rec:
         for step in range(GAN_STEPS):
@@ -390,7 +390,7 @@ def _linear_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Ex
     data = time_on_page_data(5, seed) if case.unscaled else linear_data(5, seed)
     model = LinearRegressor(features=data.x.shape[1])
     optimizer = torch.optim.SGD(model.parameters(), lr=case.lr)
-    config = {"scenario": scenario.name, "lr": case.lr, "optimizer_step": case.take_step}
+    config = {"seed": seed, "lr": case.lr}
     outcome = train(run_dir, model, optimizer, lambda: (data.x, data.y), steps=LINEAR_STEPS,
                     loss_fn=F.mse_loss, take_step=case.take_step, config=config,
                     recorder_options=recorder_options)
@@ -427,7 +427,7 @@ def _deep_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expe
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     draw = batch_sampler(digits("flat"), 32, seed)
     outcome = train(run_dir, model, optimizer, draw, steps=DEEP_STEPS,
-                    config={"scenario": scenario.name, "init": family}, recorder_options=recorder_options)
+                    config={"seed": seed, "depth": 8, "lr": 0.01}, recorder_options=recorder_options)
     losses = outcome.losses
     _require(outcome.first_nonfinite_loss_step is None, scenario, "unexpected non-finite loss")
     learned = sum(losses[-10:]) / 10 < 0.5 * sum(losses[:10]) / 10

@@ -5,7 +5,7 @@ import pyarrow.dataset as ds
 import pytest
 from sample_run_helpers import assert_same_stats, read_stats
 
-from sample_runs import COMMITTED_SAMPLES, SAMPLES_DIR, VERDICTS, Expected, make, read_expected
+from sample_runs import COMMITTED_SAMPLES, SAMPLES_DIR, VERDICTS, make, read_expected
 from sample_runs.scenarios import COMMITTED_RECORDER_OPTIONS
 
 

@@ -62,7 +62,7 @@ def test_truth_comes_from_the_injection(tmp_path):
     truth = make("lr_spike-mlp-s1", tmp_path / "run")
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert truth.verdict == "diverged" and truth.onset_step is not None and 40 <= truth.onset_step <= 100
-    assert manifest["config"]["family"] == "lr_spike"
+    assert "lr_spike" not in json.dumps(manifest)  # the recorded run never names its fault
     # The recorded lr of the culprit's param group (one group per layer) jumps ×300 exactly at t0.
     group = ["fc1", "fc2", "fc3"].index(truth.culprit)
     scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
