@@ -26,6 +26,7 @@ _MAX_HEATMAP_COLUMNS = 300
 _TOP_TENSORS = 3
 _MAX_ACTIVATIONS = 8
 _MAX_TABLE_ROWS = 500
+_INPUT_BASELINE_STEPS = 50
 _NOT_LOSSES = ("grad_norm", "lr", "grad_scale", "wall_time", "hp.")
 
 
@@ -434,7 +435,7 @@ def _input_health(analysis, markers: Markers) -> Section | None:
             tables.append(Table(("series", "steps", "mean range", "std range", "min", "max", "non-finite values", "repeated batches"), rows))
             continue
         lo, hi = analysis.onset.interval
-        before = group[group["step"] < lo - 3]
+        before = group[group["step"] < lo - 3].tail(_INPUT_BASELINE_STEPS)  # recent: a domain switch moves the baseline
         centre_m, spread_m = _robust(before["mean"])
         centre_s, spread_s = _robust(before["std"])
         near = group[(group["step"] >= lo - 3) & (group["step"] <= hi + 2)]
@@ -444,7 +445,7 @@ def _input_health(analysis, markers: Markers) -> Section | None:
              shorten(clean(r.hash), 12), "yes" if repeated.loc[r.Index] else "no")
             for r in near.itertuples())
         caption = (f"{role} `{_name(name)}` around the onset; z = distance from the median of the {len(before)} "
-                   "earlier steps in robust standard deviations (MAD).")
+                   "preceding steps in robust standard deviations (MAD).")
         tables.append(Table(("step", "mean", "z", "std", "z", "min", "max", "non-finite", "shape", "hash", "seen before"), rows, caption))
     where = "at the onset" if analysis.onset is not None else "over the run"
     figs = (Figure("Input statistics", figures.line_panels(panels, markers, panel_height=2.0), "Input statistics per step"),) if panels else ()
