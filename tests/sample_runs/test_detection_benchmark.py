@@ -51,7 +51,7 @@ def test_every_method_is_scored_on_every_run(detection, runs):
     assert lr10.truth == "diverged" and lr10.onset_truth == 0 and lr10.top1 is not None
     summary = detection.summarize([r for r in rows if r.method == "first_nonfinite"])
     assert summary["detected (diverged)"].startswith("1/1") and summary["false alarms (healthy)"].startswith("0/1")
-    text = detection.report(rows, "pytest")
+    text = detection.report(rows, "pytest", runs)
     assert text.startswith("## Detection") and "| postmortem |" in text
 
 
