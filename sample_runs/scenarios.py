@@ -26,7 +26,7 @@ from .data import (
     linear_data,
     time_on_page_data,
 )
-from .expected import Expected, write_expected
+from .expected import EXPECTED_FILE, Expected, write_expected
 from .models import CNN, DeepMLP, Discriminator, Generator, LinearRegressor, build_classifier, weight_layers
 from .training import STEPS_AFTER_NONFINITE, broke_after, first_nonfinite, train
 
@@ -491,6 +491,7 @@ def make(name: str, run_dir: Path, recorder_options: dict | None = None) -> Expe
     torch.set_num_threads(1)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / EXPECTED_FILE).unlink(missing_ok=True)  # never leave an old truth beside a new run
     expected = scenario.run(run_dir, scenario, recorder_options or {})
     write_expected(run_dir, expected)
     return expected
