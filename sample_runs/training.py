@@ -85,7 +85,7 @@ def train(
                 fault.before_step(step, model, optimizer)
                 if lr_at is not None:
                     for group in optimizer.param_groups:
-                        group["lr"] = lr_at(step) * group.get("lr_factor", 1.0)
+                        group["lr"] = lr_at(step)
                 x, y = fault.batch(step, *draw())
                 if fault.zero_grad(step):
                     optimizer.zero_grad()
