@@ -19,6 +19,7 @@ Methods
 - sagemaker_rules: ports of the SageMaker Debugger built-in rules at their documented defaults
   (docs.aws.amazon.com/sagemaker/latest/dg/debugger-built-in-rules.html), mapped to our labels;
   see `sagemaker_rules()` for each rule, threshold and the proxy used where our statistics differ.
+- autotrainer_rules: AUTOTRAINER's checks at its default parameters; see `autotrainer_rules()`.
 
 Scoring (one row per method; held-out families in their own rows)
 - detection: share of runs whose truth is `diverged` that the method calls diverged, and the same
@@ -268,6 +269,54 @@ def sagemaker_rules(run: Path, data: RunData) -> Prediction:
     return Prediction("not_learning" if labels else "healthy", None, culprits, labels)
 
 
+def _weight_order(run: Path) -> list[str]:
+    """Weight parameters (not biases) in model order, from the manifest."""
+    manifest = json.loads((run / "manifest.json").read_text())
+    several = len(manifest.get("models", {})) > 1
+    names = []
+    for model, info in manifest.get("models", {}).items():
+        for param in info.get("parameters", []):
+            if "weight" in param["name"].rsplit(".", 1)[-1]:
+                names.append(f"{model}.{param['name']}" if several else param["name"])
+    return names
+
+
+def autotrainer_rules(run: Path, data: RunData) -> Prediction:
+    """Ports of AUTOTRAINER's checks (Zhang et al., ICSE 2021; shiningrain/AUTOTRAINER utils/monitor.py)
+    at its default parameters: beta_1 1e-3, beta_2 1e-4, beta_3 70, gamma 0.7, Theta 0.7, delta 0.01.
+
+    - explode: NaN/inf in the loss, weights or gradients, or a loss ≥ 1e5.
+    - vanish: |grad| of the first weight / |grad| of the last weight < beta_1 and |grad| of the first
+      weight < beta_2; explode: that ratio > beta_3; relu: share of exactly-zero gradient values ≥ gamma.
+    AUTOTRAINER reports vanish/explode/relu only when training does not converge (accuracy below
+    Theta or not improving by delta); we record no accuracy, so "does not converge" is taken as the
+    mean of the last 10 losses staying above 30 % of the first 10 (the loss fell by less than 70 %).
+    """
+    loss = data.loss().to_numpy(dtype=float)
+    nan_at = first_nonfinite_step(data)
+    big = np.where(np.nan_to_num(loss, nan=0.0) >= 1e5)[0]
+    if nan_at is not None or len(big):
+        steps = [s for s in (nan_at, int(data.loss().index[big[0]]) if len(big) else None) if s is not None]
+        return Prediction("diverged", min(steps), [], {"diverged"})
+    if len(loss) < 20 or loss[-10:].mean() <= 0.3 * loss[:10].mean():
+        return Prediction("healthy")
+    grads = data.stats[data.stats["role"] == "grad"]
+    weights = [w for w in _weight_order(run) if w in set(grads["name"])]
+    labels = set()
+    if len(weights) >= 2:
+        norms = grads.pivot_table(index="step", columns="name", values="norm")
+        first, last = norms[weights[0]], norms[weights[-1]]
+        ratio = first / last.replace(0.0, np.nan)
+        if ((ratio < 1e-3) & (first < 1e-4)).any():
+            labels.add("vanishing_gradient")
+        if (ratio > 70).any():
+            labels.add("exploding_gradient")
+    zeros = (grads["zero_frac"].fillna(1.0) * grads["numel"]).groupby(grads["step"]).sum()
+    if ((zeros / grads.groupby("step")["numel"].sum()) >= 0.7).any():
+        labels.add("dead_units")
+    return Prediction("not_learning", None, [], labels or {"loss_plateau"})
+
+
 METHODS: dict[str, Callable[[Path, RunData], Prediction]] = {
     "postmortem": postmortem_method,
     "first_nonfinite": first_nonfinite_method,
@@ -275,6 +324,7 @@ METHODS: dict[str, Callable[[Path, RunData], Prediction]] = {
     "megatron": megatron_method,
     "pelt": pelt_method,
     "sagemaker_rules": sagemaker_rules,
+    "autotrainer_rules": autotrainer_rules,
 }
 
 
@@ -452,7 +502,8 @@ NOTES = """Notes on the method rows:
 - sagemaker_rules ports the documented defaults of ExplodingTensor, AllZero, VanishingGradient,
   WeightUpdateRatio, UnchangedTensor, DeadRelu, SaturatedActivation, CheckInputImages and
   LossNotDecreasing; where our statistics differ it uses a stated proxy (see `sagemaker_rules`).
-  AUTOTRAINER's rules are not ported.
+  autotrainer_rules ports AUTOTRAINER's gradient and loss checks; it gates them on "does not
+  converge", which it measures with accuracy and we approximate with the loss (see its docstring).
 - Onset and culprit are scored only where the injection fixes them; seed-000 runs are unscripted
   and count for detection, false alarms and labels only.
 - A fault the run shrugs off is scored as healthy (every LSTM `batch_scale` run recovers)."""
