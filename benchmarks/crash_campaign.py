@@ -6,7 +6,11 @@ far training got even when the child dies without a word. Each trial ends one wa
 
 - `kill`       SIGKILL once the child reports a seeded random step (plus a random sub-step delay,
                so kills also land inside a flush);
-- `term`       SIGTERM at a random step (the recorder's handler flushes and writes the status);
+- `term`       SIGTERM from the parent at a random step (the recorder's handler flushes and
+               writes the status); it may land anywhere, inside a flush too;
+- `term_self`  the child SIGTERMs itself between two steps (deterministic: outside any flush);
+- `term_in_flush`  SIGTERM delivered while the recorder is writing a segment (the child signals
+               itself from inside the Parquet write of the first flush after `stop_at`);
 - `exception`  the training loop raises at a random step;
 - `complete`   the loop finishes (the control).
 
@@ -36,8 +40,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-MODES = ("kill", "term", "exception", "complete")
-EXPECTED_STATUS = {"kill": "running", "term": "terminated", "exception": "exception",
+MODES = ("kill", "term", "term_self", "term_in_flush", "exception", "complete")
+EXPECTED_STATUS = {"kill": "running", "term": "terminated", "term_self": "terminated",
+                   "term_in_flush": "terminated", "exception": "exception",
                    "complete": "completed"}
 _TABLES = ("stats", "scalars", "events")
 _DOCS_SECTION = "## Crash campaign"
@@ -109,6 +114,8 @@ def train_child(run_dir: str, trial: Trial, flush_every: int, steps: int, conn) 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     inputs, targets = torch.randn(steps, 8, 16), torch.randn(steps, 8, 4)
     with Recorder(run_dir, model, optimizer, flush_every=flush_every, checkpoint_every=100) as rec:
+        if trial.mode == "term_in_flush":
+            _signal_inside_writes(rec, trial.stop_at)
         for i in range(steps):
             if trial.mode == "exception" and i == trial.stop_at:
                 raise RuntimeError(f"injected failure at step {i}")
@@ -117,6 +124,22 @@ def train_child(run_dir: str, trial: Trial, flush_every: int, steps: int, conn) 
             loss.backward()
             optimizer.step()
             conn.send(rec.step(loss=loss, inputs=inputs[i], targets=targets[i]))
+            if trial.mode == "term_self" and i == trial.stop_at:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _signal_inside_writes(rec, after_step: int) -> None:
+    """Make the child SIGTERM itself from inside a segment write (a flush) after `after_step`."""
+    import recorders.writer
+
+    write = recorders.writer.atomic_write_parquet
+
+    def interrupted(path, table, *args, **kwargs):
+        if rec.current_step > after_step and path.parent.name == "stats":
+            os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode, mid-write
+        return write(path, table, *args, **kwargs)
+
+    recorders.writer.atomic_write_parquet = interrupted
 
 
 def _context() -> mp.context.BaseContext:
@@ -202,11 +225,13 @@ def inspect_run(run_dir: Path, trial: Trial, *, flush_every: int, exitcode: int 
 
 def plan(*, kills: int, seed: int, steps: int, flush_every: int, step_seconds: float = 0.005
          ) -> list[Trial]:
-    """Seeded trials: `kills` SIGKILLs at distinct random steps, one SIGTERM, one exception."""
+    """Seeded trials: `kills` SIGKILLs at distinct random steps, one of each SIGTERM, one exception."""
     rng = random.Random(seed)
     kill_steps = sorted(rng.sample(range(1, steps - 1), kills))
     trials = [Trial("kill", s, rng.uniform(0, step_seconds)) for s in kill_steps]
     trials.append(Trial("term", rng.randrange(flush_every, steps - 1)))
+    trials.append(Trial("term_self", rng.randrange(flush_every, steps - 1)))
+    trials.append(Trial("term_in_flush", rng.randrange(flush_every, steps - flush_every - 1)))
     trials.append(Trial("exception", rng.randrange(flush_every, steps - 1)))
     return trials
 
@@ -227,7 +252,9 @@ def summary_markdown(outcomes: list[Outcome], *, flush_every: int, steps: int, s
         "by SIGKILL at random steps (with a random sub-step delay, so some kills land inside a "
         "flush), by SIGTERM and by an exception raised in the training loop. Steps lost = last "
         "step the child reported reaching − last step present on disk in both `stats` and "
-        f"`scalars`. Wall time of the whole campaign: {seconds:.0f} s.",
+        "`scalars`. `term` is a SIGTERM from the parent at a random step, `term_self` one the "
+        "child sends itself between two steps, `term_in_flush` one delivered inside a segment "
+        f"write. Wall time of the whole campaign: {seconds:.0f} s.",
         "",
         "| ending | trials | steps lost (max) | bound | statuses | unreadable segments "
         "| analyzer errors | verdicts |",
@@ -238,7 +265,7 @@ def summary_markdown(outcomes: list[Outcome], *, flush_every: int, steps: int, s
         if not group:
             continue
         lost = max((o.lost for o in group if o.lost is not None), default=None)
-        bound = flush_every if mode == "kill" else 0
+        bound = flush_every if mode == "kill" else 0  # a SIGTERM or an exception can flush
         statuses = ", ".join(f"{s} ×{n}" for s, n in Counter(o.status for o in group).items())
         verdicts = ", ".join(f"{v} ×{n}" for v, n in Counter(o.verdict for o in group).items())
         lines.append(f"| {mode} | {len(group)} | {lost} | {bound} | {statuses} "
