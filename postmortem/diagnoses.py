@@ -290,19 +290,22 @@ def _lr_too_high(ev: Evidence, onset_step: int | None, lr: float | None) -> Find
         first_ratio = float(np.nanmedian(updates["ratio_first"]))
     start = int(ev.summary["first_step"].min()) if not ev.summary.empty else None
     from_start = onset_step is not None and start is not None and onset_step <= start + 3
-    grad_onsets = {b.name: b.fit.onset_step for b in ev.breaks if b.role == "grad" and b.fit.amplified}
+    # Measured one-step ratios, not the fitted levels: after the blow-up the updates may well
+    # shrink again while the run stays ruined.
+    grad_jumps = {b.name: b.fit.onset_step for b in ev.breaks
+                  if b.role == "grad" and b.fit.credible and b.fit.step_jump >= SHARP_UPDATE_JUMP / 3}
     lr_driven = [
         b for b in ev.breaks
-        if b.role == "update" and b.fit.amplified and b.fit.jump >= SHARP_UPDATE_JUMP
+        if b.role == "update" and b.fit.credible and b.fit.step_jump >= SHARP_UPDATE_JUMP
         and onset_step is not None and abs(b.fit.onset_step - onset_step) <= 1
-        and grad_onsets.get(b.name, 10**12) > b.fit.onset_step
+        and grad_jumps.get(b.name, 10**12) > b.fit.onset_step
     ]
     if not (lr_driven or from_start or (first_ratio is not None and first_ratio >= UPDATE_RATIO_HIGH)):
         return None
     evidence = {
         "first_update_ratio_median": first_ratio, "cs231n_target_ratio": UPDATE_RATIO_TARGET,
         "diverged_from_start": bool(from_start), "lr": lr,
-        "update_jumps_without_gradient_jump": {b.name: b.fit.jump for b in lr_driven},
+        "update_jumps_without_gradient_jump": {b.name: b.fit.step_jump for b in lr_driven},
     }
     fix = (f"lower the learning rate ×10 (lr {lr:.3g} → {lr / 10:.3g}) and retry; sweep 0.1, 0.01, 0.001"
            if lr is not None else "lower the learning rate ×10 and retry; sweep 0.1, 0.01, 0.001")
