@@ -26,6 +26,7 @@ from .story import chain_sentences
 __all__ = ["Analysis", "analyze", "JSON_SCHEMA_VERSION"]
 
 JSON_SCHEMA_VERSION = 1
+_MIN_HEALTHY_STEPS = 10
 
 
 @dataclass
@@ -78,7 +79,7 @@ def analyze(run: Run | str | Path) -> Analysis:
     ranking = rank(involved, first) if diverged else []
     evidence = diagnoses.Evidence(
         table=table,
-        summary=diagnoses.summarize(table, before=onset.step if diverged and onset else None),
+        summary=diagnoses.summarize(table, before=_healthy_until(table, onset) if diverged else None),
         scalars=scalars,
         events=events,
         manifest=run.manifest,
@@ -102,6 +103,13 @@ def analyze(run: Run | str | Path) -> Analysis:
     )
 
 
+
+
+def _healthy_until(table, onset: Onset | None) -> int | None:
+    """Detectors of a diverged run read its healthy phase, when it had one worth reading."""
+    if onset is None or not len(table.step) or onset.step - int(table.step.min()) < _MIN_HEALTHY_STEPS:
+        return None
+    return onset.step
 
 
 def _json_safe(value):

@@ -288,7 +288,7 @@ def _lr_too_high(ev: Evidence, onset_step: int | None, lr: float | None) -> Find
     first_ratio = None
     if not updates.empty and updates["ratio_first"].notna().any():
         first_ratio = float(np.nanmedian(updates["ratio_first"]))
-    start = int(ev.summary["first_step"].min()) if not ev.summary.empty else None
+    start = int(ev.table.step.min()) if len(ev.table.step) else None
     from_start = onset_step is not None and start is not None and onset_step <= start + 3
     # Measured one-step ratios, not the fitted levels: after the blow-up the updates may well
     # shrink again while the run stays ruined.

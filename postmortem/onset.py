@@ -83,6 +83,8 @@ def analyse_series(
         model, delta_bic = earlier
     k = model.index_
     onset_index = _visible_onset(y, k, model)
+    if start == 0 and k == model.min_pre and model.rate_ > 0 and np.all(np.diff(y[: k + 1]) > 0):
+        onset_index = 0  # rising from the very first step: no stable phase to break from
     stable = y[:k]
     stable_level = float(np.median(stable))
     final_level = float(np.median(y[-_TAIL:]))
@@ -93,7 +95,8 @@ def analyse_series(
         label=label,
         first_step=first_step,
         onset_step=int(x[onset_index]),
-        interval=(int(model.interval_[0]), int(model.interval_[1])),
+        interval=(min(int(model.interval_[0]), int(x[onset_index])),
+                  max(int(model.interval_[1]), int(x[onset_index]))),
         growth_per_step=model.growth_per_step,
         doubling_steps=model.doubling_steps,
         jump=model.jump,
