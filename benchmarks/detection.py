@@ -78,6 +78,14 @@ class RunData:
         rows = self.long_scalars[self.long_scalars["name"] == name]
         return rows.set_index("step")["value"].sort_index()
 
+    def global_grad_norm(self) -> pd.Series:
+        """The global grad norm as a training loop computes it (`clip_grad_norm_`): the recorder keeps
+        the finite part, so steps with any non-finite gradient are put back to inf."""
+        norms = self.scalar("grad_norm").copy()
+        grads = self.stats[(self.stats["role"] == "grad") & (self.stats["nonfinite"] > 0)]
+        norms[norms.index.isin(grads["step"].unique())] = np.inf
+        return norms
+
     def loss(self) -> pd.Series:
         """The loss, or the sum of every `loss_*` scalar (a GAN's loss_d + loss_g); NaN stays NaN."""
         names = [c for c in self.scalars.columns if c == "loss" or c.startswith("loss_")]
@@ -152,7 +160,7 @@ def _nonfinite_at(series: pd.Series) -> int | None:
 
 
 def zclip_method(run: Path, data: RunData, *, alpha=0.97, z_threshold=2.5, warmup=25) -> Prediction:
-    norms = data.scalar("grad_norm")
+    norms = data.global_grad_norm()
     values = norms.to_numpy(dtype=float)
     nan_at = _nonfinite_at(norms)
     if len(values) <= warmup:
@@ -186,7 +194,7 @@ def megatron_method(run: Path, data: RunData, *, factor=10.0, window=100) -> Pre
 def pelt_method(run: Path, data: RunData) -> Prediction:
     import ruptures as rpt
 
-    norms = data.scalar("grad_norm")
+    norms = data.global_grad_norm()
     values = norms.to_numpy(dtype=float)
     nan_at = _nonfinite_at(norms)
     finite = values[: (list(norms.index).index(nan_at) if nan_at is not None else len(values))]
@@ -463,7 +471,7 @@ def visible_onset(data: RunData, switch: int, nonfinite: int) -> int | None:
     """Seed 000's onset as a person reads it off the curve (not used for scoring): the step after the
     last one, before the first non-finite value, whose global grad norm was within 10× the median of
     the grad norms since the domain switch."""
-    norms = data.scalar("grad_norm")
+    norms = data.global_grad_norm()
     calm = None
     for step, value in norms.items():
         if switch <= step < nonfinite:
