@@ -29,6 +29,8 @@ SCALARS_SCHEMA = pa.schema([("step", pa.int64()), ("name", _DICT), ("value", pa.
 EVENTS_SCHEMA = pa.schema([("step", pa.int64()), ("kind", pa.string()), ("message", pa.string()),
                            ("wall_time", pa.float64())])
 _META = {b"schema_version": b"1"}
+_SAMPLE_RUNS = Path(__file__).resolve().parents[2] / "sample_runs"
+SHIPPED = sorted(p for p in _SAMPLE_RUNS.iterdir() if (p / "manifest.json").is_file()) if _SAMPLE_RUNS.is_dir() else []
 
 
 def _write(table_rows: list[dict], schema: pa.Schema, path: Path) -> None:
