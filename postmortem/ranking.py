@@ -31,7 +31,7 @@ CAUSAL_ORDER = {
 }
 _FITTED_ROLES = ("param", "grad", "update", "state", "activation")
 _SPREAD_STEPS = 50
-PARAM_SETTLE_STEPS = 10
+SETTLE_STEPS = 10
 ABRUPT_PARAM_JUMP = 10.0  # a parameter norm never moves ×10 in one healthy step
 LOSS_RECOVERED_FACTOR = 2.0
 _LOSS_WINDOW = 10
@@ -137,16 +137,19 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame) -> list[TensorBr
         # Updates follow the LR schedule (a warm-up is no divergence), Adam's moments start
         # from zero and grow for hundreds of steps by design, and activations count through
         # what they do to the rest: none of them decides on its own.
-        if b.fit.diverges and b.role in ("scalar", "grad"):
+        settled = b.fit.onset_step >= b.fit.first_step + SETTLE_STEPS
+        if b.fit.diverges and b.role in ("scalar", "grad") and (settled or _sharp_measured(b)):
+            # A slow climb from the first step is a model starting to learn (gradients of a
+            # badly initialised deep net grow ×100 as it wakes up), not a divergence.
             found.append(b)
         elif (b.fit.diverges and b.role == "param"
               and (b.fit.jump >= ABRUPT_PARAM_JUMP or b.fit.growth_per_step >= SHARP_GROWTH)
-              and b.fit.onset_step >= b.fit.first_step + PARAM_SETTLE_STEPS):
+              and settled):
             # Small or zero-initialised parameters (biases) may grow by orders of magnitude
             # while the model learns, but slowly and from the first steps on.
             found.append(b)
         elif (b.role == "param" and b.fit.step_jump >= ABRUPT_PARAM_JUMP
-              and b.fit.onset_step >= b.fit.first_step + PARAM_SETTLE_STEPS
+              and settled
               and b.fit.final_level >= ABRUPT_PARAM_JUMP * b.fit.stable_level
               and not _loss_recovered(scalars, b.fit.onset_step)):
             found.append(b)
@@ -208,6 +211,10 @@ def run_onset(
 
 def _sharp(b: TensorBreak) -> bool:
     return b.fit.jump >= SHARP_JUMP or b.fit.growth_per_step >= SHARP_GROWTH
+
+
+def _sharp_measured(b: TensorBreak) -> bool:
+    return b.fit.step_jump >= SHARP_JUMP or b.fit.growth_per_step >= SHARP_GROWTH
 
 
 def nonfinite_beyond_inputs(table: SeriesTable, scalars: pd.DataFrame, *, ignore_grads: bool) -> bool:
