@@ -112,7 +112,7 @@ def train_child(run_dir: str, trial: Trial, flush_every: int, steps: int, conn) 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    inputs, targets = torch.randn(steps, 8, 16), torch.randn(steps, 8, 4)
+    inputs, targets = torch.randn(64, 8, 16), torch.randn(64, 8, 4)
     with Recorder(run_dir, model, optimizer, flush_every=flush_every, checkpoint_every=100) as rec:
         if trial.mode == "term_in_flush":
             _signal_inside_writes(rec, trial.stop_at)
@@ -120,10 +120,11 @@ def train_child(run_dir: str, trial: Trial, flush_every: int, steps: int, conn) 
             if trial.mode == "exception" and i == trial.stop_at:
                 raise RuntimeError(f"injected failure at step {i}")
             optimizer.zero_grad()
-            loss = ((model(inputs[i]) - targets[i]) ** 2).mean()
+            x, y = inputs[i % len(inputs)], targets[i % len(targets)]
+            loss = ((model(x) - y) ** 2).mean()
             loss.backward()
             optimizer.step()
-            conn.send(rec.step(loss=loss, inputs=inputs[i], targets=targets[i]))
+            conn.send(rec.step(loss=loss, inputs=x, targets=y))
             if trial.mode == "term_self" and i == trial.stop_at:
                 os.kill(os.getpid(), signal.SIGTERM)
 
@@ -153,6 +154,8 @@ def run_trial(run_dir: Path, trial: Trial, *, flush_every: int, steps: int,
     """Run one child to its end, then inspect what it left in `run_dir`."""
     ctx = _context()
     receiver, sender = ctx.Pipe(duplex=False)
+    if trial.mode in ("kill", "term"):
+        steps = trial.stop_at + 100_000  # never done before the signal, however slow the parent
     child = ctx.Process(target=train_child, args=(str(run_dir), trial, flush_every, steps, sender))
     child.start()
     sender.close()

@@ -113,7 +113,6 @@ def test_damaged_run_is_analysed_with_a_warning_or_refused(tiny_run, mutation, h
 # Fixed cases for the real command line: one of each family, in subprocesses run side by side.
 SUBPROCESS_CASES = [
     Mutation("truncate", table="stats", index=3, fraction=0.4),
-    Mutation("random_bytes", table="scalars", index=1, number=900, seed=3),
     Mutation("manifest_special_file", number=0),
     Mutation("manifest_bad_version", number=1),
     Mutation("hostile_events", index=2, text=HOSTILE_TEXTS[1]),
