@@ -92,9 +92,9 @@ def compare_runs(run_a, run_b) -> Comparison:
         step = int(missing[0])
         candidates.append(Difference(step, "missing_step", (f"step {step} is recorded in run "
                                                              f"{'A' if step in steps_a else 'B'} only",)))
-    batch_columns = ["role", "name"]
+    # Batch tensors are named `input`, `target` or `input.<key>`: the name alone identifies them.
     batches_a, batches_b = (_wide(r.stats(roles=["input", "target"], columns=["step", "role", "name", "key", "hash"]),
-                                  batch_columns, "hash") for r in (run_a, run_b))
+                                  ["name"], "hash") for r in (run_a, run_b))
     step, names = _first_mismatch(batches_a, batches_b, common)
     if step is not None:
         details = [f"{shorten(clean(n), 80)}: hash {shorten(clean(_at(batches_a, step, n)), 16)} vs "

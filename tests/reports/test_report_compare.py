@@ -25,7 +25,7 @@ def test_same_batch_different_loss_found_at_its_step(tmp_path):
 def test_different_batch_found_at_its_step_and_explains_later_values(tmp_path):
     difference = _compare(tmp_path, batch_change_at=23, loss_change_at=30).first_difference
     assert (difference.step, difference.reason) == (23, "different_batch")
-    assert difference.details[0].startswith("input input: hash")
+    assert difference.details[0].startswith("input: hash")
 
 
 def test_batch_difference_wins_a_tie_with_values(tmp_path):
