@@ -229,11 +229,12 @@ def nonfinite_beyond_inputs(table: SeriesTable, scalars: pd.DataFrame, *, ignore
 
 
 def _rank_key(b: TensorBreak, tie_order: dict[str, int]):
+    # Same step, same role: the largest measured one-step jump is the likelier origin.
     return (
         b.fit.onset_step,
         CAUSAL_ORDER.get(b.role, 9),
+        -np.log10(max(b.fit.step_jump, 1e-300)),
         -np.log10(max(b.fit.growth_per_step, 1e-300)),
-        -np.log10(max(b.fit.jump, 1e-300)),
         tie_order.get(b.name, 10**6),
     )
 
