@@ -31,8 +31,8 @@ def render_markdown(analysis, *, report_name: str = "report.html") -> str:
     run_name = os.path.basename(os.path.normpath(str(analysis.run.path)))
     lines = [f"### postmortem: {_md(shorten(run_name, 80))}: {analysis.verdict.replace('_', ' ')}", "",
              _md(headline(analysis)), "", "| | |", "|---|---|"]
-    # The title gives the verdict; the spread and step count are detail for the full report.
-    facts = [f for f in key_facts(analysis) if f.label not in ("Verdict", "Non-finite tensors per step", "Steps recorded")]
+    # The chain below says what amplified; the spread and step count are detail for the report.
+    facts = [f for f in key_facts(analysis) if f.label not in ("Amplified first", "Non-finite tensors per step", "Steps recorded")]
     lines += [f"| {_md(f.label)} | {_md(f.value)} |" for f in facts[:8]]
     fixes = [f for f in analysis.findings if f.fix and f.label != "healthy"]
     if analysis.chain:

@@ -129,7 +129,7 @@ def headline(analysis) -> str:
 
 def key_facts(analysis) -> list[Fact]:
     """The numbers a reader wants on the first screen, omitting what does not apply."""
-    facts = [Fact("Verdict", analysis.verdict.replace("_", " "))]
+    facts: list[Fact] = []  # the verdict is the page's banner and the headline's first word
     onset, first = analysis.onset, analysis.first_nonfinite
     if onset is not None:
         facts.append(Fact("Onset", f"step {onset.step}{fmt_interval(onset.interval)}"))
@@ -140,6 +140,10 @@ def key_facts(analysis) -> list[Fact]:
             facts.append(Fact("Jump at onset", f"×{fmt_number(onset.jump)}"))
         if onset.lead_steps is not None:
             facts.append(Fact("Lead time", f"{onset.lead_steps} steps before the first non-finite value"))
+    if analysis.ranking:
+        carriers = [f"{clean(r.role)}{' ' + clean(r.key) if r.key else ''} `{_name(r.tensor)}` ({fmt_step(r.onset_step)})"
+                    for r in analysis.ranking[:3]]
+        facts.append(Fact("Amplified first", " → ".join(carriers)))
     if first is not None:
         facts.append(Fact("First non-finite", f"step {first.step}: {_tensor_label(first.tensor, first.role, first.key)}"))
         if first.spread:
