@@ -14,6 +14,8 @@ from scipy.stats import linregress
 
 from .findings import Finding, FirstNonfinite, Onset
 from .manifest import frozen_parameters, manifest_order, parameter_shapes
+from .models import ExponentialFrom, NoBreak
+from .onset import BIC_MARGIN
 from .ranking import TensorBreak, is_loss
 from .series import AUX_COLUMNS, SeriesTable
 
@@ -47,8 +49,8 @@ INIT_SCALE_RANGE = (0.05, 10.0)  # std·sqrt(fan_in); PyTorch default 0.58, Kaim
 SILENT_MIN_STEPS = 5  # a final stretch of zero/missing values at least this long...
 SILENT_MIN_SHARE = 0.1  # ...and at least this share of the run
 STALE_GROWTH = 5.0  # the accumulated gradient ends ≥ 5× the healthy norm
-STALE_RISING = 0.7  # share of steps where the norm does not decrease
-STALE_MAX_RATIO = 3.0  # no single step multiplies the norm by more (explosions jump)
+STALE_RISING = 0.65  # share of climbing steps where the norm does not decrease
+STALE_MAX_RATIO = 3.0  # a step multiplying the norm by more ends the accumulation (an explosion)
 STALE_LOSS_IMPROVEMENT = 0.1  # the loss got no more than 10 % better meanwhile
 STALE_ACCELERATION = 2.0  # later increments no bigger than 2× the early ones (not exponential)
 SPIKE_FACTOR = 10.0  # Megatron-LM style: 10× the recent level
@@ -396,37 +398,45 @@ def detect_no_update(ev: Evidence) -> list[Finding]:
 def detect_stale_gradients(ev: Evidence) -> list[Finding]:
     """Missing zero_grad(): each recorded gradient is the running sum of all the previous ones.
 
-    Its norm then climbs step after step by about one healthy gradient, roughly linearly and
-    without the jumps or constant-ratio growth of an explosion, while the loss gets no better.
+    Its norm then climbs step after step by about one healthy gradient: a hinge in *linear*
+    space (flat, then a straight climb from t0), without the jumps or the constant-ratio growth
+    of an explosion, while the loss gets no better. t0 is where zero_grad() stopped.
     """
     steps, values = _grad_norm_series(ev)
-    if len(values) < _MIN_STEPS:
+    if len(values) < 2 * _MIN_STEPS:
         return []
-    baseline = float(np.median(values[: max(3, len(values) // 20)]))
-    calm = np.flatnonzero(values[:-1] <= 2 * baseline)
-    start = int(calm[-1]) if len(calm) else 0
-    stretch = values[start:]
-    # An explosion may follow the accumulation: keep what comes before its first jump.
-    jumps = np.flatnonzero(stretch[1:] > STALE_MAX_RATIO * np.maximum(stretch[:-1], 1e-300))
+    # An explosion may follow the accumulation: keep what comes before its first big jump.
+    calm_level = float(np.median(values[: len(values) // 2]))
+    jumps = np.flatnonzero((values[1:] > STALE_MAX_RATIO * np.maximum(values[:-1], 1e-300))
+                           & (values[1:] > STALE_GROWTH * calm_level))
     if len(jumps):
-        stretch = stretch[: jumps[0] + 1]
-    if len(stretch) < _MIN_STEPS or stretch[-1] < STALE_GROWTH * max(stretch[0], 1e-300):
+        steps, values = steps[: jumps[0] + 1], values[: jumps[0] + 1]
+    if len(values) < 2 * _MIN_STEPS:
         return []
-    rising = float(np.mean(np.diff(stretch) >= 0))
-    ratios = stretch[1:] / np.maximum(stretch[:-1], 1e-300)
-    half = len(stretch) // 2
-    increments = np.diff(stretch)
+    x = steps.astype(np.float64)
+    hinge = ExponentialFrom().fit(x, values)  # fitted on raw norms: a linear climb from t0
+    delta_bic = NoBreak().fit(x, values).bic_ - hinge.bic_
+    climb = values[hinge.index_:]
+    if delta_bic < BIC_MARGIN or hinge.rate_ <= 0 or len(climb) < _MIN_STEPS:
+        return []
+    level = float(np.median(values[max(0, hinge.index_ - _MIN_STEPS): hinge.index_]))
+    growth = float(np.median(climb[-3:]) / max(level, 1e-300))
+    rising = float(np.mean(np.diff(climb) >= 0))
+    increments = np.diff(climb)
+    half = len(increments) // 2
     accelerating = np.median(increments[half:]) > STALE_ACCELERATION * max(np.median(increments[:half]), 1e-300)
-    improvement = _loss_change(ev.scalars, int(steps[start]))
-    if rising < STALE_RISING or accelerating or \
+    t0 = int(steps[hinge.index_])
+    improvement = _loss_change(ev.scalars, t0)
+    if growth < STALE_GROWTH or rising < STALE_RISING or accelerating or \
             (improvement is not None and improvement > STALE_LOSS_IMPROVEMENT):
         return []
     return [Finding(
-        "stale_gradients", int(steps[start]), [],
-        {"grad_norm_at_start": float(stretch[0]), "grad_norm_at_end": float(stretch[-1]),
-         "rising_share": rising, "largest_step_ratio": float(ratios.max()),
+        "stale_gradients", t0, [],
+        {"grad_norm_before": level, "grad_norm_at_end": float(climb[-1]), "growth": growth,
+         "climb_per_step": float(hinge.rate_), "rising_share": rising,
          "loss_change_since_start": improvement},
-        "gradients accumulate across steps: call optimizer.zero_grad() at the start of every step",
+        f"gradients accumulate across steps from step {t0} on: call optimizer.zero_grad() at "
+        "the start of every step",
     )]
 
 
