@@ -38,6 +38,7 @@ _ONSET_COLOUR = "#d97706"
 _NONFINITE_COLOUR = "#dc2626"
 _EVENT_COLOUR = "#4b5563"
 _ZERO_COLOUR = "#9ca3af"
+_LEGEND_IN = 2.3  # right margin of line plots, where the legend goes
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,16 @@ def _label(name: str, limit: int = 48) -> str:
     return shorten(clean(name), limit).replace("$", r"\$")
 
 
+def _legend_label(name: str, limit: int = 30) -> str:
+    """Legend text that fits beside the plot: long names keep their start and their end
+    (`model.encoder…q_proj.weight`), where the distinguishing parts usually are."""
+    text = clean(name)
+    if len(text) > limit:
+        head = (limit - 1) // 2
+        text = text[:head] + "…" + text[-(limit - 1 - head):]
+    return text.replace("$", r"\$")
+
+
 def _mark(ax, markers: Markers, *, first: bool) -> None:
     """Onset, first non-finite and event lines; the legend entries and event names on the first axes only."""
     if markers.onset_interval is not None:
@@ -111,7 +122,7 @@ def _plot_series(ax, name: str, series: pd.Series, log: bool) -> None:
     finite = np.isfinite(values)
     if log:
         finite &= values > 0
-    (line,) = ax.plot(steps[finite], values[finite], lw=1.2, label=_label(name))
+    (line,) = ax.plot(steps[finite], values[finite], lw=1.2, label=_legend_label(name))
     nonfinite = ~np.isfinite(values)
     if nonfinite.any():  # NaN/inf cannot be drawn on the axis: mark them along the top edge
         top = blended_transform_factory(ax.transData, ax.transAxes)
@@ -132,7 +143,7 @@ def line_panels(panels: list[Panel], markers: Markers, *, panel_height: float = 
         fig = Figure(figsize=(_WIDTH_IN, panel_height * len(panels) + 0.4))
         FigureCanvasAgg(fig)
         axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-        _margins(fig, left_in=0.8, axes_height_in=panel_height - 0.45)
+        _margins(fig, left_in=0.8, axes_height_in=panel_height - 0.45, right_in=_LEGEND_IN)
         for index, (ax, panel) in enumerate(zip(axes, panels)):
             log = panel.log and _loggable([s.to_numpy(dtype=float) for s in panel.series.values()])
             for name, series in panel.series.items():
@@ -143,7 +154,7 @@ def line_panels(panels: list[Panel], markers: Markers, *, panel_height: float = 
             ax.set_ylabel(_label(panel.ylabel))
             _mark(ax, markers, first=index == 0)
             if ax.get_legend_handles_labels()[0]:
-                ax.legend(loc="upper left", ncols=2)
+                ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside, never over, the data
         axes[-1].set_xlabel("step")
         return _png(fig)
 
