@@ -65,6 +65,7 @@ class Outcome:
     status: str | None
     segments: int
     unreadable: list[str] = field(default_factory=list)
+    checkpoint_reasons: list[str] = field(default_factory=list)
     missing_steps: list[int] = field(default_factory=list)  # gaps below recorded_step
     load_warnings: list[str] = field(default_factory=list)
     verdict: str | None = None
@@ -92,6 +93,8 @@ class Outcome:
         if self.recorded_step is not None and self.reported_step is not None \
                 and self.recorded_step > self.reported_step + 1:
             out.append("more steps on disk than the child ran")
+        if self.trial.mode == "exception" and "exception" not in self.checkpoint_reasons:
+            out.append("no flight-recorder checkpoint written for the exception")
         expected = EXPECTED_STATUS[self.trial.mode]
         if self.status != expected:
             out.append(f"status {self.status!r}, expected {expected!r}")
@@ -207,6 +210,14 @@ def inspect_run(run_dir: Path, trial: Trial, *, flush_every: int, exitcode: int 
                 continue
             if table in steps:
                 steps[table].update(read.column("step").to_pylist())
+    reasons = []
+    for path in sorted((run_dir / "checkpoints").glob("[!.]*.parquet")):
+        segments += 1
+        try:
+            pq.read_table(path)
+            reasons.append((pq.read_metadata(path).metadata or {}).get(b"reason", b"").decode())
+        except Exception as exc:  # noqa: BLE001
+            unreadable.append(f"{path.name} ({type(exc).__name__}: {exc})")
     recorded = min((max(s) for s in steps.values() if s), default=None) \
         if all(steps.values()) else None
     missing = [] if recorded is None else sorted(set(range(recorded + 1)) - steps["stats"])
@@ -216,7 +227,8 @@ def inspect_run(run_dir: Path, trial: Trial, *, flush_every: int, exitcode: int 
         status = f"unreadable manifest: {exc}"
     outcome = Outcome(trial=trial, flush_every=flush_every, exitcode=exitcode,
                       reported_step=reported_step, recorded_step=recorded, status=status,
-                      segments=segments, unreadable=unreadable, missing_steps=missing)
+                      segments=segments, unreadable=unreadable, checkpoint_reasons=reasons,
+                      missing_steps=missing)
     try:
         run = postmortem.load_run(run_dir)
         outcome.verdict = postmortem.analyze(run).verdict
@@ -259,7 +271,7 @@ def summary_markdown(outcomes: list[Outcome], *, flush_every: int, steps: int, s
         "child sends itself between two steps, `term_in_flush` one delivered inside a segment "
         f"write. Wall time of the whole campaign: {seconds:.0f} s.",
         "",
-        "| ending | trials | steps lost (max) | bound | statuses | unreadable segments "
+        "| ending | trials | steps lost (max) | bound | statuses | unreadable files "
         "| analyzer errors | verdicts |",
         "| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |",
     ]
@@ -279,7 +291,7 @@ def summary_markdown(outcomes: list[Outcome], *, flush_every: int, steps: int, s
         lost = Counter(o.lost for o in kills)
         lines += ["", "Steps lost per SIGKILL (steps lost: kills): "
                   + ", ".join(f"{k}: {lost[k]}" for k in sorted(lost, key=lambda v: (v is None, v)))
-                  + f"; segments on disk per killed run: "
+                  + f"; files (segments and checkpoints) per killed run: "
                   f"{min(o.segments for o in kills)}–{max(o.segments for o in kills)}."]
     failed = [(o, p) for o in outcomes for p in o.problems()]
     lines += ["", "Problems found: " + ("none." if not failed else "; ".join(
