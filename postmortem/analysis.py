@@ -76,7 +76,7 @@ def analyze(run: Run | str | Path) -> Analysis:
     leaders = diverging(breaks, scalars)
     onset, involved = run_onset(breaks, leaders, first, tie_order)
     diverged = bool(leaders) or nonfinite_beyond_inputs(table, scalars, ignore_grads=scaled)
-    ranking = rank(involved, first) if diverged else []
+    ranking = rank(involved, first, table, onset) if diverged else []
     evidence = diagnoses.Evidence(
         table=table,
         summary=diagnoses.summarize(table, before=_healthy_until(table, onset) if diverged else None),

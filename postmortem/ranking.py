@@ -38,6 +38,7 @@ _LOSS_WINDOW = 10
 SHARP_JUMP = 2.0  # a visible jump at the break...
 SHARP_GROWTH = 1.1  # ...or growth doubling in ≤ 7 steps
 PRECURSOR_STEPS = 3
+EXTREME_BATCH_FACTOR = 100.0
 
 
 @dataclass(frozen=True)
@@ -239,12 +240,34 @@ def _rank_key(b: TensorBreak, tie_order: dict[str, int]):
     )
 
 
-def rank(involved: list[TensorBreak], first: FirstNonfinite | None) -> list[RankedTensor]:
-    """Tensors in the order they began to amplify (scalars are summaries, not tensors)."""
+def extreme_batch(table: SeriesTable, step: int) -> tuple[str, float] | None:
+    """An input batch at `step` whose largest |x| is ≥ 100× anything in the steps before it."""
+    for index in table.indices("input"):
+        rows = table.rows(index)
+        steps, magnitude = table.step[rows], table.magnitude[rows]
+        before = magnitude[(steps < step) & np.isfinite(magnitude) & (magnitude > 0)]
+        now = magnitude[steps == step]
+        if len(before) >= 3 and len(now) and np.isfinite(now[0]):
+            factor = float(now[0] / np.max(before))
+            if factor >= EXTREME_BATCH_FACTOR:
+                return table.keys[index].name, factor
+    return None
+
+
+def rank(involved: list[TensorBreak], first: FirstNonfinite | None,
+         table: SeriesTable, onset: Onset | None) -> list[RankedTensor]:
+    """Tensors in the order they began to amplify (scalars are summaries, not tensors).
+
+    An input batch far outside anything seen before (×100) at the onset step leads: the data
+    came first in that step.
+    """
     ranked = [
         RankedTensor(b.name, b.role, b.key, b.fit.onset_step, b.fit.growth_per_step, b.fit.jump)
         for b in involved if b.role != "scalar"
     ]
+    batch = extreme_batch(table, onset.step) if onset is not None else None
+    if batch is not None:
+        ranked.insert(0, RankedTensor(batch[0], "input", None, onset.step, None, batch[1]))
     seen = {(r.tensor, r.role, r.key) for r in ranked}
     if first is not None and first.role != "scalar" and (first.tensor, first.role, first.key) not in seen:
         ranked.append(RankedTensor(first.tensor, first.role, first.key, first.step, None, None))

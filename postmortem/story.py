@@ -29,6 +29,8 @@ def _what(r: RankedTensor) -> str:
 
 
 def _how(r: RankedTensor) -> str:
+    if r.jump is None and r.growth_per_step is None:
+        return "turned non-finite"  # ranked from the first non-finite value, no break before
     parts = []
     if r.jump is not None and r.jump >= 1.5:
         parts.append(f"jumped ×{r.jump:.3g}")
@@ -82,6 +84,8 @@ def batch_at(ev: Evidence) -> str | None:
         steps, mag = table.step[sl], table.magnitude[sl]
         healthy = mag[(steps < step) & np.isfinite(mag)]
         now = mag[steps == step]
+        if np.any(table.nonfinite[sl][steps == step] > 0):
+            now = np.array([np.nan])
         if len(healthy) < 3 or len(now) == 0:
             continue
         low, high = float(np.min(healthy)), float(np.max(healthy))
