@@ -128,27 +128,28 @@ def headline(analysis) -> str:
 
 
 def key_facts(analysis) -> list[Fact]:
-    """The numbers a reader wants on the first screen, omitting what does not apply."""
+    """The numbers a reader wants on the first screen, most telling first, omitting what does not apply."""
     facts: list[Fact] = []  # the verdict is the page's banner and the headline's first word
     onset, first = analysis.onset, analysis.first_nonfinite
     if onset is not None:
         facts.append(Fact("Onset", f"step {onset.step}{fmt_interval(onset.interval)}"))
-        facts.append(Fact("Onset series", _name(onset.series)))
-        if onset.growth_per_step is not None:
-            facts.append(Fact("Growth rate", fmt_growth(onset.growth_per_step, onset.doubling_steps)))
-        if onset.jump:
-            facts.append(Fact("Jump at onset", f"×{fmt_number(onset.jump)}"))
         if onset.lead_steps is not None:
             facts.append(Fact("Lead time", f"{onset.lead_steps} steps before the first non-finite value"))
+    if first is not None:
+        facts.append(Fact("First non-finite", f"step {first.step}: {_tensor_label(first.tensor, first.role, first.key)}"))
     if analysis.ranking:
         carriers = [f"{clean(r.role)}{' ' + clean(r.key) if r.key else ''} `{_name(r.tensor)}` ({fmt_step(r.onset_step)})"
                     for r in analysis.ranking[:3]]
         facts.append(Fact("Amplified first", " → ".join(carriers)))
-    if first is not None:
-        facts.append(Fact("First non-finite", f"step {first.step}: {_tensor_label(first.tensor, first.role, first.key)}"))
-        if first.spread:
-            spread = ", ".join(f"{fmt_number(count)} at step {fmt_number(step)}" for step, count in first.spread[:4])
-            facts.append(Fact("Non-finite tensors per step", spread + (" …" if len(first.spread) > 4 else "")))
+    if onset is not None:
+        if onset.growth_per_step is not None:
+            facts.append(Fact("Growth rate", fmt_growth(onset.growth_per_step, onset.doubling_steps)))
+        if onset.jump:
+            facts.append(Fact("Jump at onset", f"×{fmt_number(onset.jump)}"))
+        facts.append(Fact("Onset series", _name(onset.series)))
+    if first is not None and first.spread:
+        spread = ", ".join(f"{fmt_number(count)} at step {fmt_number(step)}" for step, count in first.spread[:4])
+        facts.append(Fact("Non-finite tensors per step", spread + (" …" if len(first.spread) > 4 else "")))
     event = _event_before_onset(analysis)
     if event:
         facts.append(Fact("Last event before onset", event))
