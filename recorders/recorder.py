@@ -142,6 +142,22 @@ class Recorder:
     ...     for x, y in loader:
     ...         ...; optimizer.step()
     ...         rec.step(loss=loss, inputs=x, targets=y)
+
+    Args:
+        run_dir: folder to write (see docs/run-format.md); must be empty or absent unless
+            ``overwrite`` (replace the run's files, nothing else) or ``append`` (continue it).
+        model: an ``nn.Module`` or a dict ``name -> nn.Module`` (names prefix tensor names).
+        optimizer: ``None``, an optimizer, a list (named ``optimizer_0``...) or a dict of them.
+        scaler: a ``GradScaler``; its scale is recorded as ``grad_scale``.
+        config: a JSON-serialisable dict stored in the manifest.
+        flush_every, flush_seconds: write buffered steps every N steps or T seconds.
+        checkpoint_every: full-state checkpoint every N steps (0: never).
+        flight_ring, flight_every: keep the last ``flight_ring`` states sampled every
+            ``flight_every`` steps as CPU copies (memory: ``flight_ring`` x model+optimizer
+            state; 0 disables) and write them when the first non-finite value appears or the
+            block raises.
+        activation_every: record leaf-module outputs every N steps (default every step).
+        strict: raise :class:`RecorderWriteError` on a failed write instead of warning once.
     """
 
     def __init__(self, run_dir: str | os.PathLike, model: nn.Module | Mapping[str, nn.Module],
