@@ -20,7 +20,7 @@ from .ranking import (
     rank,
     run_onset,
 )
-from .series import read_series
+from .series import SeriesTable, read_series
 from .story import chain_sentences
 
 __all__ = ["Analysis", "analyze", "JSON_SCHEMA_VERSION"]
@@ -103,9 +103,7 @@ def analyze(run: Run | str | Path) -> Analysis:
     )
 
 
-
-
-def _healthy_until(table, onset: Onset | None) -> int | None:
+def _healthy_until(table: SeriesTable, onset: Onset | None) -> int | None:
     """Detectors of a diverged run read its healthy phase, when it had one worth reading."""
     if onset is None or not len(table.step) or onset.step - int(table.step.min()) < _MIN_HEALTHY_STEPS:
         return None
