@@ -60,10 +60,14 @@ def chain_sentences(ev: Evidence, ranking: list[RankedTensor]) -> list[str]:
 
 
 def events_near(ev: Evidence) -> list[str]:
-    """Recorded events in the few steps up to the onset ("a domain_switch one step before")."""
+    """Recorded events up to the onset: those in the few steps before it ("a domain_switch one
+    step before"), else the latest one, with its distance."""
     if ev.onset is None or ev.events.empty:
         return []
-    near = ev.events[(ev.events["step"] <= ev.onset.step) & (ev.events["step"] >= ev.onset.step - _EVENT_WINDOW)]
+    before = ev.events[ev.events["step"] <= ev.onset.step]
+    near = before[before["step"] >= ev.onset.step - _EVENT_WINDOW]
+    if near.empty:
+        near = before.tail(1)
     sentences = []
     for step, kind, message in zip(near["step"], near["kind"], near["message"]):
         gap = ev.onset.step - int(step)
