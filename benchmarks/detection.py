@@ -398,7 +398,7 @@ def summarize(rows: list[Scored]) -> dict[str, str]:
         "false alarms (healthy)": _share([r.verdict != "healthy" for r in healthy]),
         "onset ±1": _share([r.verdict == "diverged" and r.onset is not None and abs(r.onset - r.onset_truth) <= 1 for r in timed]),
         "onset ±5": _share([r.verdict == "diverged" and r.onset is not None and abs(r.onset - r.onset_truth) <= 5 for r in timed]),
-        "median |t̂−t0|": f"{statistics.median(errors):g}" if errors else "—",
+        "median onset error (steps)": f"{statistics.median(errors):g}" if errors else "—",
         "culprit top-1": _share([bool(r.top1) for r in culprit]),
         "culprit top-3": _share([bool(r.top3) for r in culprit]),
         "labels": _share([r.labels_ok for r in rows]),
