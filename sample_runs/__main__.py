@@ -7,7 +7,15 @@ import time
 import warnings
 from pathlib import Path
 
-from .scenarios import COMMITTED_SAMPLES, SAMPLES_DIR, SCENARIOS, make, make_committed_samples, scenario_names
+from .scenarios import (
+    COMMITTED_SAMPLES,
+    SAMPLES_DIR,
+    SCENARIOS,
+    ScenarioError,
+    make,
+    make_committed_samples,
+    scenario_names,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,7 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.name not in SCENARIOS:
             print(f"error: unknown scenario {args.name!r}; see `python -m sample_runs list`", file=sys.stderr)
             return 2
-        expected = make(args.name, args.out)
+        try:
+            expected = make(args.name, args.out)
+        except ScenarioError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         print(f"{args.name}: {expected.verdict} -> {args.out}")
         return 0
     if args.command == "samples":
@@ -45,10 +57,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{SAMPLES_DIR / name}: {COMMITTED_SAMPLES[name]} {expected.verdict}")
         return 0
     names = scenario_names(args.subset)
+    failed = []
     for i, name in enumerate(names, 1):
         started = time.monotonic()
-        expected = make(name, args.out / name)
+        try:
+            expected = make(name, args.out / name)
+        except ScenarioError as exc:  # keep going: one broken scenario must not cost the others
+            failed.append(name)
+            print(f"[{i}/{len(names)}] error: {exc}", file=sys.stderr, flush=True)
+            continue
         print(f"[{i}/{len(names)}] {name}: {expected.verdict} ({time.monotonic() - started:.1f} s)", flush=True)
+    if failed:
+        print(f"error: {len(failed)} scenario(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 
