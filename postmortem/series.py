@@ -166,14 +166,19 @@ class _Builder:
         # rows and then dropped, so no 20 M-row concatenation or global argsort is needed.
         cursor = offsets[:-1].copy()
         for i, sid in enumerate(sid_parts):
-            order = np.argsort(sid, kind="stable")
-            ordered = sid[order]
-            starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-            lengths = np.diff(np.r_[starts, len(ordered)])
-            destination = cursor[ordered] + (np.arange(len(ordered)) - np.repeat(starts, lengths))
-            cursor[ordered[starts]] += lengths
+            starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
+            order = None
+            if len(np.unique(sid[starts])) != len(starts):
+                # Not one run per series (the recorder sorts segments by series; others may
+                # not): group the batch first.
+                order = np.argsort(sid, kind="stable")
+                sid = sid[order]
+                starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
+            lengths = np.diff(np.r_[starts, len(sid)])
+            destination = cursor[sid] + (np.arange(len(sid)) - np.repeat(starts, lengths))
+            cursor[sid[starts]] += lengths
             for name, pieces in self.parts.items():
-                grouped[name][destination] = pieces[i][order]
+                grouped[name][destination] = pieces[i] if order is None else pieces[i][order]
                 pieces[i] = None
             sid_parts[i] = None
         aux = np.stack([grouped.pop("a0"), grouped.pop("a1")])

@@ -138,3 +138,20 @@ def test_checkpoint_metadata(tmp_path):
     (info,) = run.checkpoints
     assert (info.step, info.reason) == (46, "first_nonfinite")
     assert any("broken.parquet" in w for w in run.warnings)
+
+
+def test_segments_not_sorted_by_series_are_grouped(tmp_path):
+    # Another writer may interleave series (rows ordered by step): grouping must not rely on
+    # the recorder's (role, name, key, step) order.
+    stats = pd.concat([series_rows("grad", "a", np.arange(1.0, 31.0)),
+                       series_rows("grad", "b", np.arange(101.0, 131.0))])
+    root = tmp_path / "run"
+    from pm_runs import write_segment
+    from postmortem.loading import STATS_SCHEMA
+    write_segment(root / "stats" / "part-000000.parquet", stats.sort_values("step", kind="stable"),
+                  STATS_SCHEMA)
+    table = read_series(load_run(root))
+    for name, first in (("a", 1.0), ("b", 101.0)):
+        rows = table.rows(table.find("grad", name))
+        assert table.step[rows].tolist() == list(range(30))
+        assert table.magnitude[rows].tolist() == list(np.arange(first, first + 30))
