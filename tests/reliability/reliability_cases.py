@@ -157,13 +157,19 @@ _BAD_DTYPE_COLUMNS = {"stats": ("norm", "max_abs", "nonfinite", "role", "name", 
 
 
 def _wrong_dtype(m: Mutation, run_dir: Path, outside: Path) -> None:
-    """A column holding values of another type that cannot be cast back (text, lists)."""
+    """A column holding values of another type that cannot be cast back (lists, text, numbers)."""
     path = pick_segment(run_dir, m.table, m.index)
     table = read_or_none(path)
     column = _BAD_DTYPE_COLUMNS[m.table][m.number % len(_BAD_DTYPE_COLUMNS[m.table])]
     n = table.num_rows
-    values = (pa.array([[1, 2]] * n) if m.fraction < 0.5
-              else pa.array([f"not a number {m.text}"] * n))
+    textual = pa.types.is_string(table.schema.field(column).type) or \
+        pa.types.is_dictionary(table.schema.field(column).type)
+    if m.fraction < 0.5:
+        values = pa.array([[1, 2]] * n)
+    elif textual:
+        values = pa.array([float(i) for i in range(n)])
+    else:
+        values = pa.array([f"not a number {m.text}"] * n)
     pq.write_table(replace_column(table, column, values), path)
 
 
@@ -297,7 +303,7 @@ def _manifest_models_malformed(m: Mutation, run_dir: Path, outside: Path) -> Non
 
 def _manifest_bad_version(m: Mutation, run_dir: Path, outside: Path) -> None:
     manifest = load_manifest(run_dir)
-    manifest["schema_version"] = ("abc", 99, [1], -1, 0, "2", {"v": 1}, 1.5)[m.number % 8]
+    manifest["schema_version"] = ("abc", 99, [1], -1, 0, "2", {"v": 1}, "v1")[m.number % 8]
     write_manifest(run_dir, manifest)
 
 

@@ -1,7 +1,7 @@
 """Long runs: the number of files in a run directory must stay bounded (compaction).
 
 The 100 000-step measurement (memory and files) is benchmarks/long_run.py; this is the cheap
-version: 1 500 steps flushed every 5 steps would leave 300 segments per table without compaction.
+version: 800 steps flushed every 5 steps would leave 160 segments per table without compaction.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from torch import nn
 import pytest
 from recorders import Recorder
 
-STEPS, FLUSH_EVERY = 1500, 5
+STEPS, FLUSH_EVERY = 800, 5
 MAX_SEGMENTS_PER_TABLE = 50  # any compaction keeps far fewer than one file per flush
 
 
