@@ -9,7 +9,7 @@ from reliability_cases import record_tiny_run
 ROOT = Path(__file__).resolve().parents[2]
 # benchmarks/ is not a package; its scripts are imported by name (the crash campaign's
 # children are forked from a forkserver that imports `crash_campaign` the same way).
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks"))
 
 
 @pytest.fixture(scope="session")
