@@ -87,6 +87,14 @@ def test_unwritable_default_report_says_how_to_write_elsewhere(tmp_path, capsys)
     assert "pass -o FILE" in _one_line_error(capsys)
 
 
+def test_read_only_run_dir_is_refused_before_analysis(runs, capsys, monkeypatch):
+    monkeypatch.setattr(cli.os, "access", lambda path, mode: False)  # root ignores chmod, so pretend
+    monkeypatch.setattr(cli, "analyze", lambda run: pytest.fail("analysed although the report cannot be written"))
+    assert cli.main(["analyze", str(runs["healthy"])]) == 2
+    message = _one_line_error(capsys)
+    assert "is not writable" in message and "pass -o FILE" in message
+
+
 def test_output_into_missing_folder_is_refused_before_analysis(runs, tmp_path, capsys):
     assert cli.main(["analyze", str(runs["healthy"]), "--json", str(tmp_path / "nope" / "a.json")]) == 2
     assert "does not exist" in _one_line_error(capsys)
