@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .models import ExponentialFrom, select_break
+from .models import ExponentialFrom, JumpThenExponential, select_break
 
 __all__ = ["SeriesBreak", "analyse_series", "BIC_MARGIN", "DIVERGENCE_DECADES", "AMPLIFIED_DECADES"]
 
@@ -99,7 +99,8 @@ def analyse_series(
                   max(int(model.interval_[1]), int(x[onset_index]))),
         growth_per_step=model.growth_per_step,
         doubling_steps=model.doubling_steps,
-        jump=model.jump,
+        # Moved off the fitted break: the jump is the measured one, not the model's.
+        jump=model.jump if onset_index == k else float(10 ** (y[onset_index] - stable_level)),
         step_jump=float(10 ** (y[onset_index] - y[onset_index - 1])) if onset_index > 0 else 1.0,
         delta_bic=delta_bic,
         stable_level=float(10**stable_level),
@@ -115,7 +116,11 @@ def _visible_onset(y: np.ndarray, k: int, model) -> int:
     still inside the stable band. When the fitted first step of growth should stand out of the
     noise (rate ≥ 4 robust σ of the stable phase) but does not, move to the first point that
     does (at most two steps on)."""
-    if not isinstance(model, ExponentialFrom) or k < _MIN_POINTS:
+    # A hinge, or a jump-then-growth whose fitted "jump" is downwards, both claim growth from a
+    # point that may not show it.
+    climbing = isinstance(model, ExponentialFrom) or (
+        isinstance(model, JumpThenExponential) and model.jump_decades_ <= 0)
+    if not climbing or k < _MIN_POINTS:
         return k
     stable = y[max(0, k - _LOCAL_STABLE): k]  # the recent level, not the start of training
     sigma = max(1.4826 * float(np.median(np.abs(stable - np.median(stable)))), 0.01)
