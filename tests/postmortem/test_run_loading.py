@@ -155,3 +155,16 @@ def test_segments_not_sorted_by_series_are_grouped(tmp_path):
         rows = table.rows(table.find("grad", name))
         assert table.step[rows].tolist() == list(range(30))
         assert table.magnitude[rows].tolist() == list(np.arange(first, first + 30))
+
+
+@pytest.mark.parametrize("t0", [35, 62])
+def test_scalars_only_run_with_a_finite_loss_explosion(tmp_path, t0):
+    # No stats segments at all (a user recording only the loss): the loss still tells.
+    from pm_runs import write_segment
+    from postmortem.loading import SCALARS_SCHEMA
+    loss = np.r_[np.linspace(2.0, 1.0, t0), 10.0 ** np.arange(1, 12)]
+    write_segment(tmp_path / "run" / "scalars" / "part-000000.parquet",
+                  scalar_rows("loss", loss), SCALARS_SCHEMA)
+    analysis = analyze(tmp_path / "run")
+    assert analysis.verdict == "diverged" and analysis.first_nonfinite is None
+    assert analysis.onset.step == t0 and analysis.ranking == []
