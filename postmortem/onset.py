@@ -44,6 +44,7 @@ class SeriesBreak:
     step_jump: float  # measured ratio between the value at the onset and the step before
     delta_bic: float
     stable_level: float  # value (not log) before the break
+    noise_decades: float  # robust σ of log10 over the last stable points
     final_level: float
     credible: bool
     diverges: bool
@@ -104,6 +105,7 @@ def analyse_series(
         step_jump=float(10 ** (y[onset_index] - y[onset_index - 1])) if onset_index > 0 else 1.0,
         delta_bic=delta_bic,
         stable_level=float(10**stable_level),
+        noise_decades=_robust_sigma(stable[-_LOCAL_STABLE:]),
         final_level=float(10**final_level),
         credible=credible,
         diverges=diverges,
@@ -123,7 +125,7 @@ def _visible_onset(y: np.ndarray, k: int, model) -> int:
     if not climbing or k < _MIN_POINTS:
         return k
     stable = y[max(0, k - _LOCAL_STABLE): k]  # the recent level, not the start of training
-    sigma = max(1.4826 * float(np.median(np.abs(stable - np.median(stable)))), 0.01)
+    sigma = max(_robust_sigma(stable), 0.01)
     if model.rate_ < 4 * sigma:
         return k
     band = float(np.median(stable)) + 4 * sigma
@@ -131,6 +133,13 @@ def _visible_onset(y: np.ndarray, k: int, model) -> int:
         if y[i] > band:
             return i
     return k
+
+
+def _robust_sigma(values: np.ndarray) -> float:
+    """1.4826 × MAD: the noise σ of a stable stretch, blind to the odd spike."""
+    if len(values) == 0:
+        return 0.0
+    return 1.4826 * float(np.median(np.abs(values - np.median(values))))
 
 
 def _earlier_sharp_break(x: np.ndarray, y: np.ndarray):

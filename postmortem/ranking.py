@@ -38,6 +38,7 @@ _LOSS_WINDOW = 10
 SHARP_JUMP = 2.0  # a visible jump at the break...
 SHARP_GROWTH = 1.1  # ...or growth doubling in ≤ 7 steps
 PRECURSOR_STEPS = 3
+NOISE_SIGMAS = 3.0
 EXTREME_BATCH_FACTOR = 100.0
 
 
@@ -211,11 +212,16 @@ def run_onset(
 
 
 def _sharp(b: TensorBreak) -> bool:
-    return b.fit.jump >= SHARP_JUMP or b.fit.growth_per_step >= SHARP_GROWTH
+    """A jump ≥ ×2 and beyond the series' own noise (3 σ), or fast growth."""
+    return b.fit.jump >= _jump_floor(b) or b.fit.growth_per_step >= SHARP_GROWTH
 
 
 def _sharp_measured(b: TensorBreak) -> bool:
-    return b.fit.step_jump >= SHARP_JUMP or b.fit.growth_per_step >= SHARP_GROWTH
+    return b.fit.step_jump >= _jump_floor(b) or b.fit.growth_per_step >= SHARP_GROWTH
+
+
+def _jump_floor(b: TensorBreak) -> float:
+    return max(SHARP_JUMP, 10 ** (NOISE_SIGMAS * b.fit.noise_decades))
 
 
 def nonfinite_beyond_inputs(table: SeriesTable, scalars: pd.DataFrame, *, ignore_grads: bool) -> bool:
