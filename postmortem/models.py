@@ -50,9 +50,6 @@ class NoBreak(_Model):
 
     n_params = 2
 
-    def __init__(self) -> None:
-        pass
-
     def fit(self, x, y) -> "NoBreak":
         x, y = _validate(x, y)
         self.level_ = float(np.mean(y))

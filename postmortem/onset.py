@@ -84,7 +84,8 @@ def analyse_series(
         model, delta_bic = earlier
     k = model.index_
     onset_index = _visible_onset(y, k, model)
-    if start == 0 and k == model.min_pre and model.rate_ > 0 and np.all(np.diff(y[: k + 1]) > 0):
+    at_first_step = int(x[0]) == first_step  # the window still starts at the series' start
+    if at_first_step and k == model.min_pre and model.rate_ > 0 and np.all(np.diff(y[: k + 1]) > 0):
         onset_index = 0  # rising from the very first step: no stable phase to break from
     stable = y[:k]
     stable_level = float(np.median(stable))
