@@ -2,7 +2,7 @@
 
 from .analysis import Analysis, analyze
 from .exceptions import PostmortemError, RunDirectoryError, SchemaVersionError
-from .findings import CheckpointInfo, Finding, FirstNonfinite, Onset, RankedTensor
+from .findings import LABELS, VERDICTS, CheckpointInfo, Finding, FirstNonfinite, Onset, RankedTensor
 from .loading import Run, load_run
 
 __all__ = [
@@ -10,12 +10,14 @@ __all__ = [
     "CheckpointInfo",
     "Finding",
     "FirstNonfinite",
+    "LABELS",
     "Onset",
     "PostmortemError",
     "RankedTensor",
     "Run",
     "RunDirectoryError",
     "SchemaVersionError",
+    "VERDICTS",
     "analyze",
     "load_run",
 ]

@@ -6,10 +6,12 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import diagnoses
 from .findings import Finding, FirstNonfinite, Onset, RankedTensor
+from .gaps import missing_step_warnings
 from .loading import Run, load_run
 from .manifest import manifest_order
 from .ranking import (
@@ -99,7 +101,9 @@ def analyze(run: Run | str | Path) -> Analysis:
         ranking=ranking,
         chain=chain,
         findings=findings,
-        warnings=list(run.warnings),
+        warnings=[*run.warnings,
+                  *missing_step_warnings("tensor statistics", table.step, run.manifest),
+                  *missing_step_warnings("scalars", scalars["step"].to_numpy(np.int64), run.manifest)],
     )
 
 

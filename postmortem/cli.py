@@ -12,7 +12,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from postmortem import analyze, load_run
+from postmortem import LABELS, VERDICTS, analyze, load_run
 from postmortem.exceptions import PostmortemError
 from reports import Progress, build_page, compare_runs, render_html, render_markdown, render_summary
 from reports.text import clean, shorten
@@ -79,6 +79,11 @@ def _labels(text: str) -> frozenset[str]:
     labels = frozenset(label.strip() for label in text.split(",") if label.strip())
     if not labels:
         raise argparse.ArgumentTypeError("expected comma-separated labels, e.g. diverged,nonfinite_input")
+    unknown = sorted(labels - LABELS - set(VERDICTS))
+    if unknown:  # a typo would otherwise never match and the check would pass silently
+        raise argparse.ArgumentTypeError(
+            f"unknown label{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"known: {', '.join(sorted(LABELS | set(VERDICTS)))}")
     return labels
 
 

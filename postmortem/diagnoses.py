@@ -672,7 +672,8 @@ DETECTORS: tuple[Callable[[Evidence], list[Finding]], ...] = (
 
 def diagnose(ev: Evidence) -> list[Finding]:
     findings = [f for detector in DETECTORS for f in detector(ev)]
-    if not any(f.label not in INFORMATIONAL for f in findings):
+    # Without tensor statistics most detectors saw nothing: health is not claimed then.
+    if len(ev.table) and not any(f.label not in INFORMATIONAL for f in findings):
         improvement = _loss_improvement(ev.scalars)
         findings.append(Finding("healthy", None, [], {"loss_improvement": improvement},
                                 "nothing to fix"))

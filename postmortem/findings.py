@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Onset", "FirstNonfinite", "RankedTensor", "Finding", "CheckpointInfo"]
+__all__ = ["Onset", "FirstNonfinite", "RankedTensor", "Finding", "CheckpointInfo", "LABELS", "VERDICTS"]
+
+# Every label a detector can emit (docs/diagnoses.md): a Finding with another label is a bug.
+LABELS = frozenset({
+    "diverged", "exploding_gradient", "lr_too_high", "nonfinite_input", "no_update",
+    "no_gradient", "stale_gradients", "vanishing_gradient", "dead_units", "saturated_units",
+    "lr_too_low", "unscaled_inputs", "poor_init", "loss_plateau", "loss_spike_recovered", "healthy",
+})
+VERDICTS = ("diverged", "not_learning", "healthy")
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,10 @@ class Finding:
     tensors: list[str]
     evidence: dict[str, Any]
     fix: str
+
+    def __post_init__(self) -> None:
+        if self.label not in LABELS:
+            raise ValueError(f"unknown finding label {self.label!r}; add it to LABELS and docs/diagnoses.md")
 
 
 @dataclass(frozen=True)

@@ -9,21 +9,34 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from .exceptions import RunDirectoryError, SchemaVersionError
 from .findings import CheckpointInfo
 
-__all__ = ["Run", "load_run", "SUPPORTED_SCHEMA_VERSIONS", "STATS_SCHEMA"]
+__all__ = ["Run", "load_run", "SUPPORTED_SCHEMA_VERSIONS", "STATS_SCHEMA", "MAX_STEP"]
 
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
+
+# Steps beyond 2**53 are not exact in float64, where the growth models fit them.
+MAX_STEP = 2**53
+# Bounds on what one file may make us do. The recorder's manifest is a few KB; its segments
+# hold under 1 row per byte on disk (0.34 at most in sample_runs/), so 10 rows or 200 decoded
+# bytes per stored byte leave a wide margin and refuse only decompression bombs.
+MAX_MANIFEST_BYTES = 8 * 2**20
+_MAX_ROWS_PER_BYTE = 10
+_MAX_DECODED_PER_BYTE = 200
+_ROWS_ALWAYS_ALLOWED = 65_536
+_DECODED_ALWAYS_ALLOWED = 64 * 2**20
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 
@@ -58,6 +71,9 @@ EVENTS_SCHEMA = pa.schema(
 _SEGMENT = re.compile(r"^part-(\d+)\.parquet$")
 _SERIES_KEYS = {"stats": ["role", "name", "key"], "scalars": ["name"], "events": []}
 _SCHEMAS = {"stats": STATS_SCHEMA, "scalars": SCALARS_SCHEMA, "events": EVENTS_SCHEMA}
+# Without these a segment's rows cannot be placed in a series.
+_REQUIRED_COLUMNS = {"stats": ("step", "role", "name"), "scalars": ("step", "name", "value"),
+                     "events": ("step",)}
 
 
 @dataclass
@@ -110,9 +126,10 @@ class Run:
     def checkpoints(self) -> list[CheckpointInfo]:
         """Checkpoint files with the step and reason from their Parquet key-value metadata."""
         folder = self.path / "checkpoints"
+        root = self.path.resolve()
         found = []
         for path in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
-            if path.name.startswith("."):
+            if path.name.startswith(".") or _inside_file(root, path, "checkpoint", self.warnings) is None:
                 continue
             try:
                 meta = pq.read_metadata(path).metadata or {}
@@ -148,7 +165,21 @@ class Run:
                 self.segments[kind].remove(path)
                 self._warn(f"skipped unreadable segment {path}: {exc}")
                 continue
-            yield from scanned
+            for batch in scanned:
+                yield self._valid_steps(batch, path) if "step" in columns else batch
+
+    def _valid_steps(self, batch: pa.RecordBatch, path: Path) -> pa.RecordBatch:
+        """Rows whose step is present and in 0..MAX_STEP; the others are dropped with a warning."""
+        steps = batch.column("step")
+        if not len(steps):
+            return batch
+        if steps.null_count == 0:
+            bounds = pc.min_max(steps)
+            if bounds["min"].as_py() >= 0 and bounds["max"].as_py() <= MAX_STEP:
+                return batch
+        keep = pc.fill_null(pc.and_(pc.greater_equal(steps, 0), pc.less_equal(steps, MAX_STEP)), False)
+        self._warn(f"skipped rows of {path} whose step is missing, negative or beyond {MAX_STEP}")
+        return batch.filter(keep)
 
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -160,26 +191,61 @@ def load_run(run_dir: str | Path) -> Run:
 
     Raises RunDirectoryError when the path is not a directory or holds no readable segment,
     SchemaVersionError when the manifest or a segment declares an unknown schema version.
+    Files that resolve outside the run directory (symlinks) or are not regular files (FIFOs,
+    devices) are never opened: they are skipped with a warning.
     """
     path = Path(run_dir)
     if not path.is_dir():
         raise RunDirectoryError(f"{path} is not a directory")
+    root = path.resolve()
     warnings: list[str] = []
-    manifest = _read_manifest(path, warnings)
-    segments = {kind: _valid_segments(path / kind, warnings) for kind in _SCHEMAS}
+    manifest = _read_manifest(root, path, warnings)
+    segments = {kind: _valid_segments(root, path / kind, kind, warnings) for kind in _SCHEMAS}
     if not segments["stats"] and not segments["scalars"]:
         raise RunDirectoryError(f"{path} holds no readable stats or scalars segments")
+    if not segments["stats"]:
+        warnings.append(f"no readable tensor statistics in {path / 'stats'}: only the scalars were "
+                        "analysed; gradients, parameters, activations and inputs could not be checked")
     return Run(path=path, manifest=manifest, warnings=warnings, segments=segments)
 
 
-def _read_manifest(path: Path, warnings: list[str]) -> dict:
+def _inside_file(root: Path, path: Path, what: str, warnings: list[str]) -> Path | None:
+    """`path` if it resolves to a regular file inside `root`, else None with a warning.
+
+    Every reader goes through here: a symlink out of the run directory could leak another
+    file into the report, and opening a FIFO or device would hang or never end.
+    """
+    try:
+        resolved = path.resolve(strict=True)
+        mode = resolved.stat().st_mode
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+        warnings.append(f"skipped {what} {path}: {getattr(exc, 'strerror', None) or exc}")
+        return None
+    if not resolved.is_relative_to(root):
+        warnings.append(f"skipped {what} {path}: it links outside the run directory")
+        return None
+    if not stat.S_ISREG(mode):
+        warnings.append(f"skipped {what} {path}: not a regular file")
+        return None
+    return path
+
+
+def _read_manifest(root: Path, path: Path, warnings: list[str]) -> dict:
     file = path / "manifest.json"
-    if not file.is_file():
+    if not file.exists() and not file.is_symlink():
         warnings.append(f"no manifest.json in {path}; using what the segments say")
         return {}
+    if _inside_file(root, file, "manifest", warnings) is None:
+        return {}
     try:
-        manifest = json.loads(file.read_text())
-    except (OSError, ValueError) as exc:
+        with open(file, "rb") as stream:
+            data = stream.read(MAX_MANIFEST_BYTES + 1)
+        if len(data) > MAX_MANIFEST_BYTES:
+            warnings.append(f"manifest {file} is larger than {MAX_MANIFEST_BYTES // 2**20} MB; ignored, "
+                            "using what the segments say")
+            return {}
+        manifest = json.loads(data)
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
         warnings.append(f"unreadable manifest {file}: {exc}; using what the segments say")
         return {}
     if not isinstance(manifest, dict):
@@ -190,41 +256,67 @@ def _read_manifest(path: Path, warnings: list[str]) -> dict:
 
 
 def _check_version(version, where: str) -> None:
+    """Only an integer listed in SUPPORTED_SCHEMA_VERSIONS passes (not 1.5, true or "1")."""
     if version is None:
         return
-    try:
-        number = int(version)
-    except (TypeError, ValueError):
-        number = None
-    if number not in SUPPORTED_SCHEMA_VERSIONS:
+    if type(version) is not int or version not in SUPPORTED_SCHEMA_VERSIONS:
         supported = ", ".join(str(v) for v in sorted(SUPPORTED_SCHEMA_VERSIONS))
         raise SchemaVersionError(
             f"{where} has schema_version {version!r}; this postmortem reads version {supported}"
         )
 
 
-def _valid_segments(folder: Path, warnings: list[str]) -> list[Path]:
+def _segment_version(meta: pq.FileMetaData) -> int | str | None:
+    """The schema_version a segment's key-value metadata declares (text unless all digits)."""
+    raw = (meta.metadata or {}).get(b"schema_version")
+    if raw is None:
+        return None
+    text = raw.decode("utf-8", "replace")
+    return int(text) if re.fullmatch(r"[0-9]{1,9}", text) else text
+
+
+def _valid_segments(root: Path, folder: Path, kind: str, warnings: list[str]) -> list[Path]:
     """Complete `part-N.parquet` files in number order; damaged ones are reported and skipped."""
     if not folder.is_dir():
         return []
     numbered = []
     for path in folder.iterdir():
         match = _SEGMENT.match(path.name)
-        if match and path.is_file():
+        if match and _inside_file(root, path, "segment", warnings) is not None:
             numbered.append((int(match.group(1)), path))
     valid = []
     for _, path in sorted(numbered):
         try:
-            if path.stat().st_size == 0:
+            size = path.stat().st_size
+            if size == 0:
                 raise ValueError("zero-byte file")
             meta = pq.read_metadata(path)
+            problem = _segment_problem(meta, size, kind)
         except (OSError, ValueError, pa.ArrowException) as exc:
             warnings.append(f"skipped unreadable segment {path}: {exc}")
             continue
-        version = (meta.metadata or {}).get(b"schema_version")
-        _check_version(version.decode() if version is not None else None, str(path))
+        if problem:
+            warnings.append(f"skipped segment {path}: {problem}")
+            continue
+        _check_version(_segment_version(meta), str(path))
         valid.append(path)
     return valid
+
+
+def _segment_problem(meta: pq.FileMetaData, size: int, kind: str) -> str | None:
+    """Why a segment must not be read: columns it cannot do without, or far too much to decode."""
+    stored = set(meta.schema.to_arrow_schema().names)
+    missing = [c for c in _REQUIRED_COLUMNS[kind] if c not in stored]
+    if missing:
+        return f"no {', '.join(missing)} column"
+    if meta.num_rows > max(_ROWS_ALWAYS_ALLOWED, _MAX_ROWS_PER_BYTE * size):
+        return (f"{meta.num_rows} rows in {size} bytes is more than {_MAX_ROWS_PER_BYTE} rows per "
+                "byte (a decompression bomb, not a recorder segment)")
+    decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    if decoded > max(_DECODED_ALWAYS_ALLOWED, _MAX_DECODED_PER_BYTE * size):
+        return (f"{decoded} bytes once decoded from {size} on disk is more than "
+                f"{_MAX_DECODED_PER_BYTE}× (a decompression bomb, not a recorder segment)")
+    return None
 
 
 def _read_segment(path: Path, schema: pa.Schema, columns: list[str]) -> pa.Table:

@@ -86,11 +86,21 @@ def read_series(run: Run) -> SeriesTable:
     """Stream the stats segments once and group them by series."""
     builder = _Builder()
     for batch in run.stats_batches(_READ_COLUMNS):
+        batch = _named_rows(batch, run)
         if batch.num_rows:
             builder.add(batch)
     # Arrow's allocator keeps freed scan buffers for reuse; hand them back before the sort.
     pa.default_memory_pool().release_unused()
     return builder.finish()
+
+
+def _named_rows(batch: pa.RecordBatch, run: Run) -> pa.RecordBatch:
+    """Rows that name their series (role and name present); the others are dropped with a warning."""
+    role, name = batch.column("role"), batch.column("name")
+    if role.null_count == 0 and name.null_count == 0:
+        return batch
+    run._warn(f"skipped stats rows of {run.path} that have no role or no name")
+    return batch.filter(pc.and_(pc.is_valid(role), pc.is_valid(name)))
 
 
 class _Builder:

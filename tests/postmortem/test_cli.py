@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import postmortem
 from postmortem import cli
 
 _spec = importlib.util.spec_from_file_location("report_runs", Path(__file__).parents[1] / "reports" / "report_runs.py")
@@ -105,6 +106,18 @@ def test_output_into_missing_folder_is_refused_before_analysis(runs, tmp_path, c
 def test_bad_arguments_are_one_line_and_exit_2(argv, capsys):
     assert cli.main(argv) == 2
     _one_line_error(capsys)
+
+
+def test_fail_on_an_unknown_label_is_refused(capsys):
+    # a typo would never match, so the CI gate would pass silently: refuse it before any work
+    assert cli.main(["analyze", "no-such-run", "--fail-on", "diverged,exploding_gradeint"]) == 2
+    message = _one_line_error(capsys)
+    assert "unknown label 'exploding_gradeint'" in message and "exploding_gradient" in message
+
+
+def test_fail_on_accepts_every_label_and_verdict():
+    every = postmortem.LABELS | set(postmortem.VERDICTS)
+    assert cli._labels(",".join(sorted(every))) == every
 
 
 def test_unexpected_error_is_still_one_line(runs, capsys, monkeypatch):

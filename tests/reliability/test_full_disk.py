@@ -95,8 +95,6 @@ def _mentions_hole(analysis: postmortem.Analysis) -> bool:
     return any(word in text.lower() for text in texts for word in words)
 
 
-@pytest.mark.xfail(strict=True, reason="postmortem/loading.py load_run: steps missing from the record "
-                                        "(manifest failed_writes > 0, a gap in steps) are not reported")
 def test_analyzer_reports_the_hole(run_with_hole):
     assert _mentions_hole(postmortem.analyze(run_with_hole))
 
