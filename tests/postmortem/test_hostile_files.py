@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,10 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from pm_runs import make_run, scalar_rows, series_rows
-from postmortem import LABELS, Finding, SchemaVersionError, analyze, load_run
+import postmortem
+from postmortem import LABELS, SchemaVersionError, analyze, load_run
 from postmortem.diagnoses import INFORMATIONAL, NOT_LEARNING
 from postmortem.gaps import missing_step_warnings, missing_steps
 from postmortem.loading import MAX_MANIFEST_BYTES, MAX_STEP
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(tmp_path, steps=30, segments=3):
@@ -166,7 +172,14 @@ def test_a_lost_middle_segment_is_reported_as_a_gap(tmp_path):
     assert any(w.startswith("tensor statistics: steps 10–19 missing") for w in analyze(run_dir).warnings)
 
 
-def test_every_label_is_known_and_unknown_ones_are_refused():
-    assert INFORMATIONAL | NOT_LEARNING | {"diverged", "exploding_gradient", "lr_too_high"} <= LABELS
-    with pytest.raises(ValueError, match="unknown finding label"):
-        Finding("exploded", 3, [], {}, "")
+def test_labels_are_every_label_the_detectors_emit_and_all_documented():
+    emitted = set()
+    for source in Path(postmortem.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Finding":
+                label = node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "label")
+                assert isinstance(label, ast.Constant), f"{source.name}: a Finding label must be a literal"
+                emitted.add(label.value)
+    assert emitted | INFORMATIONAL | NOT_LEARNING == set(LABELS)
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", (ROOT / "docs" / "diagnoses.md").read_text(), re.M))
+    assert documented == set(LABELS)
