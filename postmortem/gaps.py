@@ -12,6 +12,7 @@ import numpy as np
 __all__ = ["missing_steps", "missing_step_warnings"]
 
 _LISTED_HOLES = 3
+_CHUNK = 1 << 20
 
 
 def _present_steps(steps: np.ndarray) -> np.ndarray:
@@ -22,7 +23,8 @@ def _present_steps(steps: np.ndarray) -> np.ndarray:
     if high - low > 4 * len(steps) + 1024:
         return np.unique(steps)
     seen = np.zeros(high - low + 1, bool)
-    seen[steps - low] = True
+    for begin in range(0, len(steps), _CHUNK):  # in chunks: no 20 M-row temporary
+        seen[steps[begin: begin + _CHUNK] - low] = True
     return np.flatnonzero(seen) + low
 
 

@@ -129,7 +129,10 @@ class Run:
         root = self.path.resolve()
         found = []
         for path in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
-            if path.name.startswith(".") or _inside_file(root, path, "checkpoint", self.warnings) is None:
+            refused: list[str] = []
+            if path.name.startswith(".") or _inside_file(root, path, "checkpoint", refused) is None:
+                for message in refused:  # the property is read more than once: warn once
+                    self._warn(message)
                 continue
             try:
                 meta = pq.read_metadata(path).metadata or {}

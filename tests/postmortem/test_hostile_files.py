@@ -183,3 +183,14 @@ def test_labels_are_every_label_the_detectors_emit_and_all_documented():
     assert emitted | INFORMATIONAL | NOT_LEARNING == set(LABELS)
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", (ROOT / "docs" / "diagnoses.md").read_text(), re.M))
     assert documented == set(LABELS)
+
+
+def test_checkpoint_linked_out_of_the_run_is_not_opened(tmp_path):
+    run_dir = _run(tmp_path)
+    (run_dir / "checkpoints").mkdir()
+    outside = tmp_path / "outside.parquet"
+    pq.write_table(pa.table({"x": [1]}).replace_schema_metadata({b"step": b"5"}), outside)
+    (run_dir / "checkpoints" / "step-00000005.parquet").symlink_to(outside)
+    run = load_run(run_dir)
+    assert run.checkpoints == [] and run.checkpoints == []
+    assert sum("checkpoint" in w for w in run.warnings) == 1
