@@ -64,20 +64,14 @@ def analyse_series(
     steps, values = steps[keep], values[keep]
     if len(values) < _MIN_POINTS:
         return None
-    all_y = np.log10(values)
-    all_x = steps.astype(np.float64)
+    y = np.log10(values)
+    x = steps.astype(np.float64)
     first_step = int(steps[0])
-    start = _window_start(all_y)
-    x, y = all_x[start:], all_y[start:]
+    start = _window_start(y)
+    x, y = x[start:], y[start:]
     if len(y) < _MIN_POINTS:
         return None
     model, delta_bic = select_break(x, y)
-    if start > 0 and model.index_ < _MIN_STABLE:
-        # The window was cut at a dip inside the raised phase, leaving too few stable points to
-        # place the break against the noise: keep _MIN_STABLE of them in front of it and refit.
-        start = max(0, start + model.index_ - _MIN_STABLE)
-        x, y = all_x[start:], all_y[start:]
-        model, delta_bic = select_break(x, y)
     # Only a precursor of this rise: no further back than the rise itself lasted.
     bound = x[model.index_] - max(_PRECURSOR_REACH, len(y) - model.index_)
     while earliest:
