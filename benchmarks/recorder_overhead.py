@@ -2,7 +2,9 @@
 
 Two identical copies of a model train on the same batches; blocks of steps with and without
 the recorder are interleaved (order alternating per round) so that machine noise hits both
-alike. Each block runs `flush_every` steps, so every recorded block pays one flush; scheduled
+alike. Each round gives a wall-clock ratio and a CPU-time ratio (this process's user+system
+time, steadier than the wall clock when other jobs share the cores); medians and quartiles are
+reported. Each block runs `flush_every` steps, so every recorded block pays one flush; scheduled
 checkpoints and flight-ring samples are paid where they fall. Everything is at defaults.
 
     .venv/bin/python benchmarks/recorder_overhead.py            # both models
@@ -69,8 +71,10 @@ def workload(name: str):
     return model, batches, nn.MSELoss()
 
 
-def run_block(model, opt, batches, loss_fn, steps: int, start: int, rec=None) -> float:
-    t0 = time.perf_counter()
+def run_block(model, opt, batches, loss_fn, steps: int, start: int,
+              rec=None) -> tuple[float, float]:
+    """Seconds per step: (wall clock, CPU time of this process)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(start, start + steps):
         x, y = batches[i % len(batches)]
         opt.zero_grad(set_to_none=True)
@@ -79,7 +83,7 @@ def run_block(model, opt, batches, loss_fn, steps: int, start: int, rec=None) ->
         opt.step()
         if rec is not None:
             rec.step(loss=loss, inputs=x, targets=y)
-    return (time.perf_counter() - t0) / steps
+    return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
 
 
 def measure(name: str, rounds: int, block: int, warmup: int, options: dict) -> dict:
@@ -95,7 +99,7 @@ def measure(name: str, rounds: int, block: int, warmup: int, options: dict) -> d
         with Recorder(run_dir, recorded, opt_rec, **options) as rec:
             run_block(plain, opt_plain, batches, loss_fn, warmup, 0)
             run_block(recorded, opt_rec, batches, loss_fn, warmup, 0, rec)
-            ratios, with_ms, without_ms = [], [], []
+            ratios, cpu_ratios, with_ms, without_ms = [], [], [], []
             for r in range(rounds):
                 order = (False, True) if r % 2 == 0 else (True, False)
                 times = {}
@@ -104,9 +108,10 @@ def measure(name: str, rounds: int, block: int, warmup: int, options: dict) -> d
                         times[True] = run_block(recorded, opt_rec, batches, loss_fn, block, r, rec)
                     else:
                         times[False] = run_block(plain, opt_plain, batches, loss_fn, block, r)
-                ratios.append(times[True] / times[False])
-                with_ms.append(times[True] * 1e3)
-                without_ms.append(times[False] * 1e3)
+                ratios.append(times[True][0] / times[False][0])
+                cpu_ratios.append(times[True][1] / times[False][1])
+                with_ms.append(times[True][0] * 1e3)
+                without_ms.append(times[False][0] * 1e3)
         stats_files = list((run_dir / "stats").glob("part-*.parquet"))
         stats_bytes = sum(f.stat().st_size for f in stats_files)
         import pyarrow.parquet as pq
@@ -115,12 +120,15 @@ def measure(name: str, rounds: int, block: int, warmup: int, options: dict) -> d
                           for f in (run_dir / sub).glob("part-*.parquet"))
         steps = rec.current_step
     q = statistics.quantiles(ratios, n=4)
+    cq = statistics.quantiles(cpu_ratios, n=4)
     return {
         "model": name, "options": options, "params": n_params, "rounds": rounds, "block_steps": block,
         "recorded_steps": steps,
         "ratio_median": statistics.median(ratios), "ratio_q1": q[0], "ratio_q3": q[2],
         "ratio_min": min(ratios), "ratio_max": max(ratios),
         "ratio_of_medians": statistics.median(with_ms) / statistics.median(without_ms),
+        "cpu_ratio_median": statistics.median(cpu_ratios), "cpu_ratio_q1": cq[0],
+        "cpu_ratio_q3": cq[2],
         "step_ms_without": statistics.median(without_ms),
         "step_ms_with": statistics.median(with_ms),
         "stats_rows": rows, "stats_bytes": stats_bytes,
@@ -150,13 +158,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"torch {torch.__version__}, python {platform.python_version()}, "
           f"{platform.processor() or platform.machine()}, threads={args.threads}, "
           f"recorder options {options or 'defaults'}")
-    print("| model | params | step ms without | with | ratio median [q1, q3] (min-max) | "
-          "bytes/row | rows/step |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | params | step ms without | with | wall ratio median [q1, q3] (min-max) | "
+          "CPU-time ratio median [q1, q3] | bytes/row | rows/step |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         print(f"| ({r['model']}) | {r['params']:,} | {r['step_ms_without']:.2f} | "
               f"{r['step_ms_with']:.2f} | {r['ratio_median']:.3f} [{r['ratio_q1']:.3f}, "
               f"{r['ratio_q3']:.3f}] ({r['ratio_min']:.3f}-{r['ratio_max']:.3f}) | "
+              f"{r['cpu_ratio_median']:.3f} [{r['cpu_ratio_q1']:.3f}, {r['cpu_ratio_q3']:.3f}] | "
               f"{r['bytes_per_row']:.1f} | {r['rows_per_step']:.0f} |")
 
 
