@@ -61,6 +61,10 @@ class _StepBuffers:
     scalars: list[tuple] = field(default_factory=list)
     events: list[tuple] = field(default_factory=list)
     steps: int = 0
+    written: set[str] = field(default_factory=set)  # tables already on disk
+
+    def __bool__(self) -> bool:
+        return bool(self.steps or self.stats or self.scalars or self.events)
 
 
 def _as_models(model: Any) -> dict[str, nn.Module]:
@@ -221,6 +225,7 @@ class Recorder:
         self._step = 0
         self._manifest: dict[str, Any] = {}
         self._buffers = _StepBuffers()
+        self._unwritten: list[_StepBuffers] = []  # handed to flush(), not yet all on disk
         self._last_flush = time.monotonic()
         self._activations: dict[str, Moments] = {}
         self._batch = MomentBatch()
@@ -228,6 +233,7 @@ class Recorder:
         self._watch_activations = True  # whether the step being run records activations
         self._nonfinite_seen = False
         self._terminated_by: str | None = None
+        self._in_sigterm = False
         self._previous_sigterm: Any = None
 
     # ----------------------------------------------------------------- set-up and tear-down
@@ -349,16 +355,22 @@ class Recorder:
         self._writer.write_manifest(self._manifest)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
-        self._terminated_by = signal.Signals(signum).name
-        if self._open:
-            self._finish("terminated", None, flight_reason=None)
-        previous = self._previous_sigterm
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_DFL or previous is None:
-            self._remove_hooks()
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+        if self._in_sigterm:  # a second SIGTERM while the first is being handled
+            return
+        self._in_sigterm = True
+        try:
+            self._terminated_by = signal.Signals(signum).name
+            if self._open:
+                self._finish("terminated", None, flight_reason=None)
+            previous = self._previous_sigterm
+            if callable(previous):
+                previous(signum, frame)
+            elif previous == signal.SIG_DFL or previous is None:
+                self._remove_hooks()
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+        finally:
+            self._in_sigterm = False
 
     def _on_interpreter_exit(self) -> None:
         if self._open:
@@ -552,16 +564,29 @@ class Recorder:
         return self._step
 
     def flush(self) -> None:
-        """Write everything buffered as new segments (also done automatically)."""
-        buffers, self._buffers = self._buffers, _StepBuffers()
+        """Write everything buffered as new segments (also done automatically).
+
+        Re-entrant: a SIGTERM arriving in the middle of a flush runs flush() again from the
+        handler, which finishes what the interrupted call had not yet written (a table written
+        twice holds the same rows, and readers keep the last occurrence).
+        """
+        if self._buffers:
+            self._unwritten.append(self._buffers)
+            self._buffers = _StepBuffers()
         self._last_flush = time.monotonic()
-        if buffers.stats:
-            self._writer.write_segment("stats", stats_table(buffers.stats))
-        if buffers.scalars:
-            self._writer.write_segment("scalars", scalars_table(buffers.scalars))
-        if buffers.events:
-            self._writer.write_segment("events", events_table(buffers.events))
-        if buffers.steps or buffers.events:
+        wrote = False
+        while self._unwritten:
+            buffers = self._unwritten[0]
+            for table, rows, build in (("stats", buffers.stats, stats_table),
+                                       ("scalars", buffers.scalars, scalars_table),
+                                       ("events", buffers.events, events_table)):
+                if rows and table not in buffers.written:
+                    self._writer.write_segment(table, build(rows))
+                    buffers.written.add(table)
+            if self._unwritten and self._unwritten[0] is buffers:
+                self._unwritten.pop(0)
+            wrote = True
+        if wrote:
             self._writer.write_manifest(self._manifest)
 
     # ----------------------------------------------------------------- checkpoints

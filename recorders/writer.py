@@ -82,17 +82,25 @@ def _float32_precision(values: tuple) -> pa.Array:
     return pa.array(data, mask=arr.is_null().to_numpy(zero_copy_only=False))
 
 
+def _plain(t: pa.DataType) -> pa.DataType:
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
 def _rows_to_table(rows: list[tuple], schema: pa.Schema, sort_by: list[str],
                    float32_precision: tuple[str, ...] = ()) -> pa.Table:
     columns = list(zip(*rows)) if rows else [[] for _ in schema]
     arrays = []
     for field, values in zip(schema, columns):
-        plain = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
         if field.name in float32_precision:
             arrays.append(_float32_precision(values))
         else:
-            arrays.append(pa.array(values, type=plain))
-    table = pa.Table.from_arrays(arrays, names=schema.names)
+            arrays.append(pa.array(values, type=_plain(field.type)))
+    return _sorted_encoded(pa.Table.from_arrays(arrays, names=schema.names), schema, sort_by)
+
+
+def _sorted_encoded(table: pa.Table, schema: pa.Schema, sort_by: list[str]) -> pa.Table:
+    """Sort on plain strings, then dictionary-encode the string columns of `schema`."""
+    table = table.cast(pa.schema([(f.name, _plain(f.type)) for f in schema]))
     table = table.sort_by([(k, "ascending") for k in sort_by])
     return pa.Table.from_arrays(
         [col.dictionary_encode().cast(field.type) if pa.types.is_dictionary(field.type) else col
@@ -127,13 +135,25 @@ def _parquet_options(schema: pa.Schema) -> dict[str, Any]:
             "write_statistics": ["step"]}
 
 
+def _discard(tmp: Path) -> None:
+    """Remove a temporary file after a failed write (it would hold space on a full disk)."""
+    try:
+        tmp.unlink()
+    except OSError:
+        pass
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _discard(tmp)
+        raise
 
 
 def atomic_write_parquet(path: Path, table: pa.Table,
@@ -148,10 +168,7 @@ def atomic_write_parquet(path: Path, table: pa.Table,
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+        _discard(tmp)
         raise
 
 
@@ -163,9 +180,16 @@ def next_segment(folder: Path) -> int:
 
 
 class RunWriter:
-    """Owns the files of one run directory and the policy for write errors."""
+    """Owns the files of one run directory and the policy for write errors.
+
+    Segments are compacted as they accumulate (leveled, like an LSM tree): once ``FAN_IN``
+    segments of one level exist they are merged into one segment of the next level, written
+    atomically before the small ones are deleted. A long run keeps O(FAN_IN x log(flushes))
+    files; an interrupted compaction leaves the same rows twice, which readers de-duplicate.
+    """
 
     TABLES = ("stats", "scalars", "events")
+    FAN_IN = 8
 
     def __init__(self, run_dir: Path, *, strict: bool) -> None:
         self.run_dir = run_dir
@@ -173,12 +197,14 @@ class RunWriter:
         self.failed_writes = 0
         self._warned = False
         self._segments: dict[str, int] = {}
+        self._levels: dict[str, list[tuple[int, int]]] = {}  # table -> [(segment, level)]
 
     def prepare(self) -> None:
         """Create the folders and find where segment numbering continues (raises on error)."""
         for name in (*self.TABLES, "checkpoints"):
             (self.run_dir / name).mkdir(parents=True, exist_ok=True)
         self._segments = {name: next_segment(self.run_dir / name) for name in self.TABLES}
+        self._levels = {name: [] for name in self.TABLES}
 
     def _guarded(self, what: str, write) -> bool:
         try:
@@ -196,15 +222,46 @@ class RunWriter:
                     RecorderWarning, stacklevel=3)
             return False
 
-    def write_segment(self, table_name: str, table: pa.Table) -> bool:
+    def _segment_path(self, table_name: str, number: int) -> Path:
+        return self.run_dir / table_name / f"part-{number:06d}.parquet"
+
+    def write_segment(self, table_name: str, table: pa.Table, level: int = 0) -> bool:
         number = self._segments[table_name]
-        path = self.run_dir / table_name / f"part-{number:06d}.parquet"
+        path = self._segment_path(table_name, number)
         ok = self._guarded(f"{table_name}/{path.name}",
                            lambda: atomic_write_parquet(path, table,
                                                         **_parquet_options(table.schema)))
-        # A number is never reused, even after a failure, so segment order stays time order.
+        # A number is never reused, even after a failure.
         self._segments[table_name] = number + 1
+        if ok:
+            self._levels[table_name].append((number, level))
+            self._compact(table_name)
         return ok
+
+    def _compact(self, table_name: str) -> None:
+        levels = self._levels[table_name]
+        for level in range(max((lv for _, lv in levels), default=-1) + 1):
+            group = [n for n, lv in levels if lv == level]
+            if len(group) < self.FAN_IN:
+                continue
+            paths = [self._segment_path(table_name, n) for n in group]
+            try:
+                merged = pa.concat_tables([pq.read_table(p) for p in paths])
+            except (OSError, pa.ArrowException):
+                return  # leave the small segments as they are; they are all readable
+            schema = {"stats": STATS_SCHEMA, "scalars": SCALARS_SCHEMA,
+                      "events": EVENTS_SCHEMA}[table_name]
+            merged = _sorted_encoded(merged, schema, _SORT_KEYS[table_name])
+            levels[:] = [(n, lv) for n, lv in levels if lv != level]
+            if not self.write_segment(table_name, merged, level + 1):
+                levels.extend((n, level) for n in group)
+                return
+            for p in paths:
+                try:
+                    p.unlink()
+                except OSError:
+                    pass  # duplicates of the merged rows; readers keep the last occurrence
+            return
 
     def write_checkpoint(self, file_name: str, table: pa.Table, metadata: dict[str, str]) -> bool:
         path = self.run_dir / "checkpoints" / file_name

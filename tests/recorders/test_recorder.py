@@ -380,3 +380,22 @@ def test_grad_scale_and_threads(tmp_path):
     # gradients are unscaled by scaler.step() before the optimizer's pre-step hook reads them
     stats = read_table(tmp_path / "run", "stats")
     assert series(stats, "grad", "fc1.weight", "norm").max() < 100
+
+
+def test_segments_are_compacted_and_no_row_is_lost(tmp_path):
+    model = Net()
+    with Recorder(tmp_path / "run", model, flush_every=1) as rec:
+        for x, _ in batches(70):
+            model(x)
+            rec.step(loss=float(rec.current_step))
+    files = list((tmp_path / "run" / "stats").glob("part-*.parquet"))
+    assert len(files) < 20  # 70 flushes, merged 8 at a time
+    stats = read_table(tmp_path / "run", "stats")
+    assert not stats.duplicated(["step", "role", "name", "key"]).any()
+    assert sorted(stats.step.unique()) == list(range(70))
+    loss = read_table(tmp_path / "run", "scalars").query("name == 'loss'")
+    assert sorted(loss.value) == [float(i) for i in range(70)]
+    for f in files:
+        frame = pq.read_table(f).to_pandas()
+        ordered = frame.sort_values(["role", "name", "key", "step"], kind="stable")
+        assert list(ordered.index) == list(frame.index)
