@@ -89,7 +89,9 @@ def run_block(model, opt, batches, loss_fn, steps: int, start: int,
 def measure(name: str, rounds: int, block: int, warmup: int, options: dict) -> dict:
     torch.manual_seed(0)
     base_model, batches, loss_fn = workload(name)
-    plain, recorded = base_model, copy.deepcopy(base_model)
+    # Both are fresh copies: keeping the original for one side made that side's step time differ
+    # by up to 30 % (allocation layout), recorder or not.
+    plain, recorded = copy.deepcopy(base_model), copy.deepcopy(base_model)
     # lr small enough that neither copy diverges during the benchmark.
     opt_plain = torch.optim.SGD(plain.parameters(), lr=1e-3, momentum=0.9)
     opt_rec = torch.optim.SGD(recorded.parameters(), lr=1e-3, momentum=0.9)
