@@ -17,8 +17,8 @@ FLUSH_EVERY, STEPS = 5, 60
 
 
 def test_killed_terminated_failed_and_finished_runs_lose_at_most_one_flush(tmp_path):
-    # An external SIGTERM lands at a random point, sometimes inside a flush (a known bug, see
-    # the xfail below); here the child signals itself between two steps, which is repeatable.
+    # An external SIGTERM lands at a random point, sometimes inside a flush (tested apart
+    # below); here the child signals itself between two steps, which is repeatable.
     trials = [t for t in crash_campaign.plan(kills=3, seed=1, steps=STEPS, flush_every=FLUSH_EVERY)
               if t.mode not in ("term", "term_in_flush")]
     outcomes = crash_campaign.run_campaign(trials, tmp_path, flush_every=FLUSH_EVERY, steps=STEPS)
@@ -32,8 +32,6 @@ def test_killed_terminated_failed_and_finished_runs_lose_at_most_one_flush(tmp_p
     assert failed.recorded_step == failed.trial.stop_at - 1  # every step before the raise
 
 
-@pytest.mark.xfail(strict=True, reason="recorders/recorder.py Recorder._on_sigterm: a SIGTERM during a "
-                                        "flush re-enters flush() with emptied buffers; those steps are lost")
 def test_sigterm_during_a_flush_loses_nothing(tmp_path):
     outcome = crash_campaign.run_trial(tmp_path / "run", Trial("term_in_flush", 20),
                                        flush_every=FLUSH_EVERY, steps=STEPS)

@@ -16,8 +16,6 @@ STEPS, FLUSH_EVERY = 800, 5
 MAX_SEGMENTS_PER_TABLE = 50  # any compaction keeps far fewer than one file per flush
 
 
-@pytest.mark.xfail(strict=True, reason="recorders/recorder.py Recorder.flush: small segments are never "
-                                        "compacted; one file per flush per table, without bound")
 def test_segment_count_stays_bounded(tmp_path):
     torch.manual_seed(0)
     model = nn.Linear(4, 4)
