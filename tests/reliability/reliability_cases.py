@@ -190,7 +190,7 @@ def _steps(m: Mutation, run_dir: Path, outside: Path, value: int) -> None:
 
 
 def _huge_steps(m: Mutation, run_dir: Path, outside: Path) -> None:
-    # Steps beyond 2**53 (not exact in float64) crash the analyzer: a known bug, tested apart.
+    # Steps beyond 2**53 (not exact in float64) are dropped with a warning: tested apart.
     _steps(m, run_dir, outside, (10**12, 2**40, 2**53)[m.number % 3])
 
 
@@ -339,8 +339,8 @@ def _segment_symlink_outside(m: Mutation, run_dir: Path, outside: Path) -> None:
     path.symlink_to(target)
 
 
-# name -> (mutate, damaging). Kinds whose handling is a known bug are not here: each has its
-# own strict-xfail test in test_hostile_runs.py (add the kind back here when it is fixed).
+# name -> (mutate, damaging). Shapes that once broke the analyzer have their own tests in
+# test_hostile_runs.py.
 KINDS = {
     "truncate": (_truncate, True),
     "zero_byte": (_zero_byte, True),

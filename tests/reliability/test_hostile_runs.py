@@ -194,7 +194,7 @@ def test_not_a_run_directory_is_a_one_line_error(tmp_path, make):
     assert_one_line_error(err)
 
 
-# --------------------------------------------------------------------------- known bugs
+# ------------------------------------------- shapes that once broke the analyzer, one test each
 def _analyze_copy(tiny_run: Path, tmp_path: Path, damage) -> postmortem.Analysis:
     run_dir = copy_run(tiny_run, tmp_path / "run")
     damage(run_dir)
