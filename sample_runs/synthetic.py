@@ -16,23 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["SyntheticSpec", "write_synthetic_run", "tensor_layout"]
+from postmortem.loading import EVENTS_SCHEMA, SCALARS_SCHEMA, STATS_SCHEMA
 
-_DICT = pa.dictionary(pa.int32(), pa.string())
-_STATS_SCHEMA = pa.schema(
-    [
-        ("step", pa.int64()), ("role", _DICT), ("name", _DICT), ("key", _DICT),
-        ("numel", pa.int64()), ("norm", pa.float64()), ("max_abs", pa.float32()),
-        ("mean", pa.float32()), ("std", pa.float32()), ("min", pa.float32()),
-        ("max", pa.float32()), ("zero_frac", pa.float32()), ("sat_frac", pa.float32()),
-        ("ratio", pa.float32()), ("nonfinite", pa.int64()), ("grad_none", pa.bool_()),
-        ("shape", pa.string()), ("hash", pa.string()),
-    ]
-)
-_SCALARS_SCHEMA = pa.schema([("step", pa.int64()), ("name", _DICT), ("value", pa.float64())])
-_EVENTS_SCHEMA = pa.schema(
-    [("step", pa.int64()), ("kind", pa.string()), ("message", pa.string()), ("wall_time", pa.float64())]
-)
+__all__ = ["SyntheticSpec", "write_synthetic_run", "tensor_layout"]
 
 
 @dataclass(frozen=True)
@@ -91,14 +77,14 @@ def write_synthetic_run(path: str | Path, spec: SyntheticSpec = SyntheticSpec())
                              layout, series_values, start, stop, spec, rng)
     _write_scalars(path, steps, log_growth, spec, rng)
     _write_manifest(path, layout, last_step, spec)
-    pq.write_table(pa.Table.from_pylist([], schema=_EVENTS_SCHEMA),
+    pq.write_table(pa.Table.from_pylist([], schema=EVENTS_SCHEMA),
                    path / "events" / "part-000000.parquet")
     return path
 
 
 def _write_stats_segment(file, layout, series_values, start, stop, spec, rng) -> None:
     n = stop - start
-    columns: dict[str, list] = {name: [] for name in _STATS_SCHEMA.names}
+    columns: dict[str, list] = {name: [] for name in STATS_SCHEMA.names}
     # Rows sorted by role, name, key, step, as the recorder writes them.
     order = sorted(range(len(layout)), key=lambda i: (layout[i][0], layout[i][1], layout[i][2] or ""))
     for i in order:
@@ -137,7 +123,7 @@ def _write_stats_segment(file, layout, series_values, start, stop, spec, rng) ->
             np.array([f"{s:016x}" for s in step], object) if role == "input" else np.full(n, None, object)
         )
     arrays = []
-    for field in _STATS_SCHEMA:
+    for field in STATS_SCHEMA:
         data = np.concatenate(columns[field.name])
         if pa.types.is_dictionary(field.type):
             arrays.append(pa.array(data, pa.string()).dictionary_encode())
@@ -145,7 +131,7 @@ def _write_stats_segment(file, layout, series_values, start, stop, spec, rng) ->
             arrays.append(pa.array(data.astype(np.float64), mask=np.isnan(data.astype(np.float64))).cast(field.type))
         else:
             arrays.append(pa.array(data, field.type))
-    pq.write_table(pa.Table.from_arrays(arrays, schema=_STATS_SCHEMA), file)
+    pq.write_table(pa.Table.from_arrays(arrays, schema=STATS_SCHEMA), file)
 
 
 def _write_scalars(path, steps, log_growth, spec, rng) -> None:
@@ -160,7 +146,7 @@ def _write_scalars(path, steps, log_growth, spec, rng) -> None:
         [pa.array(np.concatenate([steps, steps, steps])),
          pa.array(names, pa.string()).dictionary_encode(),
          pa.array(np.concatenate([loss, grad_norm, np.full(n, 0.05)]))],
-        schema=_SCALARS_SCHEMA,
+        schema=SCALARS_SCHEMA,
     )
     pq.write_table(table, path / "scalars" / "part-000000.parquet")
 

@@ -16,18 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from postmortem import Analysis, Finding, FirstNonfinite, Onset, RankedTensor, load_run
+from postmortem.loading import EVENTS_SCHEMA, SCALARS_SCHEMA, STATS_SCHEMA
 
-_DICT = pa.dictionary(pa.int32(), pa.string())
-STATS_SCHEMA = pa.schema([
-    ("step", pa.int64()), ("role", _DICT), ("name", _DICT), ("key", _DICT), ("numel", pa.int64()),
-    ("norm", pa.float64()), ("max_abs", pa.float32()), ("mean", pa.float32()), ("std", pa.float32()),
-    ("min", pa.float32()), ("max", pa.float32()), ("zero_frac", pa.float32()), ("sat_frac", pa.float32()),
-    ("ratio", pa.float32()), ("nonfinite", pa.int64()), ("grad_none", pa.bool_()), ("shape", pa.string()),
-    ("hash", pa.string()),
-])
-SCALARS_SCHEMA = pa.schema([("step", pa.int64()), ("name", _DICT), ("value", pa.float64())])
-EVENTS_SCHEMA = pa.schema([("step", pa.int64()), ("kind", pa.string()), ("message", pa.string()),
-                           ("wall_time", pa.float64())])
 _META = {b"schema_version": b"1"}
 _SAMPLE_RUNS = Path(__file__).resolve().parents[2] / "sample_runs"
 SHIPPED = sorted(p for p in _SAMPLE_RUNS.iterdir() if (p / "manifest.json").is_file()) if _SAMPLE_RUNS.is_dir() else []
