@@ -11,6 +11,7 @@ re-measured exactly in float64 — rare, and precisely when a run is dying.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -163,6 +164,19 @@ _INT_VIEW = {torch.float32: torch.int32, torch.float64: torch.int64,
              torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
 
+def _float32_max(lowest: float, highest: float) -> float:
+    """The largest float32 element, from the extremes of the tensor's bits read as int32.
+
+    Read as signed integers, non-negative floats keep their order and negative ones
+    (sign bit set) sort by magnitude after INT32_MIN: the largest integer is the largest element
+    when any element is non-negative; otherwise every element is negative and the smallest
+    integer is the one nearest zero, the largest. A NaN shows as a NaN here or in the float
+    minimum and the sum of squares, and sends the tensor to the exact path.
+    """
+    bits = int(highest) if highest >= 0 else int(lowest)
+    return struct.unpack("<f", struct.pack("<i", bits))[0]
+
+
 @dataclass(slots=True)
 class _Entry:
     tensor: torch.Tensor
@@ -182,10 +196,12 @@ class MomentBatch:
     ``add`` returns an index into the list that ``read`` returns. Tensors must stay unchanged
     between ``add`` and ``read`` (the exact fallback re-reads them).
 
-    Kernels are chosen for speed on CPU and GPU alike: ``dot`` for the sum of squares, one
-    ``aminmax`` for the extremes, and zeros counted on the integer view of the bits (float
-    comparisons are several times slower); the integer minimum tells whether a ``-0.0``, which
-    that count misses, is present.
+    Kernels are chosen for speed on CPU and GPU alike: ``dot`` for the sum of squares, and zeros
+    counted on the integer view of the bits (float comparisons are several times slower). For
+    float32 the extremes are the float minimum plus one ``aminmax`` of the int32 bits (the
+    largest element follows from it, see :func:`_float32_max`; integer reductions run ~3x
+    faster than float ones, and the two together cost less than a float ``aminmax``); the
+    integer minimum also tells whether a ``-0.0``, which the zero count misses, is present.
     """
 
     def __init__(self) -> None:
@@ -215,14 +231,19 @@ class MomentBatch:
                 self._floats.append(torch.dot(v, v))
             else:
                 self._floats.append(torch.linalg.vector_norm(v, dtype=torch.float32).square())
-            if extremes:
+            if extremes and v.dtype is torch.float32:
+                bits = v.view(torch.int32)
+                self._floats.append(v.amin())
+                self._ints.extend(torch.aminmax(bits))
+            elif extremes:
                 self._floats.extend(torch.aminmax(v))
             if sums:
                 self._floats.append(v.sum(dtype=torch.float32 if v.dtype.itemsize < 4 else None))
             if zeros:
                 bits = v.view(_INT_VIEW[v.dtype])
                 self._ints.append(torch.count_nonzero(bits))
-                self._ints.append(bits.amin())
+                if not (extremes and v.dtype is torch.float32):
+                    self._ints.append(bits.amin())
         self._entries.append(entry)
         return len(self._entries) - 1
 
@@ -251,15 +272,22 @@ class MomentBatch:
         if e.exact:
             return _moments_from_exact(exacts[7 * e.floats:7 * e.floats + 7], e.numel, e.sums,
                                        e.zeros, e.saturation)
-        i = e.floats
+        i, j = e.floats + 1, e.ints
         lo = hi = total = nonzero = lowest = None
-        if e.extremes:
-            lo, hi = floats[i + 1], floats[i + 2]
+        if e.extremes and e.tensor.dtype is torch.float32:
+            lo = floats[i]
+            lowest, highest = ints[j], ints[j + 1]
+            hi = _float32_max(lowest, highest)
+            i, j = i + 1, j + 2
+        elif e.extremes:
+            lo, hi = floats[i], floats[i + 1]
             i += 2
         if e.sums:
-            total = floats[i + 1]
+            total = floats[i]
         if e.zeros:
-            nonzero, lowest = ints[e.ints], ints[e.ints + 1]
+            nonzero = ints[j]
+            if lowest is None:
+                lowest = ints[j + 1]
         return _checked_moments(e.tensor, floats[e.floats], lo, hi, total, nonzero, lowest,
                                 e.saturation)
 
@@ -320,6 +348,8 @@ def activation_moments(t: torch.Tensor, saturation: str | None) -> Moments:
     if v.dtype is not torch.float32 or v.device.type != "cpu" or v.numel() == 0:
         return measure_now(t, sums=True, zeros=True, saturation=saturation)
     bits = v.view(torch.int32)
-    lo, hi = torch.aminmax(v)
-    return _checked_moments(v, torch.dot(v, v).item(), lo.item(), hi.item(), v.sum().item(),
-                            torch.count_nonzero(bits).item(), bits.amin().item(), saturation)
+    lowest, highest = torch.aminmax(bits)
+    lowest, highest = lowest.item(), highest.item()
+    return _checked_moments(v, torch.dot(v, v).item(), v.amin().item(),
+                            _float32_max(lowest, highest), v.sum().item(),
+                            torch.count_nonzero(bits).item(), lowest, saturation)

@@ -54,10 +54,17 @@ def make_cases():
     neg_zero = np.where(normal > 0, normal, np.float32(-0.0)).astype(np.float32)
     constant = np.ones(1_000, dtype=np.float32) + np.float32(1e-3) * normal[:1_000]
     all_nan = np.full(10, np.nan, dtype=np.float32)
+    # Float32 extremes come from the int32 bits: all-negative tensors take the other branch,
+    # and a NaN with its sign bit set is invisible to the integer maximum.
+    all_negative = -np.abs(normal[:500]) - np.float32(0.5)
+    negative_and_neg_zero = np.concatenate([all_negative, np.float32([-0.0])])
+    negative_nan = normal.copy()
+    negative_nan[[5, 17]] = -np.float32(np.nan)
     return {
         "normal": normal, "with_nan": with_nan, "with_inf": with_inf,
         "overflowing": overflowing, "near_max": near_max, "relu": relu, "neg_zero": neg_zero,
-        "nearly_constant": constant, "all_nan": all_nan,
+        "nearly_constant": constant, "all_nan": all_nan, "all_negative": all_negative,
+        "negative_and_neg_zero": negative_and_neg_zero, "negative_nan": negative_nan,
         "float64": rng.standard_normal(777), "offset": (normal + 1000).astype(np.float32),
         "empty": np.zeros(0, dtype=np.float32),
     }
