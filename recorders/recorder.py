@@ -31,7 +31,7 @@ from .errors import RecorderError, RunDirectoryError
 from .manifest import hyperparameters, new_manifest, utc_now
 from .schedule import Schedule
 from .statistics import (MomentBatch, Moments, activation_moments, combine, measure_now,
-                         summarize)
+                         summarize, update_moments)
 from .writer import RunWriter, events_table, scalars_table, stats_table
 
 __all__ = ["Recorder"]
@@ -436,11 +436,20 @@ class Recorder:
         with torch.no_grad():
             current = [p.tensor.detach() for p in self._params]
             prevs = [p.prev for p in self._params]
-            param_index, update_index = [], []
+            param_index: list[int] = []
+            updates: list[Moments | int] = []  # measured now (host) or an index into the batch
+            refresh: list[tuple[torch.Tensor, torch.Tensor]] = []  # prev <- now after the read
             for now, prev in zip(current, prevs):  # one tensor at a time: it stays in cache
                 param_index.append(batch.add(now, sums=True))
                 prev.sub_(now)  # prev := prev - now = -update
-                update_index.append(batch.add(prev, extremes=False))
+                if prev.device.type == "cpu":
+                    # Reading back is free on the host: settle the update and refill `prev`
+                    # while both are still in cache (a separate copy pass re-reads them).
+                    updates.append(update_moments(prev))
+                    prev.copy_(now)
+                else:
+                    updates.append(batch.add(prev, extremes=False))
+                    refresh.append((prev, now))
             state_index = []
             for opt in self._optimizers.values():
                 for p, state in opt.state.items():
@@ -457,17 +466,17 @@ class Recorder:
             scalar_offsets = {name: batch.add_value(v) for name, v in values.items()
                               if isinstance(v, torch.Tensor)}
             moments, flat = batch.read()
-            if prevs:
-                torch._foreach_copy_(prevs, current)
+            if refresh:
+                torch._foreach_copy_([p for p, _ in refresh], [n for _, n in refresh])
 
         rows = self._buffers.stats
         nonfinite = False
         grad_sumsq: dict[str, float] = {}
-        for prm, pi, ui in zip(self._params, param_index, update_index):
+        for prm, pi, ui in zip(self._params, param_index, updates):
             ps = summarize(moments[pi])
             rows.append((step, "param", prm.name, None, ps.numel, ps.norm, ps.max_abs, ps.mean,
                          ps.std, None, None, None, None, None, ps.nonfinite, None, None, None))
-            us = summarize(moments[ui])
+            us = summarize(ui if isinstance(ui, Moments) else moments[ui])
             ratio = us.norm / prm.prev_norm if prm.prev_norm > 0 else None
             rows.append((step, "update", prm.name, None, us.numel, us.norm, None, None, None,
                          None, None, None, None, ratio, us.nonfinite, None, None, None))

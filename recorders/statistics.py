@@ -26,6 +26,7 @@ __all__ = [
     "activation_moments",
     "measure_now",
     "summarize",
+    "update_moments",
 ]
 
 # Below this, var = E[x^2] - mean^2 computed from float32 sums has lost too many digits.
@@ -353,3 +354,18 @@ def activation_moments(t: torch.Tensor, saturation: str | None) -> Moments:
     return _checked_moments(v, torch.dot(v, v).item(), v.amin().item(),
                             _float32_max(lowest, highest), v.sum().item(),
                             torch.count_nonzero(bits).item(), lowest, saturation)
+
+
+def update_moments(t: torch.Tensor) -> Moments:
+    """Sum of squares (and non-finite count) of a host tensor, read at once: the recorder
+    refills the update's buffer right after. Exact float64 moments when the float result is
+    not finite (a NaN/inf element, or squares that overflow float32)."""
+    v = t.detach().reshape(-1)
+    if v.dtype not in (torch.float32, torch.float64) or v.numel() == 0:
+        return measure_now(t, sums=False, extremes=False)
+    sumsq = torch.dot(v, v).item()
+    if not math.isfinite(sumsq):
+        return exact_moments(t, sums=False)
+    numel = v.numel()
+    return Moments(numel=numel, finite=numel, sum=None, sumsq=sumsq, min=None, max=None,
+                   zeros=None, saturated=None, nonfinite=0)

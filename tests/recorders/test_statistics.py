@@ -142,3 +142,15 @@ def test_activation_path_matches_reference(name):
     x = make_cases()[name]
     stats = summarize(activation_moments(torch.from_numpy(x), None))
     assert_matches(stats, reference(x))
+
+
+@pytest.mark.parametrize("name", list(make_cases()))
+def test_update_path_matches_reference(name):
+    """The update is measured at once (sum of squares only), exactly where float32 fails."""
+    from recorders.statistics import update_moments
+
+    x = make_cases()[name]
+    stats, ref = summarize(update_moments(torch.from_numpy(x))), reference(x)
+    assert stats.numel == ref["numel"] and stats.nonfinite == ref["nonfinite"]
+    assert stats.norm == pytest.approx(ref["norm"], rel=1e-5, abs=1e-30)
+    assert math.isfinite(stats.norm)
