@@ -154,3 +154,24 @@ def test_update_path_matches_reference(name):
     assert stats.numel == ref["numel"] and stats.nonfinite == ref["nonfinite"]
     assert stats.norm == pytest.approx(ref["norm"], rel=1e-5, abs=1e-30)
     assert math.isfinite(stats.norm)
+
+
+@pytest.mark.parametrize("kind", [None, "tanh"])
+def test_large_activation_measured_in_slices_matches_reference(kind):
+    """Outputs larger than two cache slices are measured slice by slice and combined."""
+    from recorders.statistics import _CACHE_SLICE, activation_moments
+
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal(2 * _CACHE_SLICE + 12_345) * 3).astype(np.float32)
+    if kind == "tanh":
+        x = np.tanh(x)
+    x[rng.choice(x.size, 50_000, replace=False)] = 0.0
+    x[[7, _CACHE_SLICE + 1]] = np.float32(-0.0)
+    x[[11, 2 * _CACHE_SLICE + 5]] = [np.nan, np.inf]
+    x[_CACHE_SLICE - 1] = np.float32(1e30)  # squares overflow float32 in one slice
+    stats = summarize(activation_moments(torch.from_numpy(x), kind))
+    assert_matches(stats, reference(x))
+    if kind == "tanh":
+        finite = x[np.isfinite(x)]
+        assert stats.sat_frac == pytest.approx(np.sum(np.abs(x) > 0.99) / x.size)
+        assert finite.size == x.size - 2
