@@ -79,18 +79,13 @@ def analyze(run: Run | str | Path) -> Analysis:
     onset, involved = run_onset(breaks, leaders, first, tie_order)
     diverged = bool(leaders) or nonfinite_beyond_inputs(table, scalars, ignore_grads=scaled)
     ranking = rank(involved, first, table, onset) if diverged else []
-    evidence = diagnoses.Evidence(
-        table=table,
-        summary=diagnoses.summarize(table, before=_healthy_until(table, onset) if diverged else None),
-        scalars=scalars,
-        events=events,
-        manifest=run.manifest,
-        first_nonfinite=first,
-        onset=onset if diverged else None,
-        diverged=diverged,
-        breaks=breaks,
-    )
+    evidence = _evidence(table, scalars, events, run.manifest, first, onset, diverged, breaks)
     findings = diagnoses.diagnose(evidence)
+    moved = _accumulation_onset(onset, findings, first) if diverged else onset
+    if moved != onset:  # the detectors (and the story) read the run up to the real onset
+        onset = moved
+        evidence = _evidence(table, scalars, events, run.manifest, first, onset, diverged, breaks)
+        findings = diagnoses.diagnose(evidence)
     verdict = diagnoses.verdict(findings)
     chain = chain_sentences(evidence, ranking) if diverged else []
     return Analysis(
@@ -104,6 +99,43 @@ def analyze(run: Run | str | Path) -> Analysis:
         warnings=[*run.warnings,
                   *missing_step_warnings("tensor statistics", table.step, run.manifest),
                   *missing_step_warnings("scalars", scalars["step"].to_numpy(np.int64), run.manifest)],
+    )
+
+
+def _evidence(
+    table: SeriesTable, scalars: pd.DataFrame, events: pd.DataFrame, manifest: dict,
+    first: FirstNonfinite | None, onset: Onset | None, diverged: bool, breaks: list,
+) -> diagnoses.Evidence:
+    return diagnoses.Evidence(
+        table=table,
+        summary=diagnoses.summarize(table, before=_healthy_until(table, onset) if diverged else None),
+        scalars=scalars,
+        events=events,
+        manifest=manifest,
+        first_nonfinite=first,
+        onset=onset if diverged else None,
+        diverged=diverged,
+        breaks=breaks,
+    )
+
+
+def _accumulation_onset(
+    onset: Onset | None, findings: list[Finding], first: FirstNonfinite | None
+) -> Onset | None:
+    """A divergence fed by accumulating gradients began where the accumulation began: the
+    log-space breaks see only the explosion it ends in, or a learning-phase rise before it."""
+    stale = next((f for f in findings if f.label == "stale_gradients"), None)
+    if stale is None:
+        return onset
+    low, high = stale.evidence["onset_interval"]
+    return Onset(
+        step=stale.step,
+        interval=(int(low), int(high)),
+        series="grad norms (accumulating: missing zero_grad)",
+        growth_per_step=None,
+        doubling_steps=None,
+        jump=None,
+        lead_steps=(first.step - stale.step) if first is not None else None,
     )
 
 

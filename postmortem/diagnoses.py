@@ -12,10 +12,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import linregress
 
+from .accumulation import PRE, accumulation_onset
 from .findings import Finding, FirstNonfinite, Onset
 from .manifest import frozen_parameters, manifest_order, parameter_shapes
-from .models import ExponentialFrom, NoBreak
-from .onset import BIC_MARGIN
 from .ranking import TensorBreak, is_loss
 from .series import AUX_COLUMNS, SeriesTable
 
@@ -52,7 +51,9 @@ STALE_GROWTH = 5.0  # the accumulated gradient ends ≥ 5× the healthy norm
 STALE_RISING = 0.65  # share of climbing steps where the norm does not decrease
 STALE_MAX_RATIO = 3.0  # a step multiplying the norm by more ends the accumulation (an explosion)
 STALE_LOSS_IMPROVEMENT = 0.1  # the loss got no more than 10 % better meanwhile
-STALE_ACCELERATION = 2.0  # later increments no bigger than 2× the early ones (not exponential)
+STALE_STEP_SIZE = 2.0  # median |step change| of the climb ≤ 2× the norm before (one fresh gradient)
+STALE_MIN_CLIMB = 5  # steps of climb before any explosion: enough to see a sum grow
+STALE_EXPLODED = 100.0  # ×100 the calm norm: exploded (DIVERGENCE_DECADES), no longer a sum
 SPIKE_FACTOR = 10.0  # Megatron-LM style: 10× the recent level
 SPIKE_RECOVERED = 2.0
 _MIN_STEPS = 10
@@ -398,46 +399,68 @@ def detect_no_update(ev: Evidence) -> list[Finding]:
 def detect_stale_gradients(ev: Evidence) -> list[Finding]:
     """Missing zero_grad(): each recorded gradient is the running sum of all the previous ones.
 
-    Its norm then climbs step after step by about one healthy gradient: a hinge in *linear*
-    space (flat, then a straight climb from t0), without the jumps or the constant-ratio growth
-    of an explosion, while the loss gets no better. t0 is where zero_grad() stopped.
+    t0 is the bend common to the per-parameter gradient norms (postmortem.accumulation). From
+    t0 the global norm must then climb like a sum: step after step by about one healthy
+    gradient, without the jumps or the constant-ratio growth of an explosion, to ≥ 5× its
+    level before, while the loss gets no better.
     """
     steps, values = _grad_norm_series(ev)
     if len(values) < 2 * _MIN_STEPS:
         return []
-    # An explosion may follow the accumulation: keep what comes before its first big jump.
+    # What follows an explosion says nothing about where the accumulation began.
     calm_level = float(np.median(values[: len(values) // 2]))
-    jumps = np.flatnonzero((values[1:] > STALE_MAX_RATIO * np.maximum(values[:-1], 1e-300))
-                           & (values[1:] > STALE_GROWTH * calm_level))
+    exploded = np.flatnonzero(values > STALE_EXPLODED * calm_level)
+    end = int(steps[exploded[0]]) if len(exploded) else int(steps[-1]) + 1
+    unexploded = values[steps < end]
+    blocks = [np.median(unexploded[i: i + PRE]) for i in range(0, len(unexploded) - PRE + 1, PRE)]
+    if not blocks or np.sum(unexploded >= STALE_GROWTH * min(blocks)) < 2:
+        # The climb must end ≥ 5× its level (median of its last 3 points): without two points
+        # 5× above the lowest stretch there is nothing to look for, and no scan to pay for.
+        return []
+    found = accumulation_onset(_grad_series(ev, end) or [(steps[steps < end], unexploded)])
+    if found is None or found.mean_deviance <= 0:
+        return []
+    t0 = found.step
+    before = values[steps < t0][-PRE:]
+    climb = values[(steps >= t0) & (steps < end)]
+    # An explosion may follow the accumulation: keep what comes before its first big jump (the
+    # first step of the climb, t0 ± 1, may itself double the norm or more).
+    jumps = np.flatnonzero(climb[1:] > STALE_MAX_RATIO * np.maximum(climb[:-1], 1e-300))
+    jumps = jumps[jumps >= 1]
     if len(jumps):
-        steps, values = steps[: jumps[0] + 1], values[: jumps[0] + 1]
-    if len(values) < 2 * _MIN_STEPS:
+        climb = climb[: jumps[0] + 1]
+    if len(before) < _MIN_STEPS or len(climb) < STALE_MIN_CLIMB:
         return []
-    x = steps.astype(np.float64)
-    hinge = ExponentialFrom().fit(x, values)  # fitted on raw norms: a linear climb from t0
-    delta_bic = NoBreak().fit(x, values).bic_ - hinge.bic_
-    climb = values[hinge.index_:]
-    if delta_bic < BIC_MARGIN or hinge.rate_ <= 0 or len(climb) < _MIN_STEPS:
-        return []
-    level = float(np.median(values[max(0, hinge.index_ - _MIN_STEPS): hinge.index_]))
+    level = float(np.median(before))
     growth = float(np.median(climb[-3:]) / max(level, 1e-300))
-    rising = float(np.mean(np.diff(climb) >= 0))
     increments = np.diff(climb)
-    half = len(increments) // 2
-    accelerating = np.median(increments[half:]) > STALE_ACCELERATION * max(np.median(increments[:half]), 1e-300)
-    t0 = int(steps[hinge.index_])
+    rising = float(np.mean(increments >= 0))
+    # |Δ‖G‖| ≤ ‖g_t‖: a sum moves by about one fresh gradient per step, an explosion by a
+    # growing multiple of it.
+    step_size = float(np.median(np.abs(increments)) / max(level, 1e-300))
     improvement = _loss_change(ev.scalars, t0)
-    if growth < STALE_GROWTH or rising < STALE_RISING or accelerating or \
+    if growth < STALE_GROWTH or rising < STALE_RISING or step_size > STALE_STEP_SIZE or \
             (improvement is not None and improvement > STALE_LOSS_IMPROVEMENT):
         return []
     return [Finding(
         "stale_gradients", t0, [],
         {"grad_norm_before": level, "grad_norm_at_end": float(climb[-1]), "growth": growth,
-         "climb_per_step": float(hinge.rate_), "rising_share": rising,
-         "loss_change_since_start": improvement},
+         "rising_share": rising, "median_step_over_level": step_size, "bend_deviance": found.mean_deviance,
+         "gradient_series": found.series,
+         "onset_interval": list(found.interval), "loss_change_since_start": improvement},
         f"gradients accumulate across steps from step {t0} on: call optimizer.zero_grad() at "
         "the start of every step",
     )]
+
+
+def _grad_series(ev: Evidence, end: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per-parameter gradient norms before step `end`."""
+    found = []
+    for index in ev.table.indices("grad"):
+        rows = ev.table.rows(index)
+        steps, values = ev.table.step[rows], ev.table.magnitude[rows]
+        found.append((steps[steps < end], values[steps < end]))
+    return found
 
 
 def _grad_norm_series(ev: Evidence) -> tuple[np.ndarray, np.ndarray]:

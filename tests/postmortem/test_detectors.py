@@ -97,16 +97,70 @@ def test_frozen_parameters_are_not_reported(tmp_path):
     assert "no_gradient" not in labels
 
 
-def test_stale_gradients_grow_linearly_while_loss_does_not_improve(tmp_path):
-    # Without zero_grad() the recorded gradient is the running sum of the per-batch ones.
-    batches = np.random.default_rng(7).normal(0.2, 1.0, size=(STEPS, 50))
-    grad_norm = np.linalg.norm(np.cumsum(batches, axis=0), axis=1)
-    extra = [scalar_rows("grad_norm", grad_norm)]
-    _, labels = _labels(tmp_path, _layers(), _loss("flat"), extra_scalars=extra)
+def _accumulating(t0: int | None, seed: int) -> tuple[pd.DataFrame, np.ndarray]:
+    """Layers whose recorded gradients are running sums from `t0` on (no zero_grad() there):
+    G_t0 = g_{t0-1} + g_t0, and so on. Returns the stats and the global grad norm."""
+    rng = np.random.default_rng(seed)
+    stats = _layers(seed=seed)
+    stats = stats[stats["role"] != "grad"]
+    squares = np.zeros(STEPS)
+    frames = [stats]
+    for name, dims in (("fc1.weight", 40), ("fc2.weight", 10)):
+        fresh = rng.normal(0.15, 1.0, size=(STEPS, dims))
+        recorded = fresh.copy()
+        if t0 is not None:
+            recorded[t0 - 1:] = np.cumsum(fresh[t0 - 1:], axis=0)
+        norms = np.linalg.norm(recorded, axis=1)
+        squares += norms**2
+        frames.append(series_rows("grad", name, norms, zero_frac=0.0, grad_none=False))
+    return pd.concat(frames, ignore_index=True), np.sqrt(squares)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_stale_gradients_from_a_random_step(tmp_path, seed):
+    t0 = int(np.random.default_rng(100 + seed).integers(30, 90))
+    stats, grad_norm = _accumulating(t0, seed)
+    analysis, labels = _labels(tmp_path, stats, _loss("flat"),
+                               extra_scalars=[scalar_rows("grad_norm", grad_norm)])
     assert "stale_gradients" in labels
-    _, labels = _labels(tmp_path / "ok", _layers(), _loss("flat"),
-                        extra_scalars=[scalar_rows("grad_norm", _noise(8))])
+    stale = next(f for f in analysis.findings if f.label == "stale_gradients")
+    assert abs(stale.step - t0) <= 2  # a continuous bend fits a concave sum a step or two early
+    low, high = stale.evidence["onset_interval"]
+    assert low <= stale.step <= high
+
+
+def test_no_stale_gradients_without_accumulation(tmp_path):
+    stats, grad_norm = _accumulating(None, 4)
+    _, labels = _labels(tmp_path, stats, _loss("flat"),
+                        extra_scalars=[scalar_rows("grad_norm", grad_norm)])
     assert "stale_gradients" not in labels
+
+
+def test_no_stale_gradients_when_the_norm_explodes(tmp_path):
+    # Exponential growth moves by a growing multiple of the gradient each step, not by one.
+    grad = np.ones(STEPS)
+    grad[60:] = 1.5 ** np.arange(STEPS - 60)
+    stats = _layers()
+    stats = pd.concat([stats[stats["role"] != "grad"],
+                       series_rows("grad", "fc1.weight", grad * _noise(3), zero_frac=0.0, grad_none=False),
+                       series_rows("grad", "fc2.weight", grad * _noise(4), zero_frac=0.0, grad_none=False)],
+                      ignore_index=True)
+    _, labels = _labels(tmp_path, stats, _loss("flat"))
+    assert "stale_gradients" not in labels
+
+
+def test_accumulation_then_explosion_dates_the_divergence_at_the_accumulation(tmp_path):
+    t0 = 50
+    stats, grad_norm = _accumulating(t0, 5)
+    blow = np.ones(STEPS)
+    blow[100:] = 10.0 ** np.arange(1, STEPS - 99)  # the accumulated step finally explodes
+    stats.loc[stats["role"] == "grad", "norm"] *= np.tile(blow, 2)
+    loss = _loss("flat")
+    loss[100:] *= blow[100:]
+    analysis, labels = _labels(tmp_path, stats, loss,
+                               extra_scalars=[scalar_rows("grad_norm", grad_norm * blow)])
+    assert analysis.verdict == "diverged" and "stale_gradients" in labels
+    assert abs(analysis.onset.step - t0) <= 2
 
 
 def test_vanishing_gradient_in_the_first_layer(tmp_path):
