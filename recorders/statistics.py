@@ -33,8 +33,9 @@ __all__ = [
 # Below this, var = E[x^2] - mean^2 computed from float32 sums has lost too many digits.
 _CANCELLATION_LIMIT = 1e-3
 _FAST_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-# Float32 elements per slice of a large activation: 1 MiB, within a core's L2 cache.
-_CACHE_SLICE = 1 << 18
+# Float32 elements per thread in a slice of a large activation: 1 MiB, within a core's L2
+# cache (each thread reduces its own share of the slice, on its own core).
+_SLICE_PER_THREAD = 1 << 18
 
 
 class Moments(NamedTuple):
@@ -348,15 +349,22 @@ def activation_moments(t: torch.Tensor, saturation: str | None) -> Moments:
     reads the five kernels' results with ``item()``, cheaper there than stacking them;
     anything else goes through :func:`measure_now`. Large outputs are measured in slices that
     fit in a core's L2 cache, so that only the first of the five kernels reads each slice from
-    memory (the others ran ~30 % faster on a 6 MB output), and the slices' moments combined.
+    memory, and the slices' moments combined: on a 6 MB output, 1.42 -> 1.12 ms with one
+    thread, 0.70 -> 0.65 ms with two (best of 60 interleaved calls).
     """
     v = t.detach().reshape(-1)
     if v.dtype is not torch.float32 or v.device.type != "cpu" or v.numel() == 0:
         return measure_now(t, sums=True, zeros=True, saturation=saturation)
-    if v.numel() > 2 * _CACHE_SLICE:
+    size = cache_slice()
+    if v.numel() > 2 * size:
         return functools.reduce(combine, (_host_float32_moments(s, saturation)
-                                          for s in v.split(_CACHE_SLICE)))
+                                          for s in v.split(size)))
     return _host_float32_moments(v, saturation)
+
+
+def cache_slice() -> int:
+    """Elements per slice of a large activation: 1 MiB of float32 per intra-op thread."""
+    return _SLICE_PER_THREAD * torch.get_num_threads()
 
 
 def _host_float32_moments(v: torch.Tensor, saturation: str | None) -> Moments:

@@ -159,16 +159,17 @@ def test_update_path_matches_reference(name):
 @pytest.mark.parametrize("kind", [None, "tanh"])
 def test_large_activation_measured_in_slices_matches_reference(kind):
     """Outputs larger than two cache slices are measured slice by slice and combined."""
-    from recorders.statistics import _CACHE_SLICE, activation_moments
+    from recorders.statistics import activation_moments, cache_slice
 
     rng = np.random.default_rng(2)
-    x = (rng.standard_normal(2 * _CACHE_SLICE + 12_345) * 3).astype(np.float32)
+    size = cache_slice()
+    x = (rng.standard_normal(2 * size + 12_345) * 3).astype(np.float32)
     if kind == "tanh":
         x = np.tanh(x)
     x[rng.choice(x.size, 50_000, replace=False)] = 0.0
-    x[[7, _CACHE_SLICE + 1]] = np.float32(-0.0)
-    x[[11, 2 * _CACHE_SLICE + 5]] = [np.nan, np.inf]
-    x[_CACHE_SLICE - 1] = np.float32(1e30)  # squares overflow float32 in one slice
+    x[[7, size + 1]] = np.float32(-0.0)
+    x[[11, 2 * size + 5]] = [np.nan, np.inf]
+    x[size - 1] = np.float32(1e30)  # squares overflow float32 in one slice
     stats = summarize(activation_moments(torch.from_numpy(x), kind))
     assert_matches(stats, reference(x))
     if kind == "tanh":
