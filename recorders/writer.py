@@ -9,12 +9,13 @@ a per-file folder fsync doubled the cost of a flush). A failed write gives one
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -143,33 +144,32 @@ def _discard(tmp: Path) -> None:
         pass
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+@contextlib.contextmanager
+def _atomic_file(path: Path) -> Iterator[BinaryIO]:
+    """A file that appears at `path` complete or not at all: temp name, fsync, rename."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         _discard(tmp)
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    with _atomic_file(path) as f:
+        f.write(data)
 
 
 def atomic_write_parquet(path: Path, table: pa.Table,
                          metadata: dict[str, str] | None = None, **options: Any) -> None:
     if metadata:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f, **options)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _discard(tmp)
-        raise
+    with _atomic_file(path) as f:
+        pq.write_table(table, f, **options)
 
 
 def next_segment(folder: Path) -> int:
