@@ -123,6 +123,10 @@ def headline(analysis) -> str:
         return "Not learning: " + ", ".join(clean(label) for label in labels) + "." if labels \
             else "Not learning."
     steps = _step_count(analysis.run)
+    if not any(f.label == "healthy" for f in analysis.findings):
+        # The analyzer claims health only when it saw tensor statistics (see the warnings).
+        return (f"No divergence found over {steps} recorded steps, but the run lacks the "
+                "statistics to call it healthy: see the warnings.")
     text = f"Healthy: no divergence and no not-learning pattern over {steps} recorded steps."
     return text + (f" Also noted: {', '.join(clean(label) for label in labels)}." if labels else "")
 

@@ -33,3 +33,15 @@ def test_damaged_run_still_gets_a_report(tmp_path, damage, steps, expect):
     html = render_html(build_page(analysis))
     assert expect in html
     assert render_markdown(analysis) and render_summary(analysis)
+
+
+def test_run_without_tensor_statistics_is_not_called_healthy(tmp_path):
+    from postmortem import analyze
+    from reports.page import headline
+
+    complete = write_run(tmp_path / "complete", kind="healthy", steps=60)
+    assert headline(analyze(complete)).startswith("Healthy:")
+    lossy = write_run(tmp_path / "lossy", kind="healthy", steps=60)
+    _drop("stats")(lossy)
+    text = headline(analyze(lossy))
+    assert not text.startswith("Healthy") and "lacks the statistics" in text
