@@ -174,8 +174,9 @@ class Fp16Overflow(Fault):
 
     This is what mixed precision does on a GPU, done honestly on a CPU: the layer's input, weight and
     bias are cast to float16, so its forward and its backward matmuls run in float16. The loss is
-    multiplied by `scale` (GradScaler's initial scale, 2**16) before backward and the gradients are
-    divided by it afterwards, but nothing checks for inf and skips the step as GradScaler would:
+    multiplied by `scale` (2**20; GradScaler starts at 2**16, which overflowed only the CNN) before
+    backward and the gradients are divided by it afterwards, but nothing checks for inf and skips
+    the step as GradScaler would:
     once the scaled gradient of the layer exceeds float16's 65504 it becomes inf and the optimizer
     writes it into the weights.
     """

@@ -224,7 +224,7 @@ _FAMILIES: dict[str, FamilySpec] = {
         notes="float16 Adam: eps 1e-4 set to 1e-15 (0 in float16) at step {t0}"),
     "fp16_overflow": FamilySpec(
         _spec(faults.Fp16Overflow), "diverged", ("diverged",), has_culprit=True,
-        notes="{layer} in float16 with static loss scale 2**16 and no GradScaler from step {t0}"),
+        notes="{layer} in float16 with static loss scale 2**20 and no GradScaler from step {t0}"),
     "label_shuffle": FamilySpec(
         _spec(faults.LabelShuffle), "not_learning", ("loss_plateau",),
         notes="labels permuted within each batch from step {t0}"),
