@@ -1,11 +1,12 @@
 """Recorder overhead: step time with the recorder / without, and bytes on disk per stats row.
 
-Two identical copies of a model train on the same batches; blocks of steps with and without
-the recorder are interleaved (order alternating per round) so that machine noise hits both
-alike. Each round gives a wall-clock ratio and a CPU-time ratio (this process's user+system
-time, steadier than the wall clock when other jobs share the cores); medians and quartiles are
-reported. Each block runs `flush_every` steps, so every recorded block pays one flush; scheduled
-checkpoints and flight-ring samples are paid where they fall. Everything is at defaults.
+Two identical copies of a model train on the same batches, one step each in turn (which one
+goes first alternates), so that machine noise hits both alike: on this 2-vCPU VM two identical
+models timed in alternating 50-step blocks differed by 0.65-1.37x from block to block, too much
+to resolve a 5 % target. A round is `flush_every` steps of each, so every round pays one flush;
+scheduled checkpoints and flight-ring samples are paid where they fall. Each round gives a
+wall-clock ratio (total time with / without) and a CPU-time ratio (this process's user+system
+time); medians and quartiles over rounds are reported. Everything is at defaults.
 
     .venv/bin/python benchmarks/recorder_overhead.py            # both models
     .venv/bin/python benchmarks/recorder_overhead.py --model b --rounds 40
@@ -71,19 +72,17 @@ def workload(name: str):
     return model, batches, nn.MSELoss()
 
 
-def run_block(model, opt, batches, loss_fn, steps: int, start: int,
-              rec=None) -> tuple[float, float]:
-    """Seconds per step: (wall clock, CPU time of this process)."""
+def train_step(model, opt, batch, loss_fn, rec=None) -> tuple[float, float]:
+    """One training step (and its record): (wall seconds, CPU seconds of this process)."""
     t0, c0 = time.perf_counter(), time.process_time()
-    for i in range(start, start + steps):
-        x, y = batches[i % len(batches)]
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        if rec is not None:
-            rec.step(loss=loss, inputs=x, targets=y)
-    return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
+    x, y = batch
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    opt.step()
+    if rec is not None:
+        rec.step(loss=loss, inputs=x, targets=y)
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def measure(name: str, rounds: int, block: int, warmup: int, options: dict) -> dict:
@@ -99,21 +98,28 @@ def measure(name: str, rounds: int, block: int, warmup: int, options: dict) -> d
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         with Recorder(run_dir, recorded, opt_rec, **options) as rec:
-            run_block(plain, opt_plain, batches, loss_fn, warmup, 0)
-            run_block(recorded, opt_rec, batches, loss_fn, warmup, 0, rec)
+            for i in range(warmup):
+                train_step(plain, opt_plain, batches[i % len(batches)], loss_fn)
+                train_step(recorded, opt_rec, batches[i % len(batches)], loss_fn, rec)
             ratios, cpu_ratios, with_ms, without_ms = [], [], [], []
             for r in range(rounds):
-                order = (False, True) if r % 2 == 0 else (True, False)
-                times = {}
-                for recorded_block in order:
-                    if recorded_block:
-                        times[True] = run_block(recorded, opt_rec, batches, loss_fn, block, r, rec)
-                    else:
-                        times[False] = run_block(plain, opt_plain, batches, loss_fn, block, r)
-                ratios.append(times[True][0] / times[False][0])
-                cpu_ratios.append(times[True][1] / times[False][1])
-                with_ms.append(times[True][0] * 1e3)
-                without_ms.append(times[False][0] * 1e3)
+                # Steps alternate one by one (which goes first alternates too), so that the
+                # machine's slow phases, which last seconds on a shared VM, hit both sides.
+                wall = {False: 0.0, True: 0.0}
+                cpu = {False: 0.0, True: 0.0}
+                for i in range(block):
+                    batch = batches[(r * block + i) % len(batches)]
+                    for recorded_step in ((False, True) if (r + i) % 2 == 0 else (True, False)):
+                        if recorded_step:
+                            w, c = train_step(recorded, opt_rec, batch, loss_fn, rec)
+                        else:
+                            w, c = train_step(plain, opt_plain, batch, loss_fn)
+                        wall[recorded_step] += w
+                        cpu[recorded_step] += c
+                ratios.append(wall[True] / wall[False])
+                cpu_ratios.append(cpu[True] / cpu[False])
+                with_ms.append(wall[True] / block * 1e3)
+                without_ms.append(wall[False] / block * 1e3)
         stats_files = list((run_dir / "stats").glob("part-*.parquet"))
         stats_bytes = sum(f.stat().st_size for f in stats_files)
         import pyarrow.parquet as pq
@@ -143,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["a", "b", "both"], default="both")
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--block", type=int, default=50, help="steps per block (= flush_every)")
+    parser.add_argument("--block", type=int, default=50, help="steps of each model per round (= flush_every)")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--activation-every", type=int, default=1,

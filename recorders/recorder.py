@@ -31,7 +31,7 @@ from .errors import RecorderError, RunDirectoryError
 from .manifest import hyperparameters, new_manifest, utc_now
 from .schedule import Schedule
 from .statistics import (MomentBatch, Moments, activation_moments, combine, measure_now,
-                         summarize, update_moments)
+                         param_and_update_moments, summarize)
 from .writer import RunWriter, events_table, scalars_table, stats_table
 
 __all__ = ["Recorder"]
@@ -436,18 +436,20 @@ class Recorder:
         with torch.no_grad():
             current = [p.tensor.detach() for p in self._params]
             prevs = [p.prev for p in self._params]
-            param_index: list[int] = []
-            updates: list[Moments | int] = []  # measured now (host) or an index into the batch
+            # Measured now (host) or an index into the batch (device).
+            param_index: list[Moments | int] = []
+            updates: list[Moments | int] = []
             refresh: list[tuple[torch.Tensor, torch.Tensor]] = []  # prev <- now after the read
-            for now, prev in zip(current, prevs):  # one tensor at a time: it stays in cache
-                param_index.append(batch.add(now, sums=True))
-                prev.sub_(now)  # prev := prev - now = -update
+            for now, prev in zip(current, prevs):
                 if prev.device.type == "cpu":
-                    # Reading back is free on the host: settle the update and refill `prev`
-                    # while both are still in cache (a separate copy pass re-reads them).
-                    updates.append(update_moments(prev))
-                    prev.copy_(now)
+                    # Reading back is free on the host: measure the parameter and its update
+                    # and refill `prev` at once, in one pass where the fused kernel applies.
+                    param_moments, update = param_and_update_moments(now, prev)
+                    param_index.append(param_moments)
+                    updates.append(update)
                 else:
+                    param_index.append(batch.add(now, sums=True))
+                    prev.sub_(now)  # prev := prev - now = -update
                     updates.append(batch.add(prev, extremes=False))
                     refresh.append((prev, now))
             state_index = []
@@ -473,7 +475,7 @@ class Recorder:
         nonfinite = False
         grad_sumsq: dict[str, float] = {}
         for prm, pi, ui in zip(self._params, param_index, updates):
-            ps = summarize(moments[pi])
+            ps = summarize(pi if isinstance(pi, Moments) else moments[pi])
             rows.append((step, "param", prm.name, None, ps.numel, ps.norm, ps.max_abs, ps.mean,
                          ps.std, None, None, None, None, None, ps.nonfinite, None, None, None))
             us = summarize(ui if isinstance(ui, Moments) else moments[ui])

@@ -1,11 +1,14 @@
 """What is measured: tensor moments computed with few passes and read back in one transfer.
 
 Every tensor is reduced to :class:`Moments` (sums over its *finite* elements, counts of zeros,
-saturated and non-finite elements). The fast path runs a handful of vectorised kernels in the
-tensor's own dtype and leaves the results on the device; :class:`MomentBatch` stacks all of a
-step's results and reads them with a single host transfer. Only when a fast result cannot be
-trusted (a NaN/inf appeared, float32 squares overflowed, or the variance cancels) is the tensor
-re-measured exactly in float64 — rare, and precisely when a run is dying.
+saturated and non-finite elements). Float32 tensors in host memory (CPU training) go through
+one fused pass of the ``_fused`` extension, which also measures a parameter's update and
+refreshes its saved copy in the same pass. Elsewhere (GPU, other dtypes, or an install built
+without a C++ compiler) a handful of vectorised torch kernels run in the tensor's own dtype and
+leave their results on the device; :class:`MomentBatch` stacks all of a step's results and
+reads them with a single host transfer. Only when a fast result cannot be trusted (a NaN/inf
+appeared, float32 squares overflowed, or the variance cancels) is the tensor re-measured
+exactly in float64 — rare, and precisely when a run is dying.
 """
 
 from __future__ import annotations
@@ -18,6 +21,11 @@ from typing import NamedTuple
 
 import torch
 
+try:
+    from . import _fused
+except ImportError:  # installed without a C++ compiler: torch's kernels serve alone
+    _fused = None
+
 __all__ = [
     "Moments",
     "MomentBatch",
@@ -26,6 +34,7 @@ __all__ = [
     "exact_moments",
     "activation_moments",
     "measure_now",
+    "param_and_update_moments",
     "summarize",
     "update_moments",
 ]
@@ -165,6 +174,59 @@ def exact_moments(t: torch.Tensor, *, sums: bool = True, zeros: bool = False,
     return _moments_from_exact(values, t.numel(), sums, zeros, saturation)
 
 
+def _fusable(t: torch.Tensor) -> bool:
+    """Whether the fused host kernel can measure `t` in place."""
+    return (_fused is not None and t.dtype is torch.float32 and t.device.type == "cpu"
+            and t.is_contiguous())
+
+
+def _fused_moments(t: torch.Tensor, *, sums: bool, zeros: bool, saturation: str | None,
+                   previous: torch.Tensor | None = None) -> tuple[Moments, Moments | None]:
+    """One pass of the fused kernel: moments of `t` (contiguous float32 on the CPU) and, given
+    `previous`, the moments of ``t - previous`` (sum of squares and non-finite count, in
+    float64), after which `previous` holds a copy of `t`."""
+    flags = (1 if sums else 0) | (2 if zeros else 0)
+    address = 0 if previous is None else previous.data_ptr()
+    nonfinite, total, sumsq, lo, hi, zero_count, diff_nonfinite, diff_sumsq = _fused.moments(
+        t.data_ptr(), t.numel(), address, flags)
+    numel = t.numel()
+    finite = numel - nonfinite
+    if sums and finite and _cancels(total / finite, sumsq / finite):
+        moments = exact_moments(t, sums=True, zeros=zeros, saturation=saturation)
+    else:
+        moments = Moments(
+            numel=numel, finite=finite, sum=total if sums else None, sumsq=sumsq,
+            min=lo if finite else None, max=hi if finite else None,
+            zeros=zero_count if zeros else None,
+            saturated=(_saturated_count(t, saturation, lo, hi) if finite else 0)
+            if saturation else None,
+            nonfinite=nonfinite)
+    update = None
+    if previous is not None:
+        update = Moments(numel=numel, finite=numel - diff_nonfinite, sum=None, sumsq=diff_sumsq,
+                         min=None, max=None, zeros=None, saturated=None,
+                         nonfinite=diff_nonfinite)
+    return moments, update
+
+
+def _cancels(mean: float, mean_sq: float) -> bool:
+    """Whether var = E[x^2] - mean^2 from float32-accumulated sums has lost too many digits."""
+    return mean_sq > 0 and not mean_sq - mean * mean > _CANCELLATION_LIMIT * mean_sq
+
+
+def param_and_update_moments(now: torch.Tensor, previous: torch.Tensor) -> tuple[Moments, Moments]:
+    """Moments of a host parameter and of its update since `previous` (its value at the last
+    record), then ``previous <- now``: one fused pass where possible, else four torch passes."""
+    now = now.detach()
+    if _fusable(now) and _fusable(previous) and previous.numel() == now.numel():
+        return _fused_moments(now, sums=True, zeros=False, saturation=None, previous=previous)
+    moments = measure_now(now, sums=True)
+    previous.sub_(now)  # previous := previous - now = -update
+    update = update_moments(previous)
+    previous.copy_(now)
+    return moments, update
+
+
 _INT_VIEW = {torch.float32: torch.int32, torch.float64: torch.int64,
              torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
@@ -193,6 +255,7 @@ class _Entry:
     exact: bool
     floats: int  # offset of this entry's float results (or of its exact vector)
     ints: int  # offset of this entry's integer results
+    moments: Moments | None = None  # measured at once by the fused host kernel
 
 
 class MomentBatch:
@@ -225,7 +288,10 @@ class MomentBatch:
         x = t.detach()
         numel = x.numel()
         exact = exact or x.dtype not in _FAST_DTYPES or numel == 0
-        if exact:
+        if _fusable(x):  # host memory: reading back costs nothing, so measure now
+            moments, _ = _fused_moments(x, sums=sums, zeros=zeros, saturation=saturation)
+            entry = _Entry(x, numel, sums, extremes, zeros, saturation, False, 0, 0, moments)
+        elif exact:
             entry = _Entry(x, numel, sums, True, zeros, saturation, True, len(self._exacts), 0)
             self._exacts.append(_exact_tensor(x, sums, zeros, saturation))
         else:
@@ -263,9 +329,10 @@ class MomentBatch:
         `add_value` offsets index). Exact re-measurement where the fast path is unsure."""
         groups = [torch.stack(g).to(torch.float64).reshape(-1)
                   for g in (self._floats, self._ints, self._exacts) if g]
-        if not groups:
-            return [], []
-        flat = torch.cat(groups).tolist() if len(groups) > 1 else groups[0].tolist()
+        if len(groups) > 1:
+            flat = torch.cat(groups).tolist()
+        else:
+            flat = groups[0].tolist() if groups else []
         floats = flat[:len(self._floats)]
         ints = flat[len(self._floats):len(self._floats) + len(self._ints)]
         exacts = flat[len(self._floats) + len(self._ints):]
@@ -274,6 +341,8 @@ class MomentBatch:
     @staticmethod
     def _moments(e: _Entry, floats: list[float], ints: list[float],
                  exacts: list[float]) -> Moments:
+        if e.moments is not None:
+            return e.moments
         if e.exact:
             return _moments_from_exact(exacts[7 * e.floats:7 * e.floats + 7], e.numel, e.sums,
                                        e.zeros, e.saturation)
@@ -307,10 +376,7 @@ def _checked_moments(t: torch.Tensor, sumsq: float, lo: float | None, hi: float 
         trusted = math.isfinite(lo) and math.isfinite(hi)
     if trusted and total is not None:
         trusted = math.isfinite(total)
-        if trusted and sumsq > 0:
-            mean_sq = sumsq / numel
-            mean = total / numel
-            trusted = mean_sq - mean * mean > _CANCELLATION_LIMIT * mean_sq
+        trusted = trusted and not _cancels(total / numel, sumsq / numel)
     if not trusted:
         return exact_moments(t, sums=total is not None, zeros=nonzero is not None,
                              saturation=saturation)
@@ -353,6 +419,8 @@ def activation_moments(t: torch.Tensor, saturation: str | None) -> Moments:
     thread, 0.70 -> 0.65 ms with two (best of 60 interleaved calls).
     """
     v = t.detach().reshape(-1)
+    if _fusable(v):
+        return _fused_moments(v, sums=True, zeros=True, saturation=saturation)[0]
     if v.dtype is not torch.float32 or v.device.type != "cpu" or v.numel() == 0:
         return measure_now(t, sums=True, zeros=True, saturation=saturation)
     size = cache_slice()

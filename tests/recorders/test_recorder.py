@@ -38,7 +38,7 @@ def series(stats, role, name, column, key=None):
     return rows.sort_values("step")[column].to_numpy()
 
 
-def test_values_match_a_hand_computed_loop(tmp_path):
+def test_values_match_a_hand_computed_loop(tmp_path, backend):
     """Param, grad, update and ratio against values the test computes itself, with a loop
     that zeroes gradients right after optimizer.step() (grads must still be captured)."""
     model = Net()
@@ -214,7 +214,7 @@ def test_inputs_targets_shape_and_hash(tmp_path):
     assert tgt["max"].max() == y.max().item()
 
 
-def test_first_nonfinite_dumps_the_flight_ring(tmp_path):
+def test_first_nonfinite_dumps_the_flight_ring(tmp_path, backend):
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = batches(1)[0]

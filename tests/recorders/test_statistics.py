@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from recorders.statistics import MomentBatch, combine, exact_moments, measure_now, summarize
+from recorders.statistics import (MomentBatch, combine, exact_moments, measure_now,
+                                  param_and_update_moments, summarize)
+
+
+@pytest.fixture(autouse=True)
+def _both_backends(backend):
+    """Every statistic is checked with the fused kernel and with torch's kernels."""
 
 
 def reference(x: np.ndarray) -> dict:
@@ -27,7 +33,8 @@ def assert_matches(stats, ref, rtol=1e-5):
     assert stats.numel == ref["numel"]
     assert stats.nonfinite == ref["nonfinite"]
     assert stats.norm == pytest.approx(ref["norm"], rel=rtol, abs=1e-30)
-    assert stats.zero_frac == pytest.approx(ref["zero_frac"])
+    if "zero_frac" in ref:  # not measured for parameters
+        assert stats.zero_frac == pytest.approx(ref["zero_frac"])
     for key in ("max_abs", "min", "max"):
         if ref[key] is None:
             assert getattr(stats, key) is None
@@ -176,3 +183,51 @@ def test_large_activation_measured_in_slices_matches_reference(kind):
         finite = x[np.isfinite(x)]
         assert stats.sat_frac == pytest.approx(np.sum(np.abs(x) > 0.99) / x.size)
         assert finite.size == x.size - 2
+
+
+def test_fused_kernel_is_built():
+    """The dev install compiles the kernel; without it CPU runs silently lose their speed."""
+    from recorders import _fused  # noqa: F401
+
+
+@pytest.mark.parametrize("size", [1, 31, 32, 33, 8191, 8192, 8193, 3 * 8192 + 40])
+@pytest.mark.parametrize("poison", [None, "nan", "inf", "overflow"])
+def test_block_edges_and_non_finite_blocks(size, poison):
+    """Sizes around the kernel's vector step and 8192-element blocks; a bad element in the
+    middle block or the tail sends only that part to the exact float64 path."""
+    rng = np.random.default_rng(size)
+    x = rng.standard_normal(size).astype(np.float32)
+    x[::5] = 0.0
+    if poison and size > 2:
+        x[size // 2] = {"nan": np.nan, "inf": -np.inf, "overflow": np.float32(2e19)}[poison]
+        x[-1] = {"nan": np.nan, "inf": np.inf, "overflow": np.float32(-3e38)}[poison]
+    assert_matches(summarize(measure_now(torch.from_numpy(x), sums=True, zeros=True)), reference(x))
+
+
+@pytest.mark.parametrize("name", list(make_cases()))
+def test_param_and_update_in_one_pass(name):
+    """Moments of a parameter and of its change since `previous`, which then holds the
+    parameter: exact where float32 fails (non-finite values on either side, overflow)."""
+    now = make_cases()[name]
+    rng = np.random.default_rng(3)
+    previous = (now.astype(np.float64) + rng.standard_normal(now.size) * 1e-2).astype(now.dtype)
+    if now.size > 20:
+        previous[[1, 9]] = [np.inf, np.nan]
+    with np.errstate(invalid="ignore"):  # inf - inf
+        change = now.astype(np.float64) - previous.astype(np.float64)
+    prev_t = torch.from_numpy(previous.copy())
+    moments, update = param_and_update_moments(torch.from_numpy(now), prev_t)
+    ref = reference(now)
+    del ref["zero_frac"]
+    assert_matches(summarize(moments), ref)
+    finite = change[np.isfinite(change)]
+    assert update.nonfinite == change.size - finite.size
+    assert summarize(update).norm == pytest.approx(np.sqrt(np.sum(finite ** 2)), rel=1e-5, abs=1e-30)
+    np.testing.assert_array_equal(prev_t.numpy(), now)
+
+
+def test_non_contiguous_and_strided_tensors_are_measured_whole():
+    x = torch.randn(64, 48)
+    for t in (x.t(), x[:, ::3], x[::2]):
+        assert_matches(summarize(measure_now(t, sums=True, zeros=True)),
+                       reference(t.contiguous().numpy()))
