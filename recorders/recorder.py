@@ -31,7 +31,7 @@ from .errors import RecorderError, RunDirectoryError
 from .manifest import hyperparameters, new_manifest, utc_now
 from .schedule import Schedule
 from .statistics import (MomentBatch, Moments, activation_moments, combine, measure_now,
-                         param_and_update_moments, summarize)
+                         params_and_updates, summarize)
 from .writer import RunWriter, events_table, scalars_table, stats_table
 
 __all__ = ["Recorder"]
@@ -440,11 +440,14 @@ class Recorder:
             param_index: list[Moments | int] = []
             updates: list[Moments | int] = []
             refresh: list[tuple[torch.Tensor, torch.Tensor]] = []  # prev <- now after the read
-            for now, prev in zip(current, prevs):
-                if prev.device.type == "cpu":
-                    # Reading back is free on the host: measure the parameter and its update
-                    # and refill `prev` at once, in one pass where the fused kernel applies.
-                    param_moments, update = param_and_update_moments(now, prev)
+            on_host = [i for i, prev in enumerate(prevs) if prev.device.type == "cpu"]
+            # Reading back is free on the host: measure parameters and updates and refill
+            # `prev` at once, in one fused pass where the kernel applies.
+            host = dict(zip(on_host, params_and_updates([(current[i], prevs[i])
+                                                         for i in on_host])))
+            for i, (now, prev) in enumerate(zip(current, prevs)):
+                if i in host:
+                    param_moments, update = host[i]
                     param_index.append(param_moments)
                     updates.append(update)
                 else:

@@ -34,7 +34,7 @@ __all__ = [
     "exact_moments",
     "activation_moments",
     "measure_now",
-    "param_and_update_moments",
+    "params_and_updates",
     "summarize",
     "update_moments",
 ]
@@ -180,29 +180,44 @@ def _fusable(t: torch.Tensor) -> bool:
             and t.is_contiguous())
 
 
-def _fused_moments(t: torch.Tensor, *, sums: bool, zeros: bool, saturation: str | None,
-                   previous: torch.Tensor | None = None) -> tuple[Moments, Moments | None]:
-    """One pass of the fused kernel: moments of `t` (contiguous float32 on the CPU) and, given
-    `previous`, the moments of ``t - previous`` (sum of squares and non-finite count, in
-    float64), after which `previous` holds a copy of `t`."""
-    flags = (1 if sums else 0) | (2 if zeros else 0)
-    address = 0 if previous is None else previous.data_ptr()
-    nonfinite, total, sumsq, lo, hi, zero_count, diff_nonfinite, diff_sumsq = _fused.moments(
-        t.data_ptr(), t.numel(), address, flags)
+class _FusedRequest(NamedTuple):
+    tensor: torch.Tensor  # contiguous float32 in host memory
+    sums: bool
+    zeros: bool
+    saturation: str | None
+    previous: torch.Tensor | None = None  # measure tensor - previous, then previous <- tensor
+
+
+def _fused_measure(requests: list[_FusedRequest]) -> list[tuple[Moments, Moments | None]]:
+    """One call of the fused kernel for all `requests`: the moments of each tensor and, given
+    its `previous`, the moments of
+    ``tensor - previous`` (sum of squares and non-finite count, in float64), after which
+    `previous` holds a copy of the tensor."""
+    results = _fused.moments_many(
+        [(r.tensor.data_ptr(), r.tensor.numel(),
+          0 if r.previous is None else r.previous.data_ptr(),
+          (1 if r.sums else 0) | (2 if r.zeros else 0)) for r in requests])
+    return [_from_fused(r, *result) for r, result in zip(requests, results)]
+
+
+def _from_fused(r: _FusedRequest, nonfinite: int, total: float, sumsq: float, lo: float,
+                hi: float, zero_count: int, diff_nonfinite: int,
+                diff_sumsq: float) -> tuple[Moments, Moments | None]:
+    t = r.tensor
     numel = t.numel()
     finite = numel - nonfinite
-    if sums and finite and _cancels(total / finite, sumsq / finite):
-        moments = exact_moments(t, sums=True, zeros=zeros, saturation=saturation)
+    if r.sums and finite and _cancels(total / finite, sumsq / finite):
+        moments = exact_moments(t, sums=True, zeros=r.zeros, saturation=r.saturation)
     else:
         moments = Moments(
-            numel=numel, finite=finite, sum=total if sums else None, sumsq=sumsq,
+            numel=numel, finite=finite, sum=total if r.sums else None, sumsq=sumsq,
             min=lo if finite else None, max=hi if finite else None,
-            zeros=zero_count if zeros else None,
-            saturated=(_saturated_count(t, saturation, lo, hi) if finite else 0)
-            if saturation else None,
+            zeros=zero_count if r.zeros else None,
+            saturated=(_saturated_count(t, r.saturation, lo, hi) if finite else 0)
+            if r.saturation else None,
             nonfinite=nonfinite)
     update = None
-    if previous is not None:
+    if r.previous is not None:
         update = Moments(numel=numel, finite=numel - diff_nonfinite, sum=None, sumsq=diff_sumsq,
                          min=None, max=None, zeros=None, saturated=None,
                          nonfinite=diff_nonfinite)
@@ -214,17 +229,27 @@ def _cancels(mean: float, mean_sq: float) -> bool:
     return mean_sq > 0 and not mean_sq - mean * mean > _CANCELLATION_LIMIT * mean_sq
 
 
-def param_and_update_moments(now: torch.Tensor, previous: torch.Tensor) -> tuple[Moments, Moments]:
-    """Moments of a host parameter and of its update since `previous` (its value at the last
-    record), then ``previous <- now``: one fused pass where possible, else four torch passes."""
-    now = now.detach()
-    if _fusable(now) and _fusable(previous) and previous.numel() == now.numel():
-        return _fused_moments(now, sums=True, zeros=False, saturation=None, previous=previous)
-    moments = measure_now(now, sums=True)
-    previous.sub_(now)  # previous := previous - now = -update
-    update = update_moments(previous)
-    previous.copy_(now)
-    return moments, update
+def params_and_updates(pairs: list[tuple[torch.Tensor, torch.Tensor]]
+                       ) -> list[tuple[Moments, Moments]]:
+    """For each (parameter, previous) in host memory: moments of the parameter and of its
+    update since `previous` (its value at the last record), then ``previous <- parameter``.
+    One fused pass over all of them where possible; four torch passes per pair elsewhere."""
+    out: list[tuple[Moments, Moments] | None] = [None] * len(pairs)
+    fused = []
+    for i, (now, previous) in enumerate(pairs):
+        now = now.detach()
+        if _fusable(now) and _fusable(previous) and previous.numel() == now.numel():
+            fused.append((i, _FusedRequest(now, True, False, None, previous)))
+            continue
+        moments = measure_now(now, sums=True)
+        previous.sub_(now)  # previous := previous - now = -update
+        update = update_moments(previous)
+        previous.copy_(now)
+        out[i] = moments, update
+    if fused:
+        for (i, _), result in zip(fused, _fused_measure([r for _, r in fused])):
+            out[i] = result
+    return out
 
 
 _INT_VIEW = {torch.float32: torch.int32, torch.float64: torch.int64,
@@ -255,7 +280,7 @@ class _Entry:
     exact: bool
     floats: int  # offset of this entry's float results (or of its exact vector)
     ints: int  # offset of this entry's integer results
-    moments: Moments | None = None  # measured at once by the fused host kernel
+    fused: bool = False  # measured by the fused host kernel; `floats` indexes its requests
 
 
 class MomentBatch:
@@ -276,6 +301,7 @@ class MomentBatch:
         self._floats: list[torch.Tensor] = []
         self._ints: list[torch.Tensor] = []
         self._exacts: list[torch.Tensor] = []
+        self._fused: list[_FusedRequest] = []
         self._entries: list[_Entry] = []
 
     def __len__(self) -> int:
@@ -288,9 +314,10 @@ class MomentBatch:
         x = t.detach()
         numel = x.numel()
         exact = exact or x.dtype not in _FAST_DTYPES or numel == 0
-        if _fusable(x):  # host memory: reading back costs nothing, so measure now
-            moments, _ = _fused_moments(x, sums=sums, zeros=zeros, saturation=saturation)
-            entry = _Entry(x, numel, sums, extremes, zeros, saturation, False, 0, 0, moments)
+        if _fusable(x):  # host memory: one fused pass for all such tensors at `read`
+            entry = _Entry(x, numel, sums, extremes, zeros, saturation, False,
+                           len(self._fused), 0, fused=True)
+            self._fused.append(_FusedRequest(x, sums, zeros, saturation))
         elif exact:
             entry = _Entry(x, numel, sums, True, zeros, saturation, True, len(self._exacts), 0)
             self._exacts.append(_exact_tensor(x, sums, zeros, saturation))
@@ -336,13 +363,13 @@ class MomentBatch:
         floats = flat[:len(self._floats)]
         ints = flat[len(self._floats):len(self._floats) + len(self._ints)]
         exacts = flat[len(self._floats) + len(self._ints):]
-        return [self._moments(e, floats, ints, exacts) for e in self._entries], floats
+        fused = [m for m, _ in _fused_measure(self._fused)] if self._fused else []
+        return [fused[e.floats] if e.fused else self._moments(e, floats, ints, exacts)
+                for e in self._entries], floats
 
     @staticmethod
     def _moments(e: _Entry, floats: list[float], ints: list[float],
                  exacts: list[float]) -> Moments:
-        if e.moments is not None:
-            return e.moments
         if e.exact:
             return _moments_from_exact(exacts[7 * e.floats:7 * e.floats + 7], e.numel, e.sums,
                                        e.zeros, e.saturation)
@@ -420,7 +447,7 @@ def activation_moments(t: torch.Tensor, saturation: str | None) -> Moments:
     """
     v = t.detach().reshape(-1)
     if _fusable(v):
-        return _fused_moments(v, sums=True, zeros=True, saturation=saturation)[0]
+        return _fused_measure([_FusedRequest(v, True, True, saturation)])[0][0]
     if v.dtype is not torch.float32 or v.device.type != "cpu" or v.numel() == 0:
         return measure_now(t, sums=True, zeros=True, saturation=saturation)
     size = cache_slice()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from recorders.statistics import (MomentBatch, combine, exact_moments, measure_now,
-                                  param_and_update_moments, summarize)
+                                  params_and_updates, summarize)
 
 
 @pytest.fixture(autouse=True)
@@ -216,7 +216,7 @@ def test_param_and_update_in_one_pass(name):
     with np.errstate(invalid="ignore"):  # inf - inf
         change = now.astype(np.float64) - previous.astype(np.float64)
     prev_t = torch.from_numpy(previous.copy())
-    moments, update = param_and_update_moments(torch.from_numpy(now), prev_t)
+    [(moments, update)] = params_and_updates([(torch.from_numpy(now), prev_t)])
     ref = reference(now)
     del ref["zero_frac"]
     assert_matches(summarize(moments), ref)
@@ -231,3 +231,30 @@ def test_non_contiguous_and_strided_tensors_are_measured_whole():
     for t in (x.t(), x[:, ::3], x[::2]):
         assert_matches(summarize(measure_now(t, sums=True, zeros=True)),
                        reference(t.contiguous().numpy()))
+
+
+def test_many_tensors_in_one_call():
+    """One call measures several tensors of mixed sizes, each with its own update."""
+    rng = np.random.default_rng(4)
+    sizes = [5, 200_000, 8193, 0, 300_001, 77, 150_000]
+    nows = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    nows[1][[0, 131_072, 199_999]] = [np.nan, np.inf, np.float32(1e30)]
+    nows[4][150_000] = -np.inf
+    previous = [(x + rng.standard_normal(x.size).astype(np.float32)) for x in nows]
+    expected = [x.astype(np.float64) - p.astype(np.float64) for x, p in zip(nows, previous)]
+    prev_t = [torch.from_numpy(p.copy()) for p in previous]
+    results = params_and_updates([(torch.from_numpy(x), p) for x, p in zip(nows, prev_t)])
+    for x, p, change, (moments, update) in zip(nows, prev_t, expected, results):
+        ref = reference(x)
+        del ref["zero_frac"]
+        assert_matches(summarize(moments), ref)
+        finite = change[np.isfinite(change)]
+        assert update.nonfinite == change.size - finite.size
+        assert summarize(update).norm == pytest.approx(np.sqrt(np.sum(finite ** 2)), rel=1e-5,
+                                                       abs=1e-30)
+        np.testing.assert_array_equal(p.numpy(), x)
+    batch = MomentBatch()
+    indices = [batch.add(torch.from_numpy(x), sums=True, zeros=True) for x in nows]
+    moments, _ = batch.read()
+    for x, i in zip(nows, indices):
+        assert_matches(summarize(moments[i]), reference(x))
