@@ -123,7 +123,13 @@ def _named_tensors(prefix: str, value: Any) -> Iterator[tuple[str, torch.Tensor]
 def _content_hash(t: torch.Tensor) -> str:
     """CRC-32 of the raw bytes: enough to tell batches apart, and several times faster than a
     cryptographic hash (it runs on every input of every step)."""
-    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    t = t.detach().to("cpu")
+    if t.layout is not torch.strided:  # sparse: its indices and values, duplicates summed
+        t = t.coalesce() if t.layout is torch.sparse_coo else t.to_sparse_coo().coalesce()
+        crc = zlib.crc32(t.indices().contiguous().view(torch.uint8).numpy())
+        flat = t.values().contiguous().reshape(-1)
+        return f"{zlib.crc32(flat.view(torch.uint8).numpy(), crc):08x}"
+    flat = t.contiguous().reshape(-1)
     return f"{zlib.crc32(flat.view(torch.uint8).numpy()):08x}"
 
 

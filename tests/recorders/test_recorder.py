@@ -161,6 +161,28 @@ def test_forgotten_step_and_zero_grad_are_recorded_faithfully(tmp_path):
     np.testing.assert_allclose(norms / norms[0], [1, 2, 3], rtol=1e-5)
 
 
+def test_sparse_gradients_are_recorded(tmp_path):
+    """nn.EmbeddingBag(sparse=True) gives a sparse gradient: recorded as if dense, and the
+    run goes on (the recorder must never take training down)."""
+    model = nn.Sequential(nn.EmbeddingBag(50, 6, sparse=True), nn.Linear(6, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected = []
+    with Recorder(tmp_path / "run", model, opt) as rec:
+        for _ in range(3):
+            x, y = torch.randint(0, 50, (4, 5)), torch.randint(0, 3, (4,))
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            dense = model[0].weight.grad.to_dense()
+            expected.append((dense.norm().item(), (dense == 0).double().mean().item()))
+            opt.step()
+            rec.step(loss=loss, inputs=x)
+    stats = read_table(tmp_path / "run", "stats")
+    norms, zero_fracs = map(np.array, zip(*expected))
+    np.testing.assert_allclose(series(stats, "grad", "0.weight", "norm"), norms, rtol=1e-5)
+    np.testing.assert_allclose(series(stats, "grad", "0.weight", "zero_frac"), zero_fracs)
+
+
 def test_hooks_are_removed_and_no_grad_is_recorded(tmp_path):
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

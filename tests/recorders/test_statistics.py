@@ -264,3 +264,15 @@ def test_many_tensors_in_one_call(threads):
     moments, _ = batch.read()
     for x, i in zip(nows, indices):
         assert_matches(summarize(moments[i]), reference(x))
+
+
+def test_sparse_tensor_measured_as_if_dense():
+    """A sparse gradient (duplicate indices summed, unstored zeros counted) is measured
+    without being densified, with the same statistics as its dense form."""
+    indices = torch.tensor([[0, 3, 3, 7], [1, 2, 2, 0]])
+    values = torch.tensor([1.5, -2.0, 0.5, 4.0])
+    sparse = torch.sparse_coo_tensor(indices, values, (9, 4), check_invariants=True)
+    dense = sparse.to_dense().numpy()
+    assert_matches(summarize(measure_now(sparse, sums=True, zeros=True)), reference(dense))
+    csr = sparse.to_sparse_csr()
+    assert_matches(summarize(measure_now(csr, sums=True, zeros=True)), reference(dense))
