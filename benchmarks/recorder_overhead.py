@@ -10,6 +10,7 @@ time); medians and quartiles over rounds are reported. Everything is at defaults
 
     .venv/bin/python benchmarks/recorder_overhead.py            # both models
     .venv/bin/python benchmarks/recorder_overhead.py --model b --rounds 40
+    .venv/bin/python benchmarks/recorder_overhead.py --torch-kernels   # without recorders/_fused
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from recorders import Recorder  # noqa: E402
+from recorders import statistics as recorder_statistics  # noqa: E402
 
 
 class SeedCNN(nn.Module):
@@ -154,8 +156,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--activation-every", type=int, default=1,
                         help="Recorder(activation_every=...); the default records every step")
+    parser.add_argument("--torch-kernels", action="store_true",
+                        help="measure with torch's kernels only, as an install without a C++ "
+                             "compiler does (recorders/_fused.cpp not used)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
+    if args.torch_kernels:
+        recorder_statistics._fused = None
     torch.set_num_threads(args.threads)
     names = ["a", "b"] if args.model == "both" else [args.model]
     options = {} if args.activation_every == 1 else {"activation_every": args.activation_every}
@@ -163,9 +170,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         print(json.dumps(results, indent=2))
         return
+    kernels = "torch kernels only" if recorder_statistics._fused is None else "fused kernel"
     print(f"torch {torch.__version__}, python {platform.python_version()}, "
           f"{platform.processor() or platform.machine()}, threads={args.threads}, "
-          f"recorder options {options or 'defaults'}")
+          f"recorder options {options or 'defaults'}, {kernels}")
     print("| model | params | step ms without | with | wall ratio median [q1, q3] (min-max) | "
           "CPU-time ratio median [q1, q3] | bytes/row | rows/step |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -107,11 +107,12 @@ def _as_optimizers(optimizer: Any) -> dict[str, torch.optim.Optimizer]:
 
 
 def _named_tensors(prefix: str, value: Any) -> Iterator[tuple[str, torch.Tensor]]:
-    """Tensors in a batch: a tensor, array, or (nested) dict/list/tuple of them."""
+    """Tensors in a batch: a tensor, numeric array, or (nested) dict/list/tuple of them."""
     if isinstance(value, torch.Tensor):
         yield prefix, value
     elif isinstance(value, np.ndarray):
-        yield prefix, torch.from_numpy(value)
+        if value.dtype.kind in "biuf":  # strings, objects and the like carry no statistics
+            yield prefix, torch.from_numpy(value)
     elif isinstance(value, Mapping):
         for key, item in value.items():
             yield from _named_tensors(f"{prefix}.{key}", item)

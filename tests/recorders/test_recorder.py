@@ -223,7 +223,9 @@ def test_inputs_targets_shape_and_hash(tmp_path):
             model(x)
             rec.step(inputs={"image": x}, targets=y)
         model(x + 1)
-        rec.step(inputs={"image": x + 1}, targets=y)
+        # non-numeric parts of a batch (ids, captions) are passed over, not a crash
+        rec.step(inputs={"image": x + 1, "ids": np.array(["a", "b"], dtype=object),
+                         "captions": ["x", "y"]}, targets=y)
     stats = read_table(tmp_path / "run", "stats")
     inp = stats[stats.role == "input"].sort_values("step")
     assert set(inp.name) == {"input.image"}
