@@ -11,6 +11,7 @@ time); medians and quartiles over rounds are reported. Everything is at defaults
     .venv/bin/python benchmarks/recorder_overhead.py            # both models
     .venv/bin/python benchmarks/recorder_overhead.py --model b --rounds 40
     .venv/bin/python benchmarks/recorder_overhead.py --torch-kernels   # without recorders/_fused
+    .venv/bin/python benchmarks/recorder_overhead.py --without activations hash flight
 """
 
 from __future__ import annotations
@@ -30,7 +31,15 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from recorders import Recorder  # noqa: E402
+from recorders import recorder as recorder_module  # noqa: E402
 from recorders import statistics as recorder_statistics  # noqa: E402
+
+# What --without switches off: recorder options, or (hash) the batch's content hash.
+ABLATIONS = {
+    "activations": {"activation_every": 10 ** 9},
+    "flight": {"flight_ring": 0, "flight_every": 0},
+    "hash": {},
+}
 
 
 class SeedCNN(nn.Module):
@@ -159,6 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--torch-kernels", action="store_true",
                         help="measure with torch's kernels only, as an install without a C++ "
                              "compiler does (recorders/_fused.cpp not used)")
+    parser.add_argument("--without", nargs="+", default=[], choices=sorted(ABLATIONS),
+                        help="switch parts of the recorder off, to see what they cost")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     if args.torch_kernels:
@@ -166,6 +177,10 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     names = ["a", "b"] if args.model == "both" else [args.model]
     options = {} if args.activation_every == 1 else {"activation_every": args.activation_every}
+    for part in args.without:
+        options.update(ABLATIONS[part])
+    if "hash" in args.without:
+        recorder_module._content_hash = lambda t: "00000000"
     results = [measure(n, args.rounds, args.block, args.warmup, options) for n in names]
     if args.json:
         print(json.dumps(results, indent=2))
@@ -173,7 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     kernels = "torch kernels only" if recorder_statistics._fused is None else "fused kernel"
     print(f"torch {torch.__version__}, python {platform.python_version()}, "
           f"{platform.processor() or platform.machine()}, threads={args.threads}, "
-          f"recorder options {options or 'defaults'}, {kernels}")
+          f"recorder options {options or 'defaults'}, {kernels}"
+          + (f", without {' '.join(args.without)}" if args.without else ""))
     print("| model | params | step ms without | with | wall ratio median [q1, q3] (min-max) | "
           "CPU-time ratio median [q1, q3] | bytes/row | rows/step |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
