@@ -11,7 +11,7 @@ import pandas as pd
 
 from . import diagnoses
 from .findings import Finding, FirstNonfinite, Onset, RankedTensor
-from .gaps import missing_step_warnings
+from .gaps import missing_step_warnings, unmeasured_warnings
 from .loading import Run, load_run
 from .manifest import manifest_order
 from .ranking import (
@@ -98,7 +98,8 @@ def analyze(run: Run | str | Path) -> Analysis:
         findings=findings,
         warnings=[*run.warnings,
                   *missing_step_warnings("tensor statistics", table.step, run.manifest),
-                  *missing_step_warnings("scalars", scalars["step"].to_numpy(np.int64), run.manifest)],
+                  *missing_step_warnings("scalars", scalars["step"].to_numpy(np.int64), run.manifest),
+                  *unmeasured_warnings(run.manifest)],
     )
 
 

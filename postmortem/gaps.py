@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["missing_steps", "missing_step_warnings"]
+__all__ = ["missing_steps", "missing_step_warnings", "unmeasured_warnings"]
 
 _LISTED_HOLES = 3
 _CHUNK = 1 << 20
@@ -56,3 +56,14 @@ def missing_step_warnings(what: str, steps: np.ndarray, manifest: dict) -> list[
     else:
         cause = "no readable segment holds them"
     return [f"{what}: {listed}{more} missing ({total} steps in all): {cause}"]
+
+
+def unmeasured_warnings(manifest: dict) -> list[str]:
+    """One warning naming what the recorder could not measure (its rows are missing)."""
+    errors = manifest.get("measure_errors")
+    if not isinstance(errors, dict) or not errors:
+        return []
+    listed = "; ".join(f"{str(place)[:100]} ({str(error)[:200]})"
+                       for place, error in list(errors.items())[:_LISTED_HOLES])
+    more = f" and {len(errors) - _LISTED_HOLES} more" if len(errors) > _LISTED_HOLES else ""
+    return [f"the recorder could not measure {listed}{more}: those rows are missing"]

@@ -6,7 +6,8 @@ everything also derives from :class:`RecorderError` so one ``except`` catches al
 
 from __future__ import annotations
 
-__all__ = ["RecorderError", "RunDirectoryError", "RecorderWriteError", "RecorderWarning"]
+__all__ = ["RecorderError", "RunDirectoryError", "RecorderWriteError", "RecorderMeasureError",
+           "RecorderWarning"]
 
 
 class RecorderError(Exception):
@@ -21,5 +22,11 @@ class RecorderWriteError(RecorderError, OSError):
     """Writing recorded data failed and ``strict=True`` was asked for."""
 
 
+class RecorderMeasureError(RecorderError, RuntimeError):
+    """Measuring a tensor failed (a kind of tensor the recorder cannot handle) and
+    ``strict=True`` was asked for."""
+
+
 class RecorderWarning(UserWarning):
-    """Recording degraded (for example a write failed) but training goes on."""
+    """Recording degraded (a write failed, a tensor could not be measured) but training goes
+    on."""

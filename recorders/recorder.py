@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 import traceback
+import warnings
 import zlib
 from dataclasses import dataclass, field
 from numbers import Real
@@ -27,7 +28,7 @@ import torch
 from torch import nn
 
 from .checkpoints import FlightRing, StateSource, checkpoint_table, live_snapshot
-from .errors import RecorderError, RunDirectoryError
+from .errors import RecorderError, RecorderMeasureError, RecorderWarning, RunDirectoryError
 from .manifest import hyperparameters, new_manifest, utc_now
 from .schedule import Schedule
 from .statistics import (MomentBatch, Moments, activation_moments, combine, measure_now,
@@ -168,7 +169,9 @@ class Recorder:
             state; 0 disables) and write them when the first non-finite value appears or the
             block raises.
         activation_every: record leaf-module outputs every N steps (default every step).
-        strict: raise :class:`RecorderWriteError` on a failed write instead of warning once.
+        strict: raise :class:`RecorderWriteError` on a failed write, and
+            :class:`RecorderMeasureError` where a tensor cannot be measured, instead of warning
+            once and recording on without it (training is never interrupted by default).
     """
 
     def __init__(self, run_dir: str | os.PathLike, model: nn.Module | Mapping[str, nn.Module],
@@ -207,6 +210,8 @@ class Recorder:
         self.run_dir = Path(run_dir)
         self._previous_manifest = self._check_run_dir()
         self._writer = RunWriter(self.run_dir, strict=strict)
+        self._strict = strict
+        self._measure_errors: dict[str, str] = {}  # where -> the first error there
         self._flight = FlightRing(flight_ring)
 
         several = len(self._models) > 1
@@ -394,21 +399,41 @@ class Recorder:
                 if not t.is_floating_point():
                     continue
                 key = name + suffix
-                if t.device.type == "cpu":  # reading back is free on the host
-                    m = activation_moments(t, saturation)
-                    seen = self._activations.get(key)
-                    self._activations[key] = m if seen is None else combine(seen, m)
-                else:  # measured on the device; read back with the rest of the step
-                    index = self._batch.add(t, sums=True, zeros=True, saturation=saturation,
-                                            exact=True)
-                    self._pending_activations.append((key, index))
+                try:
+                    if t.device.type == "cpu":  # reading back is free on the host
+                        m = activation_moments(t, saturation)
+                        seen = self._activations.get(key)
+                        self._activations[key] = m if seen is None else combine(seen, m)
+                    else:  # measured on the device; read back with the rest of the step
+                        index = self._batch.add(t, sums=True, zeros=True,
+                                                saturation=saturation, exact=True)
+                        self._pending_activations.append((key, index))
+                except Exception as exc:  # noqa: BLE001 - never break the user's forward
+                    self._measure_failed(f"activation {key}", exc)
         return hook
+
+    def _measure_failed(self, where: str, exc: Exception) -> None:
+        """A tensor could not be measured: raise under ``strict``, else warn once and go on
+        without it (the first error per place is kept in the manifest)."""
+        message = f"{type(exc).__name__}: {exc}"
+        if self._strict:
+            raise RecorderMeasureError(f"could not measure {where}: {message}") from exc
+        if not self._measure_errors:
+            warnings.warn(f"postmortem recorder: could not measure {where} ({message}); "
+                          "recording goes on without it", RecorderWarning, stacklevel=3)
+        self._measure_errors.setdefault(where, message)
+        self._manifest["measure_errors"] = dict(self._measure_errors)
 
     def _capture_grads_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """Read gradients before the optimizer consumes them (the loop may zero them next)."""
         params = [self._param_by_id[id(p)] for group in optimizer.param_groups
                   for p in group["params"] if id(p) in self._param_by_id]
-        self._measure_grads(params)
+        try:
+            self._measure_grads(params)
+        except Exception as exc:  # noqa: BLE001 - never break the user's optimizer.step()
+            self._measure_failed("gradients", exc)
+            for prm in params:  # rec.step() writes no gradient row for them this step
+                prm.captured, prm.grad, prm.grad_none = True, None, False
 
     def _measure_grads(self, params: list[_Param]) -> None:
         batch = MomentBatch()
@@ -437,6 +462,59 @@ class Recorder:
         values = {name: _scalar_value(name, v) for name, v in scalars.items()}
         step = self._step
         wall = time.time()
+        try:
+            rows, values, grad_sumsq, nonfinite = self._measure(step, inputs, targets, values)
+        except Exception as exc:  # noqa: BLE001 - never break the training loop
+            self._measure_failed("the step's tensors", exc)
+            rows, grad_sumsq, nonfinite = [], None, False
+            values = self._readable_scalars(values)
+            self._reset_step_state()
+        self._buffers.stats.extend(rows)
+
+        scalar_rows = self._buffers.scalars
+        for name, value in values.items():
+            scalar_rows.append((step, name, value))
+            nonfinite = nonfinite or not math.isfinite(value)
+        if grad_sumsq is not None:
+            scalar_rows.append((step, "grad_norm", math.sqrt(sum(grad_sumsq.values()))))
+            if len(self._models) > 1:
+                for model_name in self._models:
+                    scalar_rows.append((step, f"grad_norm.{model_name}",
+                                        math.sqrt(grad_sumsq.get(model_name, 0.0))))
+        first = True
+        for opt_name, opt in self._optimizers.items():
+            for g, group in enumerate(opt.param_groups):
+                for hp, value in hyperparameters(group).items():
+                    if first and hp == "lr":
+                        scalar_rows.append((step, "lr", value))
+                        first = False
+                    scalar_rows.append((step, f"hp.{opt_name}.{g}.{hp}", value))
+        if self._scaler is not None and self._scaler.is_enabled():
+            scalar_rows.append((step, "grad_scale", float(self._scaler.get_scale())))
+        scalar_rows.append((step, "wall_time", wall))
+
+        self._step = step + 1
+        self._watch_activations = self._schedule.should_record_activations(self._step)
+        self._buffers.steps += 1
+        self._manifest["last_step"] = step
+        if nonfinite and not self._nonfinite_seen:
+            self._nonfinite_seen = True
+            self._manifest["first_nonfinite_step"] = step
+            self._dump_flight("first_nonfinite")
+        if self._schedule.should_checkpoint(step):
+            snap = live_snapshot(step, self._source)
+            self._writer.write_checkpoint(f"step-{step:08d}.parquet", checkpoint_table([snap]),
+                                          {"step": str(step), "reason": "scheduled"})
+        if self._schedule.should_sample_flight(step):
+            self._flight.sample(step, self._source)
+        if self._schedule.should_flush(self._buffers.steps, time.monotonic() - self._last_flush):
+            self.flush()
+        return step
+
+    def _measure(self, step: int, inputs: Any, targets: Any, values: dict[str, Any]
+                 ) -> tuple[list[tuple], dict[str, float], dict[str, float], bool]:
+        """The step's tensor rows, its scalars as floats, each model's sum of squared
+        gradients, and whether anything was non-finite."""
         batch = self._batch
         self._measure_grads([p for p in self._params if not p.captured])
 
@@ -481,7 +559,7 @@ class Recorder:
             if refresh:
                 torch._foreach_copy_([p for p, _ in refresh], [n for _, n in refresh])
 
-        rows = self._buffers.stats
+        rows: list[tuple] = []
         nonfinite = False
         grad_sumsq: dict[str, float] = {}
         for prm, pi, ui in zip(self._params, param_index, updates):
@@ -493,10 +571,10 @@ class Recorder:
             rows.append((step, "update", prm.name, None, us.numel, us.norm, None, None, None,
                          None, None, None, None, ratio, us.nonfinite, None, None, None))
             prm.prev_norm = ps.norm
-            if prm.grad_none or prm.grad is None:
+            if prm.grad_none:
                 rows.append((step, "grad", prm.name, None, ps.numel, None, None, None, None,
                              None, None, None, None, None, None, True, None, None))
-            else:
+            elif prm.grad is not None:  # None here: it could not be measured
                 gs = summarize(prm.grad)
                 rows.append((step, "grad", prm.name, None, gs.numel, gs.norm, gs.max_abs, None,
                              None, None, None, gs.zero_frac, None, None, gs.nonfinite, False,
@@ -504,8 +582,6 @@ class Recorder:
                 grad_sumsq[prm.model] = grad_sumsq.get(prm.model, 0.0) + prm.grad.sumsq
                 nonfinite = nonfinite or gs.nonfinite > 0
             nonfinite = nonfinite or ps.nonfinite > 0 or us.nonfinite > 0
-            prm.captured = False
-            prm.grad = None
         for name, key, index in state_index:
             ss = summarize(moments[index])
             rows.append((step, "state", name, key, ss.numel, ss.norm, ss.max_abs, None, None,
@@ -525,49 +601,29 @@ class Recorder:
                          None, None, None, s.nonfinite, None, "x".join(map(str, t.shape)),
                          _content_hash(t)))
             nonfinite = nonfinite or s.nonfinite > 0
+        self._reset_step_state()
+        measured = {name: flat[scalar_offsets[name]] if name in scalar_offsets else v
+                    for name, v in values.items()}
+        return rows, measured, grad_sumsq, nonfinite
+
+
+    def _readable_scalars(self, values: dict[str, Any]) -> dict[str, float]:
+        """The scalars that can still be read as floats after the step's measuring failed."""
+        readable = {}
+        for name, value in values.items():
+            try:
+                readable[name] = float(value)
+            except Exception as exc:  # noqa: BLE001 - a scalar that cannot be read is left out
+                self._measure_failed(f"scalar {name}", exc)
+        return readable
+
+    def _reset_step_state(self) -> None:
         self._activations = {}
         self._pending_activations = []
         self._batch = MomentBatch()
-
-        scalar_rows = self._buffers.scalars
-        for name, v in values.items():
-            value = flat[scalar_offsets[name]] if name in scalar_offsets else v
-            scalar_rows.append((step, name, value))
-            nonfinite = nonfinite or not math.isfinite(value)
-        scalar_rows.append((step, "grad_norm", math.sqrt(sum(grad_sumsq.values()))))
-        if len(self._models) > 1:
-            for model_name in self._models:
-                scalar_rows.append((step, f"grad_norm.{model_name}",
-                                    math.sqrt(grad_sumsq.get(model_name, 0.0))))
-        first = True
-        for opt_name, opt in self._optimizers.items():
-            for g, group in enumerate(opt.param_groups):
-                for hp, value in hyperparameters(group).items():
-                    if first and hp == "lr":
-                        scalar_rows.append((step, "lr", value))
-                        first = False
-                    scalar_rows.append((step, f"hp.{opt_name}.{g}.{hp}", value))
-        if self._scaler is not None and self._scaler.is_enabled():
-            scalar_rows.append((step, "grad_scale", float(self._scaler.get_scale())))
-        scalar_rows.append((step, "wall_time", wall))
-
-        self._step = step + 1
-        self._watch_activations = self._schedule.should_record_activations(self._step)
-        self._buffers.steps += 1
-        self._manifest["last_step"] = step
-        if nonfinite and not self._nonfinite_seen:
-            self._nonfinite_seen = True
-            self._manifest["first_nonfinite_step"] = step
-            self._dump_flight("first_nonfinite")
-        if self._schedule.should_checkpoint(step):
-            snap = live_snapshot(step, self._source)
-            self._writer.write_checkpoint(f"step-{step:08d}.parquet", checkpoint_table([snap]),
-                                          {"step": str(step), "reason": "scheduled"})
-        if self._schedule.should_sample_flight(step):
-            self._flight.sample(step, self._source)
-        if self._schedule.should_flush(self._buffers.steps, time.monotonic() - self._last_flush):
-            self.flush()
-        return step
+        for prm in self._params:
+            prm.captured = False
+            prm.grad = None
 
     def event(self, kind: str, message: str = "") -> None:
         """Mark something that happened (``domain_switch``, ``lr_drop``...) from the next step on."""

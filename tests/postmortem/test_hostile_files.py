@@ -18,7 +18,7 @@ from pm_runs import make_run, scalar_rows, series_rows
 import postmortem
 from postmortem import LABELS, SchemaVersionError, analyze, load_run
 from postmortem.diagnoses import INFORMATIONAL, NOT_LEARNING
-from postmortem.gaps import missing_step_warnings, missing_steps
+from postmortem.gaps import missing_step_warnings, missing_steps, unmeasured_warnings
 from postmortem.loading import MAX_MANIFEST_BYTES, MAX_STEP
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,3 +194,14 @@ def test_checkpoint_linked_out_of_the_run_is_not_opened(tmp_path):
     run = load_run(run_dir)
     assert run.checkpoints == [] and run.checkpoints == []
     assert sum("checkpoint" in w for w in run.warnings) == 1
+
+
+def test_what_the_recorder_could_not_measure_is_one_bounded_warning():
+    errors = {"activation fc1": "RuntimeError: unsupported tensor", "gradients": "x" * 10_000}
+    [warning] = unmeasured_warnings({"measure_errors": errors})
+    assert "activation fc1 (RuntimeError: unsupported tensor)" in warning and len(warning) < 500
+    many = {f"activation m{i}": "E" for i in range(1000)}
+    [warning] = unmeasured_warnings({"measure_errors": many})
+    assert "and 997 more" in warning
+    for hostile in ("oops", 3, None, [], {}):
+        assert unmeasured_warnings({"measure_errors": hostile}) == []

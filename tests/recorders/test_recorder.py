@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from recorder_helpers import read_manifest, read_table
-from recorders import Recorder, RecorderWarning, RecorderWriteError, RunDirectoryError
+from recorders import (Recorder, RecorderMeasureError, RecorderWarning, RecorderWriteError,
+                       RunDirectoryError)
 
 
 class Net(nn.Module):
@@ -362,6 +363,51 @@ def test_write_errors_warn_once_and_training_continues(tmp_path, monkeypatch):
         with Recorder(tmp_path / "strict", model, opt, flush_every=2, strict=True) as rec:
             for _ in range(3):
                 rec.step()
+
+
+@pytest.mark.parametrize("broken", ["activation_moments", "params_and_updates", "grads"])
+def test_a_tensor_that_cannot_be_measured_never_stops_training(tmp_path, monkeypatch, broken):
+    """A bug or an unsupported tensor inside the recorder's measuring (in a forward hook, the
+    optimizer's pre-step hook or rec.step) warns once, names the place in the manifest and
+    leaves training and the rest of the record alone; strict=True raises instead."""
+    import recorders.recorder as recorder_module
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("unsupported tensor")
+
+    if broken == "grads":
+        monkeypatch.setattr(recorder_module.Recorder, "_measure_grads", fail)
+    else:
+        monkeypatch.setattr(recorder_module, broken, fail)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with Recorder(tmp_path / "run", model, opt) as rec:
+            for x, y in batches(3):
+                opt.zero_grad()
+                loss = nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                rec.step(loss=loss)
+                losses.append(loss.item())
+    ours = [w for w in caught if issubclass(w.category, RecorderWarning)]
+    assert len(ours) == 1 and "unsupported tensor" in str(ours[0].message)
+    manifest = read_manifest(tmp_path / "run")
+    assert manifest["status"] == "completed" and manifest["last_step"] == 2
+    assert any("unsupported tensor" in v for v in manifest["measure_errors"].values())
+    scalars = read_table(tmp_path / "run", "scalars")
+    recorded = scalars[scalars.name == "loss"].sort_values("step").value.tolist()
+    np.testing.assert_allclose(recorded, losses, rtol=1e-6)
+
+    with pytest.raises(RecorderMeasureError, match="unsupported tensor"):
+        with Recorder(tmp_path / "strict", model, opt, strict=True) as rec:
+            x, y = batches(1)[0]
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            rec.step()
 
 
 def test_activation_schedule(tmp_path):
