@@ -204,6 +204,7 @@ typedef int (*IntFn)(void);
 struct OpenMP {
   ParallelFn parallel = nullptr;  // GOMP_parallel(fn, data, threads, flags)
   IntFn thread_num = nullptr;
+  IntFn num_threads = nullptr;
   IntFn max_threads = nullptr;
 };
 
@@ -213,19 +214,26 @@ OpenMP find_openmp() {
   OpenMP omp;
   omp.parallel = reinterpret_cast<ParallelFn>(dlsym(RTLD_DEFAULT, "GOMP_parallel"));
   omp.thread_num = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "omp_get_thread_num"));
+  omp.num_threads = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "omp_get_num_threads"));
   omp.max_threads = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-  if (!omp.thread_num || !omp.max_threads) omp.parallel = nullptr;
+  if (!omp.thread_num || !omp.num_threads || !omp.max_threads) omp.parallel = nullptr;
   return omp;
 }
 
 struct TeamWork {
   const Work* work;
-  IntFn thread_num;
+  int64_t parts;
+  const OpenMP* omp;
 };
 
+// Each thread of the team runs the parts its rank strides over: every part runs even when the
+// runtime grants fewer threads than asked (a thread limit, a call from inside a parallel region).
 void team_body(void* data) {
   const TeamWork* t = static_cast<const TeamWork*>(data);
-  run_part(*t->work, t->thread_num());
+  const int64_t team = t->omp->num_threads();
+  for (int64_t part = t->omp->thread_num(); part < t->parts; part += team) {
+    run_part(*t->work, part);
+  }
 }
 
 void run(const Item* items, int64_t count, Partial* out) {
@@ -242,7 +250,7 @@ void run(const Item* items, int64_t count, Partial* out) {
   const int64_t blocks = (total + kBlock - 1) / kBlock;
   Partial* partials = new Partial[parts * count];
   Work w{items, count, partials, (blocks + parts - 1) / parts * kBlock};
-  TeamWork team{&w, omp.thread_num};
+  TeamWork team{&w, parts, &omp};
   omp.parallel(team_body, &team, static_cast<unsigned>(parts), 0);
   for (int64_t p = 0; p < parts; p++) {
     for (int64_t i = 0; i < count; i++) out[i].add(partials[p * count + i]);
