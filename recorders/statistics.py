@@ -303,7 +303,8 @@ class MomentBatch:
     """Queues moment kernels for many tensors and reads all results with one transfer.
 
     ``add`` returns an index into the list that ``read`` returns. Tensors must stay unchanged
-    between ``add`` and ``read`` (the exact fallback re-reads them).
+    between ``add`` and ``read`` (the exact fallback re-reads them). Host tensors the fused
+    kernel can take are measured by one call of it at ``read``; the rest as follows.
 
     Kernels are chosen for speed on CPU and GPU alike: ``dot`` for the sum of squares, and zeros
     counted on the integer view of the bits (float comparisons are several times slower). For
@@ -457,12 +458,11 @@ def measure_now(t: torch.Tensor, *, sums: bool = True, extremes: bool = True,
 def activation_moments(t: torch.Tensor, saturation: str | None) -> Moments:
     """Moments of a module output, read at once: the next module may overwrite it in place.
 
-    The common case (float32 on the CPU, where reading a value back costs no synchronisation)
-    reads the five kernels' results with ``item()``, cheaper there than stacking them;
-    anything else goes through :func:`measure_now`. Large outputs are measured in slices that
-    fit in a core's L2 cache, so that only the first of the five kernels reads each slice from
-    memory, and the slices' moments combined: on a 6 MB output, 1.42 -> 1.12 ms with one
-    thread, 0.70 -> 0.65 ms with two (best of 60 interleaved calls).
+    Contiguous float32 on the CPU: one pass of the fused kernel. Without the kernel, five torch
+    kernels whose results are read with ``item()`` (cheaper on the host than stacking them),
+    large outputs in slices that fit in a core's L2 cache, so that only the first of the five
+    reads each slice from memory (a 6 MB output: 1.42 -> 1.12 ms with one thread, 0.70 -> 0.65
+    with two). Anything else (GPU, other dtypes, sparse) goes through :func:`measure_now`.
     """
     if t.layout is not torch.strided:
         return measure_now(t, sums=True, zeros=True, saturation=saturation)
