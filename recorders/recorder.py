@@ -520,12 +520,20 @@ class Recorder:
 
         with torch.no_grad():
             current = [p.tensor.detach() for p in self._params]
+            # A parameter moved to another device, cast or reshaped since the last record has
+            # no update this step: its saved copy starts again from its new value.
+            moved = {i for i, (prm, now) in enumerate(zip(self._params, current))
+                     if (prm.prev.shape, prm.prev.dtype, prm.prev.device)
+                     != (now.shape, now.dtype, now.device)}
+            for i in moved:
+                self._params[i].prev = current[i].clone()
             prevs = [p.prev for p in self._params]
-            # Measured now (host) or an index into the batch (device).
+            # Measured now (host) or an index into the batch (device); None: no update.
             param_index: list[Moments | int] = []
-            updates: list[Moments | int] = []
+            updates: list[Moments | int | None] = []
             refresh: list[tuple[torch.Tensor, torch.Tensor]] = []  # prev <- now after the read
-            on_host = [i for i, prev in enumerate(prevs) if prev.device.type == "cpu"]
+            on_host = [i for i, prev in enumerate(prevs)
+                       if prev.device.type == "cpu" and i not in moved]
             # Reading back is free on the host: measure parameters and updates and refill
             # `prev` at once, in one fused pass where the kernel applies.
             host = dict(zip(on_host, params_and_updates([(current[i], prevs[i])
@@ -535,6 +543,9 @@ class Recorder:
                     param_moments, update = host[i]
                     param_index.append(param_moments)
                     updates.append(update)
+                elif i in moved:
+                    param_index.append(batch.add(now, sums=True))
+                    updates.append(None)
                 else:
                     param_index.append(batch.add(now, sums=True))
                     prev.sub_(now)  # prev := prev - now = -update
@@ -566,10 +577,16 @@ class Recorder:
             ps = summarize(pi if isinstance(pi, Moments) else moments[pi])
             rows.append((step, "param", prm.name, None, ps.numel, ps.norm, ps.max_abs, ps.mean,
                          ps.std, None, None, None, None, None, ps.nonfinite, None, None, None))
-            us = summarize(ui if isinstance(ui, Moments) else moments[ui])
-            ratio = us.norm / prm.prev_norm if prm.prev_norm > 0 else None
-            rows.append((step, "update", prm.name, None, us.numel, us.norm, None, None, None,
-                         None, None, None, None, ratio, us.nonfinite, None, None, None))
+            if ui is None:
+                rows.append((step, "update", prm.name, None, ps.numel, None, None, None, None,
+                             None, None, None, None, None, None, None, None, None))
+            else:
+                us = summarize(ui if isinstance(ui, Moments) else moments[ui])
+                ratio = us.norm / prm.prev_norm if prm.prev_norm > 0 else None
+                rows.append((step, "update", prm.name, None, us.numel, us.norm, None, None,
+                             None, None, None, None, None, ratio, us.nonfinite, None, None,
+                             None))
+                nonfinite = nonfinite or us.nonfinite > 0
             prm.prev_norm = ps.norm
             if prm.grad_none:
                 rows.append((step, "grad", prm.name, None, ps.numel, None, None, None, None,
@@ -581,7 +598,7 @@ class Recorder:
                              None, None))
                 grad_sumsq[prm.model] = grad_sumsq.get(prm.model, 0.0) + prm.grad.sumsq
                 nonfinite = nonfinite or gs.nonfinite > 0
-            nonfinite = nonfinite or ps.nonfinite > 0 or us.nonfinite > 0
+            nonfinite = nonfinite or ps.nonfinite > 0
         for name, key, index in state_index:
             ss = summarize(moments[index])
             rows.append((step, "state", name, key, ss.numel, ss.norm, ss.max_abs, None, None,

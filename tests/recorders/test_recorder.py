@@ -410,6 +410,35 @@ def test_a_tensor_that_cannot_be_measured_never_stops_training(tmp_path, monkeyp
             rec.step()
 
 
+def test_parameters_cast_or_reshaped_mid_run_start_their_updates_again(tmp_path):
+    """model.double() halfway (or a weight replaced by one of another shape): that step has no
+    update for them (null), the record goes on, and later updates are measured again."""
+    model = nn.Sequential(nn.Linear(6, 4), nn.Linear(4, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = batches(1)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with Recorder(tmp_path / "run", model, opt) as rec:
+            for step in range(5):
+                if step == 2:
+                    model.double()
+                    x = x.double()
+                if step == 3:
+                    model[1].bias.data = model[1].bias.data.reshape(1, 3)  # still broadcasts
+                opt.zero_grad()
+                out = model(x)
+                nn.functional.cross_entropy(out.reshape(-1, 3), y).backward()
+                opt.step()
+                rec.step()
+    assert not [w for w in caught if issubclass(w.category, RecorderWarning)]
+    stats = read_table(tmp_path / "run", "stats")
+    weight = series(stats, "update", "0.weight", "norm").astype(float)
+    assert np.isnan(weight[2]) and (weight[[0, 1, 3, 4]] > 0).all()
+    bias = series(stats, "update", "1.bias", "norm").astype(float)
+    assert np.isnan(bias[[2, 3]]).all() and bias[4] > 0
+    assert (series(stats, "param", "1.bias", "numel") == 3).all()
+
+
 def test_activation_schedule(tmp_path):
     model = Net()
     with Recorder(tmp_path / "run", model, activation_every=3) as rec:
