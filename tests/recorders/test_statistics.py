@@ -271,3 +271,21 @@ def test_sparse_tensor_measured_as_if_dense():
     assert_matches(summarize(measure_now(sparse, sums=True, zeros=True)), reference(dense))
     csr = sparse.to_sparse_csr()
     assert_matches(summarize(measure_now(csr, sums=True, zeros=True)), reference(dense))
+
+
+def test_channels_last_tensors_are_measured_in_place():
+    """Channels-last convolution tensors store every element once, in another order: measured
+    without a copy, and a parameter's update pairs elements right whatever the two layouts."""
+    from recorders.statistics import activation_moments
+
+    x = torch.randn(4, 3, 5, 7)
+    x[0, 1] = 0.0
+    cl = x.to(memory_format=torch.channels_last)
+    ref = reference(x.numpy())
+    assert_matches(summarize(activation_moments(cl, None)), ref)
+    assert_matches(summarize(measure_now(cl, sums=True, zeros=True)), ref)
+    now = cl + 1.0
+    for previous in (cl.clone(), x.clone()):  # same layout, then a contiguous copy
+        [(moments, update)] = params_and_updates([(now, previous)])
+        assert summarize(update).norm == pytest.approx(np.sqrt(x.numel()), rel=1e-5)
+        np.testing.assert_array_equal(previous.numpy(), now.numpy())
