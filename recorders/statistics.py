@@ -193,7 +193,7 @@ def _fusable(t: torch.Tensor) -> bool:
     """Whether the fused host kernel can measure `t` in place: float32 in host memory, every
     element stored once without gaps. The order does not matter to a reduction, so
     channels-last convolution tensors qualify too."""
-    return (_fused is not None and t.dtype is torch.float32 and t.device.type == "cpu"
+    return (_fused is not None and t.dtype is torch.float32 and t.is_cpu
             and t.layout is torch.strided
             and (t.is_contiguous()
                  or t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)
@@ -210,9 +210,8 @@ class _FusedRequest(NamedTuple):
 
 def _fused_measure(requests: list[_FusedRequest]) -> list[tuple[Moments, Moments | None]]:
     """One call of the fused kernel for all `requests`: the moments of each tensor and, given
-    its `previous`, the moments of
-    ``tensor - previous`` (sum of squares and non-finite count, in float64), after which
-    `previous` holds a copy of the tensor."""
+    its `previous`, the moments of ``tensor - previous`` (sum of squares and non-finite count,
+    in float64), after which `previous` holds a copy of the tensor."""
     results = _fused.moments_many(
         [(r.tensor.data_ptr(), r.tensor.numel(),
           0 if r.previous is None else r.previous.data_ptr(),
