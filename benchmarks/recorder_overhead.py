@@ -12,13 +12,20 @@ time); medians and quartiles over rounds are reported. Everything is at defaults
     .venv/bin/python benchmarks/recorder_overhead.py --model b --rounds 40
     .venv/bin/python benchmarks/recorder_overhead.py --torch-kernels   # without recorders/_fused
     .venv/bin/python benchmarks/recorder_overhead.py --without activations hash flight
+    .venv/bin/python benchmarks/recorder_overhead.py --floor   # the cost of reading, alone
+
+`--floor` replaces the recorder by `FloorReader`, which reads every tensor the recorder reads,
+once, with the same kernel, and keeps nothing: no statistics, rows, hash, scalars or files. Its
+ratio is the least any recorder of every tensor at every step can cost on this machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
+import math
 import platform
 import statistics
 import sys
@@ -33,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from recorders import Recorder  # noqa: E402
 from recorders import recorder as recorder_module  # noqa: E402
 from recorders import statistics as recorder_statistics  # noqa: E402
+from recorders.statistics import _fusable  # noqa: E402
 
 # What --without switches off: recorder options, or (hash) the batch's content hash.
 ABLATIONS = {
@@ -83,6 +91,57 @@ def workload(name: str):
     return model, batches, nn.MSELoss()
 
 
+class FloorReader:
+    """Reads what the recorder reads (leaf outputs, gradients before the optimizer step,
+    parameters with their saved copies refilled, optimizer state), each once, and keeps
+    nothing. With the fused kernel: one call per leaf output and per group of tensors, as the
+    recorder makes; without it, one torch pass (`dot`, `_foreach_norm`, `_foreach_copy_`)."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self._params = [p for p in model.parameters()]
+        self._saved = [p.detach().clone() for p in self._params]
+        self._optimizer = optimizer
+        self._handles = [m.register_forward_hook(self._read_output) for m in model.modules()
+                         if next(m.children(), None) is None]
+        self._handles.append(optimizer.register_step_pre_hook(self._read_grads))
+
+    @staticmethod
+    def _read(tensors: list[torch.Tensor], saved: list[torch.Tensor] | None = None) -> None:
+        pairs = list(zip(tensors, saved or [None] * len(tensors)))
+        if recorder_statistics._fused is not None:
+            fused = [(t, s) for t, s in pairs if _fusable(t)]
+            recorder_statistics._fused.moments_many(
+                [(t.data_ptr(), t.numel(), 0 if s is None else s.data_ptr(), 0 if s is None else 4)
+                 for t, s in fused])
+            pairs = [(t, s) for t, s in pairs if not _fusable(t)]
+        floats = [t for t, _ in pairs if t.is_floating_point()]
+        if floats:
+            torch._foreach_norm(floats)
+        for t, _ in pairs:
+            if not t.is_floating_point():
+                torch.count_nonzero(t)
+        refill = [(s, t) for t, s in pairs if s is not None]
+        if refill:
+            torch._foreach_copy_([s for s, _ in refill], [t for _, t in refill])
+
+    def _read_output(self, module, args, output) -> None:
+        self._read([output.detach()])
+
+    def _read_grads(self, optimizer, args, kwargs) -> None:
+        self._read([p.grad for p in self._params if p.grad is not None])
+
+    def step(self, **batch) -> None:
+        with torch.no_grad():
+            self._read([p.detach() for p in self._params], self._saved)
+            self._read([v for state in self._optimizer.state.values() for v in state.values()
+                        if isinstance(v, torch.Tensor) and v.dim() > 0])
+            self._read([t for t in batch.values() if isinstance(t, torch.Tensor)])
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
 def train_step(model, opt, batch, loss_fn, rec=None) -> tuple[float, float]:
     """One training step (and its record): (wall seconds, CPU seconds of this process)."""
     t0, c0 = time.perf_counter(), time.process_time()
@@ -96,7 +155,8 @@ def train_step(model, opt, batch, loss_fn, rec=None) -> tuple[float, float]:
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def measure(name: str, rounds: int, block: int, warmup: int, options: dict) -> dict:
+def measure(name: str, rounds: int, block: int, warmup: int, options: dict,
+            floor: bool = False) -> dict:
     torch.manual_seed(0)
     base_model, batches, loss_fn = workload(name)
     # Both are fresh copies: keeping the original for one side made that side's step time differ
@@ -108,7 +168,8 @@ def measure(name: str, rounds: int, block: int, warmup: int, options: dict) -> d
     n_params = sum(p.numel() for p in plain.parameters())
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
-        with Recorder(run_dir, recorded, opt_rec, **options) as rec:
+        with (contextlib.nullcontext(FloorReader(recorded, opt_rec)) if floor
+              else Recorder(run_dir, recorded, opt_rec, **options)) as rec:
             for i in range(warmup):
                 train_step(plain, opt_plain, batches[i % len(batches)], loss_fn)
                 train_step(recorded, opt_rec, batches[i % len(batches)], loss_fn, rec)
@@ -131,6 +192,10 @@ def measure(name: str, rounds: int, block: int, warmup: int, options: dict) -> d
                 cpu_ratios.append(cpu[True] / cpu[False])
                 with_ms.append(wall[True] / block * 1e3)
                 without_ms.append(wall[False] / block * 1e3)
+        if floor:
+            rec.close()
+            return summary(name, options, n_params, rounds, block, ratios, cpu_ratios, with_ms,
+                           without_ms)
         stats_files = list((run_dir / "stats").glob("part-*.parquet"))
         stats_bytes = sum(f.stat().st_size for f in stats_files)
         import pyarrow.parquet as pq
@@ -138,11 +203,22 @@ def measure(name: str, rounds: int, block: int, warmup: int, options: dict) -> d
         other_bytes = sum(f.stat().st_size for sub in ("scalars", "events")
                           for f in (run_dir / sub).glob("part-*.parquet"))
         steps = rec.current_step
+    return {
+        **summary(name, options, n_params, rounds, block, ratios, cpu_ratios, with_ms, without_ms),
+        "recorded_steps": steps,
+        "stats_rows": rows, "stats_bytes": stats_bytes,
+        "bytes_per_row": stats_bytes / rows, "rows_per_step": rows / steps,
+        "scalar_event_bytes_per_step": other_bytes / steps,
+    }
+
+
+def summary(name: str, options: dict, n_params: int, rounds: int, block: int,
+            ratios: list[float], cpu_ratios: list[float], with_ms: list[float],
+            without_ms: list[float]) -> dict:
     q = statistics.quantiles(ratios, n=4)
     cq = statistics.quantiles(cpu_ratios, n=4)
     return {
         "model": name, "options": options, "params": n_params, "rounds": rounds, "block_steps": block,
-        "recorded_steps": steps,
         "ratio_median": statistics.median(ratios), "ratio_q1": q[0], "ratio_q3": q[2],
         "ratio_min": min(ratios), "ratio_max": max(ratios),
         "ratio_of_medians": statistics.median(with_ms) / statistics.median(without_ms),
@@ -150,9 +226,6 @@ def measure(name: str, rounds: int, block: int, warmup: int, options: dict) -> d
         "cpu_ratio_q3": cq[2],
         "step_ms_without": statistics.median(without_ms),
         "step_ms_with": statistics.median(with_ms),
-        "stats_rows": rows, "stats_bytes": stats_bytes,
-        "bytes_per_row": stats_bytes / rows, "rows_per_step": rows / steps,
-        "scalar_event_bytes_per_step": other_bytes / steps,
     }
 
 
@@ -170,6 +243,9 @@ def main(argv: list[str] | None = None) -> None:
                              "compiler does (recorders/_fused.cpp not used)")
     parser.add_argument("--without", nargs="+", default=[], choices=sorted(ABLATIONS),
                         help="switch parts of the recorder off, to see what they cost")
+    parser.add_argument("--floor", action="store_true",
+                        help="time FloorReader (reading every tensor once, nothing else) "
+                             "instead of the recorder")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     if args.torch_kernels:
@@ -181,15 +257,17 @@ def main(argv: list[str] | None = None) -> None:
         options.update(ABLATIONS[part])
     if "hash" in args.without:
         recorder_module._content_hash = lambda t: "00000000"
-    results = [measure(n, args.rounds, args.block, args.warmup, options) for n in names]
+    results = [measure(n, args.rounds, args.block, args.warmup, options, args.floor)
+               for n in names]
     if args.json:
         print(json.dumps(results, indent=2))
         return
     kernels = "torch kernels only" if recorder_statistics._fused is None else "fused kernel"
     print(f"torch {torch.__version__}, python {platform.python_version()}, "
           f"{platform.processor() or platform.machine()}, threads={args.threads}, "
-          f"recorder options {options or 'defaults'}, {kernels}"
-          + (f", without {' '.join(args.without)}" if args.without else ""))
+          + ("FloorReader (reads only)" if args.floor
+             else f"recorder options {options or 'defaults'}")
+          + f", {kernels}" + (f", without {' '.join(args.without)}" if args.without else ""))
     print("| model | params | step ms without | with | wall ratio median [q1, q3] (min-max) | "
           "CPU-time ratio median [q1, q3] | bytes/row | rows/step |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -198,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['step_ms_with']:.2f} | {r['ratio_median']:.3f} [{r['ratio_q1']:.3f}, "
               f"{r['ratio_q3']:.3f}] ({r['ratio_min']:.3f}-{r['ratio_max']:.3f}) | "
               f"{r['cpu_ratio_median']:.3f} [{r['cpu_ratio_q1']:.3f}, {r['cpu_ratio_q3']:.3f}] | "
-              f"{r['bytes_per_row']:.1f} | {r['rows_per_step']:.0f} |")
+              f"{r.get('bytes_per_row', math.nan):.1f} | {r.get('rows_per_step', math.nan):.0f} |")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@
 
 namespace {
 
-enum Flags { kSum = 1, kZeros = 2 };
+enum Flags { kSum = 1, kZeros = 2, kPrevious = 4 };
 
 constexpr int64_t kBlock = 8192;           // elements folded into float64 at a time (32 KiB)
 constexpr int kWidth = 8;                   // float32 lanes per vector
@@ -258,56 +258,75 @@ void run(const Item* items, int64_t count, Partial* out) {
   delete[] partials;
 }
 
-// moments_many([(address, numel, previous, flags), ...]) -> [(nonfinite, sum, sumsq, min,
-// max, zeros, diff_nonfinite, diff_sumsq), ...]
+constexpr int kColumns = 9;  // numel, finite, sum, sumsq, min, max, zeros, saturated, nonfinite
+
+// One row of moments in the layout of recorders.statistics.Moments, NaN where not measured.
+void write_row(double* row, int64_t numel, int64_t nonfinite, double sum, double sumsq,
+               double min, double max, double zeros) {
+  const int64_t finite = numel - nonfinite;
+  const double values[kColumns] = {
+      static_cast<double>(numel), static_cast<double>(finite), sum, sumsq,
+      finite ? min : NAN, finite ? max : NAN, zeros, NAN, static_cast<double>(nonfinite)};
+  memcpy(row, values, sizeof values);
+}
+
+// moments_many([(address, numel, previous, flags), ...]) -> bytearray of float64: per item, the
+// moments row of the tensor, then that of `tensor - previous` (all NaN unless kPrevious).
 PyObject* moments_many(PyObject*, PyObject* args) {
   PyObject* list;
   if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return nullptr;
   const Py_ssize_t count = PyList_GET_SIZE(list);
   Item* items = new Item[count > 0 ? count : 1];
+  int* flags = new int[count > 0 ? count : 1];
   for (Py_ssize_t i = 0; i < count; i++) {
     unsigned long long address, previous;
     long long numel;
-    int flags;
     if (!PyArg_ParseTuple(PyList_GET_ITEM(list, i), "KLKi", &address, &numel, &previous,
-                          &flags)) {
+                          &flags[i])) {
       delete[] items;
+      delete[] flags;
       return nullptr;
     }
-    if (numel < 0 || (address == 0 && numel > 0) || flags < 0 || flags > (kSum | kZeros)) {
+    if (numel < 0 || flags[i] < 0 || flags[i] > (kSum | kZeros | kPrevious) ||
+        (numel > 0 && (address == 0 || (flags[i] & kPrevious && previous == 0)))) {
       delete[] items;
+      delete[] flags;
       PyErr_SetString(PyExc_ValueError, "moments_many: bad address, size or flags");
       return nullptr;
     }
-    float* prev = reinterpret_cast<float*>(previous);
-    items[i] = Item{reinterpret_cast<const float*>(address), prev, numel,
-                    kReducers[flags | (prev ? 4 : 0)]};
+    float* prev = flags[i] & kPrevious ? reinterpret_cast<float*>(previous) : nullptr;
+    items[i] = Item{reinterpret_cast<const float*>(address), prev, numel, kReducers[flags[i]]};
   }
-  Partial* out = new Partial[count > 0 ? count : 1];
-  Py_BEGIN_ALLOW_THREADS
-  run(items, count, out);
-  Py_END_ALLOW_THREADS
-  PyObject* result = PyList_New(count);
-  for (Py_ssize_t i = 0; result && i < count; i++) {
-    const Partial& r = out[i];
-    PyObject* t = Py_BuildValue("LddddLLd", static_cast<long long>(r.nonfinite), r.sum,
-                                r.sumsq, r.min, r.max, static_cast<long long>(r.zeros),
-                                static_cast<long long>(r.diff_nonfinite), r.diff_sumsq);
-    if (!t) {
-      Py_CLEAR(result);
-      break;
+  PyObject* result = PyByteArray_FromStringAndSize(nullptr, count * 2 * kColumns * sizeof(double));
+  if (result) {
+    Partial* out = new Partial[count > 0 ? count : 1];
+    Py_BEGIN_ALLOW_THREADS
+    run(items, count, out);
+    Py_END_ALLOW_THREADS
+    double* rows = reinterpret_cast<double*>(PyByteArray_AS_STRING(result));
+    for (Py_ssize_t i = 0; i < count; i++) {
+      const Partial& r = out[i];
+      double* row = rows + i * 2 * kColumns;
+      write_row(row, items[i].n, r.nonfinite, flags[i] & kSum ? r.sum : NAN, r.sumsq, r.min,
+                r.max, flags[i] & kZeros ? static_cast<double>(r.zeros) : NAN);
+      if (flags[i] & kPrevious) {
+        write_row(row + kColumns, items[i].n, r.diff_nonfinite, NAN, r.diff_sumsq, NAN, NAN, NAN);
+      } else {
+        for (int k = 0; k < kColumns; k++) row[kColumns + k] = NAN;
+      }
     }
-    PyList_SET_ITEM(result, i, t);
+    delete[] out;
   }
   delete[] items;
-  delete[] out;
+  delete[] flags;
   return result;
 }
 
 PyMethodDef methods[] = {
     {"moments_many", moments_many, METH_VARARGS,
-     "moments_many([(address, numel, previous, flags), ...]) -> [(nonfinite, sum, "
-     "sumsq, min, max, zeros, diff_nonfinite, diff_sumsq), ...]"},
+     "moments_many([(address, numel, previous, flags), ...]) -> bytearray of float64: per "
+     "item, 9 moments of the tensor (numel, finite, sum, sumsq, min, max, zeros, saturated, "
+     "nonfinite; NaN where not measured), then 9 of tensor - previous"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fused", nullptr, -1, methods};

@@ -31,8 +31,9 @@ from .checkpoints import FlightRing, StateSource, checkpoint_table, live_snapsho
 from .errors import RecorderError, RecorderMeasureError, RecorderWarning, RunDirectoryError
 from .manifest import hyperparameters, new_manifest, utc_now
 from .schedule import Schedule
+from .rows import StatsBlock, stats_columns
 from .statistics import (MomentBatch, Moments, activation_moments, combine, measure_now,
-                         params_and_updates, summarize)
+                         moments_rows, params_and_updates, row_moments, summarize)
 from .writer import RunWriter, events_table, scalars_table, stats_table
 
 __all__ = ["Recorder"]
@@ -40,6 +41,8 @@ __all__ = ["Recorder"]
 _RUN_ENTRIES = ("manifest.json", "stats", "scalars", "events", "checkpoints")
 _SATURATING = {nn.Tanh: "tanh", nn.Sigmoid: "sigmoid"}
 _IO_KEYWORDS = ("inputs", "targets")
+# What became of a parameter's gradient this step.
+_GRAD_PENDING, _GRAD_MEASURED, _GRAD_NONE, _GRAD_LOST = range(4)
 
 
 @dataclass
@@ -50,15 +53,11 @@ class _Param:
     model: str
     tensor: nn.Parameter
     prev: torch.Tensor  # value at the previous record, for the update
-    prev_norm: float
-    grad: Moments | None = None  # captured when an optimizer stepped; None = read at record
-    grad_none: bool = False
-    captured: bool = False
 
 
 @dataclass
 class _StepBuffers:
-    stats: list[tuple] = field(default_factory=list)
+    stats: list[StatsBlock] = field(default_factory=list)
     scalars: list[tuple] = field(default_factory=list)
     events: list[tuple] = field(default_factory=list)
     steps: int = 0
@@ -133,6 +132,10 @@ def _content_hash(t: torch.Tensor) -> str:
         return f"{zlib.crc32(flat.view(torch.uint8).numpy(), crc):08x}"
     flat = t.contiguous().reshape(-1)
     return f"{zlib.crc32(flat.view(torch.uint8).numpy()):08x}"
+
+
+def _stats_table(blocks: list[StatsBlock]):
+    return stats_table(stats_columns(blocks))
 
 
 def _scalar_value(name: str, value: Any) -> torch.Tensor | float:
@@ -318,13 +321,21 @@ class Recorder:
         for m in self._models.values():
             for p in m.parameters():
                 by_id.setdefault(id(p), p)
+        norms = []
         with torch.no_grad():
             for pid, p in by_id.items():
                 prev = p.detach().clone()
-                norm = summarize(measure_now(prev, sums=False)).norm
+                norms.append(summarize(measure_now(prev, sums=False)).norm)
                 self._params.append(_Param(self._param_names[pid], self._param_models[pid],
-                                           p, prev, norm))
-        self._param_by_id = {id(p.tensor): p for p in self._params}
+                                           p, prev))
+        self._param_index = {id(p.tensor): i for i, p in enumerate(self._params)}
+        self._param_labels = [p.name for p in self._params]
+        model_numbers = {name: i for i, name in enumerate(self._models)}
+        self._param_model = np.array([model_numbers[p.model] for p in self._params], dtype=np.intp)
+        self._prev_norms = np.array(norms, dtype=np.float64)  # at the last record, for ratios
+        # Gradients as the optimizers' pre-step hooks found them (else read at record).
+        self._grads = np.full((len(self._params), len(Moments._fields)), np.nan)
+        self._grad_state = np.full(len(self._params), _GRAD_PENDING, dtype=np.int8)
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if not self._open:
@@ -426,29 +437,27 @@ class Recorder:
 
     def _capture_grads_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """Read gradients before the optimizer consumes them (the loop may zero them next)."""
-        params = [self._param_by_id[id(p)] for group in optimizer.param_groups
-                  for p in group["params"] if id(p) in self._param_by_id]
+        indices = [self._param_index[id(p)] for group in optimizer.param_groups
+                   for p in group["params"] if id(p) in self._param_index]
         try:
-            self._measure_grads(params)
+            self._measure_grads(indices)
         except Exception as exc:  # noqa: BLE001 - never break the user's optimizer.step()
             self._measure_failed("gradients", exc)
-            for prm in params:  # rec.step() writes no gradient row for them this step
-                prm.captured, prm.grad, prm.grad_none = True, None, False
+            self._grad_state[indices] = _GRAD_LOST  # rec.step() writes no gradient row for them
 
-    def _measure_grads(self, params: list[_Param]) -> None:
+    def _measure_grads(self, indices: list[int]) -> None:
         batch = MomentBatch()
-        indexed = []
-        for prm in params:
-            g = prm.tensor.grad
-            prm.captured = True
-            prm.grad_none = g is None
-            if g is not None:
-                indexed.append((prm, batch.add(g, zeros=True)))
+        measured = []
+        for i in indices:
+            g = self._params[i].tensor.grad
+            if g is None:
+                self._grad_state[i] = _GRAD_NONE
             else:
-                prm.grad = None
-        moments, _ = batch.read()
-        for prm, index in indexed:
-            prm.grad = moments[index]
+                batch.add(g, zeros=True)
+                measured.append(i)
+        if measured:
+            self._grads[measured] = batch.read()[0]
+            self._grad_state[measured] = _GRAD_MEASURED
 
     # ----------------------------------------------------------------- public API
     def step(self, *, inputs: Any = None, targets: Any = None, **scalars: Any) -> int:
@@ -463,24 +472,23 @@ class Recorder:
         step = self._step
         wall = time.time()
         try:
-            rows, values, grad_sumsq, nonfinite = self._measure(step, inputs, targets, values)
+            blocks, values, grad_sumsq, nonfinite = self._measure(step, inputs, targets, values)
         except Exception as exc:  # noqa: BLE001 - never break the training loop
             self._measure_failed("the step's tensors", exc)
-            rows, grad_sumsq, nonfinite = [], None, False
+            blocks, grad_sumsq, nonfinite = [], None, False
             values = self._readable_scalars(values)
             self._reset_step_state()
-        self._buffers.stats.extend(rows)
+        self._buffers.stats.extend(blocks)
 
         scalar_rows = self._buffers.scalars
         for name, value in values.items():
             scalar_rows.append((step, name, value))
             nonfinite = nonfinite or not math.isfinite(value)
         if grad_sumsq is not None:
-            scalar_rows.append((step, "grad_norm", math.sqrt(sum(grad_sumsq.values()))))
+            scalar_rows.append((step, "grad_norm", math.sqrt(grad_sumsq.sum())))
             if len(self._models) > 1:
-                for model_name in self._models:
-                    scalar_rows.append((step, f"grad_norm.{model_name}",
-                                        math.sqrt(grad_sumsq.get(model_name, 0.0))))
+                for model_name, sumsq in zip(self._models, grad_sumsq.tolist()):
+                    scalar_rows.append((step, f"grad_norm.{model_name}", math.sqrt(sumsq)))
         first = True
         for opt_name, opt in self._optimizers.items():
             for g, group in enumerate(opt.param_groups):
@@ -512,11 +520,14 @@ class Recorder:
         return step
 
     def _measure(self, step: int, inputs: Any, targets: Any, values: dict[str, Any]
-                 ) -> tuple[list[tuple], dict[str, float], dict[str, float], bool]:
-        """The step's tensor rows, its scalars as floats, each model's sum of squared
+                 ) -> tuple[list[StatsBlock], dict[str, float], np.ndarray, bool]:
+        """The step's stats blocks, its scalars as floats, each model's sum of squared
         gradients, and whether anything was non-finite."""
         batch = self._batch
-        self._measure_grads([p for p in self._params if not p.captured])
+        self._measure_grads(np.flatnonzero(self._grad_state == _GRAD_PENDING).tolist())
+        width = len(Moments._fields)
+        params = np.empty((len(self._params), width))
+        updates = np.full((len(self._params), width), np.nan)  # NaN: no update this step
 
         with torch.no_grad():
             current = [p.tensor.detach() for p in self._params]
@@ -528,30 +539,26 @@ class Recorder:
             for i in moved:
                 self._params[i].prev = current[i].clone()
             prevs = [p.prev for p in self._params]
-            # Measured now (host) or an index into the batch (device); None: no update.
-            param_index: list[Moments | int] = []
-            updates: list[Moments | int | None] = []
-            refresh: list[tuple[torch.Tensor, torch.Tensor]] = []  # prev <- now after the read
-            on_host = [i for i, prev in enumerate(prevs)
-                       if prev.device.type == "cpu" and i not in moved]
             # Reading back is free on the host: measure parameters and updates and refill
             # `prev` at once, in one fused pass where the kernel applies.
-            host = dict(zip(on_host, params_and_updates([(current[i], prevs[i])
-                                                         for i in on_host])))
+            on_host = [i for i, prev in enumerate(prevs) if prev.is_cpu and i not in moved]
+            if on_host:
+                params[on_host], updates[on_host] = params_and_updates(
+                    [(current[i], prevs[i]) for i in on_host])
+            queued = []  # (parameter, its index in the batch, its update's index or None)
+            refresh: list[tuple[torch.Tensor, torch.Tensor]] = []  # prev <- now after the read
+            host = set(on_host)
             for i, (now, prev) in enumerate(zip(current, prevs)):
                 if i in host:
-                    param_moments, update = host[i]
-                    param_index.append(param_moments)
-                    updates.append(update)
-                elif i in moved:
-                    param_index.append(batch.add(now, sums=True))
-                    updates.append(None)
-                else:
-                    param_index.append(batch.add(now, sums=True))
+                    continue
+                update = None
+                param = batch.add(now, sums=True)
+                if i not in moved:
                     prev.sub_(now)  # prev := prev - now = -update
-                    updates.append(batch.add(prev, extremes=False))
+                    update = batch.add(prev, extremes=False)
                     refresh.append((prev, now))
-            state_index = []
+                queued.append((i, param, update))
+            state_names, state_keys, state_index = [], [], []
             for opt in self._optimizers.values():
                 for p, state in opt.state.items():
                     name = self._param_names.get(id(p))
@@ -559,70 +566,67 @@ class Recorder:
                         continue
                     for key, value in state.items():
                         if isinstance(value, torch.Tensor) and key != "step":
-                            state_index.append((name, str(key), batch.add(value)))
-            io_index = []
+                            state_names.append(name)
+                            state_keys.append(str(key))
+                            state_index.append(batch.add(value))
+            io = {"input": [], "target": []}  # role -> [(name, tensor, index in the batch)]
             for role, value in (("input", inputs), ("target", targets)):
                 for name, t in _named_tensors(role, value):
-                    io_index.append((role, name, t, batch.add(t, sums=True)))
+                    io[role].append((name, t, batch.add(t, sums=True)))
             scalar_offsets = {name: batch.add_value(v) for name, v in values.items()
                               if isinstance(v, torch.Tensor)}
             moments, flat = batch.read()
             if refresh:
                 torch._foreach_copy_([p for p, _ in refresh], [n for _, n in refresh])
 
-        rows: list[tuple] = []
-        nonfinite = False
-        grad_sumsq: dict[str, float] = {}
-        for prm, pi, ui in zip(self._params, param_index, updates):
-            ps = summarize(pi if isinstance(pi, Moments) else moments[pi])
-            rows.append((step, "param", prm.name, None, ps.numel, ps.norm, ps.max_abs, ps.mean,
-                         ps.std, None, None, None, None, None, ps.nonfinite, None, None, None))
-            if ui is None:
-                rows.append((step, "update", prm.name, None, ps.numel, None, None, None, None,
-                             None, None, None, None, None, None, None, None, None))
-            else:
-                us = summarize(ui if isinstance(ui, Moments) else moments[ui])
-                ratio = us.norm / prm.prev_norm if prm.prev_norm > 0 else None
-                rows.append((step, "update", prm.name, None, us.numel, us.norm, None, None,
-                             None, None, None, None, None, ratio, us.nonfinite, None, None,
-                             None))
-                nonfinite = nonfinite or us.nonfinite > 0
-            prm.prev_norm = ps.norm
-            if prm.grad_none:
-                rows.append((step, "grad", prm.name, None, ps.numel, None, None, None, None,
-                             None, None, None, None, None, None, True, None, None))
-            elif prm.grad is not None:  # None here: it could not be measured
-                gs = summarize(prm.grad)
-                rows.append((step, "grad", prm.name, None, gs.numel, gs.norm, gs.max_abs, None,
-                             None, None, None, gs.zero_frac, None, None, gs.nonfinite, False,
-                             None, None))
-                grad_sumsq[prm.model] = grad_sumsq.get(prm.model, 0.0) + prm.grad.sumsq
-                nonfinite = nonfinite or gs.nonfinite > 0
-            nonfinite = nonfinite or ps.nonfinite > 0
-        for name, key, index in state_index:
-            ss = summarize(moments[index])
-            rows.append((step, "state", name, key, ss.numel, ss.norm, ss.max_abs, None, None,
-                         None, None, None, None, None, ss.nonfinite, None, None, None))
-            nonfinite = nonfinite or ss.nonfinite > 0
+        for i, param, update in queued:
+            params[i] = moments[param]
+            if update is not None:
+                updates[i] = moments[update]
+        updates[:, 0] = params[:, 0]  # numel, also where there is no update
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios = np.where(self._prev_norms > 0,
+                              np.sqrt(updates[:, 3]) / self._prev_norms, np.nan)
+        self._prev_norms = np.sqrt(params[:, 3])
+
+        labels = self._param_labels
+        blocks = [StatsBlock(step, "param", labels, params),
+                  StatsBlock(step, "update", labels, updates, extra={"ratio": ratios})]
+        measured = self._grad_state == _GRAD_MEASURED
+        shown = measured | (self._grad_state == _GRAD_NONE)
+        grads = np.where(measured[:, None], self._grads, np.nan)
+        grads[:, 0] = params[:, 0]
+        grad_none = [state == _GRAD_NONE for state in self._grad_state.tolist()]
+        if shown.all():
+            blocks.append(StatsBlock(step, "grad", labels, grads, extra={"grad_none": grad_none}))
+        else:  # a gradient that could not be measured has no row
+            rows = np.flatnonzero(shown).tolist()
+            blocks.append(StatsBlock(step, "grad", [labels[i] for i in rows], grads[rows],
+                                     extra={"grad_none": [grad_none[i] for i in rows]}))
+        grad_sumsq = np.bincount(self._param_model[measured], weights=grads[measured, 3],
+                                 minlength=len(self._models))
+        if state_index:
+            blocks.append(StatsBlock(step, "state", state_names, moments[state_index],
+                                     keys=state_keys))
         for key, index in self._pending_activations:
             seen = self._activations.get(key)
-            self._activations[key] = moments[index] if seen is None else combine(seen, moments[index])
-        for key, m in self._activations.items():
-            a = summarize(m)
-            rows.append((step, "activation", key, None, a.numel, None, a.max_abs, a.mean, a.std,
-                         None, None, a.zero_frac, a.sat_frac, None, a.nonfinite, None, None, None))
-            nonfinite = nonfinite or a.nonfinite > 0
-        for role, name, t, index in io_index:
-            s = summarize(moments[index])
-            rows.append((step, role, name, None, s.numel, None, None, s.mean, s.std, s.min, s.max,
-                         None, None, None, s.nonfinite, None, "x".join(map(str, t.shape)),
-                         _content_hash(t)))
-            nonfinite = nonfinite or s.nonfinite > 0
+            m = row_moments(moments[index])
+            self._activations[key] = m if seen is None else combine(seen, m)
+        if self._activations:
+            blocks.append(StatsBlock(step, "activation", list(self._activations),
+                                     moments_rows(list(self._activations.values()))))
+        for role, tensors in io.items():
+            if tensors:
+                blocks.append(StatsBlock(
+                    step, role, [name for name, _, _ in tensors],
+                    moments[[index for _, _, index in tensors]],
+                    extra={"shape": ["x".join(map(str, t.shape)) for _, t, _ in tensors],
+                           "hash": [_content_hash(t) for _, t, _ in tensors]}))
+        nonfinite = any((block.moments[:, 8] > 0).any() for block in blocks)
         self._reset_step_state()
-        measured = {name: flat[scalar_offsets[name]] if name in scalar_offsets else v
-                    for name, v in values.items()}
-        return rows, measured, grad_sumsq, nonfinite
-
+        read = {name: flat[scalar_offsets[name]] if name in scalar_offsets else v
+                for name, v in values.items()}
+        return blocks, read, grad_sumsq, nonfinite
 
     def _readable_scalars(self, values: dict[str, Any]) -> dict[str, float]:
         """The scalars that can still be read as floats after the step's measuring failed."""
@@ -638,9 +642,7 @@ class Recorder:
         self._activations = {}
         self._pending_activations = []
         self._batch = MomentBatch()
-        for prm in self._params:
-            prm.captured = False
-            prm.grad = None
+        self._grad_state[:] = _GRAD_PENDING
 
     def event(self, kind: str, message: str = "") -> None:
         """Mark something that happened (``domain_switch``, ``lr_drop``...) from the next step on."""
@@ -671,7 +673,7 @@ class Recorder:
         wrote = False
         while self._unwritten:
             buffers = self._unwritten[0]
-            for table, rows, build in (("stats", buffers.stats, stats_table),
+            for table, rows, build in (("stats", buffers.stats, _stats_table),
                                        ("scalars", buffers.scalars, scalars_table),
                                        ("events", buffers.events, events_table)):
                 if rows and table not in buffers.written:

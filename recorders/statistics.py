@@ -19,6 +19,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 try:
@@ -34,8 +35,11 @@ __all__ = [
     "exact_moments",
     "activation_moments",
     "measure_now",
+    "moments_rows",
     "params_and_updates",
+    "row_moments",
     "summarize",
+    "summarize_rows",
     "update_moments",
 ]
 
@@ -76,27 +80,59 @@ class TensorStats(NamedTuple):
     nonfinite: int
 
 
-def summarize(m: Moments) -> TensorStats:
-    """Turn moments into the statistics written to disk."""
-    has_finite = m.finite > 0
-    mean = std = None
-    if m.sum is not None and has_finite:
-        mean = m.sum / m.finite
-        var = max(m.sumsq / m.finite - mean * mean, 0.0) if math.isfinite(m.sumsq) else math.inf
-        std = math.sqrt(var)
-    max_abs = max(-m.min, m.max) if has_finite and m.min is not None else None
-    return TensorStats(
-        numel=m.numel,
-        norm=math.sqrt(m.sumsq),
-        max_abs=max_abs,
-        mean=mean,
-        std=std,
-        min=m.min if has_finite else None,
-        max=m.max if has_finite else None,
-        zero_frac=None if m.zeros is None or m.numel == 0 else m.zeros / m.numel,
-        sat_frac=None if m.saturated is None or m.numel == 0 else m.saturated / m.numel,
-        nonfinite=m.nonfinite,
-    )
+def moments_rows(moments: list[Moments]) -> np.ndarray:
+    """Moments of many tensors as one float64 array, a row per tensor in the field order of
+    :class:`Moments`, NaN where not measured (the form the fused kernel returns)."""
+    return np.array(moments, dtype=np.float64).reshape(len(moments), len(Moments._fields))
+
+
+def row_moments(row: np.ndarray) -> Moments:
+    """One row of a moments array as :class:`Moments` (None where NaN)."""
+    numel, finite, total, sumsq, lo, hi, zeros, saturated, nonfinite = row.tolist()
+
+    def known(x):
+        return None if math.isnan(x) else x
+
+    def count(x):
+        return None if math.isnan(x) else int(x)
+
+    return Moments(int(numel), int(finite), known(total), sumsq, known(lo), known(hi),
+                   count(zeros), count(saturated), int(nonfinite))
+
+
+def summarize_rows(rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The statistics written to disk, column by column, for a moments array (see
+    :func:`moments_rows`): float64 arrays named as :class:`TensorStats`, NaN = null."""
+    numel, finite, total, sumsq, lo, hi, zeros, saturated, nonfinite = rows.T
+    with np.errstate(divide="ignore", invalid="ignore"):
+        has_finite = finite > 0
+        mean = np.where(has_finite, total / finite, np.nan)  # NaN too where sums were not taken
+        variance = np.where(np.isfinite(sumsq), np.maximum(sumsq / finite - mean * mean, 0.0),
+                            np.inf)
+        std = np.where(np.isnan(mean), np.nan, np.sqrt(variance))
+        empty = numel == 0
+        return {
+            "numel": numel,
+            "norm": np.sqrt(sumsq),
+            "max_abs": np.where(has_finite, np.maximum(-lo, hi), np.nan),
+            "mean": mean,
+            "std": std,
+            "min": np.where(has_finite, lo, np.nan),
+            "max": np.where(has_finite, hi, np.nan),
+            "zero_frac": np.where(empty, np.nan, zeros / numel),
+            "sat_frac": np.where(empty, np.nan, saturated / numel),
+            "nonfinite": nonfinite,
+        }
+
+
+def summarize(m: Moments | np.ndarray) -> TensorStats:
+    """The statistics written to disk for one tensor's moments (a :class:`Moments` or one row
+    of a moments array)."""
+    columns = summarize_rows(np.asarray(m, dtype=np.float64).reshape(1, -1))
+    values = {name: column[0].item() for name, column in columns.items()}
+    known = {name: None if math.isnan(v) else v for name, v in values.items()}
+    return TensorStats(**{**known, "numel": int(values["numel"]),
+                          "nonfinite": int(values["nonfinite"])})
 
 
 def combine(a: Moments, b: Moments) -> Moments:
@@ -208,69 +244,89 @@ class _FusedRequest(NamedTuple):
     previous: torch.Tensor | None = None  # measure tensor - previous, then previous <- tensor
 
 
-def _fused_measure(requests: list[_FusedRequest]) -> list[tuple[Moments, Moments | None]]:
-    """One call of the fused kernel for all `requests`: the moments of each tensor and, given
-    its `previous`, the moments of ``tensor - previous`` (sum of squares and non-finite count,
-    in float64), after which `previous` holds a copy of the tensor."""
-    results = _fused.moments_many(
-        [(r.tensor.data_ptr(), r.tensor.numel(),
-          0 if r.previous is None else r.previous.data_ptr(),
-          (1 if r.sums else 0) | (2 if r.zeros else 0)) for r in requests])
-    return [_from_fused(r, *result) for r, result in zip(requests, results)]
+def _fused_measure(requests: list[_FusedRequest]) -> tuple[np.ndarray, np.ndarray]:
+    """One call of the fused kernel for all `requests`: a moments array of the tensors and one
+    of ``tensor - previous`` where a `previous` is given (sum of squares and non-finite count,
+    in float64; NaN rows elsewhere), after which `previous` holds a copy of the tensor."""
+    rows = np.frombuffer(_kernel(requests), dtype=np.float64).reshape(
+        len(requests), 2, len(Moments._fields))
+    moments = rows[:, 0]
+    _, finite, total, sumsq = moments.T[:4]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        suspect = _cancel_mask(total / finite, sumsq / finite)
+    for i in np.flatnonzero(suspect):  # rare: re-measured exactly in float64
+        r = requests[i]
+        moments[i] = exact_moments(r.tensor, sums=True, zeros=r.zeros)
+    for i, r in enumerate(requests):
+        if r.saturation:
+            moments[i, 7] = (_saturated_count(r.tensor, r.saturation, moments[i, 4],
+                                              moments[i, 5]) if moments[i, 1] else 0)
+    return moments, rows[:, 1]
 
 
-def _from_fused(r: _FusedRequest, nonfinite: int, total: float, sumsq: float, lo: float,
-                hi: float, zero_count: int, diff_nonfinite: int,
-                diff_sumsq: float) -> tuple[Moments, Moments | None]:
-    t = r.tensor
-    numel = t.numel()
-    finite = numel - nonfinite
-    if r.sums and finite and _cancels(total / finite, sumsq / finite):
-        moments = exact_moments(t, sums=True, zeros=r.zeros, saturation=r.saturation)
-    else:
-        moments = Moments(
-            numel=numel, finite=finite, sum=total if r.sums else None, sumsq=sumsq,
-            min=lo if finite else None, max=hi if finite else None,
-            zeros=zero_count if r.zeros else None,
-            saturated=(_saturated_count(t, r.saturation, lo, hi) if finite else 0)
-            if r.saturation else None,
-            nonfinite=nonfinite)
-    update = None
-    if r.previous is not None:
-        update = Moments(numel=numel, finite=numel - diff_nonfinite, sum=None, sumsq=diff_sumsq,
-                         min=None, max=None, zeros=None, saturated=None,
-                         nonfinite=diff_nonfinite)
-    return moments, update
+def _cancel_mask(mean: np.ndarray, mean_sq: np.ndarray) -> np.ndarray:
+    """Where var = E[x^2] - mean^2 from float32-accumulated sums has lost too many digits
+    (never where the mean was not taken)."""
+    with np.errstate(invalid="ignore"):
+        return (mean_sq > 0) & ~(mean_sq - mean * mean > _CANCELLATION_LIMIT * mean_sq) \
+            & ~np.isnan(mean)
 
 
 def _cancels(mean: float, mean_sq: float) -> bool:
-    """Whether var = E[x^2] - mean^2 from float32-accumulated sums has lost too many digits."""
+    """:func:`_cancel_mask` for one tensor."""
     return mean_sq > 0 and not mean_sq - mean * mean > _CANCELLATION_LIMIT * mean_sq
 
 
+def _kernel(requests: list[_FusedRequest]) -> bytearray:
+    return _fused.moments_many(
+        [(r.tensor.data_ptr(), r.tensor.numel(),
+          0 if r.previous is None else r.previous.data_ptr(),
+          (1 if r.sums else 0) | (2 if r.zeros else 0) | (0 if r.previous is None else 4))
+         for r in requests])
+
+
+def _fused_one(r: _FusedRequest) -> Moments:
+    """:func:`_fused_measure` for one tensor without an update, in plain Python: numpy's
+    per-call overhead would cost more than the kernel on a small module output."""
+    numel, finite, total, sumsq, lo, hi, zeros, _, nonfinite = \
+        memoryview(_kernel([r])).cast("d")[:len(Moments._fields)].tolist()
+    if r.sums and finite and _cancels(total / finite, sumsq / finite):
+        return exact_moments(r.tensor, sums=True, zeros=r.zeros, saturation=r.saturation)
+    return Moments(
+        numel=int(numel), finite=int(finite), sum=total if r.sums else None, sumsq=sumsq,
+        min=lo if finite else None, max=hi if finite else None,
+        zeros=int(zeros) if r.zeros else None,
+        saturated=(_saturated_count(r.tensor, r.saturation, lo, hi) if finite else 0)
+        if r.saturation else None,
+        nonfinite=int(nonfinite))
+
+
 def params_and_updates(pairs: list[tuple[torch.Tensor, torch.Tensor]]
-                       ) -> list[tuple[Moments, Moments]]:
+                       ) -> tuple[np.ndarray, np.ndarray]:
     """For each (parameter, previous) in host memory: moments of the parameter and of its
-    update since `previous` (its value at the last record), then ``previous <- parameter``.
-    One fused pass over all of them where possible; four torch passes per pair elsewhere."""
-    out: list[tuple[Moments, Moments] | None] = [None] * len(pairs)
-    fused = []
+    update since `previous` (its value at the last record), then ``previous <- parameter``;
+    as two moments arrays, a row per pair. One fused pass over all of them where possible;
+    four torch passes per pair elsewhere."""
+    width = len(Moments._fields)
+    params, updates = np.empty((len(pairs), width)), np.empty((len(pairs), width))
+    fused, requests = [], []
     for i, (now, previous) in enumerate(pairs):
         now = now.detach()
         if _fusable(now) and _fusable(previous) and previous.stride() == now.stride() \
                 and previous.numel() == now.numel():  # element i of one is element i of the other
-            fused.append((i, _FusedRequest(now, True, False, None, previous)))
+            fused.append(i)
+            requests.append(_FusedRequest(now, True, False, None, previous))
             continue
-        moments = measure_now(now, sums=True)
+        params[i] = measure_now(now, sums=True)
         previous.sub_(now)  # previous := previous - now = -update
-        update = update_moments(previous)
+        updates[i] = update_moments(previous)
         previous.copy_(now)
-        out[i] = moments, update
     if fused:
-        for (i, _), result in zip(fused, _fused_measure([r for _, r in fused])):
-            out[i] = result
-    return out
+        params[fused], updates[fused] = _fused_measure(requests)
+    return params, updates
 
+
+_UNREAD = Moments(0, 0, None, 0.0, None, None, None, None, 0)  # filled in from the fused kernel
 
 _INT_VIEW = {torch.float32: torch.int32, torch.float64: torch.int64,
              torch.float16: torch.int16, torch.bfloat16: torch.int16}
@@ -376,9 +432,10 @@ class MomentBatch:
         self._floats.append(t.detach().reshape(-1)[0])
         return len(self._floats) - 1
 
-    def read(self) -> tuple[list[Moments], list[float]]:
-        """One host transfer for everything queued: (moments per tensor, the float values that
-        `add_value` offsets index). Exact re-measurement where the fast path is unsure."""
+    def read(self) -> tuple[np.ndarray, list[float]]:
+        """One host transfer for everything queued: (a moments array, a row per tensor in `add`
+        order; the float values that `add_value` offsets index). Exact re-measurement where
+        the fast path is unsure."""
         groups = [torch.stack(g).to(torch.float64).reshape(-1)
                   for g in (self._floats, self._ints, self._exacts) if g]
         if len(groups) > 1:
@@ -388,9 +445,12 @@ class MomentBatch:
         floats = flat[:len(self._floats)]
         ints = flat[len(self._floats):len(self._floats) + len(self._ints)]
         exacts = flat[len(self._floats) + len(self._ints):]
-        fused = [m for m, _ in _fused_measure(self._fused)] if self._fused else []
-        return [e.sparse if e.sparse is not None else fused[e.floats] if e.fused
-                else self._moments(e, floats, ints, exacts) for e in self._entries], floats
+        rows = moments_rows([e.sparse if e.sparse is not None else _UNREAD if e.fused
+                             else self._moments(e, floats, ints, exacts) for e in self._entries])
+        if self._fused:
+            rows[[i for i, e in enumerate(self._entries) if e.fused]] = \
+                _fused_measure(self._fused)[0]
+        return rows, floats
 
     @staticmethod
     def _moments(e: _Entry, floats: list[float], ints: list[float],
@@ -457,7 +517,7 @@ def measure_now(t: torch.Tensor, *, sums: bool = True, extremes: bool = True,
     """Moments of one tensor right away (used where the tensor will not outlive the call)."""
     batch = MomentBatch()
     batch.add(t, sums=sums, extremes=extremes, zeros=zeros, saturation=saturation)
-    return batch.read()[0][0]
+    return row_moments(batch.read()[0][0])
 
 
 def activation_moments(t: torch.Tensor, saturation: str | None) -> Moments:
@@ -470,7 +530,7 @@ def activation_moments(t: torch.Tensor, saturation: str | None) -> Moments:
     with two). Anything else (GPU, other dtypes, sparse) goes through :func:`measure_now`.
     """
     if _fusable(t):
-        return _fused_measure([_FusedRequest(t.detach(), True, True, saturation)])[0][0]
+        return _fused_one(_FusedRequest(t.detach(), True, True, saturation))
     if t.layout is not torch.strided:
         return measure_now(t, sums=True, zeros=True, saturation=saturation)
     v = t.detach().reshape(-1)

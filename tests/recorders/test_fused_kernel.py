@@ -25,7 +25,7 @@ torch.set_num_threads(4)
 from recorders.statistics import params_and_updates, summarize
 x = np.random.default_rng(0).standard_normal(1_000_000).astype(np.float32)
 prev = torch.from_numpy(x + 1)
-[(m, u)] = params_and_updates([(torch.from_numpy(x), prev)])
+(m,), (u,) = params_and_updates([(torch.from_numpy(x), prev)])
 assert abs(summarize(m).norm - np.sqrt((x.astype(np.float64) ** 2).sum())) < 1e-4 * summarize(m).norm
 assert abs(summarize(u).norm - 1000.0) < 1e-3 and (prev.numpy() == x).all()
 """
