@@ -25,7 +25,7 @@
 
 namespace {
 
-enum Flags { kSum = 1, kZeros = 2, kPrevious = 4 };
+enum Flags { kSum = 1, kZeros = 2, kPrevious = 4, kHash = 8 };
 
 constexpr int64_t kBlock = 8192;           // elements folded into float64 at a time (32 KiB)
 constexpr int kWidth = 8;                   // float32 lanes per vector
@@ -35,12 +35,57 @@ static_assert(kBlock % (kWidth * kUnroll) == 0, "a block is a whole number of un
 typedef float vf __attribute__((vector_size(4 * kWidth)));
 typedef int32_t vi __attribute__((vector_size(4 * kWidth)));
 
+// zlib's CRC-32, from the libz.so.1 that Python's zlib module uses (so that a batch hashes to
+// what zlib.crc32 gives), loaded at run time: building needs no zlib headers.
+typedef unsigned long (*Crc32Fn)(unsigned long, const unsigned char*, unsigned int);
+typedef unsigned long (*Crc32CombineFn)(unsigned long, unsigned long, long);
+
+struct Zlib {
+  Crc32Fn crc32 = nullptr;
+  Crc32CombineFn combine = nullptr;
+
+  Zlib() {
+    void* lib = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return;
+    crc32 = reinterpret_cast<Crc32Fn>(dlsym(lib, "crc32"));
+    combine = reinterpret_cast<Crc32CombineFn>(dlsym(lib, "crc32_combine"));
+    if (!crc32 || !combine) crc32 = nullptr;
+  }
+};
+
+const Zlib& zlib() {
+  static const Zlib instance;  // initialised once, thread-safe
+  return instance;
+}
+
+uint32_t crc_of(const float* x, int64_t n) {
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(x);
+  int64_t left = n * static_cast<int64_t>(sizeof(float));
+  unsigned long crc = 0;
+  while (left > 0) {  // zlib takes at most 4 GiB a call
+    const unsigned int chunk = left > (1LL << 30) ? 1U << 30 : static_cast<unsigned int>(left);
+    crc = zlib().crc32(crc, bytes, chunk);
+    bytes += chunk;
+    left -= chunk;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
 struct Partial {
   int64_t nonfinite = 0, zeros = 0, diff_nonfinite = 0;
+  int64_t elements = 0;  // how many elements of the tensor these are
+  bool hashed = false;
+  uint32_t crc = 0;      // CRC-32 of their bytes, when hashed
   double sum = 0, sumsq = 0, diff_sumsq = 0;
   double min = INFINITY, max = -INFINITY;
 
+  // Another part of the same tensor, the one that follows this one.
   void add(const Partial& o) {
+    if (o.hashed) {
+      crc = hashed ? zlib().combine(crc, o.crc, o.elements * sizeof(float)) : o.crc;
+      hashed = true;
+    }
+    elements += o.elements;
     nonfinite += o.nonfinite; zeros += o.zeros; diff_nonfinite += o.diff_nonfinite;
     sum += o.sum; sumsq += o.sumsq; diff_sumsq += o.diff_sumsq;
     if (o.min < min) min = o.min;
@@ -171,7 +216,9 @@ struct Item {
   float* prev;
   int64_t n;
   Reducer reduce;
+  bool hash;
 };
+
 
 constexpr int64_t kMinPerThread = 1 << 16;  // 256 KiB: less is not worth starting a team
 
@@ -191,8 +238,13 @@ void run_part(const Work& w, int64_t part) {
     const int64_t lo = begin > offset ? begin - offset : 0;
     const int64_t hi = end - offset < it.n ? end - offset : it.n;
     if (lo < hi) {
-      it.reduce(it.x + lo, it.prev ? it.prev + lo : nullptr, hi - lo,
-                w.partials[part * w.count + i]);
+      Partial& r = w.partials[part * w.count + i];
+      it.reduce(it.x + lo, it.prev ? it.prev + lo : nullptr, hi - lo, r);
+      r.elements = hi - lo;
+      if (it.hash) {
+        r.crc = crc_of(it.x + lo, hi - lo);  // still in this core's cache
+        r.hashed = true;
+      }
     }
     offset += it.n;
   }
@@ -259,6 +311,7 @@ void run(const Item* items, int64_t count, Partial* out) {
 }
 
 constexpr int kColumns = 9;  // numel, finite, sum, sumsq, min, max, zeros, saturated, nonfinite
+constexpr int kRow = 2 * kColumns + 1;  // moments, moments of the difference, CRC-32
 
 // One row of moments in the layout of recorders.statistics.Moments, NaN where not measured.
 void write_row(double* row, int64_t numel, int64_t nonfinite, double sum, double sumsq,
@@ -271,7 +324,8 @@ void write_row(double* row, int64_t numel, int64_t nonfinite, double sum, double
 }
 
 // moments_many([(address, numel, previous, flags), ...]) -> bytearray of float64: per item, the
-// moments row of the tensor, then that of `tensor - previous` (all NaN unless kPrevious).
+// moments row of the tensor, that of `tensor - previous` (all NaN unless kPrevious), and the
+// CRC-32 of the tensor's bytes (NaN unless kHash, or where libz.so.1 cannot be loaded).
 PyObject* moments_many(PyObject*, PyObject* args) {
   PyObject* list;
   if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return nullptr;
@@ -287,7 +341,7 @@ PyObject* moments_many(PyObject*, PyObject* args) {
       delete[] flags;
       return nullptr;
     }
-    if (numel < 0 || flags[i] < 0 || flags[i] > (kSum | kZeros | kPrevious) ||
+    if (numel < 0 || flags[i] < 0 || flags[i] > (kSum | kZeros | kPrevious | kHash) ||
         (numel > 0 && (address == 0 || (flags[i] & kPrevious && previous == 0)))) {
       delete[] items;
       delete[] flags;
@@ -295,9 +349,11 @@ PyObject* moments_many(PyObject*, PyObject* args) {
       return nullptr;
     }
     float* prev = flags[i] & kPrevious ? reinterpret_cast<float*>(previous) : nullptr;
-    items[i] = Item{reinterpret_cast<const float*>(address), prev, numel, kReducers[flags[i]]};
+    items[i] = Item{reinterpret_cast<const float*>(address), prev, numel,
+                    kReducers[flags[i] & (kSum | kZeros | kPrevious)],
+                    (flags[i] & kHash) && zlib().crc32 != nullptr};
   }
-  PyObject* result = PyByteArray_FromStringAndSize(nullptr, count * 2 * kColumns * sizeof(double));
+  PyObject* result = PyByteArray_FromStringAndSize(nullptr, count * kRow * sizeof(double));
   if (result) {
     Partial* out = new Partial[count > 0 ? count : 1];
     Py_BEGIN_ALLOW_THREADS
@@ -306,7 +362,7 @@ PyObject* moments_many(PyObject*, PyObject* args) {
     double* rows = reinterpret_cast<double*>(PyByteArray_AS_STRING(result));
     for (Py_ssize_t i = 0; i < count; i++) {
       const Partial& r = out[i];
-      double* row = rows + i * 2 * kColumns;
+      double* row = rows + i * kRow;
       write_row(row, items[i].n, r.nonfinite, flags[i] & kSum ? r.sum : NAN, r.sumsq, r.min,
                 r.max, flags[i] & kZeros ? static_cast<double>(r.zeros) : NAN);
       if (flags[i] & kPrevious) {
@@ -314,6 +370,8 @@ PyObject* moments_many(PyObject*, PyObject* args) {
       } else {
         for (int k = 0; k < kColumns; k++) row[kColumns + k] = NAN;
       }
+      // An empty tensor's bytes hash to 0, as zlib.crc32(b"") does.
+      row[2 * kColumns] = items[i].hash ? static_cast<double>(r.crc) : NAN;
     }
     delete[] out;
   }
@@ -326,7 +384,7 @@ PyMethodDef methods[] = {
     {"moments_many", moments_many, METH_VARARGS,
      "moments_many([(address, numel, previous, flags), ...]) -> bytearray of float64: per "
      "item, 9 moments of the tensor (numel, finite, sum, sumsq, min, max, zeros, saturated, "
-     "nonfinite; NaN where not measured), then 9 of tensor - previous"},
+     "nonfinite; NaN where not measured), 9 of tensor - previous, and its bytes' CRC-32"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fused", nullptr, -1, methods};

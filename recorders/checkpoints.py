@@ -105,13 +105,17 @@ class FlightRing:
             return
         recycled = self._ring[0].tensors if len(self._ring) == self.size else {}
         copies: dict[TensorId, torch.Tensor] = {}
+        refill: list[tuple[torch.Tensor, torch.Tensor]] = []  # (recycled buffer, tensor)
         with torch.no_grad():
             for tid, t in source.tensors():
                 old = recycled.get(tid)
                 if old is not None and old.shape == t.shape and old.dtype == t.dtype:
-                    copies[tid] = old.copy_(t.detach())
+                    copies[tid] = old
+                    refill.append((old, t.detach()))
                 else:
                     copies[tid] = t.detach().to("cpu", copy=True)
+            if refill:  # one call for all: torch spreads the copies over its threads
+                torch._foreach_copy_([old for old, _ in refill], [t for _, t in refill])
         self._ring.append(Snapshot(step, copies))
 
     def snapshots(self) -> list[Snapshot]:

@@ -203,6 +203,9 @@ class RunWriter:
         self._warned = False
         self._segments: dict[str, int] = {}
         self._levels: dict[str, list[tuple[int, int]]] = {}  # table -> [(segment, level)]
+        # Level-0 segments written by this writer, kept to be merged without reading them back
+        # (at most FAN_IN per table; the larger levels are rarer and are read from disk).
+        self._recent: dict[tuple[str, int], pa.Table] = {}
 
     def prepare(self) -> None:
         """Create the folders and find where segment numbering continues (raises on error)."""
@@ -240,6 +243,8 @@ class RunWriter:
         self._segments[table_name] = number + 1
         if ok:
             self._levels[table_name].append((number, level))
+            if level == 0:
+                self._recent[table_name, number] = table
             self._compact(table_name)
         return ok
 
@@ -251,7 +256,8 @@ class RunWriter:
                 continue
             paths = [self._segment_path(table_name, n) for n in group]
             try:
-                merged = pa.concat_tables([pq.read_table(p) for p in paths])
+                merged = pa.concat_tables([self._recent.pop((table_name, n), None)
+                                           or pq.read_table(p) for n, p in zip(group, paths)])
             except (OSError, pa.ArrowException):
                 return  # leave the small segments as they are; they are all readable
             schema = {"stats": STATS_SCHEMA, "scalars": SCALARS_SCHEMA,

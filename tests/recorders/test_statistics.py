@@ -289,3 +289,29 @@ def test_channels_last_tensors_are_measured_in_place():
         (moments,), (update,) = params_and_updates([(now, previous)])
         assert summarize(update).norm == pytest.approx(np.sqrt(x.numel()), rel=1e-5)
         np.testing.assert_array_equal(previous.numpy(), now.numpy())
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_content_hash_is_the_crc32_of_the_bytes_in_c_order(threads):
+    """A batch's hash is zlib's CRC-32 of its bytes in C order, whoever computes it: the
+    fused kernel in the pass that measures it (its parts hashed by several threads and
+    combined), or zlib itself (other dtypes, other layouts, no kernel)."""
+    import zlib
+
+    from recorders.statistics import content_hash
+
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(5)
+    tensors = [torch.randn(300_001, generator=g), torch.randn(0), torch.randn(7, generator=g),
+               torch.randn(2, 3, 40, 50, generator=g).to(memory_format=torch.channels_last),
+               torch.randint(0, 10, (64,), generator=g), torch.randn(3, 500, generator=g).t(),
+               torch.randn(200_000, generator=g).double()]
+    expected = [f"{zlib.crc32(t.contiguous().numpy().tobytes()):08x}" for t in tensors]
+    batch = MomentBatch()
+    indices = [batch.add(t, sums=True, zeros=True, hashed=True) for t in tensors]
+    unhashed = batch.add(torch.randn(100_000, generator=g))  # in the same kernel call
+    moments, _ = batch.read()
+    assert [batch.content_hash(i) for i in indices] == expected
+    assert [content_hash(t) for t in tensors] == expected
+    assert_matches(summarize(moments[indices[0]]), reference(tensors[0].numpy()))
+    assert summarize(moments[unhashed]).numel == 100_000
