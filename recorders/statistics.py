@@ -258,9 +258,7 @@ def _fused_measure(requests: list[_FusedRequest]
     rows = np.frombuffer(_kernel(requests), dtype=np.float64).reshape(len(requests), 2 * width + 1)
     moments = rows[:, :width]
     _, finite, total, sumsq = moments.T[:4]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        suspect = _cancel_mask(total / finite, sumsq / finite)
-    for i in np.flatnonzero(suspect):  # rare: re-measured exactly in float64
+    for i in np.flatnonzero(_cancel_mask(total, sumsq, finite)):  # rare: exactly in float64
         r = requests[i]
         moments[i] = exact_moments(r.tensor, sums=True, zeros=r.zeros)
     for i, r in enumerate(requests):
@@ -270,10 +268,11 @@ def _fused_measure(requests: list[_FusedRequest]
     return moments, rows[:, width:2 * width], rows[:, 2 * width]
 
 
-def _cancel_mask(mean: np.ndarray, mean_sq: np.ndarray) -> np.ndarray:
+def _cancel_mask(total: np.ndarray, sumsq: np.ndarray, finite: np.ndarray) -> np.ndarray:
     """Where var = E[x^2] - mean^2 from float32-accumulated sums has lost too many digits
-    (never where the mean was not taken)."""
-    with np.errstate(invalid="ignore"):
+    (never where the sum was not taken, NaN)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean, mean_sq = total / finite, sumsq / finite
         return (mean_sq > 0) & ~(mean_sq - mean * mean > _CANCELLATION_LIMIT * mean_sq) \
             & ~np.isnan(mean)
 
@@ -346,8 +345,6 @@ def params_and_updates(pairs: list[tuple[torch.Tensor, torch.Tensor]]
     return params, updates
 
 
-_UNREAD = Moments(0, 0, None, 0.0, None, None, None, None, 0)  # filled in from the fused kernel
-
 _INT_VIEW = {torch.float32: torch.int32, torch.float64: torch.int64,
              torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
@@ -376,7 +373,6 @@ class _Entry:
     exact: bool
     floats: int  # offset of this entry's float results (or of its exact vector)
     ints: int  # offset of this entry's integer results
-    fused: bool = False  # measured by the fused host kernel; `floats` indexes its requests
     sparse: Moments | None = None  # a sparse tensor, measured at once
 
 
@@ -400,8 +396,9 @@ class MomentBatch:
         self._ints: list[torch.Tensor] = []
         self._exacts: list[torch.Tensor] = []
         self._fused: list[_FusedRequest] = []
-        self._entries: list[_Entry] = []
-        self._crcs: dict[int, int] = {}  # entry -> CRC-32 from the fused kernel
+        self._fused_rows: list[int] = []  # the index `add` returned for each fused request
+        self._entries: list[_Entry | _FusedRequest] = []
+        self._crcs: dict[int, int] = {}  # index -> CRC-32 from the fused kernel
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -414,16 +411,17 @@ class MomentBatch:
         ``hashed=True``: :meth:`content_hash` will be asked for it (the fused kernel computes
         it in the same pass)."""
         x = t.detach()
+        if _fusable(x):  # host memory: one fused pass for all such tensors at `read`
+            entry = _FusedRequest(x, sums, zeros, saturation, hash=hashed and x.is_contiguous())
+            self._fused.append(entry)
+            self._fused_rows.append(len(self._entries))
+            self._entries.append(entry)
+            return len(self._entries) - 1
         numel = x.numel()
         exact = exact or x.dtype not in _FAST_DTYPES or numel == 0
         if x.layout is not torch.strided:  # a sparse gradient (nn.Embedding(sparse=True))
             entry = _Entry(x, numel, sums, True, zeros, saturation, False, 0, 0,
                            sparse=_sparse_moments(x, sums, zeros, saturation))
-        elif _fusable(x):  # host memory: one fused pass for all such tensors at `read`
-            entry = _Entry(x, numel, sums, extremes, zeros, saturation, False,
-                           len(self._fused), 0, fused=True)
-            self._fused.append(_FusedRequest(x, sums, zeros, saturation,
-                                             hash=hashed and x.is_contiguous()))
         elif exact:
             entry = _Entry(x, numel, sums, True, zeros, saturation, True, len(self._exacts), 0)
             self._exacts.append(_exact_tensor(x, sums, zeros, saturation))
@@ -461,22 +459,25 @@ class MomentBatch:
         """One host transfer for everything queued: (a moments array, a row per tensor in `add`
         order; the float values that `add_value` offsets index). Exact re-measurement where
         the fast path is unsure."""
-        groups = [torch.stack(g).to(torch.float64).reshape(-1)
-                  for g in (self._floats, self._ints, self._exacts) if g]
-        if len(groups) > 1:
-            flat = torch.cat(groups).tolist()
+        if len(self._floats) == 1 and not self._ints and not self._exacts:
+            flat = [self._floats[0].item()]  # a loss alone: no stacking
         else:
-            flat = groups[0].tolist() if groups else []
+            groups = [torch.stack(g).to(torch.float64).reshape(-1)
+                      for g in (self._floats, self._ints, self._exacts) if g]
+            flat = torch.cat(groups).tolist() if groups else []
         floats = flat[:len(self._floats)]
         ints = flat[len(self._floats):len(self._floats) + len(self._ints)]
         exacts = flat[len(self._floats) + len(self._ints):]
-        rows = moments_rows([e.sparse if e.sparse is not None else _UNREAD if e.fused
-                             else self._moments(e, floats, ints, exacts) for e in self._entries])
+        rows = np.empty((len(self._entries), len(Moments._fields)))
         if self._fused:
-            fused = [i for i, e in enumerate(self._entries) if e.fused]
-            rows[fused], _, crcs = _fused_measure(self._fused)
-            self._crcs = {i: int(crc) for i, crc in zip(fused, crcs.tolist())
+            rows[self._fused_rows], _, crcs = _fused_measure(self._fused)
+            self._crcs = {i: int(crc) for i, crc in zip(self._fused_rows, crcs.tolist())
                           if not math.isnan(crc)}
+        if len(self._fused) < len(self._entries):
+            for i, e in enumerate(self._entries):
+                if isinstance(e, _Entry):
+                    rows[i] = e.sparse if e.sparse is not None \
+                        else self._moments(e, floats, ints, exacts)
         return rows, floats
 
     def content_hash(self, index: int) -> str:
