@@ -494,7 +494,7 @@ def test_segments_are_compacted_and_no_row_is_lost(tmp_path):
     assert sorted(stats.step.unique()) == list(range(70))
     loss = read_table(tmp_path / "run", "scalars").query("name == 'loss'")
     assert sorted(loss.value) == [float(i) for i in range(70)]
-    for f in files:
+    for f in files:  # each flush (one step here) sorted, merged ones after each other
         frame = pq.read_table(f).to_pandas()
-        ordered = frame.sort_values(["role", "name", "key", "step"], kind="stable")
+        ordered = frame.sort_values(["step", "role", "name", "key"], kind="stable")
         assert list(ordered.index) == list(frame.index)
