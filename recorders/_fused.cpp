@@ -323,7 +323,16 @@ void run(const Item* items, int64_t count, Partial* out) {
 }
 
 constexpr int kColumns = 9;  // numel, finite, sum, sumsq, min, max, zeros, saturated, nonfinite
-constexpr int kRow = 2 * kColumns + 1;  // moments, moments of the difference, CRC-32
+// Per item: moments, moments of the difference, CRC-32, and whether the variance cancels.
+constexpr int kRow = 2 * kColumns + 2;
+// Below this, var = E[x^2] - mean^2 from float32-accumulated sums has lost too many digits
+// (recorders/statistics.py applies the same rule to torch's results).
+constexpr double kCancellationLimit = 1e-3;
+
+bool variance_cancels(double sum, double sumsq, int64_t finite) {
+  const double mean = sum / finite, mean_sq = sumsq / finite;
+  return mean_sq > 0 && !(mean_sq - mean * mean > kCancellationLimit * mean_sq);
+}
 
 // One row of moments in the layout of recorders.statistics.Moments, NaN where not measured.
 void write_row(double* row, int64_t numel, int64_t nonfinite, double sum, double sumsq,
@@ -336,8 +345,9 @@ void write_row(double* row, int64_t numel, int64_t nonfinite, double sum, double
 }
 
 // moments_many([(address, numel, previous, flags), ...]) -> bytearray of float64: per item, the
-// moments row of the tensor, that of `tensor - previous` (all NaN unless kPrevious), and the
-// CRC-32 of the tensor's bytes (NaN unless kHash, or where libz.so.1 cannot be loaded).
+// moments row of the tensor, that of `tensor - previous` (all NaN unless kPrevious), the
+// CRC-32 of the tensor's bytes (NaN unless kHash, or where libz.so.1 cannot be loaded), and 1
+// where its variance cancels (kSum only), else 0.
 PyObject* moments_many(PyObject*, PyObject* args) {
   PyObject* list;
   if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return nullptr;
@@ -384,6 +394,8 @@ PyObject* moments_many(PyObject*, PyObject* args) {
       }
       // An empty tensor's bytes hash to 0, as zlib.crc32(b"") does.
       row[2 * kColumns] = items[i].hash ? static_cast<double>(r.crc) : NAN;
+      const int64_t finite = items[i].n - r.nonfinite;
+      row[2 * kColumns + 1] = flags[i] & kSum && finite > 0 && variance_cancels(r.sum, r.sumsq, finite);
     }
     delete[] out;
   }
@@ -396,7 +408,8 @@ PyMethodDef methods[] = {
     {"moments_many", moments_many, METH_VARARGS,
      "moments_many([(address, numel, previous, flags), ...]) -> bytearray of float64: per "
      "item, 9 moments of the tensor (numel, finite, sum, sumsq, min, max, zeros, saturated, "
-     "nonfinite; NaN where not measured), 9 of tensor - previous, and its bytes' CRC-32"},
+     "nonfinite; NaN where not measured), 9 of tensor - previous, its bytes' CRC-32, and "
+     "whether its variance cancels"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fused", nullptr, -1, methods};

@@ -397,7 +397,7 @@ class Recorder:
                     continue
                 key = name + suffix
                 try:
-                    if t.device.type == "cpu":  # reading back is free on the host
+                    if t.is_cpu:  # reading back is free on the host
                         m = activation_moments(t, saturation)
                         seen = self._activations.get(key)
                         self._activations[key] = m if seen is None else combine(seen, m)
@@ -510,7 +510,9 @@ class Recorder:
         """The step's stats blocks, its scalars as floats, each model's sum of squared
         gradients, and whether anything was non-finite."""
         batch = self._batch
-        self._measure_grads(np.flatnonzero(self._grad_state == _GRAD_PENDING).tolist())
+        pending = np.flatnonzero(self._grad_state == _GRAD_PENDING)
+        if pending.size:  # no optimizer stepped them
+            self._measure_grads(pending.tolist())
         width = len(Moments._fields)
         params = np.empty((len(self._params), width))
         updates = np.full((len(self._params), width), np.nan)  # NaN: no update this step
@@ -570,9 +572,9 @@ class Recorder:
             if update is not None:
                 updates[i] = moments[update]
         updates[:, 0] = params[:, 0]  # numel, also where there is no update
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratios = np.where(self._prev_norms > 0,
-                              np.sqrt(updates[:, 3]) / self._prev_norms, np.nan)
+        ratios = np.full(len(self._params), np.nan)
+        np.divide(np.sqrt(updates[:, 3]), self._prev_norms, out=ratios,
+                  where=self._prev_norms > 0)
         self._prev_norms = np.sqrt(params[:, 3])
 
         labels = self._param_labels
@@ -580,9 +582,9 @@ class Recorder:
                   StatsBlock(step, "update", labels, updates, extra={"ratio": ratios})]
         measured = self._grad_state == _GRAD_MEASURED
         shown = measured | (self._grad_state == _GRAD_NONE)
-        grads = np.where(measured[:, None], self._grads, np.nan)
+        grads = self._grads.copy()  # NaN rows where not measured
         grads[:, 0] = params[:, 0]
-        grad_none = [state == _GRAD_NONE for state in self._grad_state.tolist()]
+        grad_none = (self._grad_state == _GRAD_NONE).tolist()
         if shown.all():
             blocks.append(StatsBlock(step, "grad", labels, grads, extra={"grad_none": grad_none}))
         else:  # a gradient that could not be measured has no row
@@ -629,6 +631,7 @@ class Recorder:
         self._pending_activations = []
         self._batch = MomentBatch()
         self._grad_state[:] = _GRAD_PENDING
+        self._grads[:] = np.nan
 
     def event(self, kind: str, message: str = "") -> None:
         """Mark something that happened (``domain_switch``, ``lr_drop``...) from the next step on."""

@@ -45,7 +45,8 @@ __all__ = [
     "update_moments",
 ]
 
-# Below this, var = E[x^2] - mean^2 computed from float32 sums has lost too many digits.
+# Below this, var = E[x^2] - mean^2 computed from float32 sums has lost too many digits
+# (recorders/_fused.cpp has the same limit).
 _CANCELLATION_LIMIT = 1e-3
 _FAST_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 # Float32 elements per thread in a slice of a large activation: 1 MiB, within a core's L2
@@ -238,6 +239,21 @@ def _fusable(t: torch.Tensor) -> bool:
                  or t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d)))
 
 
+# Host dtypes whose values float32 holds exactly, integers up to 2**24 in magnitude (a larger
+# one sends the tensor to the exact path): a float32 copy of them goes through the kernel too,
+# instead of a handful of torch kernels whose dispatch costs more than the copy.
+_WIDENED = (torch.float16, torch.bfloat16, torch.bool, torch.uint8, torch.int8, torch.int16,
+            torch.int32, torch.int64)
+_EXACT_INTEGERS = 2.0 ** 24
+
+
+def _widened(t: torch.Tensor) -> torch.Tensor | None:
+    """A float32 copy of host tensor `t` for the fused kernel, if float32 holds its values."""
+    if _fused is not None and t.dtype in _WIDENED and t.is_cpu and t.layout is torch.strided:
+        return t.to(torch.float32, memory_format=torch.contiguous_format)
+    return None
+
+
 class _FusedRequest(NamedTuple):
     tensor: torch.Tensor  # contiguous float32 in host memory
     sums: bool
@@ -255,12 +271,13 @@ def _fused_measure(requests: list[_FusedRequest]
     CRC-32 of each tensor asked to be hashed (NaN elsewhere, or where zlib could not be
     loaded)."""
     width = len(Moments._fields)
-    rows = np.frombuffer(_kernel(requests), dtype=np.float64).reshape(len(requests), 2 * width + 1)
+    rows = np.frombuffer(_kernel(requests), dtype=np.float64).reshape(len(requests), 2 * width + 2)
     moments = rows[:, :width]
-    _, finite, total, sumsq = moments.T[:4]
-    for i in np.flatnonzero(_cancel_mask(total, sumsq, finite)):  # rare: exactly in float64
-        r = requests[i]
-        moments[i] = exact_moments(r.tensor, sums=True, zeros=r.zeros)
+    cancels = rows[:, 2 * width + 1]
+    if cancels.any():  # rare: those are measured again, exactly in float64
+        for i in np.flatnonzero(cancels):
+            r = requests[i]
+            moments[i] = exact_moments(r.tensor, sums=True, zeros=r.zeros)
     for i, r in enumerate(requests):
         if r.saturation:
             moments[i, 7] = (_saturated_count(r.tensor, r.saturation, moments[i, 4],
@@ -268,17 +285,9 @@ def _fused_measure(requests: list[_FusedRequest]
     return moments, rows[:, width:2 * width], rows[:, 2 * width]
 
 
-def _cancel_mask(total: np.ndarray, sumsq: np.ndarray, finite: np.ndarray) -> np.ndarray:
-    """Where var = E[x^2] - mean^2 from float32-accumulated sums has lost too many digits
-    (never where the sum was not taken, NaN)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean, mean_sq = total / finite, sumsq / finite
-        return (mean_sq > 0) & ~(mean_sq - mean * mean > _CANCELLATION_LIMIT * mean_sq) \
-            & ~np.isnan(mean)
-
-
 def _cancels(mean: float, mean_sq: float) -> bool:
-    """:func:`_cancel_mask` for one tensor."""
+    """Whether var = E[x^2] - mean^2 from float32-accumulated sums has lost too many digits
+    (the fused kernel applies the same rule to its own sums)."""
     return mean_sq > 0 and not mean_sq - mean * mean > _CANCELLATION_LIMIT * mean_sq
 
 
@@ -307,9 +316,10 @@ def content_hash(t: torch.Tensor) -> str:
 def _fused_one(r: _FusedRequest) -> Moments:
     """:func:`_fused_measure` for one tensor without an update, in plain Python: numpy's
     per-call overhead would cost more than the kernel on a small module output."""
-    numel, finite, total, sumsq, lo, hi, zeros, _, nonfinite = \
-        memoryview(_kernel([r])).cast("d")[:len(Moments._fields)].tolist()
-    if r.sums and finite and _cancels(total / finite, sumsq / finite):
+    width = len(Moments._fields)
+    row = memoryview(_kernel([r])).cast("d").tolist()
+    numel, finite, total, sumsq, lo, hi, zeros, _, nonfinite = row[:width]
+    if row[2 * width + 1]:  # the variance cancels
         return exact_moments(r.tensor, sums=True, zeros=r.zeros, saturation=r.saturation)
     return Moments(
         numel=int(numel), finite=int(finite), sum=total if r.sums else None, sumsq=sumsq,
@@ -399,6 +409,7 @@ class MomentBatch:
         self._fused_rows: list[int] = []  # the index `add` returned for each fused request
         self._entries: list[_Entry | _FusedRequest] = []
         self._crcs: dict[int, int] = {}  # index -> CRC-32 from the fused kernel
+        self._widened: dict[int, torch.Tensor] = {}  # index -> tensor measured as a float32 copy
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -412,11 +423,11 @@ class MomentBatch:
         it in the same pass)."""
         x = t.detach()
         if _fusable(x):  # host memory: one fused pass for all such tensors at `read`
-            entry = _FusedRequest(x, sums, zeros, saturation, hash=hashed and x.is_contiguous())
-            self._fused.append(entry)
-            self._fused_rows.append(len(self._entries))
-            self._entries.append(entry)
-            return len(self._entries) - 1
+            return self._add_fused(
+                _FusedRequest(x, sums, zeros, saturation, hash=hashed and x.is_contiguous()))
+        if not exact and (wide := _widened(x)) is not None:  # hashed from its own bytes
+            self._widened[len(self._entries)] = x
+            return self._add_fused(_FusedRequest(wide, sums, zeros, saturation))
         numel = x.numel()
         exact = exact or x.dtype not in _FAST_DTYPES or numel == 0
         if x.layout is not torch.strided:  # a sparse gradient (nn.Embedding(sparse=True))
@@ -449,6 +460,12 @@ class MomentBatch:
         self._entries.append(entry)
         return len(self._entries) - 1
 
+    def _add_fused(self, request: _FusedRequest) -> int:
+        self._fused.append(request)
+        self._fused_rows.append(len(self._entries))
+        self._entries.append(request)
+        return len(self._entries) - 1
+
     def add_value(self, t: torch.Tensor) -> int:
         """Queue a one-element tensor (a loss) to be read with the rest; returns its offset in
         the float values that `read` returns."""
@@ -473,6 +490,12 @@ class MomentBatch:
             rows[self._fused_rows], _, crcs = _fused_measure(self._fused)
             self._crcs = {i: int(crc) for i, crc in zip(self._fused_rows, crcs.tolist())
                           if not math.isnan(crc)}
+            for i, original in self._widened.items():
+                lo, hi = rows[i, 4], rows[i, 5]
+                if not original.is_floating_point() and max(-lo, hi) >= _EXACT_INTEGERS:
+                    r = self._entries[i]
+                    rows[i] = exact_moments(original, sums=r.sums, zeros=r.zeros,
+                                            saturation=r.saturation)
         if len(self._fused) < len(self._entries):
             for i, e in enumerate(self._entries):
                 if isinstance(e, _Entry):
@@ -483,7 +506,9 @@ class MomentBatch:
     def content_hash(self, index: int) -> str:
         """:func:`content_hash` of the tensor `add` returned `index` for, once `read`."""
         crc = self._crcs.get(index)
-        return content_hash(self._entries[index].tensor) if crc is None else f"{crc:08x}"
+        if crc is not None:
+            return f"{crc:08x}"
+        return content_hash(self._widened.get(index, self._entries[index].tensor))
 
     @staticmethod
     def _moments(e: _Entry, floats: list[float], ints: list[float],
@@ -564,6 +589,8 @@ def activation_moments(t: torch.Tensor, saturation: str | None) -> Moments:
     """
     if _fusable(t):
         return _fused_one(_FusedRequest(t.detach(), True, True, saturation))
+    if t.is_floating_point() and (wide := _widened(t.detach())) is not None:
+        return _fused_one(_FusedRequest(wide, True, True, saturation))
     if t.layout is not torch.strided:
         return measure_now(t, sums=True, zeros=True, saturation=saturation)
     v = t.detach().reshape(-1)

@@ -100,10 +100,24 @@ def test_overflowing_tensor_has_finite_norm():
 
 
 def test_half_precision_and_integers():
+    """Measured from a float32 copy where float32 holds every value; integers beyond 2**24,
+    which it would round, exactly in float64."""
     h = torch.randn(1000).half()
+    h[[3, 7]] = torch.tensor([float("inf"), float("nan")]).half()
     assert_matches(summarize(measure_now(h, zeros=True)), reference(h.float().numpy()), rtol=1e-3)
+    b = torch.randn(1000).bfloat16()
+    assert_matches(summarize(measure_now(b, zeros=True)), reference(b.float().numpy()), rtol=1e-3)
     labels = torch.randint(0, 10, (64,))
     assert_matches(summarize(measure_now(labels, zeros=True)), reference(labels.numpy()))
+    pixels = torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8)
+    assert_matches(summarize(measure_now(pixels, zeros=True)), reference(pixels.numpy()))
+    mask = torch.rand(500) > 0.5
+    assert_matches(summarize(measure_now(mask, zeros=True)), reference(mask.numpy()))
+    ids = torch.tensor([2 ** 24 + 1, 2 ** 40 + 3, -(2 ** 53) + 1, 0, 5])
+    stats = summarize(measure_now(ids, zeros=True))
+    assert (stats.min, stats.max) == (-(2 ** 53) + 1, 2 ** 40 + 3)  # float64 holds these
+    assert stats.mean == pytest.approx(ids.double().mean().item(), rel=1e-12)
+    assert stats.zero_frac == 0.2
 
 
 def test_batch_reads_many_tensors_at_once():
