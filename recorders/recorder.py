@@ -25,10 +25,13 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.modules.module import (register_module_module_registration_hook,
+                                     register_module_parameter_registration_hook)
 
 from .checkpoints import FlightRing, StateSource, checkpoint_table, live_snapshot
 from .errors import RecorderError, RecorderMeasureError, RecorderWarning, RunDirectoryError
-from .manifest import hyperparameters, new_manifest, utc_now
+from .manifest import (hyperparameters, model_structure, new_manifest, optimizer_structure,
+                       utc_now)
 from .schedule import Schedule
 from .rows import StatsBlock, stats_columns
 from .statistics import (MomentBatch, Moments, activation_moments, combine, measure_now,
@@ -203,24 +206,17 @@ class Recorder:
         self._measure_errors: dict[str, str] = {}  # where -> the first error there
         self._flight = FlightRing(flight_ring)
 
-        several = len(self._models) > 1
         self._params: list[_Param] = []
         self._param_names: dict[int, str] = {}
         self._param_models: dict[int, str] = {}
         self._leaves: dict[str, tuple[nn.Module, str | None]] = {}
-        for model_name, m in self._models.items():
-            prefix = f"{model_name}." if several else ""
-            for name, p in m.named_parameters():
-                if id(p) not in self._param_names:  # shared parameters are recorded once
-                    self._param_names[id(p)] = prefix + name
-                    self._param_models[id(p)] = model_name
-            for name, module in m.named_modules():
-                if next(module.children(), None) is None:
-                    leaf = prefix + name if name else model_name
-                    self._leaves[leaf] = (module, _SATURATING.get(type(module)))
+        self._module_ids: set[int] = set()
+        self._scan_models()
         self._source = StateSource(self._models, self._optimizers, self._param_names)
 
         self._handles: list[Any] = []
+        self._leaf_hooks: dict[str, tuple[nn.Module, Any]] = {}  # leaf -> (module, its hook)
+        self._structure_changed = False  # a module or parameter was assigned into a model
         self._open = False
         self._closed = False
         self._step = 0
@@ -287,10 +283,12 @@ class Recorder:
         if not self._writer.write_manifest(self._manifest):
             raise RunDirectoryError(f"run directory {self.run_dir} is not writable")
 
-        self._init_params()
-        for name, (module, saturation) in self._leaves.items():
-            self._handles.append(module.register_forward_hook(
-                self._activation_hook(name, saturation)))
+        self._sync_params()
+        self._sync_leaf_hooks()
+        for model in self._models.values():
+            self._handles.append(model.register_forward_pre_hook(self._before_forward))
+        self._handles.append(register_module_module_registration_hook(self._on_registration))
+        self._handles.append(register_module_parameter_registration_hook(self._on_registration))
         for opt in self._optimizers.values():
             self._handles.append(opt.register_step_pre_hook(self._capture_grads_hook))
         if threading.current_thread() is threading.main_thread():
@@ -302,26 +300,111 @@ class Recorder:
         self._open = True
         return self
 
-    def _init_params(self) -> None:
-        by_id: dict[int, nn.Parameter] = {}
-        for m in self._models.values():
-            for p in m.parameters():
-                by_id.setdefault(id(p), p)
-        norms = []
+    def _scan_models(self) -> None:
+        """Name the models' parameters and leaf modules as they are now (in place: the state
+        source holds these dicts)."""
+        several = len(self._models) > 1
+        names: dict[int, str] = {}
+        owners: dict[int, str] = {}
+        leaves: dict[str, tuple[nn.Module, str | None]] = {}
+        modules: set[int] = set()
+        for model_name, m in self._models.items():
+            prefix = f"{model_name}." if several else ""
+            for name, p in m.named_parameters():
+                if id(p) not in names:  # shared parameters are recorded once
+                    names[id(p)] = prefix + name
+                    owners[id(p)] = model_name
+            for name, module in m.named_modules():
+                modules.add(id(module))
+                if next(module.children(), None) is None:
+                    leaf = prefix + name if name else model_name
+                    leaves[leaf] = (module, _SATURATING.get(type(module)))
+        for mapping, now in ((self._param_names, names), (self._param_models, owners),
+                             (self._leaves, leaves)):
+            mapping.clear()
+            mapping.update(now)
+        self._module_ids = modules
+
+    def _sync_params(self) -> None:
+        """Follow every parameter the models hold now. One already followed keeps its saved
+        copy, last norm and this step's gradient; a new one is measured from its value now."""
+        kept = {id(prm.tensor): i for i, prm in enumerate(self._params)}
+        width = len(Moments._fields)
+        params, norms, seen = [], [], set()
+        grads = np.full((len(self._param_names), width), np.nan)
+        grad_state = np.full(len(self._param_names), _GRAD_PENDING, dtype=np.int8)
         with torch.no_grad():
-            for pid, p in by_id.items():
-                prev = p.detach().clone()
-                norms.append(summarize(measure_now(prev, sums=False)).norm)
-                self._params.append(_Param(self._param_names[pid], self._param_models[pid],
-                                           p, prev))
+            for m in self._models.values():
+                for p in m.parameters():
+                    if id(p) in seen:  # shared by two models: followed once
+                        continue
+                    seen.add(id(p))
+                    if id(p) in kept:
+                        i = kept.pop(id(p))
+                        prm, norm = self._params[i], float(self._prev_norms[i])
+                        grads[len(params)] = self._grads[i]
+                        grad_state[len(params)] = self._grad_state[i]
+                    else:
+                        prm = _Param("", "", p, p.detach().clone())
+                        norm = summarize(measure_now(prm.prev, sums=False)).norm
+                    prm.name, prm.model = self._param_names[id(p)], self._param_models[id(p)]
+                    params.append(prm)
+                    norms.append(norm)
+        self._params = params
         self._param_index = {id(p.tensor): i for i, p in enumerate(self._params)}
         self._param_labels = [p.name for p in self._params]
         model_numbers = {name: i for i, name in enumerate(self._models)}
         self._param_model = np.array([model_numbers[p.model] for p in self._params], dtype=np.intp)
         self._prev_norms = np.array(norms, dtype=np.float64)  # at the last record, for ratios
         # Gradients as the optimizers' pre-step hooks found them (else read at record).
-        self._grads = np.full((len(self._params), len(Moments._fields)), np.nan)
-        self._grad_state = np.full(len(self._params), _GRAD_PENDING, dtype=np.int8)
+        self._grads = grads
+        self._grad_state = grad_state
+
+    def _sync_leaf_hooks(self) -> None:
+        """A forward hook on every leaf module the models hold now, and on no other."""
+        for name, (module, handle) in list(self._leaf_hooks.items()):
+            if self._leaves.get(name, (None,))[0] is not module:
+                handle.remove()
+                del self._leaf_hooks[name]
+        for name, (module, saturation) in self._leaves.items():
+            if name not in self._leaf_hooks:
+                self._leaf_hooks[name] = (module, module.register_forward_hook(
+                    self._activation_hook(name, saturation)))
+
+    def _on_registration(self, module: nn.Module, name: str, value: Any) -> None:
+        """torch calls this for every module or parameter assigned into any module."""
+        if id(module) in self._module_ids:
+            self._structure_changed = True
+
+    def _before_forward(self, module: nn.Module, args: Any) -> None:
+        if self._structure_changed:
+            self._follow_structure()
+
+    def _follow_structure(self) -> None:
+        """A module or parameter was assigned into a model (a new head, say): follow what the
+        models hold now, from this step on, and mark the step with a `model_changed` event."""
+        self._structure_changed = False
+        try:
+            before = {name: pid for pid, name in self._param_names.items()}
+            self._scan_models()
+            self._sync_params()
+            self._sync_leaf_hooks()
+            after = {name: pid for pid, name in self._param_names.items()}
+            self._manifest["models"] = {name: model_structure(m)
+                                        for name, m in self._models.items()}
+            self._manifest["optimizers"] = {
+                name: optimizer_structure(o, self._param_names, self._param_models)
+                for name, o in self._optimizers.items()}
+        except Exception as exc:  # noqa: BLE001 - never break the user's forward or step
+            self._measure_failed("the models' new structure", exc)
+            return
+        changes = (("added", sorted(after.keys() - before.keys())),
+                   ("removed", sorted(before.keys() - after.keys())),
+                   ("replaced", sorted(n for n in after.keys() & before.keys()
+                                       if after[n] != before[n])))
+        message = "; ".join(f"{word} {', '.join(names)}" for word, names in changes if names)
+        self._buffers.events.append((self._step, "model_changed",
+                                     message or "modules replaced", time.time()))
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if not self._open:
@@ -346,6 +429,9 @@ class Recorder:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        for _, handle in self._leaf_hooks.values():
+            handle.remove()
+        self._leaf_hooks.clear()
         if threading.current_thread() is threading.main_thread() \
                 and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
@@ -457,6 +543,8 @@ class Recorder:
         values = {name: _scalar_value(name, v) for name, v in scalars.items()}
         step = self._step
         wall = time.time()
+        if self._structure_changed:  # no model's forward ran since (a loop calling submodules)
+            self._follow_structure()
         try:
             blocks, values, grad_sumsq, nonfinite = self._measure(step, inputs, targets, values)
         except Exception as exc:  # noqa: BLE001 - never break the training loop

@@ -498,3 +498,36 @@ def test_segments_are_compacted_and_no_row_is_lost(tmp_path):
         frame = pq.read_table(f).to_pandas()
         ordered = frame.sort_values(["step", "role", "name", "key"], kind="stable")
         assert list(ordered.index) == list(frame.index)
+
+
+def test_a_module_assigned_mid_run_is_followed_from_its_first_forward(tmp_path):
+    """A new head assigned into the model (its parameters added to the optimizer): from the
+    next forward on, its outputs, parameters, gradients and updates are recorded under the
+    model's names, the old head is no longer measured, and the step carries a
+    `model_changed` event."""
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    old_head = model[2]
+    with Recorder(tmp_path / "run", model, opt) as rec:
+        for step, (x, y) in enumerate(batches(6)):
+            if step == 3:
+                model[2] = nn.Linear(8, 3)
+                opt.add_param_group({"params": model[2].parameters()})
+            opt.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            rec.step()
+    stats = read_table(tmp_path / "run", "stats")
+    assert list(series(stats, "activation", "2", "step")) == list(range(6))
+    norms = series(stats, "param", "2.weight", "norm")
+    assert norms[-1] == pytest.approx(model[2].weight.detach().norm().item(), rel=1e-5)
+    assert norms[2] == pytest.approx(old_head.weight.detach().norm().item(), rel=1e-5)
+    assert not series(stats, "grad", "2.weight", "grad_none")[3:].any()
+    assert (series(stats, "update", "2.weight", "norm")[3:] > 0).all()
+    assert (series(stats, "state", "2.weight", "norm", key="momentum_buffer")[3:] > 0).all()
+    events = read_table(tmp_path / "run", "events")
+    changed = events[events.kind == "model_changed"]
+    assert changed.step.tolist() == [3] and "replaced 2.bias, 2.weight" in changed.message.iloc[0]
+    manifest = read_manifest(tmp_path / "run")
+    assert manifest["optimizers"]["optimizer"]["param_groups"][1]["params"] == ["2.weight",
+                                                                               "2.bias"]
