@@ -256,7 +256,8 @@ def main(argv: list[str] | None = None) -> None:
         options.update(ABLATIONS[part])
     if "hash" in args.without:
         add = recorder_statistics.MomentBatch.add
-        recorder_statistics.MomentBatch.add = lambda self, t, **kw: add(self, t, **{**kw, "hashed": False})
+        recorder_statistics.MomentBatch.add = \
+            lambda self, t, **kw: add(self, t, **{**kw, "hashed": False})
         recorder_statistics.MomentBatch.content_hash = lambda self, index: "00000000"
     results = [measure(n, args.rounds, args.block, args.warmup, options, args.floor)
                for n in names]

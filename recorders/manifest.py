@@ -12,6 +12,7 @@ from numbers import Real
 from typing import Any
 
 import torch
+from torch.nn.parameter import is_lazy
 
 __all__ = ["SCHEMA_VERSION", "new_manifest", "model_structure", "optimizer_structure",
            "utc_now", "hyperparameters"]
@@ -57,8 +58,9 @@ def model_structure(model: torch.nn.Module) -> dict[str, Any]:
         "class": type(model).__name__,
         "modules": [{"name": name, "type": type(m).__name__}
                     for name, m in model.named_modules() if name],
-        "parameters": [{"name": name, "shape": list(p.shape), "dtype": str(p.dtype)[6:],
-                        "requires_grad": p.requires_grad}
+        # A lazy module's parameters have no shape until its first forward.
+        "parameters": [{"name": name, "shape": None if is_lazy(p) else list(p.shape),
+                        "dtype": str(p.dtype)[6:], "requires_grad": p.requires_grad}
                        for name, p in model.named_parameters()],
     }
 

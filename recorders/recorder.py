@@ -25,6 +25,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 from torch.nn.modules.module import (register_module_module_registration_hook,
                                      register_module_parameter_registration_hook)
 
@@ -207,6 +208,7 @@ class Recorder:
         self._flight = FlightRing(flight_ring)
 
         self._params: list[_Param] = []
+        self._param_index: dict[int, int] = {}  # id(parameter) -> its place in _params
         self._param_names: dict[int, str] = {}
         self._param_models: dict[int, str] = {}
         self._leaves: dict[str, tuple[nn.Module, str | None]] = {}
@@ -217,6 +219,8 @@ class Recorder:
         self._handles: list[Any] = []
         self._leaf_hooks: dict[str, tuple[nn.Module, Any]] = {}  # leaf -> (module, its hook)
         self._structure_changed = False  # a module or parameter was assigned into a model
+        self._lazy: list[nn.Parameter] = []  # not followed until their module's first forward
+        self._fresh: set[int] = set()  # followed since this step's optimizer step: no update
         self._open = False
         self._closed = False
         self._step = 0
@@ -326,39 +330,44 @@ class Recorder:
         self._module_ids = modules
 
     def _sync_params(self) -> None:
-        """Follow every parameter the models hold now. One already followed keeps its saved
-        copy, last norm and this step's gradient; a new one is measured from its value now."""
-        kept = {id(prm.tensor): i for i, prm in enumerate(self._params)}
-        width = len(Moments._fields)
-        params, norms, seen = [], [], set()
-        grads = np.full((len(self._param_names), width), np.nan)
-        grad_state = np.full(len(self._param_names), _GRAD_PENDING, dtype=np.int8)
+        """Follow every parameter the models hold now, but a lazy module's before its first
+        forward. One already followed keeps its saved copy, last norm and this step's
+        gradient; a new one is measured from its value now (`_fresh`)."""
+        followed = self._param_index
+        params, norms, carried, fresh, seen = [], [], [], set(), set()
+        self._lazy = []
         with torch.no_grad():
             for m in self._models.values():
                 for p in m.parameters():
                     if id(p) in seen:  # shared by two models: followed once
                         continue
                     seen.add(id(p))
-                    if id(p) in kept:
-                        i = kept.pop(id(p))
+                    if is_lazy(p):
+                        self._lazy.append(p)
+                        continue
+                    if id(p) in followed:
+                        i = followed[id(p)]
                         prm, norm = self._params[i], float(self._prev_norms[i])
-                        grads[len(params)] = self._grads[i]
-                        grad_state[len(params)] = self._grad_state[i]
+                        carried.append((len(params), i))
                     else:
                         prm = _Param("", "", p, p.detach().clone())
                         norm = summarize(measure_now(prm.prev, sums=False)).norm
+                        fresh.add(len(params))
                     prm.name, prm.model = self._param_names[id(p)], self._param_models[id(p)]
                     params.append(prm)
                     norms.append(norm)
-        self._params = params
-        self._param_index = {id(p.tensor): i for i, p in enumerate(self._params)}
-        self._param_labels = [p.name for p in self._params]
-        model_numbers = {name: i for i, name in enumerate(self._models)}
-        self._param_model = np.array([model_numbers[p.model] for p in self._params], dtype=np.intp)
-        self._prev_norms = np.array(norms, dtype=np.float64)  # at the last record, for ratios
         # Gradients as the optimizers' pre-step hooks found them (else read at record).
-        self._grads = grads
-        self._grad_state = grad_state
+        grads = np.full((len(params), len(Moments._fields)), np.nan)
+        grad_state = np.full(len(params), _GRAD_PENDING, dtype=np.int8)
+        if carried:
+            now, before = map(list, zip(*carried))
+            grads[now], grad_state[now] = self._grads[before], self._grad_state[before]
+        self._params, self._fresh, self._grads, self._grad_state = params, fresh, grads, grad_state
+        self._param_index = {id(p.tensor): i for i, p in enumerate(params)}
+        self._param_labels = [p.name for p in params]
+        model_numbers = {name: i for i, name in enumerate(self._models)}
+        self._param_model = np.array([model_numbers[p.model] for p in params], dtype=np.intp)
+        self._prev_norms = np.array(norms, dtype=np.float64)  # at the last record, for ratios
 
     def _sync_leaf_hooks(self) -> None:
         """A forward hook on every leaf module the models hold now, and on no other."""
@@ -381,15 +390,16 @@ class Recorder:
             self._follow_structure()
 
     def _follow_structure(self) -> None:
-        """A module or parameter was assigned into a model (a new head, say): follow what the
-        models hold now, from this step on, and mark the step with a `model_changed` event."""
+        """A module or parameter was assigned into a model (a new head, say), or a lazy module
+        set its parameters: follow what the models hold now, from this step on, and mark the
+        step with a `model_changed` event that says what changed."""
         self._structure_changed = False
         try:
-            before = {name: pid for pid, name in self._param_names.items()}
+            before = self._structure()
             self._scan_models()
             self._sync_params()
             self._sync_leaf_hooks()
-            after = {name: pid for pid, name in self._param_names.items()}
+            after = self._structure()
             self._manifest["models"] = {name: model_structure(m)
                                         for name, m in self._models.items()}
             self._manifest["optimizers"] = {
@@ -398,13 +408,24 @@ class Recorder:
         except Exception as exc:  # noqa: BLE001 - never break the user's forward or step
             self._measure_failed("the models' new structure", exc)
             return
-        changes = (("added", sorted(after.keys() - before.keys())),
-                   ("removed", sorted(before.keys() - after.keys())),
-                   ("replaced", sorted(n for n in after.keys() & before.keys()
-                                       if after[n] != before[n])))
-        message = "; ".join(f"{word} {', '.join(names)}" for word, names in changes if names)
-        self._buffers.events.append((self._step, "model_changed",
-                                     message or "modules replaced", time.time()))
+        (params, lazy, leaves), (params_now, lazy_now, leaves_now) = before, after
+        changes = (
+            ("added", params_now.keys() - params.keys()),
+            ("removed", params.keys() - params_now.keys()),
+            ("replaced", {n for n in params_now.keys() & params.keys()
+                          if params_now[n] != params[n]}),
+            ("initialized", lazy - lazy_now),
+            ("new modules", {n for n in leaves_now if leaves_now[n] != leaves.get(n)}),
+        )
+        message = "; ".join(f"{word} {', '.join(sorted(names))}"
+                            for word, names in changes if names)
+        self._buffers.events.append((self._step, "model_changed", message, time.time()))
+
+    def _structure(self) -> tuple[dict[str, int], set[str], dict[str, int]]:
+        """Parameter name -> id, names of lazy parameters, leaf module name -> id."""
+        return ({name: pid for pid, name in self._param_names.items()},
+                {self._param_names[id(p)] for p in self._lazy},
+                {name: id(module) for name, (module, _) in self._leaves.items()})
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if not self._open:
@@ -543,8 +564,12 @@ class Recorder:
         values = {name: _scalar_value(name, v) for name, v in scalars.items()}
         step = self._step
         wall = time.time()
-        if self._structure_changed:  # no model's forward ran since (a loop calling submodules)
+        if self._structure_changed or any(not is_lazy(p) for p in self._lazy):
+            # No model's forward ran since the change (a loop calling submodules), or a lazy
+            # module's forward set its parameters: they have no update this step.
             self._follow_structure()
+        else:
+            self._fresh = set()
         try:
             blocks, values, grad_sumsq, nonfinite = self._measure(step, inputs, targets, values)
         except Exception as exc:  # noqa: BLE001 - never break the training loop
@@ -612,6 +637,7 @@ class Recorder:
             moved = {i for i, (prm, now) in enumerate(zip(self._params, current))
                      if (prm.prev.shape, prm.prev.dtype, prm.prev.device)
                      != (now.shape, now.dtype, now.device)}
+            moved |= self._fresh
             for i in moved:
                 self._params[i].prev = current[i].clone()
             prevs = [p.prev for p in self._params]

@@ -7,10 +7,11 @@ refreshes its saved copy, and hashes a batch, in the same pass; host tensors who
 float32 holds (half precision, integers, booleans) go through it as float32 copies. Many
 tensors' moments travel as one float64 array, a row per tensor (:func:`moments_rows`).
 Elsewhere (GPU, float64, or an install built without a C++ compiler) a handful of vectorised
-torch kernels run in the tensor's own dtype and leave their results on the device; :class:`MomentBatch` stacks all of a step's results and
-reads them with a single host transfer. Only when a fast result cannot be trusted (a NaN/inf
-appeared, float32 squares overflowed, or the variance cancels) is the tensor re-measured
-exactly in float64 — rare, and precisely when a run is dying.
+torch kernels run in the tensor's own dtype and leave their results on the device;
+:class:`MomentBatch` stacks all of a step's results and reads them with a single host transfer.
+Only when a fast result cannot be trusted (a NaN/inf appeared, float32 squares overflowed, or
+the variance cancels) is the tensor re-measured exactly in float64 — rare, and precisely when a
+run is dying.
 """
 
 from __future__ import annotations

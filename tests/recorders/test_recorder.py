@@ -531,3 +531,30 @@ def test_a_module_assigned_mid_run_is_followed_from_its_first_forward(tmp_path):
     manifest = read_manifest(tmp_path / "run")
     assert manifest["optimizers"]["optimizer"]["param_groups"][1]["params"] == ["2.weight",
                                                                                "2.bias"]
+
+
+def test_lazy_modules_are_followed_once_their_first_forward_sets_their_parameters(tmp_path):
+    """nn.LazyLinear has no shape until its first forward: the recorder starts without its
+    parameters (no error), follows them from that step on (no update that step: nothing to
+    compare with), and the manifest gets their shapes."""
+    model = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.Linear(4, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with Recorder(tmp_path / "run", model, opt) as rec:
+            for x, y in batches(3):
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+                rec.step()
+    assert not [w for w in caught if issubclass(w.category, RecorderWarning)]
+    stats = read_table(tmp_path / "run", "stats")
+    assert list(series(stats, "param", "0.weight", "step")) == [0, 1, 2]
+    updates = series(stats, "update", "0.weight", "norm")
+    assert np.isnan(updates[0]) and (updates[1:] > 0).all()
+    assert not series(stats, "grad", "0.weight", "grad_none").any()
+    events = read_table(tmp_path / "run", "events")
+    assert events.message.tolist() == ["initialized 0.bias, 0.weight"]
+    structure = read_manifest(tmp_path / "run")["models"]["model"]
+    shapes = {p["name"]: p["shape"] for p in structure["parameters"]}
+    assert shapes["0.weight"] == [4, 6]
