@@ -32,6 +32,15 @@ def batches(n, seed=0):
             for _ in range(n)]
 
 
+def train(rec, model, opt, steps):
+    """`steps` classification steps of `model`, each recorded by `rec`."""
+    for x, y in batches(steps):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        rec.step()
+
+
 def series(stats, role, name, column, key=None):
     rows = stats[(stats.role == role) & (stats.name == name)]
     if key is not None:
@@ -84,11 +93,7 @@ def test_adam_state_and_frozen_parameters(tmp_path):
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3,
                            betas=(0.8, 0.99), weight_decay=0.01)
     with Recorder(tmp_path / "run", model, opt) as rec:
-        for x, y in batches(3):
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x), y).backward()
-            opt.step()
-            rec.step()
+        train(rec, model, opt, 3)
     stats = read_table(tmp_path / "run", "stats")
     state = stats[stats.role == "state"]
     assert set(state.key) == {"exp_avg", "exp_avg_sq"}  # the scalar 'step' is not a tensor stat
@@ -272,11 +277,7 @@ def test_exception_sets_status_and_dumps_flight(tmp_path):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(RuntimeError, match="boom"):
         with Recorder(tmp_path / "run", model, opt) as rec:
-            for x, y in batches(3):
-                opt.zero_grad()
-                nn.functional.cross_entropy(model(x), y).backward()
-                opt.step()
-                rec.step()
+            train(rec, model, opt, 3)
             raise RuntimeError("boom")
     manifest = read_manifest(tmp_path / "run")
     assert manifest["status"] == "exception"
@@ -348,11 +349,7 @@ def test_write_errors_warn_once_and_training_continues(tmp_path, monkeypatch):
         warnings.simplefilter("always")
         with Recorder(tmp_path / "run", model, opt, flush_every=2) as rec:
             monkeypatch.setattr(writer, "atomic_write_parquet", disk_full)
-            for x, y in batches(7):
-                opt.zero_grad()
-                nn.functional.cross_entropy(model(x), y).backward()
-                opt.step()
-                rec.step()
+            train(rec, model, opt, 7)
     ours = [w for w in caught if issubclass(w.category, RecorderWarning)]
     assert len(ours) == 1 and "No space left" in str(ours[0].message)
     manifest = read_manifest(tmp_path / "run")
@@ -542,11 +539,7 @@ def test_lazy_modules_are_followed_once_their_first_forward_sets_their_parameter
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with Recorder(tmp_path / "run", model, opt) as rec:
-            for x, y in batches(3):
-                opt.zero_grad()
-                nn.functional.cross_entropy(model(x), y).backward()
-                opt.step()
-                rec.step()
+            train(rec, model, opt, 3)
     assert not [w for w in caught if issubclass(w.category, RecorderWarning)]
     stats = read_table(tmp_path / "run", "stats")
     assert list(series(stats, "param", "0.weight", "step")) == [0, 1, 2]
