@@ -291,6 +291,7 @@ class Recorder:
         self._clipped: list[tuple[list[int], torch.Tensor]] = []  # post-clip norms at a step
         self._optimizer_names = {id(o): name for name, o in self._optimizers.items()}
         self._stepped = dict.fromkeys(self._optimizers, False)
+        self._last_scale = math.inf  # the scaler's scale at the previous record
         self._structure_changed = False  # a module or parameter was assigned into a model
         self._lazy: list[nn.Parameter] = []  # not followed until their module's first forward
         self._fresh: set[int] = set()  # followed since this step's optimizer step: no update
@@ -378,6 +379,8 @@ class Recorder:
         atexit.register(self._on_interpreter_exit)
         self._last_flush = time.monotonic()
         self._watch_activations = self._schedule.should_record_activations(self._step)
+        if self._scaler is not None and self._scaler.is_enabled():
+            self._last_scale = float(self._scaler.get_scale())
         self._open = True
         return self
 
@@ -753,7 +756,6 @@ class Recorder:
         for opt_name, opt in self._optimizers.items():
             scalar_rows.append((step, f"optimizer_stepped.{opt_name}",
                                 float(self._stepped[opt_name])))
-            self._stepped[opt_name] = False
             for g, group in enumerate(opt.param_groups):
                 for hp, value in hyperparameters(group).items():
                     if first and hp == "lr":
@@ -761,8 +763,15 @@ class Recorder:
                         first = False
                     scalar_rows.append((step, f"hp.{opt_name}.{g}.{hp}", value))
         if self._scaler is not None and self._scaler.is_enabled():
-            scalar_rows.append((step, "grad_scale", float(self._scaler.get_scale())))
+            scale = float(self._scaler.get_scale())
+            scalar_rows.append((step, "grad_scale", scale))
+            # A skipped step: an optimizer did not step and scaler.update() backed the scale
+            # off (it does exactly when unscale_ found an inf or a NaN).
+            skipped = not all(self._stepped.values()) and scale < self._last_scale
+            scalar_rows.append((step, "scaler_skipped", float(skipped)))
+            self._last_scale = scale
         scalar_rows.append((step, "wall_time", wall))
+        self._stepped = dict.fromkeys(self._optimizers, False)
 
         self._step = step + 1
         self._watch_activations = self._schedule.should_record_activations(self._step)
@@ -941,10 +950,6 @@ class Recorder:
             total = math.sqrt(grad_sumsq.sum())
             if total > 0:
                 out["clip_coef"] = clipped / total
-        if self._scaler is not None and self._scaler.is_enabled():
-            # The scaler skips exactly the steps whose gradients hold an inf or a NaN.
-            inf_grads = bool((self._grads[measured, 8] > 0).any())
-            out["scaler_skipped"] = float(inf_grads and not all(self._stepped.values()))
         return out
 
     def _readable_scalars(self, values: dict[str, Any]) -> dict[str, float]:
