@@ -176,6 +176,17 @@ def _named_tensors(prefix: str, value: Any) -> Iterator[tuple[str, torch.Tensor]
             yield from _named_tensors(f"{prefix}.{i}", item)
 
 
+def _is_compiled(module: nn.Module) -> bool:
+    """``torch.compile(module)`` (an OptimizedModule) or ``module.compile()``."""
+    return (type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")) \
+        or getattr(module, "_compiled_call_impl", None) is not None
+
+
+def _unwrapped(name: str) -> str:
+    """A tensor or module name without torch.compile's ``_orig_mod`` level."""
+    return ".".join(part for part in name.split(".") if part != "_orig_mod")
+
+
 def _input_kind(t: torch.Tensor) -> str:
     """What an input or target tensor holds: features, indices (token IDs, class labels) or a
     mask; the analyzer judges only features' scale."""
@@ -353,6 +364,12 @@ class Recorder:
                                       options=self._options, config=self._config)
         self._manifest["tied_parameters"] = {k: list(v) for k, v in self._tied.items()}
         self._manifest["notes"] = []
+        if self._compiled:
+            note = (f"activations of torch.compile'd {', '.join(self._compiled)} are not recorded "
+                    "(forward hooks would be traced into the compiled graph); parameters, "
+                    "gradients, updates, optimizer state, inputs and scalars are")
+            self._manifest["notes"].append(note)
+            warnings.warn(f"postmortem recorder: {note}", RecorderWarning, stacklevel=2)
         if self._previous_manifest is not None:
             prev = self._previous_manifest
             self._manifest["run_id"] = prev.get("run_id", self._manifest["run_id"])
@@ -367,7 +384,8 @@ class Recorder:
         self._sync_leaf_hooks()
         before_forward = _Hook(self._before_forward)
         for model in self._models.values():
-            self._handles.append(model.register_forward_pre_hook(before_forward))
+            if not _is_compiled(model):  # a compiled model's own hooks run inside its graph
+                self._handles.append(model.register_forward_pre_hook(before_forward))
         self._handles.append(register_module_module_registration_hook(self._on_registration))
         self._handles.append(register_module_parameter_registration_hook(self._on_registration))
         before_step = _Hook(self._before_optimizer_step)
@@ -394,18 +412,27 @@ class Recorder:
         leaves: dict[str, tuple[nn.Module, str | None]] = {}
         leaf_of: dict[int, tuple[str, str | None, nn.Module]] = {}
         modules: set[int] = set()
+        compiled: list[str] = []
         for model_name, m in self._models.items():
             prefix = f"{model_name}." if several else ""
             for name, p in m.named_parameters(remove_duplicate=False):
+                name = _unwrapped(prefix + name)
                 if id(p) not in names:  # shared parameters are recorded once
-                    names[id(p)] = prefix + name
+                    names[id(p)] = name
                     owners[id(p)] = model_name
-                elif prefix + name != names[id(p)]:
-                    tied.setdefault(names[id(p)], []).append(prefix + name)
+                elif name != names[id(p)]:
+                    tied.setdefault(names[id(p)], []).append(name)
+            inside_compiled: tuple[str, ...] = ()
             for name, module in m.named_modules():
                 modules.add(id(module))
+                if _is_compiled(module):
+                    compiled.append(_unwrapped(prefix + name) or model_name)
+                    inside_compiled += (f"{name}.",) if name else ("",)
+                    continue
+                if name.startswith(inside_compiled) and inside_compiled:
+                    continue  # hooks would be traced into (and break) the compiled graph
                 if next(module.children(), None) is None and id(module) not in leaf_of:
-                    leaf = prefix + name if name else model_name
+                    leaf = _unwrapped(prefix + name) if name else model_name
                     saturation = _SATURATING.get(type(module))
                     leaves[leaf] = (module, saturation)
                     leaf_of[id(module)] = (leaf, saturation, m)
@@ -415,6 +442,7 @@ class Recorder:
             mapping.clear()
             mapping.update(now)
         self._module_ids = modules
+        self._compiled = compiled
 
     def _sync_params(self) -> None:
         """Follow every parameter the models hold now, but a lazy module's before its first

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from recorder_helpers import read_manifest, read_table
-from recorders import Recorder
+from recorders import Recorder, RecorderWarning
 from sample_runs import nanogpt
 from sample_runs.data import token_batches
 from sample_runs.models import TinyGPT
@@ -213,3 +213,32 @@ def test_dict_batches_record_each_entry_with_its_kind(tmp_path):
     assert stats.loc["input.attention_mask", ["dtype", "kind"]].tolist() == ["bool", "mask"]
     assert stats.loc["input.pixel_values", ["dtype", "kind"]].tolist() == ["float32", "float"]
     assert stats.loc["target.labels", "kind"] == "index"
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_compiled_model_is_recorded_without_activations(tmp_path, in_place):
+    """torch.compile(model) / model.compile(): one warning and a manifest note say that its
+    activations are not recorded; everything else is, under the model's own names."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    compiled = model if in_place else torch.compile(model, backend="aot_eager")
+    if in_place:
+        model.compile(backend="aot_eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    norms = []
+    with pytest.warns(RecorderWarning, match="torch.compile") as caught:
+        with Recorder(tmp_path / "run", compiled, opt) as rec:
+            for _ in range(3):
+                loss = compiled(torch.randn(5, 4)).square().mean()
+                loss.backward()
+                norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01).item())
+                opt.step()
+                opt.zero_grad()
+                rec.step(loss=loss)
+    assert len([w for w in caught if issubclass(w.category, RecorderWarning)]) == 1
+    manifest = read_manifest(tmp_path / "run")
+    assert any("torch.compile" in note for note in manifest["notes"])
+    stats = read_table(tmp_path / "run", "stats")
+    assert set(stats.role) == {"param", "grad", "update"}
+    assert set(stats[stats.role == "grad"].name) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    scalars = read_table(tmp_path / "run", "scalars")
+    np.testing.assert_allclose(scalar(scalars, "grad_norm")[1], norms, rtol=1e-5)
