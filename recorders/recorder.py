@@ -686,7 +686,9 @@ class Recorder:
         for p in free:
             self._grad_source[id(p.tensor)] = capture
 
-    def _measure_grads(self, params: list[_Param]) -> _GradCapture:
+    def _measure_grads(self, params: list[_Param], scaled: bool = True) -> _GradCapture:
+        """Queue (and on the host, read) `params`' gradients; `scaled`: as backward left them,
+        multiplied by the GradScaler's scale if one is in use."""
         capture = _GradCapture({}, {}, MomentBatch())
         on_host = True
         for p in params:
@@ -696,7 +698,7 @@ class Recorder:
                 capture.grads[id(p.tensor)] = (g, g._version)
                 on_host = on_host and g.is_cpu
         scaler = self._scaler
-        if capture.rows and scaler is not None and scaler.is_enabled():
+        if scaled and capture.rows and scaler is not None and scaler.is_enabled():
             scale = getattr(scaler, "_scale", None)  # a tensor: no sync on the device
             capture.scale = scale.detach().clone() if isinstance(scale, torch.Tensor) \
                 else float(scaler.get_scale())
@@ -722,14 +724,13 @@ class Recorder:
                         uncaptured.append(pid)
                     continue
                 self._consumed.add(pid)
-                then = capture.grads.get(pid)
+                then = capture.grads.pop(pid, None)  # not kept alive past the step
                 if then is not None and (p.grad is not then[0] or p.grad._version != then[1]):
                     changed.append(pid)
         try:
             if uncaptured:
                 params = [self._params[self._param_index[pid]] for pid in uncaptured]
-                capture = self._measure_grads(params)
-                capture.scale = None  # read after the scaler's unscale_
+                capture = self._measure_grads(params, scaled=False)  # after scaler.unscale_
                 for pid in uncaptured:
                     self._grad_source[pid] = capture
             grads = [g for g in (self._params[self._param_index[pid]].tensor.grad
@@ -952,8 +953,7 @@ class Recorder:
                 grads[i] = capture.read()[row]
                 state[i] = _GRAD_MEASURED
         if uncaptured:
-            capture = self._measure_grads(uncaptured)
-            capture.scale = None
+            capture = self._measure_grads(uncaptured, scaled=False)
             for p in uncaptured:
                 row = capture.rows.get(id(p.tensor))
                 i = self._param_index[id(p.tensor)]
