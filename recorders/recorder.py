@@ -223,8 +223,10 @@ class Recorder:
         run_dir: folder to write (see docs/run-format.md); must be empty or absent unless
             ``overwrite`` (replace the run's files, nothing else) or ``append`` (continue it).
         model: an ``nn.Module`` or a dict ``name -> nn.Module`` (names prefix tensor names).
-        optimizer: ``None``, an optimizer, a list (named ``optimizer_0``...) or a dict of them.
-        scaler: a ``GradScaler``; its scale is recorded as ``grad_scale``.
+        optimizer: ``None`` (then pass ``lr=`` to ``step()``), an optimizer, a list (named
+            ``optimizer_0``...) or a dict of them.
+        scaler: a ``GradScaler``: gradients are recorded unscaled, its scale as
+            ``grad_scale`` and the steps it skipped as ``scaler_skipped``.
         config: a JSON-serialisable dict stored in the manifest.
         flush_every, flush_seconds: write buffered steps every N steps or T seconds.
         checkpoint_every: full-state checkpoint every N steps (0: never).
@@ -745,7 +747,9 @@ class Recorder:
 
     # ----------------------------------------------------------------- public API
     def step(self, *, inputs: Any = None, targets: Any = None, **scalars: Any) -> int:
-        """Record one training step; call it once per step, after ``optimizer.step()``.
+        """Record one training step; call it once per optimizer step, after
+        ``optimizer.step()`` (with gradient accumulation: after the step that ends the
+        micro-batches, whose gradients and activations the record pools).
 
         Keywords: ``inputs``/``targets`` (tensor, or dict/list of tensors) and any named scalar
         (``loss=...``, ``loss_d=...``, ``accuracy=...``). Returns the step number recorded.
