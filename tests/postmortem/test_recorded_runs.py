@@ -160,3 +160,18 @@ def test_crashed_run_is_analysed(tmp_path):
     assert any(segments[-1].name in w for w in analysis.warnings)
     assert analysis.run.manifest.get("status") == "exception"
     assert analysis.verdict in {"healthy", "not_learning"}
+
+
+def test_a_schema_1_run_still_loads(tmp_path):
+    """A run written before schema 2: no dtype/kind columns, no segment version, manifest 1."""
+    import pyarrow.parquet as pq
+
+    path = _train(tmp_path / "run", skip_step=True)
+    for segment in (path / "stats").glob("part-*.parquet"):
+        table = pq.read_table(segment).drop_columns(["dtype", "kind"])
+        pq.write_table(table.replace_schema_metadata(None), segment)
+    manifest = json.loads((path / "manifest.json").read_text())
+    (path / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 1}))
+    analysis = analyze(path)
+    assert "no_update" in {f.label for f in analysis.findings}
+    assert analysis.run.manifest["schema_version"] == 1
