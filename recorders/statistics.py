@@ -500,10 +500,12 @@ class MomentBatch:
                     rows[i] = exact_moments(original, sums=r.sums, zeros=r.zeros,
                                             saturation=r.saturation)
         if len(self._fused) < len(self._entries):
+            rereads = _Rereads()
             for i, e in enumerate(self._entries):
                 if isinstance(e, _Entry):
                     rows[i] = e.sparse if e.sparse is not None \
-                        else self._moments(e, floats, ints, exacts)
+                        else self._moments(e, floats, ints, exacts, rereads, i)
+            rereads.apply(rows)
         return rows, floats
 
     def content_hash(self, index: int) -> str:
@@ -514,8 +516,8 @@ class MomentBatch:
         return content_hash(self._widened.get(index, self._entries[index].tensor))
 
     @staticmethod
-    def _moments(e: _Entry, floats: list[float], ints: list[float],
-                 exacts: list[float]) -> Moments:
+    def _moments(e: _Entry, floats: list[float], ints: list[float], exacts: list[float],
+                 rereads: _Rereads, row: int) -> Moments:
         if e.exact:
             return _moments_from_exact(exacts[7 * e.floats:7 * e.floats + 7], e.numel, e.sums,
                                        e.zeros, e.saturation)
@@ -536,13 +538,57 @@ class MomentBatch:
             if lowest is None:
                 lowest = ints[j + 1]
         return _checked_moments(e.tensor, floats[e.floats], lo, hi, total, nonzero, lowest,
-                                e.saturation)
+                                e.saturation, rereads, row)
+
+
+class _Rereads:
+    """What the fast path of a batch could not settle (exact float64 moments, a zero count
+    with a -0.0 present, a saturation count), queued on each tensor's device and read back
+    together: one transfer per device and batch, not one host sync per tensor on a GPU."""
+
+    def __init__(self) -> None:
+        self._exact: list[tuple[int, int, bool, bool, str | None]] = []  # row and options
+        self._counts: list[tuple[int, int]] = []  # (row, column)
+        self._exact_values: list[torch.Tensor] = []
+        self._count_values: list[torch.Tensor] = []
+
+    def exact(self, row: int, t: torch.Tensor, sums: bool, zeros: bool,
+              saturation: str | None) -> None:
+        self._exact.append((row, t.numel(), sums, zeros, saturation))
+        self._exact_values.append(_exact_tensor(t, sums, zeros, saturation))
+
+    def count(self, row: int, column: int, mask: torch.Tensor) -> None:
+        self._counts.append((row, column))
+        self._count_values.append(torch.count_nonzero(mask))
+
+    def apply(self, rows: np.ndarray) -> None:
+        """Fill the queued fields of `rows` in."""
+        queued = self._exact_values + self._count_values
+        by_device: dict[torch.device, list[int]] = {}
+        for k, t in enumerate(queued):
+            by_device.setdefault(t.device, []).append(k)
+        values: dict[int, list[float]] = {}
+        for ks in by_device.values():
+            parts = [queued[k].reshape(-1).to(torch.float64) for k in ks]
+            flat, at = torch.cat(parts).tolist(), 0
+            for k, part in zip(ks, parts):
+                values[k], at = flat[at:at + part.numel()], at + part.numel()
+        for k, (row, numel, sums, zeros, saturation) in enumerate(self._exact):
+            rows[row] = _moments_from_exact(values[k], numel, sums, zeros, saturation)
+        for k, (row, column) in enumerate(self._counts, len(self._exact)):
+            rows[row, column] = values[k][0]
+
+
+_ZEROS, _SATURATED = Moments._fields.index("zeros"), Moments._fields.index("saturated")
 
 
 def _checked_moments(t: torch.Tensor, sumsq: float, lo: float | None, hi: float | None,
                      total: float | None, nonzero: float | None, lowest: float | None,
-                     saturation: str | None) -> Moments:
-    """Fast-path results, or the exact float64 moments where they cannot be trusted."""
+                     saturation: str | None, rereads: _Rereads | None = None,
+                     row: int = 0) -> Moments:
+    """Fast-path results, or the exact float64 moments where they cannot be trusted. With
+    `rereads`, what needs the tensor read again is queued there for `row` (and left None
+    here) instead of read at once."""
     numel = t.numel()
     trusted = math.isfinite(sumsq)  # a NaN/inf element or float32 overflow shows here
     if trusted and lo is not None:
@@ -551,26 +597,41 @@ def _checked_moments(t: torch.Tensor, sumsq: float, lo: float | None, hi: float 
         trusted = math.isfinite(total)
         trusted = trusted and not _cancels(total / numel, sumsq / numel)
     if not trusted:
-        return exact_moments(t, sums=total is not None, zeros=nonzero is not None,
-                             saturation=saturation)
-    zeros = None
+        if rereads is None:
+            return exact_moments(t, sums=total is not None, zeros=nonzero is not None,
+                                 saturation=saturation)
+        rereads.exact(row, t, total is not None, nonzero is not None, saturation)
+        return Moments(numel, numel, None, sumsq, None, None, None, None, 0)
+    zeros = saturated = None
     if nonzero is not None:
         if lowest == -2.0 ** (8 * t.element_size() - 1):  # a -0.0 is present
-            zeros = int(torch.count_nonzero(t.reshape(-1) == 0))
+            if rereads is None:
+                zeros = int(torch.count_nonzero(t.reshape(-1) == 0))
+            else:
+                rereads.count(row, _ZEROS, t.reshape(-1) == 0)
         else:
             zeros = numel - int(nonzero)
-    saturated = _saturated_count(t, saturation, lo, hi) if saturation else None
+    if saturation and rereads is not None and _may_saturate(saturation, lo, hi):
+        rereads.count(row, _SATURATED, _saturated_mask(t.reshape(-1), saturation))
+    elif saturation:
+        saturated = _saturated_count(t, saturation, lo, hi)
     return Moments(numel=numel, finite=numel, sum=total, sumsq=sumsq, min=lo, max=hi,
                    zeros=zeros, saturated=saturated, nonfinite=0)
 
 
 def _saturated_count(t: torch.Tensor, saturation: str, lo: float, hi: float) -> int:
     """Counted only when the extremes say some element can be at a bound (often none is)."""
-    if saturation == "tanh" and max(-lo, hi) <= 0.99:
-        return 0
-    if saturation == "sigmoid" and lo >= 0.01 and hi <= 0.99:
+    if not _may_saturate(saturation, lo, hi):
         return 0
     return int(torch.count_nonzero(_saturated_mask(t.reshape(-1), saturation)))
+
+
+def _may_saturate(saturation: str, lo: float, hi: float) -> bool:
+    if saturation == "tanh":
+        return max(-lo, hi) > 0.99
+    if saturation == "sigmoid":
+        return not (lo >= 0.01 and hi <= 0.99)
+    return True  # an unknown kind: _saturated_mask says so
 
 
 def measure_now(t: torch.Tensor, *, sums: bool = True, extremes: bool = True,
