@@ -29,7 +29,8 @@ from torch.nn.parameter import is_lazy
 from torch.nn.modules.module import (register_module_module_registration_hook,
                                      register_module_parameter_registration_hook)
 
-from .checkpoints import FlightRing, StateSource, checkpoint_table, live_snapshot
+from .checkpoints import (FlightRing, SkippedTensors, StateSource, checkpoint_table,
+                          live_snapshot)
 from .errors import RecorderError, RecorderMeasureError, RecorderWarning, RunDirectoryError
 from .manifest import (hyperparameters, model_structure, new_manifest, optimizer_structure,
                        utc_now)
@@ -206,6 +207,7 @@ class Recorder:
         self._strict = strict
         self._measure_errors: dict[str, str] = {}  # where -> the first error there
         self._flight = FlightRing(flight_ring)
+        self._checkpoint_skipped = SkippedTensors(strict=strict)
 
         self._params: list[_Param] = []
         self._param_index: dict[int, int] = {}  # id(parameter) -> its place in _params
@@ -609,11 +611,13 @@ class Recorder:
             self._manifest["first_nonfinite_step"] = step
             self._dump_flight("first_nonfinite")
         if self._schedule.should_checkpoint(step):
-            snap = live_snapshot(step, self._source)
-            self._writer.write_checkpoint(f"step-{step:08d}.parquet", checkpoint_table([snap]),
-                                          {"step": str(step), "reason": "scheduled"})
+            self._guard_state("the checkpoint", lambda: self._writer.write_checkpoint(
+                f"step-{step:08d}.parquet",
+                checkpoint_table([live_snapshot(step, self._source)], self._checkpoint_skipped),
+                {"step": str(step), "reason": "scheduled"}))
         if self._schedule.should_sample_flight(step):
-            self._flight.sample(step, self._source)
+            self._guard_state("the flight ring", lambda: self._flight.sample(
+                step, self._source, self._checkpoint_skipped))
         if self._schedule.should_flush(self._buffers.steps, time.monotonic() - self._last_flush):
             self.flush()
         return step
@@ -789,7 +793,22 @@ class Recorder:
             self._writer.write_manifest(self._manifest)
 
     # ----------------------------------------------------------------- checkpoints
+    def _guard_state(self, what: str, save) -> None:
+        """Checkpointing never breaks training: a failure is a measure error (raised under
+        ``strict``); the tensors left out are named in the manifest."""
+        try:
+            save()
+        except RecorderError:  # strict: a write or a tensor that failed
+            raise
+        except Exception as exc:  # noqa: BLE001 - recording degrades, training goes on
+            self._measure_failed(what, exc)
+        if self._checkpoint_skipped:
+            self._manifest["checkpoint_skipped"] = dict(self._checkpoint_skipped)
+
     def _dump_flight(self, reason: str) -> None:
+        self._guard_state("the flight recorder", lambda: self._write_flight(reason))
+
+    def _write_flight(self, reason: str) -> None:
         last = self._step - 1
         snapshots = [s for s in self._flight.snapshots() if s.step != last]
         if last >= 0:
@@ -797,5 +816,5 @@ class Recorder:
         if not snapshots:
             return
         name = f"flight-{max(last, 0):08d}.parquet"
-        self._writer.write_checkpoint(name, checkpoint_table(snapshots),
+        self._writer.write_checkpoint(name, checkpoint_table(snapshots, self._checkpoint_skipped),
                                       {"step": str(last), "reason": reason})
