@@ -18,6 +18,7 @@ import pyarrow as pa
 import torch
 
 from .errors import RecorderMeasureError, RecorderWarning
+from .writer import visible
 
 __all__ = ["CHECKPOINT_SCHEMA", "StateSource", "FlightRing", "Snapshot", "SkippedTensors",
            "checkpoint_table", "tensor_bytes"]
@@ -121,10 +122,10 @@ def checkpoint_table(snapshots: list[Snapshot], skipped: SkippedTensors) -> pa.T
                 continue
             owner, kind, name, key = tid
             rows["step"].append(snap.step)
-            rows["owner"].append(owner)
+            rows["owner"].append(visible(owner))
             rows["kind"].append(kind)
-            rows["name"].append(name)
-            rows["key"].append(key)
+            rows["name"].append(visible(name))
+            rows["key"].append(visible(key))
             rows["dtype"].append(dtype_name(t.dtype))
             rows["shape"].append(list(t.shape))
             rows["data"].append(data)

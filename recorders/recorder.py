@@ -35,10 +35,10 @@ from .errors import RecorderError, RecorderMeasureError, RecorderWarning, RunDir
 from .manifest import (hyperparameters, model_structure, new_manifest, optimizer_structure,
                        utc_now)
 from .schedule import Schedule
-from .rows import StatsBlock, stats_columns
+from .rows import StatsBlock
 from .statistics import (MomentBatch, Moments, activation_moments, combine, measure_now,
                          moments_rows, params_and_updates, row_moments, summarize)
-from .writer import RunWriter, events_table, scalars_table, stats_table
+from .writer import RunWriter
 
 __all__ = ["Recorder"]
 
@@ -123,10 +123,6 @@ def _named_tensors(prefix: str, value: Any) -> Iterator[tuple[str, torch.Tensor]
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
             yield from _named_tensors(f"{prefix}.{i}", item)
-
-
-def _stats_table(blocks: list[StatsBlock]):
-    return stats_table(stats_columns(blocks))
 
 
 def _scalar_value(name: str, value: Any) -> torch.Tensor | float:
@@ -780,11 +776,10 @@ class Recorder:
         wrote = False
         while self._unwritten:
             buffers = self._unwritten[0]
-            for table, rows, build in (("stats", buffers.stats, _stats_table),
-                                       ("scalars", buffers.scalars, scalars_table),
-                                       ("events", buffers.events, events_table)):
+            for table, rows in (("stats", buffers.stats), ("scalars", buffers.scalars),
+                                ("events", buffers.events)):
                 if rows and table not in buffers.written:
-                    self._writer.write_segment(table, build(rows))
+                    self._writer.write_rows(table, rows)
                     buffers.written.add(table)
             if self._unwritten and self._unwritten[0] is buffers:
                 self._unwritten.pop(0)
