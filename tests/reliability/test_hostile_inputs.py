@@ -7,10 +7,12 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
 from collections import OrderedDict
+from html import unescape
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,7 @@ from recorders import Recorder
 from recorders.errors import RecorderMeasureError, RecorderWarning, RunDirectoryError
 from reliability_cases import copy_run, load_manifest, time_limit, write_manifest
 from reports import build_page, render_html, render_markdown
+from reports.markdown import _md, _spans
 
 CASE_SECONDS = 60
 
@@ -160,13 +163,29 @@ def _rendered(markdown: str) -> str:
     return MarkdownIt("commonmark").enable("table").render(markdown)
 
 
+def text_of(html: str) -> str:
+    """What a reader sees of rendered HTML: the text without tags, whitespace collapsed."""
+    return " ".join(unescape(re.sub(r"<[^>]*>", "", html)).split())
+
+
 @pytest.mark.parametrize("name", BACKTICK_NAMES)
-def test_backtick_runs_in_a_run_name_inject_nothing_into_markdown(tiny_run, tmp_path, name):
-    run_dir = copy_run(tiny_run, tmp_path / name)
+def test_backtick_runs_in_a_name_inject_nothing_into_markdown(name):
+    """Names reach the Markdown inside the report's own backticks (`fc1.weight` grew first)."""
+    sentence = f"the gradient of `{name}` grew first"
+    for markdown in (f"1. {_md(sentence)}", f"| {_md(sentence, in_table=True)} | x |\n|---|---|"):
+        html = _rendered(markdown)
+        assert "<img" not in html and "<b>" not in html and "<a " not in html, html
+        assert set(re.findall(r"<(\w+)", html)) <= {"ol", "li", "p", "code", "table", "thead",
+                                                   "tr", "th"}, html
+        shown = "".join(part for _, part in _spans(sentence))  # backticks that pair are fences
+        assert text_of(html).startswith(" ".join(shown.split()))
+
+
+def test_backtick_runs_in_a_run_name_inject_nothing(tiny_run, tmp_path):
+    run_dir = copy_run(tiny_run, tmp_path / "``<img src=_1249763329_y>`z` ``[a](b)``")
     html = _rendered(render_markdown(postmortem.analyze(run_dir)))
-    assert "<img" not in html and "<b>" not in html and "<a " not in html, html
-    heading = html.split("</h3>")[0]
-    assert "1249763329" in heading or "bold" in heading or "|" in heading  # shown, as text
+    assert "<img" not in html and "<a " not in html
+    assert "&lt;img src=_1249763329_y&gt;" in html.split("</h3>")[0]  # shown, as text
 
 
 # --------------------------------------------------------------------- 4. event floods
@@ -315,7 +334,8 @@ def test_dash_writes_to_stdout(tiny_run, tmp_path, option, monkeypatch):
         assert out.startswith("### postmortem:")
 
 
-def test_two_outputs_to_stdout_are_refused(tiny_run):
+def test_two_outputs_to_stdout_are_refused(tiny_run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     code, _, err = run_main(["analyze", str(tiny_run), "-o", "-", "--json", "-"])
     assert code == 2 and "stdout" in err
 
