@@ -32,6 +32,7 @@ from torch.nn.modules.module import (register_module_module_registration_hook,
 from .checkpoints import (FlightRing, SkippedTensors, StateSource, checkpoint_table,
                           live_snapshot)
 from .errors import RecorderError, RecorderMeasureError, RecorderWarning, RunDirectoryError
+from .lock import LOCK_NAME, RunLock
 from .manifest import (hyperparameters, model_structure, new_manifest, optimizer_structure,
                        utc_now)
 from .schedule import Schedule
@@ -199,6 +200,7 @@ class Recorder:
         self._append = append
         self.run_dir = Path(run_dir)
         self._previous_manifest = self._check_run_dir()
+        self._lock: RunLock | None = None
         self._writer = RunWriter(self.run_dir, strict=strict)
         self._strict = strict
         self._measure_errors: dict[str, str] = {}  # where -> the first error there
@@ -240,7 +242,7 @@ class Recorder:
         d = self.run_dir
         if d.exists() and not d.is_dir():
             raise RunDirectoryError(f"run directory {d} exists and is not a directory")
-        entries = list(d.iterdir()) if d.is_dir() else []
+        entries = [e for e in d.iterdir() if e.name != LOCK_NAME] if d.is_dir() else []
         previous = None
         if entries and self._append:
             try:
@@ -259,6 +261,20 @@ class Recorder:
     def __enter__(self) -> "Recorder":
         if self._open or self._closed:
             raise RecorderError("a Recorder can be entered only once")
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunDirectoryError(f"cannot create run directory {self.run_dir}: {exc}") from exc
+        self._lock = RunLock.acquire(self.run_dir)  # refuses a directory another Recorder writes
+        try:
+            # Checked again now that it is ours: a run may have been written here since __init__.
+            self._previous_manifest = self._check_run_dir()
+            return self._start()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _start(self) -> "Recorder":
         try:
             if self._overwrite and self.run_dir.is_dir():
                 for entry in _RUN_ENTRIES:
@@ -455,6 +471,7 @@ class Recorder:
                 and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
         atexit.unregister(self._on_interpreter_exit)
+        self._lock.release()
         self._open = False
         self._closed = True
 

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import warnings
@@ -229,22 +230,28 @@ def test_second_recorder_on_a_directory_in_use_is_refused(tmp_path):
     assert not (tmp_path / ".recorder.lock").exists()
     with pytest.raises(RunDirectoryError, match="not empty"):
         second.__enter__()  # the first run is there now: still not overwritten
+    assert not (tmp_path / ".recorder.lock").exists()
     assert set(read_table(tmp_path, "scalars")["value"]) >= {1.0}
 
 
-def test_a_lock_left_by_a_dead_process_does_not_block(tmp_path):
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    tmp_path.joinpath(".recorder.lock").write_text(json.dumps(
-        {"pid": dead.pid, "host": os.uname().nodename}))
+@pytest.mark.parametrize("left", ["dead pid", "unreadable and old"])
+def test_a_lock_left_by_a_dead_process_does_not_block(tmp_path, left):
+    lock = tmp_path / ".recorder.lock"
+    if left == "dead pid":
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        lock.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+    else:
+        lock.write_text("")
+        os.utime(lock, (0, 0))
     with Recorder(tmp_path, mlp()) as rec:
         rec.step(loss=1.0)
-    assert load_manifest(tmp_path)["status"] == "completed"
+    assert load_manifest(tmp_path)["status"] == "completed" and not lock.exists()
 
 
 def test_a_lock_held_by_a_live_process_blocks(tmp_path):
     tmp_path.joinpath(".recorder.lock").write_text(json.dumps(
-        {"pid": os.getppid(), "host": os.uname().nodename}))
+        {"pid": os.getppid(), "host": socket.gethostname()}))
     with pytest.raises(RunDirectoryError, match=f"process {os.getppid()}"):
         Recorder(tmp_path, mlp()).__enter__()
 
