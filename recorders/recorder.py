@@ -18,7 +18,6 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from numbers import Real
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -35,6 +34,7 @@ from .errors import RecorderError, RecorderMeasureError, RecorderWarning, RunDir
 from .lock import LOCK_NAME, RunLock
 from .manifest import (hyperparameters, model_structure, new_manifest, optimizer_structure,
                        utc_now)
+from .scalars import ScalarReader
 from .schedule import Schedule
 from .rows import StatsBlock
 from .statistics import (MomentBatch, Moments, activation_moments, combine, measure_now,
@@ -126,18 +126,6 @@ def _named_tensors(prefix: str, value: Any) -> Iterator[tuple[str, torch.Tensor]
             yield from _named_tensors(f"{prefix}.{i}", item)
 
 
-def _scalar_value(name: str, value: Any) -> torch.Tensor | float:
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"rec.step({name}=...) needs a scalar, got a tensor of shape "
-                             f"{tuple(value.shape)}")
-        return value
-    if isinstance(value, Real) and not isinstance(value, bool):
-        return float(value)
-    raise TypeError(f"rec.step({name}=...) needs a number or a one-element tensor, "
-                    f"got {type(value).__name__}")
-
-
 class Recorder:
     """Records per-step tensor statistics, scalars, events and checkpoints of a training run.
 
@@ -206,6 +194,7 @@ class Recorder:
         self._measure_errors: dict[str, str] = {}  # where -> the first error there
         self._flight = FlightRing(flight_ring)
         self._checkpoint_skipped = SkippedTensors(strict=strict)
+        self._read_scalars = ScalarReader(strict=strict)
 
         self._params: list[_Param] = []
         self._param_index: dict[int, int] = {}  # id(parameter) -> its place in _params
@@ -576,7 +565,9 @@ class Recorder:
         """
         if not self._open:
             raise RecorderError("Recorder.step() called outside the `with Recorder(...)` block")
-        values = {name: _scalar_value(name, v) for name, v in scalars.items()}
+        values, left_out = self._read_scalars(scalars)
+        for name, exc in left_out:
+            self._measure_failed(f"scalar {name}", exc)
         step = self._step
         wall = time.time()
         if self._structure_changed or any(not is_lazy(p) for p in self._lazy):

@@ -365,8 +365,10 @@ def test_odd_scalar_values_never_raise(tmp_path):
                 per_sample = model(torch.randn(8, 4)).square().mean(dim=1)
                 per_sample.mean().backward()
                 optimizer.step()
-                optimizer.param_groups[0]["betas"] = ("a", "b")
+                betas = optimizer.param_groups[0]["betas"]
+                optimizer.param_groups[0]["betas"] = ("a", "b")  # what the recorder reads
                 rec.step(loss=per_sample, acc=np.array(2.0), note="text", n=np.int64(3))
+                optimizer.param_groups[0]["betas"] = betas
     scalars = read_table(tmp_path, "scalars")
     values = scalars.groupby("name")["value"].count()
     assert values["loss"] == values["acc"] == values["n"] == 3 and "note" not in values
