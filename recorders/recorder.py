@@ -126,6 +126,15 @@ def _named_tensors(prefix: str, value: Any) -> Iterator[tuple[str, torch.Tensor]
             yield from _named_tensors(f"{prefix}.{i}", item)
 
 
+def _safe_text(describe, exc: BaseException) -> str:
+    """`describe(exc)`, or a placeholder when the exception's own __str__ raises (the run must
+    still end with its final manifest)."""
+    try:
+        return describe(exc)
+    except Exception as error:  # noqa: BLE001 - any user-defined __str__
+        return f"<{type(exc).__name__}: its str() raised {type(error).__name__}>"
+
+
 class Recorder:
     """Records per-step tensor statistics, scalars, events and checkpoints of a training run.
 
@@ -441,8 +450,9 @@ class Recorder:
                 status, info, reason = "terminated", None, None
             else:
                 status = "exception"
-                info = {"type": exc_type.__name__, "message": str(exc),
-                        "traceback": "".join(traceback.format_exception(exc_type, exc, tb))}
+                info = {"type": exc_type.__name__, "message": _safe_text(str, exc),
+                        "traceback": _safe_text(lambda e: "".join(
+                            traceback.format_exception(exc_type, e, tb)), exc)}
                 reason = "exception"
             self._finish(status, info, flight_reason=reason)
         finally:
