@@ -429,3 +429,13 @@ def test_a_flood_of_events_before_the_onset_gives_one_sentence_per_kind():
     sentences = events_near(SimpleNamespace(onset=SimpleNamespace(step=99), events=events))
     assert len(sentences) == 2
     assert "3999 `batch_loaded` events from step 96 to the onset" in sentences[0] and "`lr_drop`" in sentences[1]
+
+
+def test_dev_stdout_is_written_into_not_replaced(tiny_run, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "postmortem", "analyze", str(tiny_run),
+                           "-o", "/dev/stdout", "--json", str(tmp_path / "r.json")],
+                          capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("<!DOCTYPE html>") and os.path.islink("/dev/stdout")
+    assert "Report: /dev/stdout" in done.stderr
