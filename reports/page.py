@@ -529,7 +529,7 @@ def _metadata(analysis) -> Section:
         model = _mapping(model)
         modules = [(_name(m.get("name")), _name(m.get("type"))) for m in _records(model.get("modules"))]
         params = [(_name(p.get("name")),
-                   "×".join(str(d) for d in p["shape"]) if isinstance(p.get("shape"), list) and p["shape"] else "scalar",
+                   _name("×".join(map(str, p["shape"]))) if isinstance(p.get("shape"), list) and p["shape"] else "scalar",
                    _name(p.get("dtype")), fmt_number(p.get("requires_grad")))
                   for p in _records(model.get("parameters"))]
         label = f"Model `{_name(model_name)}` ({_name(model.get('class'))})"
