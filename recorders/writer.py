@@ -157,7 +157,7 @@ def segment_table(table_name: str, rows: list) -> pa.Table:
 def _visible_json(value: Any) -> Any:
     if isinstance(value, dict):
         return {visible(k): _visible_json(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [_visible_json(v) for v in value]
     return visible(value)
 
@@ -170,7 +170,7 @@ def manifest_bytes(manifest: Mapping[str, Any]) -> bytes:
         try:
             json.dumps(manifest, default=str, ensure_ascii=False).encode()
         except UnicodeEncodeError:
-            text = json.dumps(_visible_json(json.loads(text)), indent=2)
+            text = json.dumps(_visible_json(manifest), indent=2, default=str)
     return text.encode()
 
 
