@@ -12,7 +12,12 @@ far training got even when the child dies without a word. Each trial ends one wa
 - `term_in_flush`  SIGTERM delivered while the recorder is writing a segment (the child signals
                itself from inside the Parquet write of the first flush after `stop_at`);
 - `exception`  the training loop raises at a random step;
-- `complete`   the loop finishes (the control).
+- `complete`   the loop finishes (the control);
+- `sparse`     the model holds a sparse buffer (as graph models do) and the loop raises at a
+               random step: checkpoints and the flight ring must leave the buffer out, name it
+               in the manifest and keep every step;
+- `race`       two children enter a Recorder on the same directory at once (two ranks started
+               together): one must be refused, and every row on disk must come from the other.
 
 A killed run must also load without warnings: crash damage is expected of other things, not of
 the recorder's own files.
@@ -29,6 +34,7 @@ torch once, so a trial costs its training, not an interpreter start.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -43,10 +49,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-MODES = ("kill", "term", "term_self", "term_in_flush", "exception", "complete")
+MODES = ("kill", "term", "term_self", "term_in_flush", "exception", "complete", "sparse", "race")
 EXPECTED_STATUS = {"kill": "running", "term": "terminated", "term_self": "terminated",
                    "term_in_flush": "terminated", "exception": "exception",
-                   "complete": "completed"}
+                   "complete": "completed", "sparse": "exception", "race": "completed"}
+_SPARSE_BUFFER = "model.buffer.adj"
 _TABLES = ("stats", "scalars", "events")
 _DOCS_SECTION = "## Crash campaign"
 
@@ -73,6 +80,10 @@ class Outcome:
     load_warnings: list[str] = field(default_factory=list)
     verdict: str | None = None
     analyzer_error: str | None = None
+    checkpoint_skipped: list[str] = field(default_factory=list)  # the manifest's
+    refused: int | None = None  # race: recorders refused the directory
+    writers: list[int] = field(default_factory=list)  # race: ranks whose rows are on disk
+    refusals: list[str] = field(default_factory=list)  # race: the errors the refused got
 
     @property
     def lost(self) -> int | None:
@@ -96,8 +107,18 @@ class Outcome:
         if self.recorded_step is not None and self.reported_step is not None \
                 and self.recorded_step > self.reported_step + 1:
             out.append("more steps on disk than the child ran")
-        if self.trial.mode == "exception" and "exception" not in self.checkpoint_reasons:
+        if self.trial.mode in ("exception", "sparse") and "exception" not in self.checkpoint_reasons:
             out.append("no flight-recorder checkpoint written for the exception")
+        if self.trial.mode == "sparse" and self.checkpoint_skipped != [_SPARSE_BUFFER]:
+            out.append(f"checkpoint_skipped is {self.checkpoint_skipped}, not [{_SPARSE_BUFFER!r}]")
+        if self.trial.mode == "race":
+            if self.refused != 1:
+                out.append(f"{self.refused} recorders refused the shared directory, expected 1")
+            unclear = [m for m in self.refusals if "in use by" not in m]
+            if unclear:
+                out.append(f"refused without saying the directory is in use: {unclear[0]}")
+            if len(self.writers) != 1:
+                out.append(f"rows on disk from ranks {self.writers}: two runs interleaved")
         expected = EXPECTED_STATUS[self.trial.mode]
         if self.status != expected:
             out.append(f"status {self.status!r}, expected {expected!r}")
@@ -119,12 +140,14 @@ def train_child(run_dir: str, trial: Trial, flush_every: int, steps: int, conn) 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    if trial.mode == "sparse":
+        model.register_buffer("adj", torch.eye(4).to_sparse())
     inputs, targets = torch.randn(64, 8, 16), torch.randn(64, 8, 4)
     with Recorder(run_dir, model, optimizer, flush_every=flush_every, checkpoint_every=100) as rec:
         if trial.mode == "term_in_flush":
             _signal_inside_writes(rec, trial.stop_at)
         for i in range(steps):
-            if trial.mode == "exception" and i == trial.stop_at:
+            if trial.mode in ("exception", "sparse") and i == trial.stop_at:
                 raise RuntimeError(f"injected failure at step {i}")
             optimizer.zero_grad()
             x, y = inputs[i % len(inputs)], targets[i % len(targets)]
@@ -134,6 +157,34 @@ def train_child(run_dir: str, trial: Trial, flush_every: int, steps: int, conn) 
             conn.send(rec.step(loss=loss, inputs=x, targets=y))
             if trial.mode == "term_self" and i == trial.stop_at:
                 os.kill(os.getpid(), signal.SIGTERM)
+
+
+def race_child(run_dir: str, rank: int, barrier, flush_every: int, steps: int, conn) -> None:
+    """One of two ranks entering a Recorder on the same directory at the same moment."""
+    import torch
+    from torch import nn
+
+    from recorders import Recorder, RunDirectoryError
+
+    torch.set_num_threads(1)
+    torch.manual_seed(rank)
+    model = nn.Linear(16, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    recorder = Recorder(run_dir, model, optimizer, flush_every=flush_every)  # both see it empty
+    barrier.wait()
+    with contextlib.ExitStack() as stack:
+        try:
+            rec = stack.enter_context(recorder)
+        except RunDirectoryError as exc:
+            conn.send(("refused", str(exc)))
+            return
+        for _ in range(steps):
+            optimizer.zero_grad()
+            loss = model(torch.randn(8, 16)).square().mean()
+            loss.backward()
+            optimizer.step()
+            last = rec.step(loss=loss, rank=rank)
+    conn.send(("done", last))
 
 
 def _signal_inside_writes(rec, after_step: int) -> None:
@@ -156,9 +207,45 @@ def _context() -> mp.context.BaseContext:
     return ctx
 
 
+def run_race(run_dir: Path, trial: Trial, *, flush_every: int, steps: int,
+             timeout: float = 120.0) -> Outcome:
+    """Two ranks race for one directory; then inspect what is on disk."""
+    ctx = _context()
+    barrier = ctx.Barrier(2)
+    receiver, sender = ctx.Pipe(duplex=False)
+    children = [ctx.Process(target=race_child, args=(str(run_dir), rank, barrier, flush_every,
+                                                     steps, sender)) for rank in (0, 1)]
+    for child in children:
+        child.start()
+    sender.close()
+    messages = []
+    while len(messages) < 2 and receiver.poll(timeout):
+        try:
+            messages.append(receiver.recv())
+        except EOFError:
+            break
+    for child in children:
+        child.join(timeout)
+    receiver.close()
+    done = [value for kind, value in messages if kind == "done"]
+    outcome = inspect_run(run_dir, trial, flush_every=flush_every,
+                          exitcode=max((c.exitcode or 0 for c in children), key=abs),
+                          reported_step=done[0] if len(done) == 1 else None)
+    outcome.refused = sum(kind == "refused" for kind, _ in messages)
+    outcome.refusals = [message for kind, message in messages if kind == "refused"]
+    try:
+        ranks = pq.read_table(run_dir / "scalars", filters=[("name", "=", "rank")])
+        outcome.writers = sorted({int(v) for v in ranks.column("value").to_pylist()})
+    except Exception as exc:  # noqa: BLE001 - the campaign records, the caller judges
+        outcome.analyzer_error = f"reading the ranks: {type(exc).__name__}: {exc}"
+    return outcome
+
+
 def run_trial(run_dir: Path, trial: Trial, *, flush_every: int, steps: int,
               timeout: float = 120.0) -> Outcome:
     """Run one child to its end, then inspect what it left in `run_dir`."""
+    if trial.mode == "race":
+        return run_race(run_dir, trial, flush_every=flush_every, steps=steps, timeout=timeout)
     ctx = _context()
     receiver, sender = ctx.Pipe(duplex=False)
     if trial.mode in ("kill", "term"):
@@ -226,13 +313,15 @@ def inspect_run(run_dir: Path, trial: Trial, *, flush_every: int, exitcode: int 
         if all(steps.values()) else None
     missing = [] if recorded is None else sorted(set(range(recorded + 1)) - steps["stats"])
     try:
-        status = json.loads((run_dir / "manifest.json").read_text()).get("status")
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        status = manifest.get("status")
+        skipped = sorted(manifest.get("checkpoint_skipped") or {})
     except (OSError, ValueError) as exc:
-        status = f"unreadable manifest: {exc}"
+        status, skipped = f"unreadable manifest: {exc}", []
     outcome = Outcome(trial=trial, flush_every=flush_every, exitcode=exitcode,
                       reported_step=reported_step, recorded_step=recorded, status=status,
                       segments=segments, unreadable=unreadable, checkpoint_reasons=reasons,
-                      missing_steps=missing)
+                      missing_steps=missing, checkpoint_skipped=skipped)
     try:
         run = postmortem.load_run(run_dir)
         outcome.verdict = postmortem.analyze(run).verdict
@@ -253,6 +342,8 @@ def plan(*, kills: int, seed: int, steps: int, flush_every: int, step_seconds: f
     trials.append(Trial("term_in_flush", rng.randrange(flush_every, steps - flush_every - 1)))
     trials.append(Trial("exception", rng.randrange(flush_every, steps - 1)))
     trials.append(Trial("complete", steps))
+    trials.append(Trial("sparse", rng.randrange(flush_every, steps - 1)))
+    trials.append(Trial("race", steps))
     return trials
 
 
