@@ -29,6 +29,9 @@ torch once, so a trial costs its training, not an interpreter start.
 
     .venv/bin/python benchmarks/crash_campaign.py                 # 20 kills + term + exception
     .venv/bin/python benchmarks/crash_campaign.py --write-docs    # also update docs/benchmarks.md
+
+It also runs the hostile-input suites (`HOSTILE_SUITES`, under pytest) and counts the fixed
+cases and generated examples they try and how many are handled.
 """
 
 from __future__ import annotations
@@ -39,10 +42,13 @@ import json
 import multiprocessing as mp
 import os
 import random
+import re
 import signal
+import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +62,12 @@ EXPECTED_STATUS = {"kill": "running", "term": "terminated", "term_self": "termin
 _SPARSE_BUFFER = "model.buffer.adj"
 _TABLES = ("stats", "scalars", "events")
 _DOCS_SECTION = "## Crash campaign"
+_ROOT = Path(__file__).resolve().parent.parent
+# Hostile inputs to the recorder, the loader and the command line, one test each (issue 13's
+# nineteen are test_hostile_inputs.py), plus generated names, floods and damaged runs.
+HOSTILE_SUITES = ("tests/reliability/test_hostile_inputs.py",
+                  "tests/reliability/test_hostile_names.py",
+                  "tests/reliability/test_hostile_runs.py")
 
 
 @dataclass(frozen=True)
@@ -353,8 +365,34 @@ def run_campaign(trials: list[Trial], workdir: Path, *, flush_every: int, steps:
                       steps=steps) for i, t in enumerate(trials)]
 
 
+@dataclass
+class HostileCount:
+    cases: int  # pytest test cases (each parametrized case counts once)
+    failed: int
+    examples: int  # inputs hypothesis generated inside the generated cases
+    failing_examples: int
+
+
+def hostile_inputs() -> HostileCount:
+    """Run the hostile-input suites under pytest; count what they try and what fails."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "junit.xml"
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             "--hypothesis-show-statistics", f"--junitxml={report}", *HOSTILE_SUITES],
+            cwd=_ROOT, capture_output=True, text=True, env={**os.environ, "CI": "true"})
+        suites = ET.parse(report).getroot().iter("testsuite")
+        totals = [(int(x.get("tests")), int(x.get("failures")) + int(x.get("errors")))
+                  for x in suites]
+    examples = [tuple(map(int, m)) for m in re.findall(
+        r"(\d+) passing, (\d+) failing, and \d+ invalid test cases", done.stdout)]
+    return HostileCount(cases=sum(t for t, _ in totals), failed=sum(f for _, f in totals),
+                        examples=sum(p + f for p, f in examples),
+                        failing_examples=sum(f for _, f in examples))
+
+
 def summary_markdown(outcomes: list[Outcome], *, flush_every: int, steps: int, seed: int,
-                     seconds: float) -> str:
+                     seconds: float, hostile: HostileCount | None = None) -> str:
     lines = [
         _DOCS_SECTION,
         "",
@@ -365,7 +403,12 @@ def summary_markdown(outcomes: list[Outcome], *, flush_every: int, steps: int, s
         "step the child reported reaching − last step present on disk in both `stats` and "
         "`scalars`. `term` is a SIGTERM from the parent at a random step, `term_self` one the "
         "child sends itself between two steps, `term_in_flush` one delivered inside a segment "
-        f"write. Wall time of the whole campaign: {seconds:.0f} s.",
+        "write. `sparse`: the model holds a sparse buffer (`torch.eye(4).to_sparse()`, as graph "
+        "models do) and the loop raises; the buffer must be left out of every checkpoint, named "
+        "in the manifest's `checkpoint_skipped`, and no step lost. `race`: two children enter a "
+        "`Recorder` on one directory at the same moment (a barrier); exactly one must be refused "
+        "with an error saying the directory is in use, and every row on disk must come from the "
+        f"other. Wall time of the whole campaign: {seconds:.0f} s.",
         "",
         "| ending | trials | steps lost (max) | bound | statuses | unreadable files "
         "| load warnings | analyzer errors | verdicts |",
@@ -393,6 +436,17 @@ def summary_markdown(outcomes: list[Outcome], *, flush_every: int, steps: int, s
     failed = [(o, p) for o in outcomes for p in o.problems()]
     lines += ["", "Problems found: " + ("none." if not failed else "; ".join(
         f"{o.trial.mode}@{o.trial.stop_at}: {p}" for o, p in failed))]
+    if hostile is not None:
+        hostile_trials = [o for o in outcomes if o.trial.mode in ("sparse", "race")]
+        handled = hostile.cases - hostile.failed + sum(not o.problems() for o in hostile_trials)
+        lines += ["", f"Hostile inputs (the suites {', '.join(f'`{s}`' for s in HOSTILE_SUITES)}, "
+                  f"run by this script under pytest): {hostile.cases} fixed and generated test "
+                  f"cases, {hostile.cases - hostile.failed} handled, {hostile.failed} not; inside "
+                  f"the generated ones hypothesis tried {hostile.examples} inputs (names with lone "
+                  "surrogates, backtick runs, control and bidi characters, event floods, damaged "
+                  f"runs), {hostile.failing_examples} of them failing. With the `sparse` and "
+                  f"`race` trials: {hostile.cases + len(hostile_trials)} hostile cases tried, "
+                  f"{handled} handled."]
     return "\n".join(lines) + "\n"
 
 
@@ -421,23 +475,26 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--write-docs", action="store_true",
                         help="replace the '## Crash campaign' section of docs/benchmarks.md")
+    parser.add_argument("--no-hostile", action="store_true",
+                        help="skip the hostile-input suites (about two minutes)")
     args = parser.parse_args()
     start = time.perf_counter()
     trials = plan(kills=args.kills, seed=args.seed, steps=args.steps, flush_every=args.flush_every)
     with tempfile.TemporaryDirectory(prefix="crash_campaign_") as tmp:
         outcomes = run_campaign(trials, Path(tmp), flush_every=args.flush_every, steps=args.steps)
     seconds = time.perf_counter() - start
+    hostile = None if args.no_hostile else hostile_inputs()
     for o in outcomes:
         print(f"{o.trial.mode:9} stop_at={o.trial.stop_at:4} exit={o.exitcode} "
               f"reported={o.reported_step} recorded={o.recorded_step} lost={o.lost} "
               f"status={o.status} verdict={o.verdict} problems={o.problems()}")
     section = summary_markdown(outcomes, flush_every=args.flush_every, steps=args.steps,
-                               seed=args.seed, seconds=seconds)
+                               seed=args.seed, seconds=seconds, hostile=hostile)
     print("\n" + section)
     if args.write_docs:
         write_docs_section(Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md",
                            section)
-    sys.exit(1 if any(o.problems() for o in outcomes) else 0)
+    sys.exit(1 if any(o.problems() for o in outcomes) or (hostile and hostile.failed) else 0)
 
 
 if __name__ == "__main__":
