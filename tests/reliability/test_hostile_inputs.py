@@ -58,6 +58,15 @@ def mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
 
 
+@contextlib.contextmanager
+def recording(run_dir: Path, model: nn.Module, optimizer=None, **options):
+    """A Recorder block, and the list of warnings given while it ran."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with Recorder(run_dir, model, optimizer, **options) as rec:
+            yield rec, caught
+
+
 def recorder_warnings(caught) -> list[str]:
     return [str(w.message) for w in caught if issubclass(w.category, RecorderWarning)]
 
@@ -113,12 +122,10 @@ def test_sparse_buffer_raises_under_strict(tmp_path):
 def test_lone_surrogates_in_names_are_recorded_visibly(tmp_path):
     model = nn.Sequential(OrderedDict([("l\udcff", nn.Linear(4, 2))]))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with Recorder(tmp_path / "run", model, optimizer, flush_every=2) as rec:
-            rec.event("data", os.fsdecode(b"data/\xff.bin"))
-            rec.event("k\ud800ind", "fine")
-            train(rec, model, optimizer, 5, **{"acc\udcff": 0.5})
+    with recording(tmp_path / "run", model, optimizer, flush_every=2) as (rec, caught):
+        rec.event("data", os.fsdecode(b"data/\xff.bin"))
+        rec.event("k\ud800ind", "fine")
+        train(rec, model, optimizer, 5, **{"acc\udcff": 0.5})
     assert recorder_warnings(caught) == []
     run = tmp_path / "run"
     assert load_manifest(run)["status"] == "completed"
@@ -143,12 +150,10 @@ def test_a_segment_that_cannot_be_built_degrades_recording_with_one_warning(tmp_
     monkeypatch.setattr(recorders.writer, "events_table", broken)
     model = mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with Recorder(tmp_path, model, optimizer, flush_every=2) as rec:
-            for _ in range(3):
-                rec.event("tick")
-                train(rec, model, optimizer, 2)
+    with recording(tmp_path, model, optimizer, flush_every=2) as (rec, caught):
+        for _ in range(3):
+            rec.event("tick")
+            train(rec, model, optimizer, 2)
     assert len(recorder_warnings(caught)) == 1
     manifest = load_manifest(tmp_path)
     assert manifest["status"] == "completed" and manifest["failed_writes"] == 3
@@ -260,15 +265,13 @@ def test_a_lock_held_by_a_live_process_blocks(tmp_path):
 def test_user_scalar_named_like_a_recorder_scalar_is_kept_apart(tmp_path):
     model = mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with Recorder(tmp_path, model, optimizer) as rec:
-            for _ in range(3):
-                optimizer.zero_grad()
-                model(torch.randn(8, 4)).square().mean().backward()
-                clipped = nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
-                optimizer.step()
-                rec.step(loss=1.0, grad_norm=clipped, lr=123.0, scaler_skipped=1)
+    with recording(tmp_path, model, optimizer) as (rec, caught):
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(8, 4)).square().mean().backward()
+            clipped = nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+            optimizer.step()
+            rec.step(loss=1.0, grad_norm=clipped, lr=123.0, scaler_skipped=1)
     scalars = read_table(tmp_path, "scalars")
     values = scalars.groupby("name")["value"].count()
     assert values["grad_norm"] == values["user.grad_norm"] == values["user.lr"] == 3
@@ -358,18 +361,16 @@ def test_two_outputs_to_stdout_are_refused(tiny_run, tmp_path, monkeypatch):
 def test_odd_scalar_values_never_raise(tmp_path):
     model = mlp()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with Recorder(tmp_path, model, optimizer) as rec:
-            for _ in range(3):
-                optimizer.zero_grad()
-                per_sample = model(torch.randn(8, 4)).square().mean(dim=1)
-                per_sample.mean().backward()
-                optimizer.step()
-                betas = optimizer.param_groups[0]["betas"]
-                optimizer.param_groups[0]["betas"] = ("a", "b")  # what the recorder reads
-                rec.step(loss=per_sample, acc=np.array(2.0), note="text", n=np.int64(3))
-                optimizer.param_groups[0]["betas"] = betas
+    with recording(tmp_path, model, optimizer) as (rec, caught):
+        for _ in range(3):
+            optimizer.zero_grad()
+            per_sample = model(torch.randn(8, 4)).square().mean(dim=1)
+            per_sample.mean().backward()
+            optimizer.step()
+            betas = optimizer.param_groups[0]["betas"]
+            optimizer.param_groups[0]["betas"] = ("a", "b")  # what the recorder reads
+            rec.step(loss=per_sample, acc=np.array(2.0), note="text", n=np.int64(3))
+            optimizer.param_groups[0]["betas"] = betas
     scalars = read_table(tmp_path, "scalars")
     values = scalars.groupby("name")["value"].count()
     assert values["loss"] == values["acc"] == values["n"] == 3 and "note" not in values
