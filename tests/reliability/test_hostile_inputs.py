@@ -108,6 +108,8 @@ def test_sparse_buffer_is_left_out_of_checkpoints_with_one_warning(tmp_path, end
         stored = pq.read_table(tmp_path / "checkpoints" / name).to_pydict()
         assert "adj" not in stored["name"] and "lin.weight" in stored["name"]
     assert sorted(set(read_table(tmp_path, "stats")["step"])) == [0, 1, 2, 3, 4]
+    analysis = postmortem.analyze(tmp_path)
+    assert any("checkpoints leave out model.buffer.adj" in w for w in analysis.warnings)
 
 
 def test_sparse_buffer_raises_under_strict(tmp_path):
