@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -54,10 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     analyze_cmd = commands.add_parser("analyze", help="analyse a run and write an HTML incident report")
     analyze_cmd.add_argument("run_dir", metavar="RUN_DIR", type=Path)
     analyze_cmd.add_argument("-o", "--output", type=Path, metavar="FILE",
-                             help="HTML report to write (default: RUN_DIR/report.html)")
-    analyze_cmd.add_argument("--json", type=Path, metavar="FILE", help="also write the analysis as JSON")
+                             help="HTML report to write (default: RUN_DIR/report.html; - for stdout)")
+    analyze_cmd.add_argument("--json", type=Path, metavar="FILE",
+                             help="also write the analysis as JSON (- for stdout)")
     analyze_cmd.add_argument("--markdown", type=Path, metavar="FILE",
-                             help="also write a Markdown summary (at most 30 lines) for a ticket")
+                             help="also write a Markdown summary (at most 30 lines) for a ticket (- for stdout)")
     analyze_cmd.add_argument("--fail-on", type=_labels, metavar="LABELS", default=frozenset(),
                              help="comma-separated verdicts or diagnosis labels (e.g. diverged,nonfinite_input); "
                                   "exit 1 when the analysis reports one of them")
@@ -87,12 +89,41 @@ def _labels(text: str) -> frozenset[str]:
     return labels
 
 
+_STDOUT = Path("-")
+
+
+def _is_stream(path: Path) -> bool:
+    """Whether `path` (through any symlinks) is a device or a pipe, written into, not replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _is_stdout(path: Path) -> bool:
+    """`-`, or a path to the file stdout is (`/dev/stdout`, `/proc/self/fd/1`)."""
+    if path == _STDOUT:
+        return True
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError):  # no such file, or stdout is not a file (a test's StringIO)
+        return False
+
+
 def _check_writable(path: Path) -> None:
     """Fail before the (slow) analysis when an output cannot be written."""
-    folder = path.parent if str(path.parent) else Path(".")
+    if path == _STDOUT:
+        return
     hint = " (pass -o FILE to write the report elsewhere)" if path.name == "report.html" else ""
     if path.is_dir():
         raise OSError(f"cannot write {path}: it is a directory{hint}")
+    if _is_stream(path):
+        if not os.access(path, os.W_OK):
+            raise OSError(f"cannot write {path}: it is not writable{hint}")
+        return
+    target = Path(os.path.realpath(path))  # through a symlink: the file it names
+    folder = target.parent
     if not folder.is_dir():
         raise OSError(f"cannot write {path}: folder {folder} does not exist{hint}")
     if not os.access(folder, os.W_OK):
@@ -100,7 +131,18 @@ def _check_writable(path: Path) -> None:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    """Write next to the target and rename, so a reader never sees half a report."""
+    """Write next to the target and rename, so a reader never sees half a report. `-` is
+    stdout; a device or a pipe (`/dev/stdout`) is written into; a symlink stays a link and the
+    file it names is replaced."""
+    if path == _STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    if _is_stream(path):
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        return
+    path = Path(os.path.realpath(path))
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(temporary, "x", encoding="utf-8") as stream:  # "x": never follow a planted file
@@ -118,6 +160,8 @@ def _analyze(args: argparse.Namespace) -> int:
         run = load_run(args.run_dir)
         output = args.output or args.run_dir / "report.html"
         extras = [(p, kind) for p, kind in ((args.json, "json"), (args.markdown, "markdown")) if p]
+        if [output, *(p for p, _ in extras)].count(_STDOUT) > 1:
+            raise _UsageError("only one of -o, --json and --markdown can be - (stdout)")
         for path in (output, *(p for p, _ in extras)):
             _check_writable(path)
         progress.advance("analysing")
@@ -127,12 +171,15 @@ def _analyze(args: argparse.Namespace) -> int:
         _write_atomically(output, render_html(page))
         for path, kind in extras:
             text = (json.dumps(analysis.to_json(), indent=2, allow_nan=False) + "\n" if kind == "json"
-                    else render_markdown(analysis, report_name=output.name))
+                    else render_markdown(analysis, report_name="the HTML report" if output == _STDOUT
+                                         else output.name))
             _write_atomically(path, text)
     finally:
         progress.close()
-    print(clean(page.headline))
-    print(f"Report: {clean(output)}")
+    to_stdout = any(_is_stdout(p) for p in (output, *(p for p, _ in extras)))
+    status = sys.stderr if to_stdout else sys.stdout  # stdout holds the output asked for
+    print(clean(page.headline), file=status)
+    print(f"Report: {'stdout' if output == _STDOUT else clean(output)}", file=status)
     matched = sorted(args.fail_on & {analysis.verdict, *(f.label for f in analysis.findings)})
     if matched:
         print(f"postmortem: {', '.join(matched)} matched --fail-on", file=sys.stderr)
