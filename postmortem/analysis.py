@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -25,7 +26,7 @@ from .ranking import (
 from .series import SeriesTable, read_series
 from .story import chain_sentences
 
-__all__ = ["Analysis", "analyze", "JSON_SCHEMA_VERSION"]
+__all__ = ["ANALYSIS_STAGES", "Analysis", "analyze", "JSON_SCHEMA_VERSION"]
 
 JSON_SCHEMA_VERSION = 1
 _MIN_HEALTHY_STEPS = 10
@@ -64,20 +65,28 @@ class Analysis:
         return _json_safe(payload)
 
 
-def analyze(run: Run | str | Path) -> Analysis:
-    """Analyse a run directory (or an already loaded Run)."""
+ANALYSIS_STAGES = 4  # the calls `analyze` makes to its `progress`
+
+
+def analyze(run: Run | str | Path, *, progress: Callable[[str], None] | None = None) -> Analysis:
+    """Analyse a run directory (or an already loaded Run); `progress(label)` is called at the
+    start of each of its ANALYSIS_STAGES stages."""
+    advance = progress or (lambda label: None)
     if not isinstance(run, Run):
         run = load_run(run)
+    advance("reading tensor statistics")
     table = read_series(run)
     scalars = run.scalars()
     events = run.events()
     tie_order = manifest_order(run.manifest)
     scaled = bool((scalars["name"] == "grad_scale").any())
     first = first_nonfinite(table, scalars, tie_order, ignore_grads=scaled)
+    advance(f"fitting {len(table.keys):,} series")
     breaks = fit_breaks(table, scalars, first.step if first else None)
     leaders = diverging(breaks, scalars)
     onset, involved = run_onset(breaks, leaders, first, tie_order)
     diverged = bool(leaders) or nonfinite_beyond_inputs(table, scalars, ignore_grads=scaled)
+    advance("ranking and diagnosing")
     ranking = rank(involved, first, table, onset) if diverged else []
     evidence = _evidence(table, scalars, events, run.manifest, first, onset, diverged, breaks)
     findings = diagnoses.diagnose(evidence)
@@ -87,6 +96,7 @@ def analyze(run: Run | str | Path) -> Analysis:
         evidence = _evidence(table, scalars, events, run.manifest, first, onset, diverged, breaks)
         findings = diagnoses.diagnose(evidence)
     verdict = diagnoses.verdict(findings)
+    advance("writing the story")
     chain = chain_sentences(evidence, ranking) if diverged else []
     return Analysis(
         run=run,

@@ -14,6 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from postmortem import LABELS, VERDICTS, analyze, load_run
+from postmortem.analysis import ANALYSIS_STAGES
 from postmortem.exceptions import PostmortemError
 from reports import Progress, build_page, compare_runs, render_html, render_markdown, render_summary
 from reports.text import clean, shorten
@@ -154,7 +155,7 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    progress = Progress(3 + _DRAWING_STAGES)
+    progress = Progress(3 + ANALYSIS_STAGES + _DRAWING_STAGES)
     try:
         progress.advance("loading run")
         run = load_run(args.run_dir)
@@ -165,7 +166,7 @@ def _analyze(args: argparse.Namespace) -> int:
         for path in (output, *(p for p, _ in extras)):
             _check_writable(path)
         progress.advance("analysing")
-        analysis = analyze(run)
+        analysis = analyze(run, progress=progress.advance)
         page = build_page(analysis, progress=progress.advance, version=_package_version())
         progress.advance("writing report")
         _write_atomically(output, render_html(page))

@@ -9,6 +9,8 @@ variance is shared by both phases.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from scipy.stats import chi2
 
@@ -57,6 +59,12 @@ class NoBreak(_Model):
         return self
 
 
+@lru_cache(maxsize=None)
+def _deviance_bound(confidence: float) -> float:
+    """The chi-square(1) quantile (scipy's ppf costs more than a whole fit: once per level)."""
+    return float(chi2.ppf(confidence, df=1))
+
+
 class _BreakModel(_Model):
     """Stable level before t0, a model-specific shape from t0 on; t0 by profile likelihood."""
 
@@ -79,7 +87,7 @@ class _BreakModel(_Model):
         # Likelihood-ratio bound for t0: candidates whose profile deviance is within the
         # chi-square(1) quantile of the best one.
         deviance = n * np.log(sse / sse[best])
-        inside = candidates[deviance <= chi2.ppf(self.confidence, df=1)]
+        inside = candidates[deviance <= _deviance_bound(self.confidence)]
         self.index_ = k
         self.t0_ = float(x[k])
         self.interval_ = (float(x[inside.min()]), float(x[inside.max()]))

@@ -172,3 +172,25 @@ def test_module_entry_point_runs_without_torch(runs):
                             capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2])
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("Healthy:")
+
+
+def test_the_progress_bar_moves_through_the_analysis_and_ends_full(runs, tmp_path, monkeypatch):
+    drawn = []
+
+    class Recording:
+        def __init__(self, total):
+            drawn.append(total)
+
+        def advance(self, label):
+            drawn.append(label)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(cli, "Progress", Recording)
+    assert cli.main(["analyze", str(runs["diverged"]), "-o", str(tmp_path / "r.html")]) == 0
+    total, labels = drawn[0], drawn[1:]
+    assert len(labels) == total
+    between = labels[labels.index("analysing") + 1:]
+    assert [label.split()[0] for label in between[:postmortem.analysis.ANALYSIS_STAGES]] == \
+        ["reading", "fitting", "ranking", "writing"]
