@@ -14,7 +14,9 @@ from pathlib import Path
 
 from postmortem import LABELS, VERDICTS, analyze, load_run
 from postmortem.exceptions import PostmortemError
-from reports import Progress, build_page, compare_runs, render_html, render_markdown, render_summary
+from postmortem.ranks import analyze_ranks, is_multi_rank, rank_run_dir
+from reports import (Progress, build_page, build_ranks_page, compare_runs, render_html, render_markdown,
+                     render_ranks_markdown, render_ranks_summary, render_summary)
 from reports.text import clean, shorten
 
 __all__ = ["main"]
@@ -61,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     analyze_cmd.add_argument("--fail-on", type=_labels, metavar="LABELS", default=frozenset(),
                              help="comma-separated verdicts or diagnosis labels (e.g. diverged,nonfinite_input); "
                                   "exit 1 when the analysis reports one of them")
+    analyze_cmd.add_argument("--rank", type=_rank, metavar="N",
+                             help="of a multi-rank run: rank N's full report alone "
+                                  "(default: every rank, the first to go bad in full)")
     analyze_cmd.set_defaults(handler=_analyze)
 
     summary_cmd = commands.add_parser("summary", help="print the verdict of a run in the terminal")
@@ -85,6 +90,12 @@ def _labels(text: str) -> frozenset[str]:
             f"unknown label{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
             f"known: {', '.join(sorted(LABELS | set(VERDICTS)))}")
     return labels
+
+
+def _rank(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a rank number (0, 1, ...), got {text!r}")
+    return int(text)
 
 
 def _check_writable(path: Path) -> None:
@@ -112,6 +123,10 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def _analyze(args: argparse.Namespace) -> int:
+    if args.rank is not None:
+        args.run_dir = rank_run_dir(args.run_dir, args.rank)
+    elif is_multi_rank(args.run_dir):
+        return _analyze_ranks(args)
     progress = Progress(3 + _DRAWING_STAGES)
     try:
         progress.advance("loading run")
@@ -140,7 +155,38 @@ def _analyze(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _analyze_ranks(args: argparse.Namespace) -> int:
+    """A multi-rank run: every rank analysed, the first to go bad in full."""
+    output = args.output or args.run_dir / "report.html"
+    extras = [(p, kind) for p, kind in ((args.json, "json"), (args.markdown, "markdown")) if p]
+    for path in (output, *(p for p, _ in extras)):
+        _check_writable(path)
+    progress = Progress(2 + _DRAWING_STAGES)
+    try:
+        progress.advance("analysing every rank")
+        multi = analyze_ranks(args.run_dir)
+        page = build_ranks_page(multi, progress=progress.advance, version=_package_version())
+        progress.advance("writing report")
+        _write_atomically(output, render_html(page))
+        for path, kind in extras:
+            text = (json.dumps(multi.to_json(), indent=2, allow_nan=False) + "\n" if kind == "json"
+                    else render_ranks_markdown(multi, report_name=output.name))
+            _write_atomically(path, text)
+    finally:
+        progress.close()
+    print(clean(page.headline))
+    print(f"Report: {clean(output)}")
+    matched = sorted(args.fail_on & multi.labels)
+    if matched:
+        print(f"postmortem: {', '.join(matched)} matched --fail-on (on some rank)", file=sys.stderr)
+        return EXIT_FAIL_ON
+    return EXIT_OK
+
+
 def _summary(args: argparse.Namespace) -> int:
+    if is_multi_rank(args.run_dir):
+        sys.stdout.write(render_ranks_summary(analyze_ranks(args.run_dir)))
+        return EXIT_OK
     progress = Progress(2)
     try:
         progress.advance("loading run")

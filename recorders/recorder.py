@@ -33,6 +33,7 @@ from .checkpoints import FlightRing, StateSource, checkpoint_table, live_snapsho
 from .errors import RecorderError, RecorderMeasureError, RecorderWarning, RunDirectoryError
 from .manifest import (hyperparameters, model_structure, new_manifest, optimizer_structure,
                        utc_now)
+from .ranks import distributed_info, rank_dir
 from .schedule import Schedule
 from .rows import StatsBlock, stats_columns
 from .statistics import (MomentBatch, Moments, activation_moments, combine, measure_now,
@@ -151,6 +152,8 @@ class Recorder:
     Args:
         run_dir: folder to write (see docs/run-format.md); must be empty or absent unless
             ``overwrite`` (replace the run's files, nothing else) or ``append`` (continue it).
+            Under ``torch.distributed`` every rank passes the same folder and records into
+            its sub-directory ``rank-00000``, ``rank-00001``... (recorders/ranks.py).
         model: an ``nn.Module`` or a dict ``name -> nn.Module`` (names prefix tensor names).
         optimizer: ``None``, an optimizer, a list (named ``optimizer_0``...) or a dict of them.
         scaler: a ``GradScaler``; its scale is recorded as ``grad_scale``.
@@ -200,7 +203,8 @@ class Recorder:
         self._config = config_json
         self._overwrite = overwrite
         self._append = append
-        self.run_dir = Path(run_dir)
+        self._distributed = distributed_info()  # None in a single process
+        self.run_dir = rank_dir(Path(run_dir), self._distributed)
         self._previous_manifest = self._check_run_dir()
         self._writer = RunWriter(self.run_dir, strict=strict)
         self._strict = strict
@@ -277,6 +281,8 @@ class Recorder:
                                       param_names=self._param_names,
                                       param_models=self._param_models,
                                       options=self._options, config=self._config)
+        if self._distributed is not None:
+            self._manifest["distributed"] = dict(self._distributed)
         if self._previous_manifest is not None:
             prev = self._previous_manifest
             self._manifest["run_id"] = prev.get("run_id", self._manifest["run_id"])
