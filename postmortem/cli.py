@@ -13,10 +13,12 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from postmortem import LABELS, VERDICTS, analyze, load_run
-from postmortem.exceptions import PostmortemError
+from postmortem.exceptions import PostmortemError, RunDirectoryError
 from postmortem.ranks import analyze_ranks, is_multi_rank, rank_run_dir
+from postmortem.scan import find_runs, scan_dask, scan_runs
 from reports import (Progress, build_page, build_ranks_page, compare_runs, render_html, render_markdown,
                      render_ranks_markdown, render_ranks_summary, render_summary)
+from reports.scan import render_scan_table
 from reports.text import clean, shorten
 
 __all__ = ["main"]
@@ -77,6 +79,21 @@ def _parser() -> argparse.ArgumentParser:
     compare_cmd.add_argument("run_a", metavar="RUN_A", type=Path)
     compare_cmd.add_argument("run_b", metavar="RUN_B", type=Path)
     compare_cmd.set_defaults(handler=_compare)
+
+    scan_cmd = commands.add_parser(
+        "scan", help="analyse every run below ROOT(s) on Dask; write an index and a table of them")
+    scan_cmd.add_argument("roots", nargs="+", metavar="ROOT", type=Path)
+    scan_cmd.add_argument("-o", "--output", type=Path, metavar="DIR",
+                          help="folder for index.html, runs.parquet, runs.csv and the reports "
+                               "(default: ROOT/postmortem-scan; ./postmortem-scan for several roots)")
+    where = scan_cmd.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=_count, metavar="N",
+                       help="processes of a local Dask cluster (default: one per core, at most one per run); "
+                            "0: no Dask, one run after another in this process")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="an existing Dask cluster, e.g. tcp://10.0.0.5:8786; its workers must see "
+                            "the runs and the output folder at the same paths")
+    scan_cmd.set_defaults(handler=_scan)
     return parser
 
 
@@ -95,6 +112,12 @@ def _labels(text: str) -> frozenset[str]:
 def _rank(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"expected a rank number (0, 1, ...), got {text!r}")
+    return int(text)
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number of workers (0, 1, 2, ...), got {text!r}")
     return int(text)
 
 
@@ -211,6 +234,27 @@ def _compare(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     print(comparison.describe())
+    return EXIT_OK
+
+
+def _scan(args: argparse.Namespace) -> int:
+    output = args.output or (args.roots[0] / "postmortem-scan" if len(args.roots) == 1
+                             else Path("postmortem-scan"))
+    runs = find_runs(args.roots, skip=[output])
+    if not runs:
+        raise RunDirectoryError(f"no run directories below {', '.join(map(str, args.roots))}")
+    if args.scheduler is None and args.workers != 0:
+        scan_dask()  # a missing extra is one line before anything is written
+    output.mkdir(parents=True, exist_ok=True)
+    _check_writable(output / "index.html")
+    progress = Progress(len(runs))
+    try:
+        result = scan_runs(runs, output, workers=args.workers, scheduler=args.scheduler,
+                           on_done=lambda row: progress.advance(row["run"]), version=_package_version())
+    finally:
+        progress.close()
+    sys.stdout.write(render_scan_table(result.runs))
+    print(f"Index: {clean(result.index)}")
     return EXIT_OK
 
 
