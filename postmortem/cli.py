@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     analyze_cmd.add_argument("--fail-on", type=_labels, metavar="LABELS", default=frozenset(),
                              help="comma-separated verdicts or diagnosis labels (e.g. diverged,nonfinite_input); "
                                   "exit 1 when the analysis reports one of them")
-    analyze_cmd.add_argument("--rank", type=_rank, metavar="N",
+    analyze_cmd.add_argument("--rank", type=_whole_number("a rank number"), metavar="N",
                              help="of a multi-rank run: rank N's full report alone "
                                   "(default: every rank, the first to go bad in full)")
     analyze_cmd.set_defaults(handler=_analyze)
@@ -87,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
                           help="folder for index.html, runs.parquet, runs.csv and the reports "
                                "(default: ROOT/postmortem-scan; ./postmortem-scan for several roots)")
     where = scan_cmd.add_mutually_exclusive_group()
-    where.add_argument("--workers", type=_count, metavar="N",
+    where.add_argument("--workers", type=_whole_number("a number of workers"), metavar="N",
                        help="processes of a local Dask cluster (default: one per core, at most one per run); "
                             "0: no Dask, one run after another in this process")
     where.add_argument("--scheduler", metavar="ADDRESS",
@@ -109,16 +109,12 @@ def _labels(text: str) -> frozenset[str]:
     return labels
 
 
-def _rank(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a rank number (0, 1, ...), got {text!r}")
-    return int(text)
-
-
-def _count(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a number of workers (0, 1, 2, ...), got {text!r}")
-    return int(text)
+def _whole_number(what: str):
+    def parse(text: str) -> int:
+        if not text.isdigit():
+            raise argparse.ArgumentTypeError(f"expected {what} (0, 1, 2, ...), got {text!r}")
+        return int(text)
+    return parse
 
 
 def _check_writable(path: Path) -> None:
@@ -148,60 +144,34 @@ def _write_atomically(path: Path, text: str) -> None:
 def _analyze(args: argparse.Namespace) -> int:
     if args.rank is not None:
         args.run_dir = rank_run_dir(args.run_dir, args.rank)
-    elif is_multi_rank(args.run_dir):
-        return _analyze_ranks(args)
+    multi_rank = is_multi_rank(args.run_dir)  # the parent of a distributed job's rank directories
     progress = Progress(3 + _DRAWING_STAGES)
     try:
         progress.advance("loading run")
-        run = load_run(args.run_dir)
+        run = args.run_dir if multi_rank else load_run(args.run_dir)
         output = args.output or args.run_dir / "report.html"
         extras = [(p, kind) for p, kind in ((args.json, "json"), (args.markdown, "markdown")) if p]
         for path in (output, *(p for p, _ in extras)):
             _check_writable(path)
         progress.advance("analysing")
-        analysis = analyze(run)
-        page = build_page(analysis, progress=progress.advance, version=_package_version())
+        analysis = analyze_ranks(run) if multi_rank else analyze(run)
+        page = (build_ranks_page if multi_rank else build_page)(
+            analysis, progress=progress.advance, version=_package_version())
         progress.advance("writing report")
         _write_atomically(output, render_html(page))
         for path, kind in extras:
             text = (json.dumps(analysis.to_json(), indent=2, allow_nan=False) + "\n" if kind == "json"
-                    else render_markdown(analysis, report_name=output.name))
+                    else (render_ranks_markdown if multi_rank else render_markdown)(
+                        analysis, report_name=output.name))
             _write_atomically(path, text)
     finally:
         progress.close()
     print(clean(page.headline))
     print(f"Report: {clean(output)}")
-    matched = sorted(args.fail_on & {analysis.verdict, *(f.label for f in analysis.findings)})
+    labels = analysis.labels if multi_rank else {analysis.verdict, *(f.label for f in analysis.findings)}
+    matched = sorted(args.fail_on & labels)
     if matched:
         print(f"postmortem: {', '.join(matched)} matched --fail-on", file=sys.stderr)
-        return EXIT_FAIL_ON
-    return EXIT_OK
-
-
-def _analyze_ranks(args: argparse.Namespace) -> int:
-    """A multi-rank run: every rank analysed, the first to go bad in full."""
-    output = args.output or args.run_dir / "report.html"
-    extras = [(p, kind) for p, kind in ((args.json, "json"), (args.markdown, "markdown")) if p]
-    for path in (output, *(p for p, _ in extras)):
-        _check_writable(path)
-    progress = Progress(2 + _DRAWING_STAGES)
-    try:
-        progress.advance("analysing every rank")
-        multi = analyze_ranks(args.run_dir)
-        page = build_ranks_page(multi, progress=progress.advance, version=_package_version())
-        progress.advance("writing report")
-        _write_atomically(output, render_html(page))
-        for path, kind in extras:
-            text = (json.dumps(multi.to_json(), indent=2, allow_nan=False) + "\n" if kind == "json"
-                    else render_ranks_markdown(multi, report_name=output.name))
-            _write_atomically(path, text)
-    finally:
-        progress.close()
-    print(clean(page.headline))
-    print(f"Report: {clean(output)}")
-    matched = sorted(args.fail_on & multi.labels)
-    if matched:
-        print(f"postmortem: {', '.join(matched)} matched --fail-on (on some rank)", file=sys.stderr)
         return EXIT_FAIL_ON
     return EXIT_OK
 

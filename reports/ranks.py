@@ -44,7 +44,8 @@ def origin_sentence(multi) -> str:
         return (f"No rank diverged or recorded a non-finite value; rank {shown.rank} is shown, "
                 f"the first with a {shown.analysis.verdict.replace('_', ' ')} verdict.")
     first = next(r for r in multi.ranks if r.rank == origin.rank)
-    also = f" (ranks {_ranks(origin.tied)} could not be told apart from it)" if origin.tied else ""
+    also = (f" (rank{'s' if len(origin.tied) > 1 else ''} {_ranks(origin.tied)} could not be told "
+            "apart from it)" if origin.tied else "")
     if origin.by == "onset":
         return (f"No rank recorded a non-finite value; rank {origin.rank} began to diverge first, "
                 f"at step {origin.step} in {clean(first.analysis.onset.series)}{also}.")

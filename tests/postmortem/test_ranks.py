@@ -11,6 +11,7 @@ import pytest
 
 from postmortem import cli
 from postmortem.ranks import analyze_ranks, is_multi_rank, rank_dirs
+from reports.ranks import origin_sentence, spread_sentence
 from sample_runs.synthetic import SyntheticSpec, write_synthetic_run
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
@@ -126,3 +127,13 @@ def test_an_unreadable_rank_is_a_row_not_a_failure(tmp_path, capsys):
     shutil.rmtree(job / "rank-00001")
     assert cli.main(["analyze", str(job)]) == 2
     assert "no rank of" in capsys.readouterr().err
+
+
+def test_ranks_that_went_bad_alike_are_named_as_tied(tmp_path):
+    same = SyntheticSpec(steps=80, tensors=11, onset=40, nan_at=50)
+    job = _ranked_job(tmp_path / "job", {0: same, 1: same, 2: SyntheticSpec(steps=80, tensors=11, seed=6)})
+    multi = analyze_ranks(job)
+    assert (multi.origin.rank, multi.origin.step, multi.origin.tied) == (0, 50, (1,))
+    assert "ranks 1 could not be told apart" not in origin_sentence(multi)
+    assert "(rank 1 could not be told apart from it)" in origin_sentence(multi)
+    assert "Rank 2 stayed finite." in spread_sentence(multi)
