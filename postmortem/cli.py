@@ -13,7 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from postmortem import LABELS, VERDICTS, analyze, load_run
-from postmortem.exceptions import PostmortemError, RunDirectoryError
+from postmortem.exceptions import PostmortemError
 from postmortem.ranks import analyze_ranks, is_multi_rank, rank_run_dir
 from postmortem.scan import find_runs, scan_dask, scan_runs
 from reports import (Progress, build_page, build_ranks_page, compare_runs, render_html, render_markdown,
@@ -211,9 +211,7 @@ def _scan(args: argparse.Namespace) -> int:
     output = args.output or (args.roots[0] / "postmortem-scan" if len(args.roots) == 1
                              else Path("postmortem-scan"))
     runs = find_runs(args.roots, skip=[output])
-    if not runs:
-        raise RunDirectoryError(f"no run directories below {', '.join(map(str, args.roots))}")
-    if args.scheduler is None and args.workers != 0:
+    if args.workers != 0:
         scan_dask()  # a missing extra is one line before anything is written
     output.mkdir(parents=True, exist_ok=True)
     _check_writable(output / "index.html")

@@ -62,7 +62,8 @@ def find_runs(roots: Sequence[str | Path], *, skip: Iterable[str | Path] = ()) -
     """(name, directory) of every run below `roots`, by name. A run directory holds a manifest
     or a stats or scalars folder; the parent of `rank-NNNNN/` directories is one run. Runs are
     not looked into for more runs; hidden folders, symlinks and `skip` are not entered.
-    The name is the path below its root (with the root's name in front for several roots)."""
+    The name is the path below its root (with the root's name in front for several roots).
+    RunDirectoryError when a root is not a directory or no run is found."""
     skipped = {Path(p).resolve() for p in skip}
     found: dict[str, Path] = {}
     seen: set[Path] = set()
@@ -80,6 +81,8 @@ def find_runs(roots: Sequence[str | Path], *, skip: Iterable[str | Path] = ()) -
             while name in found:
                 name += "+"
             found[name] = path
+    if not found:
+        raise RunDirectoryError(f"no run directories below {', '.join(map(str, roots))}")
     return sorted(found.items())
 
 
@@ -184,10 +187,7 @@ def scan_runs(runs: Sequence[tuple[str, Path]], output: str | Path, *, workers: 
 
 def scan(roots: Sequence[str | Path], output: str | Path, **options) -> ScanResult:
     """find_runs + scan_runs; the output folder is never scanned itself."""
-    runs = find_runs(roots, skip=[output])
-    if not runs:
-        raise RunDirectoryError(f"no run directories below {', '.join(map(str, roots))}")
-    return scan_runs(runs, output, **options)
+    return scan_runs(find_runs(roots, skip=[output]), output, **options)
 
 
 def _report_name(number: int, name: str) -> str:

@@ -18,15 +18,15 @@ from reports.text import clean, fmt_step, shorten
 __all__ = ["build_ranks_page", "origin_sentence", "ranks_section", "render_ranks_markdown",
            "render_ranks_summary", "spread_sentence"]
 
-_OWN_SHOWN = 3
+_OWN_SHOWN = 3  # in a sentence; the table names the first only
 _MARKDOWN_RANKS = 12
 
 
-def _own_values(own: tuple[tuple[str, str], ...]) -> str:
+def _own_values(own: tuple[tuple[str, str], ...], shown: int = _OWN_SHOWN) -> str:
     """`input `x`, activation `fc1`, loss `loss``: the rank's own non-finite series."""
     named = [f"{'loss' if role == 'scalar' else clean(role)} `{shorten(clean(name), 80)}`" for role, name in own]
-    more = len(named) - _OWN_SHOWN
-    return ", ".join(named[:_OWN_SHOWN]) + (f" and {more} more" if more > 0 else "")
+    more = len(named) - shown
+    return ", ".join(named[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def _ranks(numbers) -> str:
@@ -89,8 +89,8 @@ def ranks_section(multi) -> Section:
     rows = []
     for result in multi.ranks:
         info = result.to_json()
-        own = _own_values(result.own_nonfinite) if result.own_nonfinite else (
-            "none: shared values only" if result.first_step is not None else "—")
+        own = _own_values(result.own_nonfinite, shown=1) if result.own_nonfinite else (
+            "none: shared only" if result.first_step is not None else "—")
         rows.append((str(result.rank), clean(info["host"] or "—"), clean(info["local_rank"] if info["local_rank"] is not None else "—"),
                      clean(info["verdict"] or "error"), fmt_step(info["onset_step"]), _first_value(result), own,
                      clean(info["status"] or "—"), clean(info["steps"] if info["steps"] is not None else "—"),
@@ -100,7 +100,7 @@ def ranks_section(multi) -> Section:
                   f"`postmortem analyze {clean(os.path.basename(os.path.normpath(str(multi.path))))} --rank N` "
                   "writes another rank's."]
     table = Table(("rank", "host", "local rank", "verdict", "onset", "first non-finite",
-                   "its own values non-finite then", "status", "steps", "error"), tuple(rows))
+                   "own values non-finite then", "status", "steps", "error"), tuple(rows))
     return Section("ranks", "Ranks: which went bad first", paragraphs=tuple(p for p in paragraphs if p),
                    tables=(table,))
 

@@ -36,8 +36,9 @@ body {{ font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif
        margin: 0 auto; padding: 0 20px 40px; max-width: 1400px; background: #f9fafb; }}
 table {{ border-collapse: collapse; font-size: 13px; background: #fff; }}
 th, td {{ border-bottom: 1px solid #e5e7eb; padding: 3px 10px 3px 0; text-align: left; vertical-align: top;
-         overflow-wrap: anywhere; }}
-.verdict {{ font: 600 12px ui-monospace, monospace; padding: 1px 6px; border-radius: 4px; }}
+         overflow-wrap: break-word; }}
+td:first-child {{ white-space: nowrap; }}
+.verdict {{ font: 600 12px ui-monospace, monospace; padding: 1px 6px; border-radius: 4px; white-space: nowrap; }}
 .diverged {{ background: #fee2e2; color: #991b1b; }} .error {{ background: #e5e7eb; color: #111827; }}
 .not_learning {{ background: #fef3c7; color: #92400e; }} .healthy {{ background: #dcfce7; color: #166534; }}
 footer {{ color: #6b7280; font-size: 12px; margin-top: 20px; }}
@@ -79,6 +80,8 @@ def _cell(column: str, row) -> str:
         return f'<a href="{escape(quote(row["report"]))}">{escape(value)}</a>'
     if column == "verdict":
         return f'<span class="verdict {escape(value)}">{escape(value.replace("_", " "))}</span>'
+    if column == "labels":
+        return escape(value.replace(",", ", "))
     return escape(value)
 
 
