@@ -1,8 +1,9 @@
 """`postmortem scan`: a sweep of small generated runs, scanned on a LocalCluster of 2 workers,
 gives the table the serial scan gives; a corrupt run directory is a row, never a crash."""
-import json
 import re
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import duckdb
@@ -13,7 +14,8 @@ from postmortem import cli
 from postmortem.scan import COLUMNS, find_runs, scan, scan_runs
 from sample_runs.synthetic import SyntheticSpec, write_synthetic_run
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "scan.md"
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "scan.md"
 _SMALL = dict(steps=60, tensors=11)
 # (name, divergence) of the generated runs: 6 diverge into NaN, 6 diverge and stay finite, 7 healthy.
 _SWEEP = [(f"lr-{lr}/seed-{seed}", lr) for lr in ("0.1", "0.5", "1.0") for seed in range(6)] + [("baseline", None)]
@@ -162,3 +164,31 @@ def test_unreachable_scheduler_is_one_line(tmp_path, capsys, monkeypatch):
     write_synthetic_run(tmp_path / "sweep" / "a", SyntheticSpec(**_SMALL))
     assert cli.main(["scan", str(tmp_path / "sweep"), "--scheduler", "tcp://127.0.0.1:9"]) == 2
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in capsys.readouterr().err
+
+
+def test_scan_and_multi_rank_analysis_never_import_torch(tmp_path):
+    root = tmp_path / "sweep"
+    write_synthetic_run(root / "single", SyntheticSpec(**_SMALL))
+    for rank in (0, 1):
+        write_synthetic_run(root / "job" / f"rank-{rank:05d}", SyntheticSpec(**_SMALL, onset=30, nan_at=45, seed=rank))
+    code = textwrap.dedent(f"""
+        import sys
+
+        class BlockTorch:  # a meta-path finder: any `import torch` raises ImportError
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" or name.startswith("torch."):
+                    raise ImportError("blocked in this test: " + name)
+                return None
+
+        sys.meta_path.insert(0, BlockTorch())
+        sys.path.insert(0, {str(ROOT)!r})
+        from postmortem import cli
+        from postmortem.scan import scan
+        result = scan([{str(root)!r}], {str(tmp_path / "out")!r}, workers=0)
+        assert result.runs["verdict"].tolist() == ["diverged", "healthy"], result.runs
+        assert not any(name == "torch" or name.startswith("torch.") for name in sys.modules)
+        print("ok")
+        """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("ok")
