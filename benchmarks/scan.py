@@ -10,7 +10,10 @@ goes: the CPU one run costs, split into its analysis and its report, and the CPU
 LocalCluster of 2 workers burns in 30 s (scheduler, nannies, workers).
 
     python benchmarks/scan.py [--runs 200] [--steps 100] [--tensors 21] [--workers 2] [--dir DIR]
-                              [--no-scans]
+                              [--rounds 1] [--no-scans]
+
+`--rounds N` runs the modes N times, alternating (serial, Dask, serial, Dask...), so that a
+change in the machine's load between the modes shows instead of passing for a speed-up.
 """
 
 from __future__ import annotations
@@ -126,6 +129,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[2],
                         help="LocalCluster sizes to measure beside the serial scan")
     parser.add_argument("--dir", type=Path, help="write (or reuse) the sweep and the outputs here")
+    parser.add_argument("--rounds", type=int, default=1, help="alternate the modes this many times")
     parser.add_argument("--no-scans", action="store_true",
                         help="only the per-run split and the idle cluster, not the scans")
     args = parser.parse_args()
@@ -144,7 +148,7 @@ def main() -> None:
         print(json.dumps(extras), file=sys.stderr)
         results = []
         tables = []
-        for workers in [] if args.no_scans else [0, *args.workers]:
+        for workers in [] if args.no_scans else [0, *args.workers] * args.rounds:
             output = base / f"scan-{workers}"
             results.append(measure(sweep, output, workers))
             tables.append(pd.read_parquet(output / "runs.parquet"))
