@@ -16,7 +16,11 @@ from pathlib import Path
 from postmortem import LABELS, VERDICTS, analyze, load_run
 from postmortem.analysis import ANALYSIS_STAGES
 from postmortem.exceptions import PostmortemError
-from reports import Progress, build_page, compare_runs, render_html, render_markdown, render_summary
+from postmortem.ranks import analyze_ranks, is_multi_rank, rank_run_dir
+from postmortem.scan import find_runs, scan_dask, scan_runs
+from reports import (Progress, build_page, build_ranks_page, compare_runs, render_html, render_markdown,
+                     render_ranks_markdown, render_ranks_summary, render_summary)
+from reports.scan import render_scan_table
 from reports.text import clean, shorten
 
 __all__ = ["main"]
@@ -64,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     analyze_cmd.add_argument("--fail-on", type=_labels, metavar="LABELS", default=frozenset(),
                              help="comma-separated verdicts or diagnosis labels (e.g. diverged,nonfinite_input); "
                                   "exit 1 when the analysis reports one of them")
+    analyze_cmd.add_argument("--rank", type=_whole_number("a rank number"), metavar="N",
+                             help="of a multi-rank run: rank N's full report alone "
+                                  "(default: every rank, the first to go bad in full)")
     analyze_cmd.set_defaults(handler=_analyze)
 
     summary_cmd = commands.add_parser("summary", help="print the verdict of a run in the terminal")
@@ -75,6 +82,21 @@ def _parser() -> argparse.ArgumentParser:
     compare_cmd.add_argument("run_a", metavar="RUN_A", type=Path)
     compare_cmd.add_argument("run_b", metavar="RUN_B", type=Path)
     compare_cmd.set_defaults(handler=_compare)
+
+    scan_cmd = commands.add_parser(
+        "scan", help="analyse every run below ROOT(s) on Dask; write an index and a table of them")
+    scan_cmd.add_argument("roots", nargs="+", metavar="ROOT", type=Path)
+    scan_cmd.add_argument("-o", "--output", type=Path, metavar="DIR",
+                          help="folder for index.html, runs.parquet, runs.csv and the reports "
+                               "(default: ROOT/postmortem-scan; ./postmortem-scan for several roots)")
+    where = scan_cmd.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=_whole_number("a number of workers"), metavar="N",
+                       help="processes of a local Dask cluster (default: one per core, at most one per run); "
+                            "0: no Dask, one run after another in this process")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="an existing Dask cluster, e.g. tcp://10.0.0.5:8786; its workers must see "
+                            "the runs and the output folder at the same paths")
+    scan_cmd.set_defaults(handler=_scan)
     return parser
 
 
@@ -88,6 +110,14 @@ def _labels(text: str) -> frozenset[str]:
             f"unknown label{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
             f"known: {', '.join(sorted(LABELS | set(VERDICTS)))}")
     return labels
+
+
+def _whole_number(what: str):
+    def parse(text: str) -> int:
+        if not text.isdigit():
+            raise argparse.ArgumentTypeError(f"expected {what} (0, 1, 2, ...), got {text!r}")
+        return int(text)
+    return parse
 
 
 _STDOUT = Path("-")
@@ -155,10 +185,13 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    progress = Progress(3 + ANALYSIS_STAGES + _DRAWING_STAGES)
+    if args.rank is not None:
+        args.run_dir = rank_run_dir(args.run_dir, args.rank)
+    multi_rank = is_multi_rank(args.run_dir)  # the parent of a distributed job's rank directories
+    progress = Progress(3 + (0 if multi_rank else ANALYSIS_STAGES) + _DRAWING_STAGES)
     try:
         progress.advance("loading run")
-        run = load_run(args.run_dir)
+        run = args.run_dir if multi_rank else load_run(args.run_dir)
         output = args.output or args.run_dir / "report.html"
         extras = [(p, kind) for p, kind in ((args.json, "json"), (args.markdown, "markdown")) if p]
         if [output, *(p for p, _ in extras)].count(_STDOUT) > 1:
@@ -166,14 +199,16 @@ def _analyze(args: argparse.Namespace) -> int:
         for path in (output, *(p for p, _ in extras)):
             _check_writable(path)
         progress.advance("analysing")
-        analysis = analyze(run, progress=progress.advance)
-        page = build_page(analysis, progress=progress.advance, version=_package_version())
+        analysis = analyze_ranks(run) if multi_rank else analyze(run, progress=progress.advance)
+        page = (build_ranks_page if multi_rank else build_page)(
+            analysis, progress=progress.advance, version=_package_version())
         progress.advance("writing report")
         _write_atomically(output, render_html(page))
         for path, kind in extras:
             text = (json.dumps(analysis.to_json(), indent=2, allow_nan=False) + "\n" if kind == "json"
-                    else render_markdown(analysis, report_name="the HTML report" if output == _STDOUT
-                                         else output.name))
+                    else (render_ranks_markdown if multi_rank else render_markdown)(
+                        analysis, report_name="the HTML report" if output == _STDOUT
+                        else output.name))
             _write_atomically(path, text)
     finally:
         progress.close()
@@ -181,7 +216,8 @@ def _analyze(args: argparse.Namespace) -> int:
     status = sys.stderr if to_stdout else sys.stdout  # stdout holds the output asked for
     print(clean(page.headline), file=status)
     print(f"Report: {'stdout' if output == _STDOUT else clean(output)}", file=status)
-    matched = sorted(args.fail_on & {analysis.verdict, *(f.label for f in analysis.findings)})
+    labels = analysis.labels if multi_rank else {analysis.verdict, *(f.label for f in analysis.findings)}
+    matched = sorted(args.fail_on & labels)
     if matched:
         print(f"postmortem: {', '.join(matched)} matched --fail-on", file=sys.stderr)
         return EXIT_FAIL_ON
@@ -189,6 +225,9 @@ def _analyze(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
+    if is_multi_rank(args.run_dir):
+        sys.stdout.write(render_ranks_summary(analyze_ranks(args.run_dir)))
+        return EXIT_OK
     progress = Progress(2)
     try:
         progress.advance("loading run")
@@ -213,6 +252,25 @@ def _compare(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     print(comparison.describe())
+    return EXIT_OK
+
+
+def _scan(args: argparse.Namespace) -> int:
+    output = args.output or (args.roots[0] / "postmortem-scan" if len(args.roots) == 1
+                             else Path("postmortem-scan"))
+    runs = find_runs(args.roots, skip=[output])
+    if args.workers != 0:
+        scan_dask()  # a missing extra is one line before anything is written
+    output.mkdir(parents=True, exist_ok=True)
+    _check_writable(output / "index.html")
+    progress = Progress(len(runs))
+    try:
+        result = scan_runs(runs, output, workers=args.workers, scheduler=args.scheduler,
+                           on_done=lambda row: progress.advance(row["run"]), version=_package_version())
+    finally:
+        progress.close()
+    sys.stdout.write(render_scan_table(result.runs))
+    print(f"Index: {clean(result.index)}")
     return EXIT_OK
 
 

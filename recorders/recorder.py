@@ -36,6 +36,7 @@ from .errors import RecorderError, RecorderMeasureError, RecorderWarning, RunDir
 from .lock import LOCK_NAME, RunLock
 from .manifest import (hyperparameters, model_structure, new_manifest, optimizer_structure,
                        utc_now)
+from .ranks import distributed_info, rank_dir
 from .scalars import ScalarReader
 from .schedule import Schedule
 from .rows import StatsBlock
@@ -217,6 +218,8 @@ class Recorder:
     Args:
         run_dir: folder to write (see docs/run-format.md); must be empty or absent unless
             ``overwrite`` (replace the run's files, nothing else) or ``append`` (continue it).
+            Under ``torch.distributed`` every rank passes the same folder and records into
+            its sub-directory ``rank-00000``, ``rank-00001``... (recorders/ranks.py).
         model: an ``nn.Module`` or a dict ``name -> nn.Module`` (names prefix tensor names).
         optimizer: ``None`` (then pass ``lr=`` to ``step()``), an optimizer, a list (named
             ``optimizer_0``...) or a dict of them.
@@ -268,7 +271,8 @@ class Recorder:
         self._config = config_json
         self._overwrite = overwrite
         self._append = append
-        self.run_dir = Path(run_dir)
+        self._distributed = distributed_info()  # None in a single process
+        self.run_dir = rank_dir(Path(run_dir), self._distributed)
         self._previous_manifest = self._check_run_dir()
         self._lock: RunLock | None = None
         self._writer = RunWriter(self.run_dir, strict=strict)
@@ -384,6 +388,8 @@ class Recorder:
                     "gradients, updates, optimizer state, inputs and scalars are")
             self._manifest["notes"].append(note)
             warnings.warn(f"postmortem recorder: {note}", RecorderWarning, stacklevel=2)
+        if self._distributed is not None:
+            self._manifest["distributed"] = dict(self._distributed)
         if self._previous_manifest is not None:
             prev = self._previous_manifest
             self._manifest["run_id"] = prev.get("run_id", self._manifest["run_id"])
