@@ -17,7 +17,6 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from .exceptions import RunDirectoryError, SchemaVersionError
@@ -91,7 +90,7 @@ class Run:
 
     def scalars(self, names: Sequence[str] | None = None) -> pd.DataFrame:
         """Per-step scalars as a frame [step, name, value], one row per (step, name)."""
-        filt = None if names is None else ds.field("name").isin(list(names))
+        filt = None if names is None else {"name": list(names)}
         table = self._read("scalars", ["step", "name", "value"], filt)
         return _to_frame(table, ["step", "name"])
 
@@ -168,8 +167,8 @@ class Run:
                 if filt is None:
                     scanned = _read_segment(path, schema, columns).to_batches()
                 else:
-                    fragment = ds.dataset(path, schema=schema, format="parquet")
-                    scanned = list(fragment.to_batches(columns=columns, filter=filt))
+                    table = _read_segment(path, schema, list(dict.fromkeys([*columns, *filt])))
+                    scanned = table.filter(_allowed_rows(table, filt)).select(columns).to_batches()
             except (OSError, pa.ArrowException) as exc:
                 self.segments[kind].remove(path)
                 self._warn(f"skipped unreadable segment {path}: {exc}")
@@ -347,18 +346,31 @@ def _read_segment(path: Path, schema: pa.Schema, columns: list[str]) -> pa.Table
     return pa.Table.from_arrays(arrays, schema=pa.schema([schema.field(c) for c in columns]))
 
 
-def _stats_filter(roles: Iterable[str] | None, names: Iterable[str] | None):
-    conditions = []
-    if roles is not None:
-        conditions.append(ds.field("role").isin(list(roles)))
-    if names is not None:
-        conditions.append(ds.field("name").isin(list(names)))
-    if not conditions:
-        return None
-    combined = conditions[0]
-    for condition in conditions[1:]:
-        combined = combined & condition
-    return combined
+def _stats_filter(roles: Iterable[str] | None, names: Iterable[str] | None
+                  ) -> dict[str, list[str]] | None:
+    """The rows wanted, as {column: the values allowed}, or None for all of them."""
+    allowed = {column: list(values) for column, values in (("role", roles), ("name", names))
+               if values is not None}
+    return allowed or None
+
+
+def _allowed_rows(table: pa.Table, allowed: dict[str, list[str]]) -> pa.ChunkedArray:
+    """Rows whose every column in `allowed` holds one of its values (a null: none). The test
+    runs on each chunk's dictionary, then its indices are looked up: several times faster than
+    a dataset filter, which compares every row's string."""
+    keep = None
+    for column, values in allowed.items():
+        value_set = pa.array(values, pa.string())
+        chunks = []
+        for chunk in table.column(column).chunks:
+            if pa.types.is_dictionary(chunk.type):
+                hit = pc.take(pc.is_in(chunk.dictionary, value_set=value_set), chunk.indices)
+            else:
+                hit = pc.is_in(chunk, value_set=value_set)
+            chunks.append(pc.fill_null(hit, False))
+        mask = pa.chunked_array(chunks, pa.bool_())
+        keep = mask if keep is None else pc.and_(keep, mask)
+    return keep
 
 
 def _to_frame(table: pa.Table, keys: list[str]) -> pd.DataFrame:
