@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from . import diagnoses
+from .detectors import Thresholds
 from .findings import Finding, FirstNonfinite, Onset, RankedTensor
 from .gaps import missing_step_warnings, unmeasured_warnings
 from .loading import Run, load_run
@@ -64,8 +65,10 @@ class Analysis:
         return _json_safe(payload)
 
 
-def analyze(run: Run | str | Path) -> Analysis:
-    """Analyse a run directory (or an already loaded Run)."""
+def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None) -> Analysis:
+    """Analyse a run directory (or an already loaded Run) with `thresholds` (default
+    `Thresholds()`; `dataclasses.replace` makes a variant)."""
+    thresholds = thresholds if thresholds is not None else Thresholds()
     if not isinstance(run, Run):
         run = load_run(run)
     table = read_series(run)
