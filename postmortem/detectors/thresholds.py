@@ -50,12 +50,13 @@ class DivergenceThresholds:
 class RootCauseThresholds:
     """Direct causes at the onset (postmortem.detectors.root_causes)."""
 
-    window: int = 1  # a cause counts at the onset step or one step before it (onset ±1 target)
+    window: int = 1  # a cause counts up to one step after the fitted onset (onset ±1 target)
+    lookback: int = 40  # ...and up to 40 steps before it: an lr raised ×30 shows in the loss late
     hp_change_factor: float = 2.0  # a hyperparameter ×2 (or ÷2) between two records
     hp_beyond_history: float = 2.0  # ...and ×2 beyond its largest step-to-step change before
     param_jump_factor: float = 2.0  # a parameter norm ×2 (or ÷2) in one step
     outside_update_ratio: float = 0.5  # ...with an update at least half the parameter (a rescale)
-    grad_steady_factor: float = 10 / 3  # ...while its gradient moved less than ×3.3 (as lr_too_high)
+    update_over_grad_jump: float = 10 / 3  # ...its update jumped ×3.3 more than its gradient (lr_too_high's 10 vs 3.3)
     batch_range_factor: float = 10.0  # a batch 10× outside the healthy range (story._UNUSUAL_FACTOR)
     robust_floor: float = 0.05  # decades: floor of a tensor's robust σ when ranking jumps
 
@@ -96,7 +97,6 @@ class ActivationThresholds:
 
     dead_zero_frac: float = 0.9  # SageMaker DeadRelu: most units inactive (ReLU gives ~50 % zeros)
     saturated_frac: float = 0.5  # SageMaker SaturatedActivation threshold_layer = 50 %
-    layer_share: float = 0.5  # SageMaker threshold_layer: half the activations of the model
     log0_bound_share: float = 1e-3  # ≥ 0.1 % of a sigmoid's outputs at exactly 0/1 (our choice)
 
 
