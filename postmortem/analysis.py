@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .detectors import REGISTRY, Evidence, OutcomeThresholds, Thresholds, diagnose, gradients, measure_outcome, root_causes, summarize
+from .detectors import NOTE, REGISTRY, Evidence, OutcomeThresholds, Thresholds, diagnose, gradients, measure_outcome, root_causes, summarize
 from .detectors import verdict as diagnoses_verdict
 from .detectors.base import loss_curve, main_loss, metric_curves
 from .detectors.inputs import input_kinds
@@ -43,6 +43,16 @@ class Analysis:
     chain: list[str]
     findings: list[Finding]
     warnings: list[str]
+
+    @property
+    def significant(self) -> list[Finding]:
+        """Errors and warnings: what the headline and `--fail-on` read."""
+        return [f for f in self.findings if f.severity != NOTE]
+
+    @property
+    def notes(self) -> list[Finding]:
+        """Structure, or mechanisms seen in a run that learns: shown apart, never a verdict."""
+        return [f for f in self.findings if f.severity == NOTE and f.label != "healthy"]
 
     def to_json(self) -> dict:
         """A JSON-safe dict (NaN and inf become null), documented in docs/findings.md."""
