@@ -67,7 +67,8 @@ class GradientThresholds:
 
     vanishing_rms: float = 1e-7  # SageMaker Debugger VanishingGradient threshold (mean |grad|)
     vanishing_layer_ratio: float = 1e-3  # first/last layer grad RMS (AUTOTRAINER layer ratio)
-    vanishing_monotone_share: float = 0.7  # ≥ 70 % of layer-to-layer steps shrink toward the input
+    vanishing_monotone_share: float = 0.7  # ≥ 70 % of layer-to-layer steps shrink toward the input...
+    vanishing_step_tolerance: float = 2.0  # ...or stay within ×2 (a floor reached in the first layers)
     silent_min_steps: int = 5  # a final stretch of zero/missing values at least this long...
     silent_min_share: float = 0.1  # ...and at least this share of the run
     stale_growth: float = 5.0  # the accumulated gradient ends ≥ 5× the healthy norm
