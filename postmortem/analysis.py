@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .detectors import NOTE, REGISTRY, Evidence, OutcomeThresholds, Thresholds, diagnose, gradients, measure_outcome, root_causes, summarize
+from .detectors import CAUSE_LABELS, NOTE, REGISTRY, Evidence, OutcomeThresholds, Thresholds, diagnose, gradients, measure_outcome, root_causes, summarize
 from .detectors import verdict as diagnoses_verdict
 from .detectors.base import loss_curve, main_loss, metric_curves
 from .detectors.inputs import input_kinds
@@ -48,6 +48,12 @@ class Analysis:
     def significant(self) -> list[Finding]:
         """Errors and warnings: what the headline and `--fail-on` read."""
         return [f for f in self.findings if f.severity != NOTE]
+
+    @property
+    def causes(self) -> list[Finding]:
+        """What started the incident, as the recorder saw it (a changed lr, rescaled weights, a
+        bad batch, a sigmoid's 0/1 outputs into log): the headline names the first."""
+        return [f for f in self.significant if f.label in CAUSE_LABELS]
 
     @property
     def notes(self) -> list[Finding]:
@@ -157,14 +163,16 @@ def _cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | No
 
 def _cause_first(ranking: list[RankedTensor], findings: list[Finding]) -> list[RankedTensor]:
     """Tensors a direct cause names lead the ranking (the weights rescaled outside the
-    optimizer, the parameters of the group whose lr changed), in their ranked order."""
-    cause = next((f for f in findings if f.label in root_causes.CAUSES[:2] and f.tensors), None)
+    optimizer, the parameters of the group whose lr changed, the sigmoid whose 0/1 outputs
+    made log(0)), in their ranked order."""
+    leads = ("hyperparameter_changed", "weights_changed_outside_optimizer", "log_of_zero")
+    cause = next((f for f in findings if f.label in leads and f.tensors), None)
     if cause is None:
         return ranking
     named = set(cause.tensors)
     leading = [r for r in ranking if r.tensor in named and r.role in ("param", "update", "grad", "state")]
     if not leading:
-        role = "param" if cause.label == "weights_changed_outside_optimizer" else "update"
+        role = {"weights_changed_outside_optimizer": "param", "log_of_zero": "activation"}.get(cause.label, "update")
         leading = [RankedTensor(t, role, None, cause.step, None, None) for t in cause.tensors[:3]]
     return [*leading, *(r for r in ranking if r not in leading)]
 

@@ -110,6 +110,10 @@ def headline(analysis) -> str:
             how = "; ".join(h for h in how if h)
             parts.append(f"The failure began at step {onset.step}{fmt_interval(onset.interval)}"
                          f" in {_name(onset.series)}" + (f": {how}." if how else "."))
+        cause = next(iter(analysis.causes), None)
+        if cause is not None:
+            where = f" in {', '.join(_name(t) for t in cause.tensors[:3])}" if cause.tensors else ""
+            parts.append(f"Cause: {clean(cause.label)} ({fmt_step(cause.step)}){where}.")
         if first is not None:
             lead = (f", {onset.lead_steps} steps after the onset"
                     if onset is not None and onset.lead_steps is not None else "")

@@ -88,6 +88,7 @@ class Incident:
     clipping: Clipping
     causes: list[Finding]  # root causes found at the onset
     nonfinite_input: Finding | None
+    log_of_zero: Finding | None
 
 
 def _incident(ev: Evidence) -> Incident:
@@ -120,6 +121,7 @@ def _incident(ev: Evidence) -> Incident:
         clipping=clipping(ev.scalars, norms),
         causes=[f for f in ev.found if f.label in CAUSES],
         nonfinite_input=next((f for f in ev.found if f.label == "nonfinite_input"), None),
+        log_of_zero=next((f for f in ev.found if f.label == "log_of_zero"), None),
     )
 
 
@@ -155,7 +157,9 @@ def diverged(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
     parts = [f.fix for f in incident.causes]
     if incident.nonfinite_input is not None:
         parts.append("a batch held NaN/inf: " + incident.nonfinite_input.fix[0].lower() + incident.nonfinite_input.fix[1:])
-    if incident.loss_first_alone:
+    if incident.log_of_zero is not None:
+        parts.append(incident.log_of_zero.fix)
+    elif incident.loss_first_alone:
         parts.append("the loss itself produced the first NaN while every tensor was finite "
                      "(log(0) in a hand-written BCE): use BCEWithLogitsLoss on raw logits "
                      "or add an epsilon inside the log")

@@ -98,7 +98,7 @@ class ActivationThresholds:
 
     dead_zero_frac: float = 0.9  # SageMaker DeadRelu: most units inactive (ReLU gives ~50 % zeros)
     saturated_frac: float = 0.5  # SageMaker SaturatedActivation threshold_layer = 50 %
-    log0_bound_share: float = 1e-3  # ≥ 0.1 % of a sigmoid's outputs at exactly 0/1 (our choice)
+    log0_margin: float = 1e-6  # a sigmoid output within 1e-6 of 1 (8 float32 ulps): log(1 − y) one rounding from log(0)
 
 
 @dataclass(frozen=True)

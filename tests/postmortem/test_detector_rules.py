@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from postmortem.detectors import REGISTRY, Outcome, Thresholds, measure_outcome
-from postmortem.detectors.activations import ActivationShare, ActivationShares, dead_units, saturated_units
+from postmortem.detectors.activations import (
+    ActivationShare,
+    ActivationShares,
+    SigmoidBounds,
+    dead_units,
+    log_of_zero,
+    saturated_units,
+)
 from postmortem.detectors.divergence import (
     Clipping,
     Incident,
@@ -206,6 +213,20 @@ def test_dead_and_saturated_units_are_verdicts_only_in_a_run_that_does_not_learn
     assert saturated_units(ActivationShares(healthy, FLAT), TH.activations) == []
 
 
+def test_log_of_zero_names_the_sigmoid_whose_outputs_reached_a_bound_before_the_nan_loss():
+    steps = np.arange(40)
+    top = np.full(40, 0.97)
+    top[30:] = 0.99999988  # 1 − 2 float32 ulps from step 30
+    sigmoid = (steps, top, np.zeros(40), np.full(40, 0.25))
+    found = log_of_zero(SigmoidBounds({"D.sigmoid": sigmoid}, ("loss_d", 40), 40), TH.activations)
+    assert found[0].tensors == ["D.sigmoid"] and found[0].step == 30
+    assert "BCEWithLogitsLoss" in found[0].fix
+    # A tensor went non-finite before the loss: the loss only followed, not log(0).
+    assert log_of_zero(SigmoidBounds({"D.sigmoid": sigmoid}, ("loss_d", 40), 35), TH.activations) == []
+    far = (steps, np.full(40, 0.97), np.zeros(40), np.full(40, 0.25))
+    assert log_of_zero(SigmoidBounds({"D.sigmoid": far}, ("loss_d", 40), 40), TH.activations) == []
+
+
 def test_poor_init():
     zeros = InitialWeights([InitialWeight("fc.weight", 0.0, 64, (8, 8))], FLAT)
     assert poor_init(zeros, TH.init)[0].tensors == ["fc.weight"]
@@ -285,7 +306,7 @@ def _incident(**changes) -> Incident:
     base = dict(diverged=True, recovered=False, onset=onset, first_nonfinite=None, culprits=["fc2.weight"],
                 grad_breaks=[_break("grad", "fc2.weight", 60)], update_breaks=[], healthy_max_grad_norm=9.1,
                 lr=0.05, first_update_ratio=1e-3, from_start=False, loss_first_alone=False,
-                clipping=Clipping(False, None, ""), causes=[], nonfinite_input=None)
+                clipping=Clipping(False, None, ""), causes=[], nonfinite_input=None, log_of_zero=None)
     base.update(changes)
     return Incident(**base)
 
