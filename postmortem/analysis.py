@@ -147,9 +147,10 @@ def _root_causes(ev: Evidence, thresholds: Thresholds) -> list[Finding]:
 
 
 def _cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | None) -> Onset:
-    """The earliest direct cause the recorder saw, when it precedes the fitted break: the break
-    may see only the explosion that follows (a param group's lr raised ×30)."""
-    found = [f for f in causes if f.label != "batch_out_of_range" and f.step is not None and f.step < onset.step]
+    """The earliest direct cause the recorder saw (searched from 40 steps before the fitted
+    break to one after it) is the onset: the break may see only the explosion that follows (a
+    param group's lr raised ×30), or a tensor that moved a step before the rescaled one."""
+    found = [f for f in causes if f.label != "batch_out_of_range" and f.step is not None]
     if not found:
         return onset
     cause = min(found, key=lambda f: f.step)
@@ -179,7 +180,8 @@ def _cause_first(ranking: list[RankedTensor], findings: list[Finding]) -> list[R
 
 def _came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th: OutcomeThresholds,
                *, ignore_grads: bool) -> bool:
-    """The run ends finite, with its loss back within ×2 of its level before the onset."""
+    """The run ends finite, its loss came back to within 10 % of its level before the onset
+    (a 5-step rolling median) and ends there: a spike it shrugged off, not a run it ruined."""
     name = main_loss(scalars)
     if onset is None or not len(table.step) or name is None:
         return False
@@ -196,10 +198,12 @@ def _came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, t
         return False
     steps, values = loss_curve(scalars)
     before = values[steps < onset.step][-th.min_steps:]
-    after = values[steps > onset.step][-th.min_steps:]
-    if len(before) < 3 or len(after) < 3:
+    after = values[steps > onset.step]
+    if len(before) < 3 or len(after) < th.min_steps:
         return False
-    return float(np.median(after)) <= th.recovered_factor * abs(float(np.median(before)))
+    level = th.recovered_factor * abs(float(np.median(before)))
+    rolling = pd.Series(after).rolling(5).median().to_numpy()[4:]
+    return bool(np.min(rolling) <= level and np.median(after[-th.min_steps:]) <= level)
 
 
 def _accumulation_onset(

@@ -104,9 +104,13 @@ def _incident(ev: Evidence) -> Incident:
     amplified = sorted((b for b in ev.breaks if b.fit.amplified and b.role != "scalar"),
                        key=lambda b: b.fit.onset_step)
     culprits = list(dict.fromkeys(b.name for b in amplified))[:3]
-    # This divergence's gradients: not a break long before the onset (another story).
+    # This divergence's gradients: not a break long before the onset (another story), nor one
+    # before the direct cause that dates it.
+    causes = [f for f in ev.found if f.label in CAUSES]
+    dated_by_cause = any(f.step == onset_step for f in causes)
+    reach = 0 if dated_by_cause else PRECURSOR_STEPS
     near = [b for b in ev.breaks if b.fit.amplified
-            and (onset_step is None or b.fit.onset_step >= onset_step - PRECURSOR_STEPS)]
+            and (onset_step is None or b.fit.onset_step >= onset_step - reach)]
     return Incident(
         diverged=ev.diverged, recovered=ev.recovered, onset=ev.onset, first_nonfinite=first,
         culprits=culprits,
@@ -119,7 +123,7 @@ def _incident(ev: Evidence) -> Incident:
         loss_first_alone=(first is not None and first.role == "scalar" and is_loss(first.tensor)
                           and not any(b.fit.amplified for b in ev.breaks if b.role != "scalar")),
         clipping=clipping(ev.scalars, norms),
-        causes=[f for f in ev.found if f.label in CAUSES],
+        causes=causes,
         nonfinite_input=next((f for f in ev.found if f.label == "nonfinite_input"), None),
         log_of_zero=next((f for f in ev.found if f.label == "log_of_zero"), None),
     )
@@ -273,6 +277,8 @@ def recovered_incident(spike: LossSpike, th: OutcomeThresholds) -> list[Finding]
             WARNING,
         )]
     values, steps = spike.loss, spike.steps
+    if incident.diverged and not incident.recovered:
+        return []  # the divergence is the story, not a spike on its way
     if len(values) < 2 * th.min_steps or np.any(values <= 0):
         return []
     level = pd.Series(values).rolling(th.spike_window, min_periods=5).median().shift(1).to_numpy()

@@ -32,7 +32,7 @@ class OutcomeThresholds:
     spike_factor: float = 10.0  # Megatron-LM loss-spike check: 10× the recent level
     spike_recovered: float = 2.0  # back below 2× the level before the spike (our choice)
     spike_window: int = 20  # the recent level: rolling median of the 20 previous losses (Megatron-LM)
-    recovered_factor: float = 2.0  # a run that ends within 2× of its level before an incident recovered
+    recovered_factor: float = 1.1  # came back: the loss returns to, and ends, within 10 % of its level before
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class DivergenceThresholds:
 class RootCauseThresholds:
     """Direct causes at the onset (postmortem.detectors.root_causes)."""
 
-    window: int = 1  # a cause counts up to one step after the fitted onset (onset ±1 target)
+    window: int = 3  # a cause counts up to 3 steps after the fitted onset (ranking.PRECURSOR_STEPS: a break may lead by noise)
     lookback: int = 40  # ...and up to 40 steps before it: an lr raised ×30 shows in the loss late
     hp_change_factor: float = 2.0  # a hyperparameter ×2 (or ÷2) between two records
     hp_beyond_history: float = 2.0  # ...and ×2 beyond its largest step-to-step change before
