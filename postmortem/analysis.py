@@ -118,6 +118,10 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None) -> A
                         input_kinds=input_kinds(run))
     if diverged and onset is not None:
         onset = _cause_onset(onset, _root_causes(evidence, thresholds), first)
+    elif not diverged:
+        onset = _regression_onset(evidence, thresholds, first)
+        diverged = onset is not None
+        evidence = replace(evidence, onset=onset, diverged=diverged)
     recovered = diverged and _came_back(table, scalars, onset, thresholds.outcome, ignore_grads=scaled)
     evidence = replace(
         evidence, onset=onset if diverged else None, recovered=recovered,
@@ -160,6 +164,29 @@ def _cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | No
         growth_per_step=None, doubling_steps=None, jump=None,
         lead_steps=(first.step - cause.step) if first is not None else None,
     )
+
+
+def _regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite | None) -> Onset | None:
+    """A run that stayed finite but whose loss rose after a param group's hyperparameter changed
+    ×k, and never came back (every group's lr ×300: loss 2.3 → 3.3 for good), diverged there."""
+    steps, loss = loss_curve(ev.scalars)
+    if not len(steps):
+        return None
+    whole_run = replace(thresholds, root_causes=replace(thresholds.root_causes, lookback=10**9))
+    changes = REGISTRY["hyperparameter_changed"].run(replace(ev, onset=Onset(
+        int(steps[-1]), (int(steps[-1]), int(steps[-1])), "scalar loss", None, None, None, None)), whole_run)
+    th = thresholds.outcome
+    for change in changes:
+        before = loss[steps < change.step][-th.min_steps:]
+        after = loss[steps > change.step][: th.min_steps]
+        if len(before) < 3 or len(after) < 3:
+            continue
+        rose = np.median(after) > th.recovered_factor * abs(float(np.median(before)))
+        onset = _cause_onset(Onset(change.step, (change.step, change.step), "", None, None, None, None),
+                             [change], first)
+        if rose and not _came_back(ev.table, ev.scalars, onset, th, ignore_grads=True):
+            return onset
+    return None
 
 
 def _cause_first(ranking: list[RankedTensor], findings: list[Finding]) -> list[RankedTensor]:
