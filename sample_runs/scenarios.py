@@ -27,11 +27,13 @@ from .data import (
     time_on_page_data,
 )
 from .expected import EXPECTED_FILE, Expected, write_expected
+from .field import FIELD_ARCHS, field_families, field_run
 from .models import CNN, DeepMLP, Discriminator, Generator, LinearRegressor, build_classifier, weight_layers
 from .training import STEPS_AFTER_NONFINITE, broke_after, first_nonfinite, train
 
 __all__ = [
     "COMMITTED_SAMPLES",
+    "HELD_OUT_ARCHS",
     "HELD_OUT_FAMILIES",
     "SCENARIOS",
     "SAMPLES_DIR",
@@ -46,6 +48,8 @@ __all__ = [
 SEEDS = (0, 1, 2)
 ARCHS = ("mlp", "cnn", "lstm")
 HELD_OUT_FAMILIES = ("adam_eps", "fp16_overflow", "label_shuffle")
+HELD_OUT_ARCHS = FIELD_ARCHS
+"""The field-like architectures (`field.py`) are held out whole: no analyzer default was chosen on them."""
 
 
 class ScenarioError(RuntimeError):
@@ -441,6 +445,17 @@ def _deep_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expe
     return _truth(scenario, verdict=verdict, labels=labels, notes=notes)
 
 
+# ---------------------------------------------------------------- field-like models and loops (field.py)
+
+def _field_scenario(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expected:
+    truth = field_run(run_dir, scenario.family, scenario.arch, scenario.seed, recorder_options)
+    _require(truth.pop("learned") or not scenario.family.startswith("healthy"), scenario,
+             "a healthy run must learn (its last 10 losses below 80 % of its first 10)")
+    _require(truth["first_nonfinite_loss_step"] is None or truth["verdict"] == "diverged", scenario,
+             f"loss non-finite at step {truth['first_nonfinite_loss_step']} in a run whose truth is {truth['verdict']}")
+    return _truth(scenario, **truth)
+
+
 # ---------------------------------------------------------------- the catalogue
 
 def _catalogue() -> list[Scenario]:
@@ -450,6 +465,10 @@ def _catalogue() -> list[Scenario]:
             for seed in SEEDS:
                 scenarios.append(Scenario(f"{family}-{arch}-s{seed}", family, arch, seed,
                                           family in HELD_OUT_FAMILIES, seed == 0, _zoo_run))
+    for family, arch in field_families():
+        for seed in SEEDS:
+            scenarios.append(Scenario(f"{family}-{arch}-s{seed}", family, arch, seed, True, seed == 0,
+                                      _field_scenario))
     for seed in range(10):
         scenarios.append(Scenario(f"cnn_domain_shift-s{seed}", "cnn_domain_shift", "cnn", seed, False,
                                   seed == 0, _domain_shift_run))
