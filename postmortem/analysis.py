@@ -1,15 +1,18 @@
-"""analyze(): load → first non-finite → breaks → onset and ranking → diagnoses → verdict."""
+"""analyze(): load → first non-finite → breaks → onset (accumulation, direct causes) → diagnoses → verdict."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from . import diagnoses
+from .detectors import REGISTRY, Evidence, OutcomeThresholds, Thresholds, diagnose, gradients, measure_outcome, root_causes, summarize
+from .detectors import verdict as diagnoses_verdict
+from .detectors.base import loss_curve, main_loss, metric_curves
+from .detectors.inputs import input_kinds
 from .findings import Finding, FirstNonfinite, Onset, RankedTensor
 from .gaps import missing_step_warnings, unmeasured_warnings
 from .loading import Run, load_run
@@ -28,7 +31,6 @@ from .story import chain_sentences
 __all__ = ["Analysis", "analyze", "JSON_SCHEMA_VERSION"]
 
 JSON_SCHEMA_VERSION = 1
-_MIN_HEALTHY_STEPS = 10
 
 
 @dataclass
@@ -64,8 +66,16 @@ class Analysis:
         return _json_safe(payload)
 
 
-def analyze(run: Run | str | Path) -> Analysis:
-    """Analyse a run directory (or an already loaded Run)."""
+def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None) -> Analysis:
+    """Analyse a run directory (or an already loaded Run) with `thresholds` (default
+    `Thresholds()`; `dataclasses.replace` makes a variant).
+
+    The onset is settled before any diagnosis: the log-space breaks give a first date, an
+    accumulation of gradients (a missing zero_grad) or a direct cause the recorder saw (a
+    hyperparameter changed, weights changed outside the optimizer) moves it to where it began,
+    and then every detector reads the run once.
+    """
+    thresholds = thresholds if thresholds is not None else Thresholds()
     if not isinstance(run, Run):
         run = load_run(run)
     table = read_series(run)
@@ -76,22 +86,35 @@ def analyze(run: Run | str | Path) -> Analysis:
     first = first_nonfinite(table, scalars, tie_order, ignore_grads=scaled)
     breaks = fit_breaks(table, scalars, first.step if first else None)
     leaders = diverging(breaks, scalars)
-    onset, involved = run_onset(breaks, leaders, first, tie_order)
+    onset, involved = run_onset(breaks, leaders, first, tie_order,
+                                robust_floor=thresholds.root_causes.robust_floor)
     diverged = bool(leaders) or nonfinite_beyond_inputs(table, scalars, ignore_grads=scaled)
-    ranking = rank(involved, first, table, onset) if diverged else []
-    evidence = _evidence(table, scalars, events, run.manifest, first, onset, diverged, breaks)
-    findings = diagnoses.diagnose(evidence)
-    moved = _accumulation_onset(onset, findings, first) if diverged else onset
-    if moved != onset:  # the detectors (and the story) read the run up to the real onset
-        onset = moved
-        evidence = _evidence(table, scalars, events, run.manifest, first, onset, diverged, breaks)
-        findings = diagnoses.diagnose(evidence)
-    verdict = diagnoses.verdict(findings)
-    chain = chain_sentences(evidence, ranking) if diverged else []
+    loss_steps, loss = loss_curve(scalars)
+    outcome = measure_outcome(loss_steps, loss, metric_curves(scalars), thresholds.outcome,
+                              loss=main_loss(scalars))
+    precomputed = {"stale_gradients": gradients.stale_gradients(
+        gradients.gradient_history(table, scalars), thresholds.gradients)}
+    if diverged:
+        onset = _accumulation_onset(onset, precomputed["stale_gradients"], first)
+    evidence = Evidence(table=table, summary=pd.DataFrame(), scalars=scalars, events=events,
+                        manifest=run.manifest, first_nonfinite=first, onset=onset if diverged else None,
+                        diverged=diverged, recovered=False, breaks=breaks, outcome=outcome,
+                        input_kinds=input_kinds(run))
+    if diverged and onset is not None:
+        onset = _cause_onset(onset, _root_causes(evidence, thresholds), first)
+    recovered = diverged and _came_back(table, scalars, onset, thresholds.outcome, ignore_grads=scaled)
+    evidence = replace(
+        evidence, onset=onset if diverged else None, recovered=recovered,
+        summary=summarize(table, before=_healthy_until(table, onset, thresholds) if diverged else None))
+    findings = diagnose(evidence, thresholds, precomputed)
+    verdict = diagnoses_verdict(findings)
+    failed = verdict == "diverged"
+    ranking = _cause_first(rank(involved, first, table, onset), findings) if failed else []
+    chain = chain_sentences(evidence, ranking) if failed else []
     return Analysis(
         run=run,
         verdict=verdict,
-        onset=onset if diverged else None,
+        onset=onset if failed else None,
         first_nonfinite=first,
         ranking=ranking,
         chain=chain,
@@ -103,31 +126,72 @@ def analyze(run: Run | str | Path) -> Analysis:
     )
 
 
-def _evidence(
-    table: SeriesTable, scalars: pd.DataFrame, events: pd.DataFrame, manifest: dict,
-    first: FirstNonfinite | None, onset: Onset | None, diverged: bool, breaks: list,
-) -> diagnoses.Evidence:
-    return diagnoses.Evidence(
-        table=table,
-        summary=diagnoses.summarize(table, before=_healthy_until(table, onset) if diverged else None),
-        scalars=scalars,
-        events=events,
-        manifest=manifest,
-        first_nonfinite=first,
-        onset=onset if diverged else None,
-        diverged=diverged,
-        breaks=breaks,
+def _root_causes(ev: Evidence, thresholds: Thresholds) -> list[Finding]:
+    return [f for label in root_causes.CAUSES for f in REGISTRY[label].run(ev, thresholds)]
+
+
+def _cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | None) -> Onset:
+    """The earliest direct cause the recorder saw, when it precedes the fitted break: the break
+    may see only the explosion that follows (a param group's lr raised ×30)."""
+    found = [f for f in causes if f.label != "batch_out_of_range" and f.step is not None and f.step < onset.step]
+    if not found:
+        return onset
+    cause = min(found, key=lambda f: f.step)
+    return Onset(
+        step=cause.step, interval=(cause.step, cause.step),
+        series=f"{cause.label}: {cause.evidence.get('hyperparameter') or ', '.join(cause.tensors[:3])}",
+        growth_per_step=None, doubling_steps=None, jump=None,
+        lead_steps=(first.step - cause.step) if first is not None else None,
     )
 
 
+def _cause_first(ranking: list[RankedTensor], findings: list[Finding]) -> list[RankedTensor]:
+    """Tensors a direct cause names lead the ranking (the weights rescaled outside the
+    optimizer, the parameters of the group whose lr changed), in their ranked order."""
+    cause = next((f for f in findings if f.label in root_causes.CAUSES[:2] and f.tensors), None)
+    if cause is None:
+        return ranking
+    named = set(cause.tensors)
+    leading = [r for r in ranking if r.tensor in named and r.role in ("param", "update", "grad", "state")]
+    if not leading:
+        role = "param" if cause.label == "weights_changed_outside_optimizer" else "update"
+        leading = [RankedTensor(t, role, None, cause.step, None, None) for t in cause.tensors[:3]]
+    return [*leading, *(r for r in ranking if r not in leading)]
+
+
+def _came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th: OutcomeThresholds,
+               *, ignore_grads: bool) -> bool:
+    """The run ends finite, with its loss back within ×2 of its level before the onset."""
+    name = main_loss(scalars)
+    if onset is None or not len(table.step) or name is None:
+        return False
+    last = int(table.step.max())
+    if last - onset.step < th.min_steps:
+        return False
+    at_last = np.flatnonzero(table.step == last)
+    series = np.searchsorted(table.offsets, at_last, side="right") - 1
+    ignored = {"input", "target", *(("grad",) if ignore_grads else ())}
+    if any(table.nonfinite[i] > 0 and table.keys[s].role not in ignored for i, s in zip(at_last, series)):
+        return False
+    raw = scalars.loc[scalars["name"] == name, "value"].to_numpy(np.float64)
+    if len(raw) == 0 or not np.isfinite(raw[-1]):
+        return False
+    steps, values = loss_curve(scalars)
+    before = values[steps < onset.step][-th.min_steps:]
+    after = values[steps > onset.step][-th.min_steps:]
+    if len(before) < 3 or len(after) < 3:
+        return False
+    return float(np.median(after)) <= th.recovered_factor * abs(float(np.median(before)))
+
+
 def _accumulation_onset(
-    onset: Onset | None, findings: list[Finding], first: FirstNonfinite | None
+    onset: Onset | None, stale: list[Finding], first: FirstNonfinite | None
 ) -> Onset | None:
     """A divergence fed by accumulating gradients began where the accumulation began: the
     log-space breaks see only the explosion it ends in, or a learning-phase rise before it."""
-    stale = next((f for f in findings if f.label == "stale_gradients"), None)
-    if stale is None:
+    if not stale:
         return onset
+    stale = stale[0]
     low, high = stale.evidence["onset_interval"]
     return Onset(
         step=stale.step,
@@ -140,9 +204,10 @@ def _accumulation_onset(
     )
 
 
-def _healthy_until(table: SeriesTable, onset: Onset | None) -> int | None:
+def _healthy_until(table: SeriesTable, onset: Onset | None, thresholds: Thresholds) -> int | None:
     """Detectors of a diverged run read its healthy phase, when it had one worth reading."""
-    if onset is None or not len(table.step) or onset.step - int(table.step.min()) < _MIN_HEALTHY_STEPS:
+    if onset is None or not len(table.step) or \
+            onset.step - int(table.step.min()) < thresholds.divergence.min_healthy_steps:
         return None
     return onset.step
 

@@ -1,0 +1,92 @@
+"""Detectors: one module per family of findings, every threshold in `Thresholds`, every rule in
+`REGISTRY` by the label it emits.
+
+- `inputs`: nonfinite_input, unscaled_inputs
+- `root_causes`: hyperparameter_changed, weights_changed_outside_optimizer, batch_out_of_range
+- `divergence`: diverged, exploding_gradient, lr_too_high, recovered_incident
+- `gradients`: no_gradient, stale_gradients, vanishing_gradient
+- `updates`: no_update, lr_too_low
+- `activations`: dead_units, saturated_units, log_of_zero
+- `init`: poor_init
+- `outcome`: loss_plateau (and `base.measure_outcome`, the yardstick every severity reads)
+
+`REGISTRY[label]` gives the rule: `gather` (Evidence → its small typed input), `detect` (input,
+thresholds → findings) and `family` (its field of `Thresholds`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..findings import Finding
+from . import inputs, root_causes, divergence, gradients, updates, activations, init, outcome  # noqa: F401 (registration order)
+from .base import ERROR, NOTE, REGISTRY, SEVERITIES, WARNING, Evidence, Outcome, Rule, finding, measure_outcome, summarize
+from .thresholds import (
+    ActivationThresholds,
+    DivergenceThresholds,
+    GradientThresholds,
+    InitThresholds,
+    InputThresholds,
+    OutcomeThresholds,
+    RootCauseThresholds,
+    Thresholds,
+    UpdateThresholds,
+)
+
+__all__ = [
+    "ActivationThresholds",
+    "DivergenceThresholds",
+    "ERROR",
+    "Evidence",
+    "GradientThresholds",
+    "INFORMATIONAL",
+    "InitThresholds",
+    "InputThresholds",
+    "NOTE",
+    "NOT_LEARNING",
+    "Outcome",
+    "OutcomeThresholds",
+    "REGISTRY",
+    "RootCauseThresholds",
+    "Rule",
+    "SEVERITIES",
+    "Thresholds",
+    "UpdateThresholds",
+    "WARNING",
+    "diagnose",
+    "measure_outcome",
+    "summarize",
+    "verdict",
+]
+
+INFORMATIONAL = frozenset({"healthy", "recovered_incident"})
+# Labels that, as errors, make a run "not learning" (when it did not diverge).
+NOT_LEARNING = frozenset({
+    "no_update", "no_gradient", "stale_gradients", "vanishing_gradient", "dead_units",
+    "saturated_units", "lr_too_low", "unscaled_inputs", "poor_init", "loss_plateau",
+    "nonfinite_input",
+})
+
+
+def diagnose(ev: Evidence, thresholds: Thresholds | None = None,
+             precomputed: dict[str, list[Finding]] | None = None) -> list[Finding]:
+    """Every registered rule in order; each sees the findings of the rules before it (the
+    root causes before the divergence they explain). `precomputed` holds rules already run."""
+    thresholds = thresholds if thresholds is not None else Thresholds()
+    precomputed = precomputed or {}
+    found: list[Finding] = []
+    for label, rule in REGISTRY.items():
+        found += precomputed[label] if label in precomputed else rule.run(replace(ev, found=list(found)), thresholds)
+    # Without tensor statistics most detectors saw nothing: health is not claimed then.
+    if len(ev.table) and not any(f.severity in (ERROR, WARNING) for f in found):
+        found.append(finding("healthy", None, [], {"loss_improvement": ev.outcome.improvement},
+                             "nothing to fix", NOTE))
+    return found
+
+
+def verdict(findings: list[Finding]) -> str:
+    if any(f.label == "diverged" for f in findings):
+        return "diverged"
+    if any(f.severity == ERROR and f.label in NOT_LEARNING for f in findings):
+        return "not_learning"
+    return "healthy"
