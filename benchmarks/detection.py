@@ -39,7 +39,8 @@ Scoring (one row per method; held-out families in their own rows)
 - culprit top-1/top-3: over runs with a known culprit layer; a named tensor matches when it is the
   layer or one of its parameters/outputs (`fc2`, `fc2.weight`, `fc2.0`), or one of the layers the
   fault hit equally (every layer before a detach()). Diverged runs use the method's ranking;
-  not-learning runs the tensors named by its findings, in order.
+  not-learning runs the tensors named by its findings, in order; in both, the tensors named by
+  the findings of the truth's mechanism labels (other than `diverged`) come first.
 - labels: every expected label is among the method's labels (its verdict counts as a label);
   for healthy runs, no label other than `healthy`/`recovered_incident` and verdict healthy.
   postmortem's findings of severity `note` are not counted (benign on any run).
@@ -137,6 +138,8 @@ class Prediction:
     labels: set[str] = field(default_factory=set)
     """Labels of the findings that count: every one but those of severity `note` (structure, or a
     mechanism in a run that learns), which are benign on any run."""
+    named: dict[str, list[str]] = field(default_factory=dict)
+    """The tensors each counted label's findings name (a log_of_zero finding names its module)."""
 
 
 def postmortem_method(run: Path, data: RunData, thresholds=None, loaded=None) -> Prediction:
@@ -151,11 +154,15 @@ def postmortem_method(run: Path, data: RunData, thresholds=None, loaded=None) ->
         culprits = [r.tensor for r in analysis.ranking]
     else:
         culprits = [t for f in counted for t in f.tensors]
+    named: dict[str, list[str]] = {}
+    for f in counted:
+        named.setdefault(f.label, []).extend(f.tensors)
     return Prediction(
         verdict=analysis.verdict,
         onset=analysis.onset.step if analysis.onset else None,
         culprits=culprits,
         labels={f.label for f in counted},
+        named=named,
     )
 
 
@@ -425,8 +432,11 @@ def score(run: Path, expected: dict, method: str, pred: Prediction, nan_at: int 
     layers = [expected["culprit"], *expected.get("culprit_alternatives", [])] if expected["culprit"] else []
     top1 = top3 = None
     if layers:
-        top1 = any(_matches(t, layers) for t in pred.culprits[:1])
-        top3 = any(_matches(t, layers) for t in pred.culprits[:3])
+        # The tensors the expected mechanism's findings name lead (seed 001: log_of_zero names D.sigmoid).
+        mechanism = [t for label in expected["labels"] if label != "diverged" for t in pred.named.get(label, [])]
+        culprits = list(dict.fromkeys([*mechanism, *pred.culprits]))
+        top1 = any(_matches(t, layers) for t in culprits[:1])
+        top3 = any(_matches(t, layers) for t in culprits[:3])
     return Scored(run.name, expected["family"], expected["arch"], expected["held_out"], method, expected["verdict"],
                   pred.verdict, expected["onset_step"], pred.onset, nan_at, expected["culprit"], top1, top3,
                   _labels_ok(expected, pred), seconds, config)
@@ -516,11 +526,11 @@ class PredictionCache:
     def get(self, key: str) -> Prediction | None:
         entry = self.entries.get(key)
         return None if entry is None else Prediction(entry["verdict"], entry["onset"], entry["culprits"],
-                                                      set(entry["labels"]))
+                                                      set(entry["labels"]), entry["named"])
 
     def put(self, key: str, pred: Prediction) -> None:
         self.entries[key] = {"verdict": pred.verdict, "onset": pred.onset, "culprits": pred.culprits,
-                             "labels": sorted(pred.labels)}
+                             "labels": sorted(pred.labels), "named": pred.named}
 
     def save(self) -> None:
         self.path.write_text(json.dumps(self.entries))

@@ -82,3 +82,21 @@ def test_a_fault_the_run_shrugs_off_is_healthy_in_the_truth(tmp_path):
     assert "did not break" in truth.notes
     losses, twin = _losses(tmp_path / "run"), _twin_losses("resnet", 0)
     assert all(math.isfinite(v) for v in losses) and _mean(losses[-10:]) < 1.25 * _mean(twin[-10:])
+
+
+def test_seed_003_gan_generator_gets_no_gradient_from_its_init_and_kaiming_fixes_it(tmp_path):
+    bad, fixed = make("gan_bad_init-s0", tmp_path / "bad"), make("gan_kaiming-s0", tmp_path / "fixed")
+    assert bad.verdict == "not_learning" and bad.labels == ["vanishing_gradient"] and bad.culprit == "G.fc0"
+    assert fixed.verdict == "healthy"
+
+    def first_layer_grad(run):
+        stats = read_stats(run)
+        return stats[(stats["role"] == "grad") & (stats["name"] == "G.fc0.weight")]["norm"].median()
+
+    assert first_layer_grad(tmp_path / "bad") < 1e-4 * first_layer_grad(tmp_path / "fixed")
+
+
+def test_seed_001_truth_names_the_sigmoid_and_log_of_zero(tmp_path):
+    truth = make("gan_log0-s1", tmp_path / "run")
+    assert truth.culprit == "D.sigmoid" and truth.labels == ["diverged", "log_of_zero"]
+    assert truth.first_nonfinite_loss_step is not None

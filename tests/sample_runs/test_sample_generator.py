@@ -29,7 +29,7 @@ def test_catalogue_covers_the_issue():
     families = {s.family for s in SCENARIOS.values()}
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "missing_zero_grad", "frozen_layer",
                    "detach", "adam_eps", "fp16_overflow", "label_shuffle", "cnn_domain_shift", "gan_log0",
-                   "gan_healthy", "linear_lr_0.001", "linear_no_step", "linear_lr_10", "linear_lr_1e-7",
+                   "gan_healthy", "gan_bad_init", "gan_kaiming", "linear_lr_0.001", "linear_no_step", "linear_lr_10", "linear_lr_1e-7",
                    "linear_unscaled", "linear_overfit_batch", "deep_vanishing", "deep_kaiming", "deep_dead_relu"):
         assert family in families
     for family in ("lr_spike", "adam_eps", "fp16_overflow", "label_shuffle"):
