@@ -30,6 +30,13 @@ class Outcome:
     def first_nonfinite_loss_step(self) -> int | None:
         return first_nonfinite(self.losses)
 
+    def log(self, step: int, loss: float) -> None:
+        """Keeps the step's loss; raises TrainingDiverged a few steps after the first non-finite one."""
+        self.losses.append(loss)
+        nan_at = self.first_nonfinite_loss_step
+        if nan_at is not None and step >= nan_at + STEPS_AFTER_NONFINITE - 1:
+            raise TrainingDiverged(f"loss is {loss} at step {step}")
+
 
 def first_nonfinite(values: list[float]) -> int | None:
     return next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
@@ -126,10 +133,7 @@ def train(
                 if take_step and fault.take_step(step):
                     optimizer.step()
                 rec.step(loss=loss, inputs=x, targets=y)
-                outcome.losses.append(loss.item())
-                nan_at = outcome.first_nonfinite_loss_step
-                if nan_at is not None and step >= nan_at + STEPS_AFTER_NONFINITE - 1:
-                    raise TrainingDiverged(f"loss is {loss.item()} at step {step}")
+                outcome.log(step, loss.item())
     except TrainingDiverged:
         pass
     return outcome
@@ -216,10 +220,7 @@ def train_field(
                 if fault.zero_grad(step):
                     optimizer.zero_grad(set_to_none=True)
                 rec.step(loss=total, inputs=x, targets=y, **extra)
-                outcome.losses.append(total)
-                nan_at = outcome.first_nonfinite_loss_step
-                if nan_at is not None and step >= nan_at + STEPS_AFTER_NONFINITE - 1:
-                    raise TrainingDiverged(f"loss is {total} at step {step}")
+                outcome.log(step, total)
     except TrainingDiverged:
         pass
     return outcome
