@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .detectors import REGISTRY, Evidence, OutcomeThresholds, Thresholds, diagnose, gradients, measure_outcome, root_causes, summarize
+from .detectors import CAUSE_LABELS, NOTE, REGISTRY, Evidence, OutcomeThresholds, Thresholds, diagnose, gradients, measure_outcome, root_causes, summarize
 from .detectors import verdict as diagnoses_verdict
 from .detectors.base import loss_curve, main_loss, metric_curves
 from .detectors.inputs import input_kinds
@@ -43,6 +43,22 @@ class Analysis:
     chain: list[str]
     findings: list[Finding]
     warnings: list[str]
+
+    @property
+    def significant(self) -> list[Finding]:
+        """Errors and warnings: what the headline and `--fail-on` read."""
+        return [f for f in self.findings if f.severity != NOTE]
+
+    @property
+    def causes(self) -> list[Finding]:
+        """What started the incident, as the recorder saw it (a changed lr, rescaled weights, a
+        bad batch, a sigmoid's 0/1 outputs into log): the headline names the first."""
+        return [f for f in self.significant if f.label in CAUSE_LABELS]
+
+    @property
+    def notes(self) -> list[Finding]:
+        """Structure, or mechanisms seen in a run that learns: shown apart, never a verdict."""
+        return [f for f in self.findings if f.severity == NOTE and f.label != "healthy"]
 
     def to_json(self) -> dict:
         """A JSON-safe dict (NaN and inf become null), documented in docs/findings.md."""
@@ -131,9 +147,10 @@ def _root_causes(ev: Evidence, thresholds: Thresholds) -> list[Finding]:
 
 
 def _cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | None) -> Onset:
-    """The earliest direct cause the recorder saw, when it precedes the fitted break: the break
-    may see only the explosion that follows (a param group's lr raised ×30)."""
-    found = [f for f in causes if f.label != "batch_out_of_range" and f.step is not None and f.step < onset.step]
+    """The earliest direct cause the recorder saw (searched from 40 steps before the fitted
+    break to one after it) is the onset: the break may see only the explosion that follows (a
+    param group's lr raised ×30), or a tensor that moved a step before the rescaled one."""
+    found = [f for f in causes if f.label != "batch_out_of_range" and f.step is not None]
     if not found:
         return onset
     cause = min(found, key=lambda f: f.step)
@@ -147,21 +164,24 @@ def _cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | No
 
 def _cause_first(ranking: list[RankedTensor], findings: list[Finding]) -> list[RankedTensor]:
     """Tensors a direct cause names lead the ranking (the weights rescaled outside the
-    optimizer, the parameters of the group whose lr changed), in their ranked order."""
-    cause = next((f for f in findings if f.label in root_causes.CAUSES[:2] and f.tensors), None)
+    optimizer, the parameters of the group whose lr changed, the sigmoid whose 0/1 outputs
+    made log(0)), in their ranked order."""
+    leads = ("hyperparameter_changed", "weights_changed_outside_optimizer", "log_of_zero")
+    cause = next((f for f in findings if f.label in leads and f.tensors), None)
     if cause is None:
         return ranking
     named = set(cause.tensors)
     leading = [r for r in ranking if r.tensor in named and r.role in ("param", "update", "grad", "state")]
     if not leading:
-        role = "param" if cause.label == "weights_changed_outside_optimizer" else "update"
+        role = {"weights_changed_outside_optimizer": "param", "log_of_zero": "activation"}.get(cause.label, "update")
         leading = [RankedTensor(t, role, None, cause.step, None, None) for t in cause.tensors[:3]]
     return [*leading, *(r for r in ranking if r not in leading)]
 
 
 def _came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th: OutcomeThresholds,
                *, ignore_grads: bool) -> bool:
-    """The run ends finite, with its loss back within ×2 of its level before the onset."""
+    """The run ends finite, its loss came back to within 10 % of its level before the onset
+    (a 5-step rolling median) and ends there: a spike it shrugged off, not a run it ruined."""
     name = main_loss(scalars)
     if onset is None or not len(table.step) or name is None:
         return False
@@ -178,10 +198,12 @@ def _came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, t
         return False
     steps, values = loss_curve(scalars)
     before = values[steps < onset.step][-th.min_steps:]
-    after = values[steps > onset.step][-th.min_steps:]
-    if len(before) < 3 or len(after) < 3:
+    after = values[steps > onset.step]
+    if len(before) < 3 or len(after) < th.min_steps:
         return False
-    return float(np.median(after)) <= th.recovered_factor * abs(float(np.median(before)))
+    level = th.recovered_factor * abs(float(np.median(before)))
+    rolling = pd.Series(after).rolling(5).median().to_numpy()[4:]
+    return bool(np.min(rolling) <= level and np.median(after[-th.min_steps:]) <= level)
 
 
 def _accumulation_onset(

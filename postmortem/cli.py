@@ -133,7 +133,7 @@ def _analyze(args: argparse.Namespace) -> int:
         progress.close()
     print(clean(page.headline))
     print(f"Report: {clean(output)}")
-    matched = sorted(args.fail_on & {analysis.verdict, *(f.label for f in analysis.findings)})
+    matched = sorted(args.fail_on & {analysis.verdict, *(f.label for f in analysis.significant)})
     if matched:
         print(f"postmortem: {', '.join(matched)} matched --fail-on", file=sys.stderr)
         return EXIT_FAIL_ON

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["manifest_order", "parameter_shapes", "frozen_parameters"]
+__all__ = ["manifest_order", "parameter_shapes", "frozen_parameters", "module_types"]
 
 
 def _entries(manifest: dict, section: str):
@@ -34,6 +34,11 @@ def parameter_shapes(manifest: dict) -> dict[str, list[int]]:
         for name, entry in _entries(manifest, "parameters")
         if isinstance(entry.get("shape"), list)
     }
+
+
+def module_types(manifest: dict) -> dict[str, str]:
+    """Qualified module name → its class name (`Sigmoid`, `Linear`)."""
+    return {name: str(entry.get("type")) for name, entry in _entries(manifest, "modules")}
 
 
 def frozen_parameters(manifest: dict) -> set[str]:

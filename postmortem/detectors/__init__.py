@@ -35,6 +35,7 @@ from .thresholds import (
 
 __all__ = [
     "ActivationThresholds",
+    "CAUSE_LABELS",
     "DivergenceThresholds",
     "ERROR",
     "Evidence",
@@ -47,6 +48,7 @@ __all__ = [
     "Outcome",
     "OutcomeThresholds",
     "REGISTRY",
+    "RUN_ORDER",
     "RootCauseThresholds",
     "Rule",
     "SEVERITIES",
@@ -58,6 +60,20 @@ __all__ = [
     "summarize",
     "verdict",
 ]
+
+# Run order: the data, then direct causes and the mechanism of a NaN, before the divergence
+# findings whose fix texts they shape; then the not-learning mechanisms, the outcome last.
+RUN_ORDER = (
+    "nonfinite_input", "unscaled_inputs",
+    "hyperparameter_changed", "weights_changed_outside_optimizer", "batch_out_of_range", "log_of_zero",
+    "diverged", "exploding_gradient", "lr_too_high", "recovered_incident",
+    "no_gradient", "stale_gradients", "vanishing_gradient", "no_update", "lr_too_low",
+    "dead_units", "saturated_units", "poor_init", "loss_plateau",
+)
+assert set(RUN_ORDER) == set(REGISTRY), "every registered rule has its place in RUN_ORDER"
+
+# Findings that name what started an incident (the report's headline says it first).
+CAUSE_LABELS = (*root_causes.CAUSES, "log_of_zero", "nonfinite_input")
 
 INFORMATIONAL = frozenset({"healthy", "recovered_incident"})
 # Labels that, as errors, make a run "not learning" (when it did not diverge).
@@ -75,7 +91,8 @@ def diagnose(ev: Evidence, thresholds: Thresholds | None = None,
     thresholds = thresholds if thresholds is not None else Thresholds()
     precomputed = precomputed or {}
     found: list[Finding] = []
-    for label, rule in REGISTRY.items():
+    for label in RUN_ORDER:
+        rule = REGISTRY[label]
         found += precomputed[label] if label in precomputed else rule.run(replace(ev, found=list(found)), thresholds)
     # Without tensor statistics most detectors saw nothing: health is not claimed then.
     if len(ev.table) and not any(f.severity in (ERROR, WARNING) for f in found):

@@ -136,7 +136,7 @@ REGISTRY: dict[str, Rule] = {}
 
 
 def register(label: str, family: str, gather: Callable[[Evidence], Any]):
-    """Decorator: `detect` becomes the rule for `label` (registration order is run order)."""
+    """Decorator: `detect` becomes the rule for `label` (postmortem.detectors.RUN_ORDER runs them)."""
     def decorate(detect):
         if label in REGISTRY:
             raise ValueError(f"two rules for {label}")

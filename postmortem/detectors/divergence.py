@@ -88,6 +88,7 @@ class Incident:
     clipping: Clipping
     causes: list[Finding]  # root causes found at the onset
     nonfinite_input: Finding | None
+    log_of_zero: Finding | None
 
 
 def _incident(ev: Evidence) -> Incident:
@@ -103,9 +104,13 @@ def _incident(ev: Evidence) -> Incident:
     amplified = sorted((b for b in ev.breaks if b.fit.amplified and b.role != "scalar"),
                        key=lambda b: b.fit.onset_step)
     culprits = list(dict.fromkeys(b.name for b in amplified))[:3]
-    # This divergence's gradients: not a break long before the onset (another story).
+    # This divergence's gradients: not a break long before the onset (another story), nor one
+    # before the direct cause that dates it.
+    causes = [f for f in ev.found if f.label in CAUSES]
+    dated_by_cause = any(f.step == onset_step for f in causes)
+    reach = 0 if dated_by_cause else PRECURSOR_STEPS
     near = [b for b in ev.breaks if b.fit.amplified
-            and (onset_step is None or b.fit.onset_step >= onset_step - PRECURSOR_STEPS)]
+            and (onset_step is None or b.fit.onset_step >= onset_step - reach)]
     return Incident(
         diverged=ev.diverged, recovered=ev.recovered, onset=ev.onset, first_nonfinite=first,
         culprits=culprits,
@@ -118,8 +123,9 @@ def _incident(ev: Evidence) -> Incident:
         loss_first_alone=(first is not None and first.role == "scalar" and is_loss(first.tensor)
                           and not any(b.fit.amplified for b in ev.breaks if b.role != "scalar")),
         clipping=clipping(ev.scalars, norms),
-        causes=[f for f in ev.found if f.label in CAUSES],
+        causes=causes,
         nonfinite_input=next((f for f in ev.found if f.label == "nonfinite_input"), None),
+        log_of_zero=next((f for f in ev.found if f.label == "log_of_zero"), None),
     )
 
 
@@ -155,7 +161,9 @@ def diverged(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
     parts = [f.fix for f in incident.causes]
     if incident.nonfinite_input is not None:
         parts.append("a batch held NaN/inf: " + incident.nonfinite_input.fix[0].lower() + incident.nonfinite_input.fix[1:])
-    if incident.loss_first_alone:
+    if incident.log_of_zero is not None:
+        parts.append(incident.log_of_zero.fix)
+    elif incident.loss_first_alone:
         parts.append("the loss itself produced the first NaN while every tensor was finite "
                      "(log(0) in a hand-written BCE): use BCEWithLogitsLoss on raw logits "
                      "or add an epsilon inside the log")
@@ -269,6 +277,8 @@ def recovered_incident(spike: LossSpike, th: OutcomeThresholds) -> list[Finding]
             WARNING,
         )]
     values, steps = spike.loss, spike.steps
+    if incident.diverged and not incident.recovered:
+        return []  # the divergence is the story, not a spike on its way
     if len(values) < 2 * th.min_steps or np.any(values <= 0):
         return []
     level = pd.Series(values).rolling(th.spike_window, min_periods=5).median().shift(1).to_numpy()

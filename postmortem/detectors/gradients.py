@@ -270,7 +270,9 @@ def vanishing_gradient(layers: LayerGradients, th: GradientThresholds) -> list[F
         return []
     rms = np.array([r for _, r in weights])
     ratio = float(rms[0] / rms[-1])
-    shrinking = float(np.mean(np.diff(np.log10(rms)) > 0))  # growing toward the output
+    # No layer's gradient more than ×2 above the next one's (toward the output): a vanishing
+    # signal may stay flat at its floor over the first layers, but never comes back.
+    shrinking = float(np.mean(rms[:-1] <= th.vanishing_step_tolerance * rms[1:]))
     tiny = [n for n, r in weights if r < th.vanishing_rms]
     small = ratio < th.vanishing_layer_ratio or (len(tiny) >= len(weights) / 2 and rms[0] < th.vanishing_rms)
     if not (small and shrinking >= th.vanishing_monotone_share):

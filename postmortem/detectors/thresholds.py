@@ -32,7 +32,7 @@ class OutcomeThresholds:
     spike_factor: float = 10.0  # Megatron-LM loss-spike check: 10× the recent level
     spike_recovered: float = 2.0  # back below 2× the level before the spike (our choice)
     spike_window: int = 20  # the recent level: rolling median of the 20 previous losses (Megatron-LM)
-    recovered_factor: float = 2.0  # a run that ends within 2× of its level before an incident recovered
+    recovered_factor: float = 1.1  # came back: the loss returns to, and ends, within 10 % of its level before
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class DivergenceThresholds:
 class RootCauseThresholds:
     """Direct causes at the onset (postmortem.detectors.root_causes)."""
 
-    window: int = 1  # a cause counts up to one step after the fitted onset (onset ±1 target)
+    window: int = 3  # a cause counts up to 3 steps after the fitted onset (ranking.PRECURSOR_STEPS: a break may lead by noise)
     lookback: int = 40  # ...and up to 40 steps before it: an lr raised ×30 shows in the loss late
     hp_change_factor: float = 2.0  # a hyperparameter ×2 (or ÷2) between two records
     hp_beyond_history: float = 2.0  # ...and ×2 beyond its largest step-to-step change before
@@ -67,7 +67,8 @@ class GradientThresholds:
 
     vanishing_rms: float = 1e-7  # SageMaker Debugger VanishingGradient threshold (mean |grad|)
     vanishing_layer_ratio: float = 1e-3  # first/last layer grad RMS (AUTOTRAINER layer ratio)
-    vanishing_monotone_share: float = 0.7  # ≥ 70 % of layer-to-layer steps shrink toward the input
+    vanishing_monotone_share: float = 0.7  # ≥ 70 % of layer-to-layer steps shrink toward the input...
+    vanishing_step_tolerance: float = 2.0  # ...or stay within ×2 (a floor reached in the first layers)
     silent_min_steps: int = 5  # a final stretch of zero/missing values at least this long...
     silent_min_share: float = 0.1  # ...and at least this share of the run
     stale_growth: float = 5.0  # the accumulated gradient ends ≥ 5× the healthy norm
@@ -97,7 +98,7 @@ class ActivationThresholds:
 
     dead_zero_frac: float = 0.9  # SageMaker DeadRelu: most units inactive (ReLU gives ~50 % zeros)
     saturated_frac: float = 0.5  # SageMaker SaturatedActivation threshold_layer = 50 %
-    log0_bound_share: float = 1e-3  # ≥ 0.1 % of a sigmoid's outputs at exactly 0/1 (our choice)
+    log0_margin: float = 1e-6  # a sigmoid output within 1e-6 of 1 (8 float32 ulps): log(1 − y) one rounding from log(0)
 
 
 @dataclass(frozen=True)
