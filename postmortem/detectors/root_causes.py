@@ -60,14 +60,20 @@ class OnsetWindow:
         return max(self.first_step + 1, self.onset - th.lookback), self.onset + th.window
 
 
-def _series(ev: Evidence, role: str) -> dict[str, Series]:
+def _series(ev: Evidence, role: str, steps: tuple[int, int] | None = None) -> dict[str, Series]:
+    """Each series of `role` (non-finite points as NaN), within `steps` (inclusive) when given:
+    a 100 000-step run's tensors are read only around the onset."""
     table = ev.table
     found = {}
     for index in table.indices(role):
         rows = table.rows(index)
-        values = table.magnitude[rows].astype(np.float64)
-        values = np.where(table.nonfinite[rows] > 0, np.nan, values)
-        found[table.keys[index].name] = Series(table.step[rows], values)
+        step = table.step[rows]
+        if steps is not None:
+            lo, hi = np.searchsorted(step, [steps[0], steps[1] + 1])
+            rows = slice(rows.start + int(lo), rows.start + int(hi))
+            step = table.step[rows]
+        values = np.where(table.nonfinite[rows] > 0, np.nan, table.magnitude[rows].astype(np.float64))
+        found[table.keys[index].name] = Series(step, values)
     return found
 
 
@@ -82,11 +88,17 @@ def onset_window(ev: Evidence) -> OnsetWindow:
             if isinstance(group, dict):
                 groups[f"{opt}.{g}"] = [str(p) for p in group.get("params") or []]
     batches = {**_series(ev, "input"), **_series(ev, "target")}
+    onset = ev.onset.step if ev.onset is not None else None
+    # Tensors: the widest lookback any variant searches, plus the history a jump is measured on.
+    near = (onset - _TENSOR_REACH, onset + _TENSOR_REACH) if onset is not None else (0, -1)
     return OnsetWindow(
-        ev.onset.step if ev.onset is not None else None,
-        int(ev.table.step.min()) if len(ev.table.step) else 0,
-        hp, groups, _series(ev, "param"), _series(ev, "update"), _series(ev, "grad"), batches,
-        WARNING if ev.recovered else ERROR)
+        onset, int(ev.table.step.min()) if len(ev.table.step) else 0,
+        hp, groups, _series(ev, "param", near), _series(ev, "update", near), _series(ev, "grad", near),
+        batches, WARNING if ev.recovered else ERROR)
+
+
+_HISTORY = 20  # a jump is measured over the median of the 20 finite values before it
+_TENSOR_REACH = 200 + _HISTORY  # tensors are read this far around the onset (lookback ≤ 200)
 
 
 # Which way a hyperparameter must move to make steps larger or less damped. A decaying lr
@@ -99,31 +111,32 @@ def _hp_changes(window: OnsetWindow, th: RootCauseThresholds) -> list[tuple[int,
     low, high = window.lookback(th)
     found = []
     for name, series in window.hyperparameters.items():
-        kind = name.rsplit(".", 1)[-1]
-        direction = _HARMFUL.get(kind, 0)
+        direction = _HARMFUL.get(name.rsplit(".", 1)[-1], 0)
         values = series.values
-        for i in range(1, len(values)):
-            step = int(series.steps[i])
-            before, after = float(values[i - 1]), float(values[i])
-            if not low <= step <= high or not (math.isfinite(before) and math.isfinite(after)):
-                continue
-            change = _log_ratio(before, after)
-            if change is None or abs(change) < math.log(th.hp_change_factor) or change * direction < 0:
-                continue
-            history = [_log_ratio(a, b) for a, b in zip(values[: i - 1], values[1:i])]
-            history = [abs(h) for h in history if h is not None]
-            if history and abs(change) < max(history) + math.log(th.hp_beyond_history):
-                continue  # a schedule that moves this much anyway (a warm-up's first steps)
-            found.append((step, name, before, after))
+        if len(values) < 2:
+            continue
+        change = _log_ratios(values[:-1], values[1:])
+        # The largest change before each one: a schedule that moves this much anyway (a
+        # warm-up's first steps) is no cause.
+        size = np.nan_to_num(np.abs(change), nan=0.0, posinf=0.0)  # from 0 is a start, not a ×k
+        seen = np.concatenate([[0.0], np.maximum.accumulate(size)[:-1]])
+        steps = series.steps[1:]
+        hit = ((steps >= low) & (steps <= high) & np.isfinite(values[:-1]) & np.isfinite(values[1:])
+               & (np.abs(change) >= math.log(th.hp_change_factor)) & ~(change * direction < 0)
+               & ((seen == 0) | (np.abs(change) >= seen + math.log(th.hp_beyond_history))))
+        hit &= np.isfinite(change)
+        for i in np.flatnonzero(hit):
+            found.append((int(steps[i]), name, float(values[i]), float(values[i + 1])))
     return sorted(found)
 
 
-def _log_ratio(before: float, after: float) -> float | None:
-    if before == after:
-        return 0.0
-    if before <= 0 or after <= 0:
-        return math.inf if before == 0 and after > 0 else None
-    return math.log(after / before)
+def _log_ratios(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """log(after / before); +inf from 0 to a positive value, NaN where a sign makes it meaningless."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.log(after / before)
+    ratio = np.where(before == after, 0.0, ratio)
+    ratio = np.where((before == 0) & (after > 0), np.inf, ratio)
+    return np.where(((before < 0) | (after < 0)) | ((before > 0) & (after == 0)), np.nan, ratio)
 
 
 @register("hyperparameter_changed", "root_causes", onset_window)
@@ -202,10 +215,10 @@ def weights_changed_outside_optimizer(window: OnsetWindow, th: RootCauseThreshol
 
 
 def _jump_over_history(series: Series, step: int) -> float | None:
-    """The value at `step` over the median of the 20 finite values before it."""
+    """The value at `step` over the median of the `_HISTORY` finite values before it."""
     now = series.at(step)
     before = series.before(step)
-    before = before[np.isfinite(before) & (before > 0)][-20:]
+    before = before[np.isfinite(before) & (before > 0)][-_HISTORY:]
     if now is None or not math.isfinite(now) or len(before) < 3:
         return None
     return float(now / np.median(before))

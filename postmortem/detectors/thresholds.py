@@ -51,7 +51,7 @@ class RootCauseThresholds:
     """Direct causes at the onset (postmortem.detectors.root_causes)."""
 
     window: int = 3  # a cause counts up to 3 steps after the fitted onset (ranking.PRECURSOR_STEPS: a break may lead by noise)
-    lookback: int = 40  # ...and up to 40 steps before it: an lr raised ×30 shows in the loss late
+    lookback: int = 40  # ...and up to 40 before (≤ 200: tensors are read that far around the onset)
     hp_change_factor: float = 2.0  # a hyperparameter ×2 (or ÷2) between two records
     hp_beyond_history: float = 2.0  # ...and ×2 beyond its largest step-to-step change before
     param_jump_factor: float = 2.0  # a parameter norm ×2 (or ÷2) in one step
