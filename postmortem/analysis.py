@@ -168,22 +168,26 @@ def _cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | No
 
 def _regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite | None) -> Onset | None:
     """A run that stayed finite but whose loss rose after a param group's hyperparameter changed
-    ×k, and never came back (every group's lr ×300: loss 2.3 → 3.3 for good), diverged there."""
+    ×k (or an optimizer state collapsed), and never came back (every group's lr ×300: loss
+    2.3 → 3.3 for good), diverged there."""
     steps, loss = loss_curve(ev.scalars)
     if not len(steps):
         return None
-    whole_run = replace(thresholds, root_causes=replace(thresholds.root_causes, lookback=10**9))
-    changes = REGISTRY["hyperparameter_changed"].run(replace(ev, onset=Onset(
-        int(steps[-1]), (int(steps[-1]), int(steps[-1])), "scalar loss", None, None, None, None)), whole_run)
+    last = int(steps[-1])
+    window = root_causes.onset_window(replace(ev, onset=Onset(last, (last, last), "", None, None, None, None)))
+    whole_run = replace(thresholds.root_causes, lookback=10**9)
     th = thresholds.outcome
-    for change in changes:
-        before = loss[steps < change.step][-th.min_steps:]
-        after = loss[steps > change.step][: th.min_steps]
+    candidates = [(step, f"hyperparameter_changed: {name}") for step, name, _, _ in root_causes.hp_changes(window, whole_run)]
+    candidates += [(step, f"optimizer_state_changed: {name}[{key}]")
+                   for step, name, key, _ in root_causes.state_changes(window, whole_run)]
+    for step, series in sorted(candidates):
+        before = loss[steps < step][-th.min_steps:]
+        after = loss[steps > step][: th.min_steps]
         if len(before) < 3 or len(after) < 3:
             continue
         rose = np.median(after) > th.recovered_factor * abs(float(np.median(before)))
-        onset = _cause_onset(Onset(change.step, (change.step, change.step), "", None, None, None, None),
-                             [change], first)
+        onset = Onset(step, (step, step), series, None, None, None,
+                      (first.step - step) if first is not None else None)
         if rose and not _came_back(ev.table, ev.scalars, onset, th, ignore_grads=True):
             return onset
     return None
@@ -193,7 +197,7 @@ def _cause_first(ranking: list[RankedTensor], findings: list[Finding]) -> list[R
     """Tensors a direct cause names lead the ranking (the weights rescaled outside the
     optimizer, the parameters of the group whose lr changed, the sigmoid whose 0/1 outputs
     made log(0)), in their ranked order."""
-    leads = ("hyperparameter_changed", "weights_changed_outside_optimizer", "log_of_zero")
+    leads = ("hyperparameter_changed", "optimizer_state_changed", "weights_changed_outside_optimizer", "log_of_zero")
     cause = next((f for f in findings if f.label in leads and f.tensors), None)
     if cause is None:
         return ranking

@@ -22,11 +22,15 @@ __all__ = [
     "OnsetWindow",
     "Series",
     "batch_out_of_range",
+    "hp_changes",
     "hyperparameter_changed",
+    "optimizer_state_changed",
+    "state_changes",
     "weights_changed_outside_optimizer",
 ]
 
-CAUSES = ("hyperparameter_changed", "weights_changed_outside_optimizer", "batch_out_of_range")
+CAUSES = ("hyperparameter_changed", "optimizer_state_changed", "weights_changed_outside_optimizer",
+          "batch_out_of_range")
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class OnsetWindow:
     params: dict[str, Series]  # parameter norms
     updates: dict[str, Series]  # update norms
     grads: dict[str, Series]
+    states: dict[tuple[str, str], Series]  # (parameter, state key) → norm
     batches: dict[str, Series]  # input/target max |x| (NaN where a batch held NaN/inf)
     severity: str  # error in a run that diverged, warning in one that came back
 
@@ -94,9 +99,25 @@ def onset_window(ev: Evidence) -> OnsetWindow:
     return OnsetWindow(
         onset, int(ev.table.step.min()) if len(ev.table.step) else 0,
         hp, groups, _series(ev, "param", near), _series(ev, "update", near), _series(ev, "grad", near),
-        batches, WARNING if ev.recovered else ERROR)
+        _states(ev, near), batches, WARNING if ev.recovered else ERROR)
 
 
+def _states(ev: Evidence, steps: tuple[int, int]) -> dict[tuple[str, str], Series]:
+    table = ev.table
+    found = {}
+    for index in table.indices("state"):
+        key = table.keys[index]
+        rows = table.rows(index)
+        lo, hi = np.searchsorted(table.step[rows], [steps[0], steps[1] + 1])
+        rows = slice(rows.start + int(lo), rows.start + int(hi))
+        values = np.where(table.nonfinite[rows] > 0, np.nan, table.magnitude[rows].astype(np.float64))
+        found[(key.name, key.key or "")] = Series(table.step[rows], values)
+    return found
+
+
+# Optimizer states that accumulate squares (Adam/AdamW/NAdam/RAdam, AMSGrad, RMSprop, Adagrad, Adadelta).
+_SQUARES = frozenset({"exp_avg_sq", "max_exp_avg_sq", "square_avg", "sum", "acc_delta"})
+_MIN_HISTORY = 3  # step-to-step changes seen before a hyperparameter change can be a cause
 _HISTORY = 20  # a jump is measured over the median of the 20 finite values before it
 _TENSOR_REACH = 200 + _HISTORY  # tensors are read this far around the onset (lookback ≤ 200)
 
@@ -106,7 +127,7 @@ _TENSOR_REACH = 200 + _HISTORY  # tensors are read this far around the onset (lo
 _HARMFUL = {"lr": 1, "momentum": 1, "weight_decay": 1, "eps": -1, "beta1": 0, "beta2": 0}
 
 
-def _hp_changes(window: OnsetWindow, th: RootCauseThresholds) -> list[tuple[int, str, float, float]]:
+def hp_changes(window: OnsetWindow, th: RootCauseThresholds) -> list[tuple[int, str, float, float]]:
     """(step, name, before, after) of every harmful change ×k inside the window."""
     low, high = window.lookback(th)
     found = []
@@ -121,7 +142,10 @@ def _hp_changes(window: OnsetWindow, th: RootCauseThresholds) -> list[tuple[int,
         size = np.nan_to_num(np.abs(change), nan=0.0, posinf=0.0)  # from 0 is a start, not a ×k
         seen = np.concatenate([[0.0], np.maximum.accumulate(size)[:-1]])
         steps = series.steps[1:]
-        hit = ((steps >= low) & (steps <= high) & np.isfinite(values[:-1]) & np.isfinite(values[1:])
+        # A cause needs a few changes of history to stand out from (a warm-up's first step
+        # doubles the lr from nothing seen before).
+        enough = np.arange(len(change)) >= _MIN_HISTORY
+        hit = (enough & (steps >= low) & (steps <= high) & np.isfinite(values[:-1]) & np.isfinite(values[1:])
                & (np.abs(change) >= math.log(th.hp_change_factor)) & ~(change * direction < 0)
                & ((seen == 0) | (np.abs(change) >= seen + math.log(th.hp_beyond_history))))
         hit &= np.isfinite(change)
@@ -143,7 +167,7 @@ def _log_ratios(before: np.ndarray, after: np.ndarray) -> np.ndarray:
 def hyperparameter_changed(window: OnsetWindow, th: RootCauseThresholds) -> list[Finding]:
     if window.onset is None:
         return []
-    changes = _hp_changes(window, th)
+    changes = hp_changes(window, th)
     if not changes:
         return []
     step, name, before, after = changes[0]
@@ -162,6 +186,49 @@ def hyperparameter_changed(window: OnsetWindow, th: RootCauseThresholds) -> list
     )]
 
 
+def state_changes(window: OnsetWindow, th: RootCauseThresholds) -> list[tuple[int, str, str, float]]:
+    """(step, parameter, state key, factor) where a second-moment state's norm fell ÷k in one
+    step (Adam's exp_avg_sq zeroed): an EMA of squares falls by β2 per step at most, a sum of
+    squares never falls. Signed states (exp_avg, momentum_buffer) can cancel to ~0 when the
+    gradient turns, so they say nothing here."""
+    low, high = window.lookback(th)
+    found = []
+    for (name, key), series in window.states.items():
+        if key not in _SQUARES:
+            continue
+        values = series.values
+        if len(values) < _MIN_HISTORY + 2:
+            continue
+        change = _log_ratios(values[:-1], values[1:])
+        steps = series.steps[1:]
+        hit = ((np.arange(len(change)) >= _MIN_HISTORY) & (steps >= low) & (steps <= high)
+               & np.isfinite(change) & (change <= -math.log(th.state_jump_factor)))
+        found += [(int(steps[i]), name, key, float(np.exp(change[i]))) for i in np.flatnonzero(hit)]
+    return sorted(found)
+
+
+@register("optimizer_state_changed", "root_causes", onset_window)
+def optimizer_state_changed(window: OnsetWindow, th: RootCauseThresholds) -> list[Finding]:
+    if window.onset is None:
+        return []
+    changes = state_changes(window, th)
+    if not changes:
+        return []
+    step = changes[0][0]
+    same = [c for c in changes if c[0] == step]
+    keys = sorted({c[2] for c in same})
+    return [finding(
+        "optimizer_state_changed", step, list(dict.fromkeys(c[1] for c in same))[:10],
+        {"state_keys": keys, "factor": {f"{c[1]}[{c[2]}]": c[3] for c in same[:20]},
+         "tensors_changed": len({c[1] for c in same}), "fitted_onset": window.onset},
+        f"the optimizer state ({', '.join(keys)}) of {len({c[1] for c in same})} parameter(s) fell "
+        f"×{min(c[3] for c in same):.3g} at step {step}, more than any optimizer step can make it: "
+        "something reset or overwrote optimizer.state (a partial load_state_dict, a state reset "
+        "without a warm-up, a dtype cast); restore the state or rebuild it with a short warm-up",
+        window.severity,
+    )]
+
+
 @register("weights_changed_outside_optimizer", "root_causes", onset_window)
 def weights_changed_outside_optimizer(window: OnsetWindow, th: RootCauseThresholds) -> list[Finding]:
     """A parameter norm ×k in one step with an update of the order of the parameter itself, far
@@ -169,9 +236,11 @@ def weights_changed_outside_optimizer(window: OnsetWindow, th: RootCauseThreshol
     if window.onset is None:
         return []
     low, high = window.lookback(th)
-    changed_groups = {c[1].split(".")[1] + "." + c[1].split(".")[2] for c in _hp_changes(window, th)
+    changed_groups = {c[1].split(".")[1] + "." + c[1].split(".")[2] for c in hp_changes(window, th)
                       if c[1].count(".") >= 3}
     explained = {p for g in changed_groups for p in window.groups.get(g, [])}
+    # The optimizer moved them, from a state something else had reset.
+    explained |= {c[1] for c in state_changes(window, th)}
     hits = []
     for name, param in window.params.items():
         update, grad = window.updates.get(name), window.grads.get(name)
