@@ -88,10 +88,12 @@ def onset_window(ev: Evidence) -> OnsetWindow:
         if str(name).startswith("hp."):
             hp[str(name)] = Series(group["step"].to_numpy(np.int64), group["value"].to_numpy(np.float64))
     groups = {}
-    for opt, entry in (ev.manifest.get("optimizers") or {}).items():
-        for g, group in enumerate(entry.get("param_groups") or []) if isinstance(entry, dict) else []:
-            if isinstance(group, dict):
-                groups[f"{opt}.{g}"] = [str(p) for p in group.get("params") or []]
+    optimizers = ev.manifest.get("optimizers")
+    for opt, entry in optimizers.items() if isinstance(optimizers, dict) else ():
+        param_groups = entry.get("param_groups") if isinstance(entry, dict) else None
+        for g, group in enumerate(param_groups) if isinstance(param_groups, list) else ():
+            if isinstance(group, dict) and isinstance(group.get("params"), list):
+                groups[f"{opt}.{g}"] = [str(p) for p in group["params"]]
     batches = {**_series(ev, "input"), **_series(ev, "target")}
     onset = ev.onset.step if ev.onset is not None else None
     # Tensors: the widest lookback any variant searches, plus the history a jump is measured on.
