@@ -12,7 +12,6 @@ import pandas as pd
 from .detectors import CAUSE_LABELS, NOTE, REGISTRY, Evidence, OutcomeThresholds, Thresholds, diagnose, gradients, measure_outcome, root_causes, summarize
 from .detectors import verdict as diagnoses_verdict
 from .detectors.base import loss_curve, main_loss, metric_curves
-from .detectors.inputs import input_kinds
 from .findings import Finding, FirstNonfinite, Onset, RankedTensor
 from .gaps import missing_step_warnings, unmeasured_warnings
 from .loading import Run, load_run
@@ -114,8 +113,7 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None) -> A
         onset = _accumulation_onset(onset, precomputed["stale_gradients"], first)
     evidence = Evidence(table=table, summary=pd.DataFrame(), scalars=scalars, events=events,
                         manifest=run.manifest, first_nonfinite=first, onset=onset if diverged else None,
-                        diverged=diverged, recovered=False, breaks=breaks, outcome=outcome,
-                        input_kinds=input_kinds(run))
+                        diverged=diverged, recovered=False, breaks=breaks, outcome=outcome)
     if diverged and onset is not None:
         onset = _cause_onset(onset, _root_causes(evidence, thresholds), first)
     elif not diverged:
