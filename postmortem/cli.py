@@ -27,7 +27,7 @@ __all__ = ["main"]
 
 EXIT_OK, EXIT_FAIL_ON, EXIT_BAD_INPUT = 0, 1, 2
 _TRACEBACK_ENV = "POSTMORTEM_TRACEBACK"
-_DRAWING_STAGES = 7  # the report sections built by reports.build_page
+_DRAWING_STAGES = 8  # the report sections built by reports.build_page
 
 
 class _UsageError(Exception):
