@@ -8,8 +8,9 @@ on the same batches in one process, one step each in turn, the order rotating ev
 that the shared machine's slow phases hit all four alike. A round is `block` steps of each
 (block = the Recorder's flush_every, so each round pays one flush); each round gives every
 side's wall time over the plain side's, and its CPU time (this process's user+system) over the
-plain side's; medians and quartiles over rounds are printed. Every side calls ``loss.item()``
-and logs the loss its own way (the plain side only reads it). wandb runs offline
+plain side's; medians and quartiles over rounds are printed. Every side but the recorder's
+calls ``loss.item()`` after the optimizer step and logs the loss its own way (the plain side
+only reads it; the Recorder is given the loss tensor). wandb runs offline
 (``WANDB_MODE=offline``, no network) in a temporary directory; its writer is a separate
 process (wandb-core) whose CPU time the CPU ratio does not include, the wall ratio does.
 
@@ -27,7 +28,6 @@ import platform
 import statistics
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
@@ -36,7 +36,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from recorder_overhead import GPT, workload  # noqa: E402
+from recorder_overhead import GPT, gpt_step, workload  # noqa: E402
 from recorders import Recorder  # noqa: E402
 from sample_runs import nanogpt  # noqa: E402
 
@@ -47,7 +47,7 @@ class Side:
     """One copy of the model, its optimizer and its logger."""
 
     def __init__(self, name: str, model: nn.Module, tmp: Path) -> None:
-        self.name, self.model, self.steps = name, model, 0
+        self.name, self.model = name, model
         self.opt = nanogpt.make_optimizer(model, GPT)
         self.recorder = self.writer = self.run = None
         if name == "postmortem":
@@ -62,36 +62,20 @@ class Side:
 
     def train_step(self, micro_batches, held_out) -> tuple[float, float]:
         """One optimizer step as nanoGPT takes it: (wall seconds, CPU seconds)."""
-        t0, c0 = time.perf_counter(), time.process_time()
-        model, opt, step = self.model, self.opt, self.steps
-        for group in opt.param_groups:
-            group["lr"] = nanogpt.lr_at(step, GPT)
-        if step % GPT.eval_every == 0:
-            model.eval()
-            with torch.no_grad():
-                for x, y in held_out:
-                    nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
-            model.train()
-        for x, y in micro_batches:
-            loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
-            (loss / len(micro_batches)).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), GPT.clip)
-        opt.step()
-        if self.writer is not None:  # gradients are gone after zero_grad(set_to_none=True)
-            for name, p in model.named_parameters():
+        return gpt_step(self.model, self.opt, micro_batches, held_out, self.recorder,
+                        after_step=None if self.recorder is not None else self._log)
+
+    def _log(self, step: int, loss) -> None:
+        """What the side logs after the optimizer step (gradients are gone after zero_grad)."""
+        value = loss.item()
+        if self.writer is not None:
+            for name, p in self.model.named_parameters():
                 self.writer.add_histogram(name, p, step)
                 if p.grad is not None:
                     self.writer.add_histogram(f"{name}.grad", p.grad, step)
-        opt.zero_grad(set_to_none=True)
-        value = loss.item()
-        if self.recorder is not None:
-            self.recorder.step(loss=loss, inputs=x, targets=y)
+            self.writer.add_scalar("loss", value, step)
         elif self.run is not None:
             self.run.log({"loss": value}, step=step)
-        elif self.writer is not None:
-            self.writer.add_scalar("loss", value, step)
-        self.steps = step + 1
-        return time.perf_counter() - t0, time.process_time() - c0
 
     def close(self) -> None:
         if self.recorder is not None:

@@ -163,8 +163,9 @@ class FloorReader:
             handle.remove()
 
 
-def gpt_step(model, opt, micro_batches, held_out, rec=None) -> tuple[float, float]:
-    """One optimizer step of (c) as nanoGPT takes it, with its eval loop every 20 steps."""
+def gpt_step(model, opt, micro_batches, held_out, rec=None, after_step=None) -> tuple[float, float]:
+    """One optimizer step of (c) as nanoGPT takes it, with its eval loop every 20 steps;
+    ``after_step(step, loss)`` runs after ``opt.step()``, before ``zero_grad`` (a logger)."""
     t0, c0 = time.perf_counter(), time.process_time()
     step = _GPT_STEPS.get(id(opt), 0)
     for group in opt.param_groups:
@@ -180,6 +181,8 @@ def gpt_step(model, opt, micro_batches, held_out, rec=None) -> tuple[float, floa
         (loss / len(micro_batches)).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), GPT.clip)
     opt.step()
+    if after_step is not None:
+        after_step(step, loss)
     opt.zero_grad(set_to_none=True)
     _GPT_STEPS[id(opt)] = step + 1
     if rec is not None:
