@@ -44,6 +44,8 @@ __all__ = ["Recorder"]
 _RUN_ENTRIES = ("manifest.json", "stats", "scalars", "events", "checkpoints")
 _SATURATING = {nn.Tanh: "tanh", nn.Sigmoid: "sigmoid"}
 _IO_KEYWORDS = ("inputs", "targets")
+# Where optimizer wrappers keep the optimizer they wrap.
+_WRAPPED_OPTIMIZER_ATTRIBUTES = ("optimizer", "_optimizer")
 # What became of a parameter's gradient this step.
 _GRAD_PENDING, _GRAD_MEASURED, _GRAD_NONE, _GRAD_LOST = range(4)
 
@@ -86,9 +88,25 @@ def _as_models(model: Any) -> dict[str, nn.Module]:
                     f"got {type(model).__name__}")
 
 
+def _unwrapped(optimizer: Any) -> Any:
+    """The optimizer a wrapper keeps in ``.optimizer`` or ``._optimizer`` (accelerate's
+    AcceleratedOptimizer, Lightning's LightningOptimizer): wrappers pass as optimizers by class
+    but lack the step-hook tables; the one they wrap steps, and holds the param groups."""
+    seen = {id(optimizer)}
+    while True:
+        inner = next((found for attr in _WRAPPED_OPTIMIZER_ATTRIBUTES
+                      if isinstance(found := getattr(optimizer, attr, None), torch.optim.Optimizer)
+                      and id(found) not in seen), None)
+        if inner is None:
+            return optimizer
+        optimizer = inner
+        seen.add(id(inner))
+
+
 def _as_optimizers(optimizer: Any) -> dict[str, torch.optim.Optimizer]:
     if optimizer is None:
         return {}
+    optimizer = _unwrapped(optimizer)
     if isinstance(optimizer, torch.optim.Optimizer):
         return {"optimizer": optimizer}
     if isinstance(optimizer, Mapping):
@@ -102,6 +120,7 @@ def _as_optimizers(optimizer: Any) -> dict[str, torch.optim.Optimizer]:
     for name, opt in items:
         if not isinstance(name, str) or not name or "." in name:
             raise ValueError(f"optimizer names must be non-empty strings without '.', got {name!r}")
+        opt = _unwrapped(opt)
         if not isinstance(opt, torch.optim.Optimizer):
             raise TypeError(f"optimizer {name!r} is a {type(opt).__name__}, "
                             "not a torch.optim.Optimizer")
@@ -289,12 +308,14 @@ class Recorder:
 
         self._sync_params()
         self._sync_leaf_hooks()
-        for model in self._models.values():
-            self._handles.append(model.register_forward_pre_hook(self._before_forward))
-        self._handles.append(register_module_module_registration_hook(self._on_registration))
-        self._handles.append(register_module_parameter_registration_hook(self._on_registration))
-        for opt in self._optimizers.values():
-            self._handles.append(opt.register_step_pre_hook(self._capture_grads_hook))
+        for name, model in self._models.items():
+            self._hook(f"model {name}", model.register_forward_pre_hook, self._before_forward)
+        self._hook("module registration", register_module_module_registration_hook,
+                   self._on_registration)
+        self._hook("parameter registration", register_module_parameter_registration_hook,
+                   self._on_registration)
+        for name, opt in self._optimizers.items():
+            self._hook(f"optimizer {name}", opt.register_step_pre_hook, self._capture_grads_hook)
         if threading.current_thread() is threading.main_thread():
             self._previous_sigterm = signal.getsignal(signal.SIGTERM)
             signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -303,6 +324,17 @@ class Recorder:
         self._watch_activations = self._schedule.should_record_activations(self._step)
         self._open = True
         return self
+
+    def _hook(self, where: str, register: Any, hook: Any) -> Any:
+        """Install a hook the recorder owns; one that cannot be installed (an object that only
+        looks like a module or an optimizer) warns once and recording goes on without it."""
+        try:
+            handle = register(hook)
+        except Exception as exc:  # noqa: BLE001 - never break the user's training
+            self._measure_failed(f"the hook on {where}", exc)
+            return None
+        self._handles.append(handle)
+        return handle
 
     def _scan_models(self) -> None:
         """Name the models' parameters and leaf modules as they are now (in place: the state
@@ -377,8 +409,12 @@ class Recorder:
                 del self._leaf_hooks[name]
         for name, (module, saturation) in self._leaves.items():
             if name not in self._leaf_hooks:
-                self._leaf_hooks[name] = (module, module.register_forward_hook(
-                    self._activation_hook(name, saturation)))
+                try:
+                    handle = module.register_forward_hook(self._activation_hook(name, saturation))
+                except Exception as exc:  # noqa: BLE001 - never break the user's training
+                    self._measure_failed(f"the hook on module {name}", exc)
+                    continue
+                self._leaf_hooks[name] = (module, handle)
 
     def _on_registration(self, module: nn.Module, name: str, value: Any) -> None:
         """torch calls this for every module or parameter assigned into any module."""
@@ -756,6 +792,19 @@ class Recorder:
         if not self._open:
             raise RecorderError("Recorder.event() called outside the `with Recorder(...)` block")
         self._buffers.events.append((self._step, kind, message, time.time()))
+
+    def record_scalars(self, **scalars: Any) -> int:
+        """Scalars measured after the last recorded step, before the next one (evaluation
+        metrics): written at the last recorded step, which is returned."""
+        if not self._open:
+            raise RecorderError("Recorder.record_scalars() called outside the `with Recorder(...)` "
+                                "block")
+        if self._manifest.get("last_step") is None:
+            raise RecorderError("Recorder.record_scalars() needs a recorded step: call step() first")
+        step = self._step - 1
+        for name, value in scalars.items():
+            self._buffers.scalars.append((step, name, float(_scalar_value(name, value))))
+        return step
 
     @property
     def current_step(self) -> int:
