@@ -32,6 +32,7 @@ def modules(pl):
 
         def __init__(self, lr: float = 0.2, fail_at: int | None = None) -> None:
             super().__init__()
+            torch.manual_seed(0)
             self.save_hyperparameters()
             self.net = nn.Sequential(nn.Linear(FEATURES, 32), nn.ReLU(), nn.Linear(32, CLASSES))
             self.batch_losses: list[float] = []
@@ -63,6 +64,7 @@ def modules(pl):
 
         def __init__(self) -> None:
             super().__init__()
+            torch.manual_seed(0)
             self.automatic_optimization = False
             self.generator = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
             self.discriminator = nn.Sequential(nn.Linear(2, 16), nn.LeakyReLU(0.2),
