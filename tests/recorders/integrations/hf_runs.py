@@ -62,6 +62,7 @@ class RaiseAtStep(TrainerCallback):
 def train(run_dir: Path, *, examples: int = 128, epochs: int = 2, accumulation: int = 2,
           callbacks: tuple = (), **arguments) -> Trainer:
     """Train the tiny GPT-2 with the PostmortemCallback; returns the Trainer."""
+    torch.set_num_threads(1)  # two threads contend with anything else on a 2-core machine
     args = TrainingArguments(
         output_dir=str(Path(run_dir).parent / f"{Path(run_dir).name}-trainer"),
         per_device_train_batch_size=8, gradient_accumulation_steps=accumulation,

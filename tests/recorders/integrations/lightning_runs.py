@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-EXAMPLES, FEATURES, CLASSES = 256, 10, 3
+EXAMPLES, FEATURES, CLASSES = 512, 10, 3
 
 
 def classification_data(seed: int = 0) -> torch.utils.data.TensorDataset:
@@ -123,6 +123,7 @@ def trainer(pl, callback, *, epochs: int = 2, **options):
 
 def fit(pl, callback_class, run: Path, module, data, val=None, **options):
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # two threads contend with anything else on a 2-core machine
     trainer(pl, callback_class(run), **options).fit(module, loader(data),
                                                     None if val is None else loader(val, 128))
     return module

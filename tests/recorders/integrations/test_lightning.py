@@ -12,7 +12,7 @@ from recorder_helpers import read_manifest, read_table
 from recorders.integrations.lightning import PostmortemCallback
 
 Classifier, GAN, LearningRateBlowUp = modules(pl)
-BATCHES = 16  # per epoch: 256 examples in batches of 16
+BATCHES = 32  # per epoch: 512 examples in batches of 16
 CLIP = 0.2  # gradient_clip_val, below every step's gradient norm
 
 
