@@ -88,7 +88,7 @@ def _as_models(model: Any) -> dict[str, nn.Module]:
                     f"got {type(model).__name__}")
 
 
-def _unwrapped(optimizer: Any) -> Any:
+def _unwrapped_optimizer(optimizer: Any) -> Any:
     """The optimizer a wrapper keeps in ``.optimizer`` or ``._optimizer`` (accelerate's
     AcceleratedOptimizer, Lightning's LightningOptimizer): wrappers pass as optimizers by class
     but lack the step-hook tables; the one they wrap steps, and holds the param groups."""
@@ -106,7 +106,7 @@ def _unwrapped(optimizer: Any) -> Any:
 def _as_optimizers(optimizer: Any) -> dict[str, torch.optim.Optimizer]:
     if optimizer is None:
         return {}
-    optimizer = _unwrapped(optimizer)
+    optimizer = _unwrapped_optimizer(optimizer)
     if isinstance(optimizer, torch.optim.Optimizer):
         return {"optimizer": optimizer}
     if isinstance(optimizer, Mapping):
@@ -120,7 +120,7 @@ def _as_optimizers(optimizer: Any) -> dict[str, torch.optim.Optimizer]:
     for name, opt in items:
         if not isinstance(name, str) or not name or "." in name:
             raise ValueError(f"optimizer names must be non-empty strings without '.', got {name!r}")
-        opt = _unwrapped(opt)
+        opt = _unwrapped_optimizer(opt)
         if not isinstance(opt, torch.optim.Optimizer):
             raise TypeError(f"optimizer {name!r} is a {type(opt).__name__}, "
                             "not a torch.optim.Optimizer")

@@ -120,9 +120,11 @@ def test_healthy_run_is_healthy(healthy):
 
 
 def test_lr_blow_up_is_diverged_at_its_step(tmp_path):
-    blow_up = 12
+    """lr 5e-3 -> 1.0 from step 24 of 40 (AdamW: every weight moves by about 1 per step)."""
+    blow_up = 24
     run = tmp_path / "run"
-    train(run, examples=192, epochs=1, accumulation=1, callbacks=(LearningRateBlowUp(blow_up, 1.0),))
+    train(run, examples=40 * 8, epochs=1, accumulation=1,
+          callbacks=(LearningRateBlowUp(blow_up, 1.0),))
     analysis = postmortem.analyze(run)
     assert analysis.verdict == "diverged"
     assert abs(analysis.onset.step - blow_up) <= 1, analysis.onset
