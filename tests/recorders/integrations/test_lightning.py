@@ -6,7 +6,8 @@ import lightning.pytorch as pl
 import numpy as np
 import pytest
 
-import postmortem
+from integration_checks import (assert_diverged_at, assert_exception_run, assert_healthy,
+                                scalar_series)
 from lightning_runs import classification_data, fit, modules, real_points
 from recorder_helpers import read_manifest, read_table
 from recorders.integrations.lightning import PostmortemCallback
@@ -15,11 +16,6 @@ Classifier, GAN, LearningRateBlowUp = modules(pl)
 BATCHES = 32  # per epoch: 512 examples in batches of 16
 CLIP = 0.2  # gradient_clip_val, below every step's gradient norm
 
-
-def _scalar(run, name):
-    scalars = read_table(run, "scalars")
-    rows = scalars[scalars["name"] == name].sort_values("step")
-    return rows["step"].to_numpy(), rows["value"].to_numpy()
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +39,7 @@ def test_one_recorded_step_per_optimizer_step(healthy):
 
 def test_loss_is_the_mean_over_the_accumulated_batches(healthy):
     run, module = healthy
-    _, loss = _scalar(run, "loss")
+    _, loss = scalar_series(run, "loss")
     expected = np.asarray(module.batch_losses).reshape(-1, 2).mean(axis=1)
     assert loss == pytest.approx(expected, rel=1e-5)
 
@@ -52,7 +48,7 @@ def test_lr_is_the_rate_each_step_used(healthy):
     """StepLR lowers the rate every 5 optimizer steps; Lightning steps it before the batch
     ends, and the recorded rate is still the one the step used."""
     run, _ = healthy
-    _, lr = _scalar(run, "lr")
+    _, lr = scalar_series(run, "lr")
     assert lr == pytest.approx([0.2 * 0.8 ** (step // 5) for step in range(BATCHES)])
 
 
@@ -61,7 +57,7 @@ def test_gradients_are_read_before_lightnings_clipping(tmp_path):
     run = tmp_path / "run"
     module = fit(pl, PostmortemCallback, run, Classifier(), classification_data(), epochs=1,
                  gradient_clip_val=CLIP)
-    _, grad_norm = _scalar(run, "grad_norm")
+    _, grad_norm = scalar_series(run, "grad_norm")
     assert (np.asarray(module.grad_norms) > CLIP).all()  # clipping acted at every step
     assert grad_norm == pytest.approx(module.grad_norms, rel=1e-4)
 
@@ -70,7 +66,7 @@ def test_gradients_are_read_before_lightnings_clipping(tmp_path):
                    "gradient capture before the closure's backward (the last micro-batch) runs")
 def test_accumulated_gradients_are_read_before_lightnings_clipping(healthy):
     run, module = healthy
-    _, grad_norm = _scalar(run, "grad_norm")
+    _, grad_norm = scalar_series(run, "grad_norm")
     assert (np.asarray(module.grad_norms) > CLIP).all()
     assert grad_norm == pytest.approx(module.grad_norms, rel=1e-4)
 
@@ -88,14 +84,13 @@ def test_epochs_and_validations_are_events_and_scalars(healthy):
     events = read_table(run, "events")
     assert events[events["kind"] == "epoch"]["step"].tolist() == [0, BATCHES // 2]
     assert events[events["kind"] == "validation"]["message"].str.contains("val_loss=").all()
-    steps, _ = _scalar(run, "val_loss")
+    steps, _ = scalar_series(run, "val_loss")
     assert steps.tolist() == [BATCHES // 2 - 1, BATCHES - 1]
 
 
 def test_healthy_run_is_healthy(healthy):
     run, _ = healthy
-    analysis = postmortem.analyze(run)
-    assert analysis.verdict == "healthy", [(f.label, f.evidence) for f in analysis.findings]
+    assert_healthy(run)
 
 
 def test_lr_blow_up_is_diverged_at_its_step(tmp_path):
@@ -103,21 +98,14 @@ def test_lr_blow_up_is_diverged_at_its_step(tmp_path):
     run = tmp_path / "run"
     fit(pl, PostmortemCallback, run, Classifier(), classification_data(),
         callbacks=[LearningRateBlowUp(blow_up, 50.0)])
-    analysis = postmortem.analyze(run)
-    assert analysis.verdict == "diverged"
-    assert abs(analysis.onset.step - blow_up) <= 1, analysis.onset
+    assert_diverged_at(run, blow_up)
 
 
 def test_exception_leaves_an_exception_run(tmp_path):
     run = tmp_path / "run"
     with pytest.raises(RuntimeError, match="injected failure at step 6"):
         fit(pl, PostmortemCallback, run, Classifier(fail_at=6), classification_data())
-    manifest = read_manifest(run)
-    assert manifest["status"] == "exception"
-    assert manifest["exception"]["type"] == "RuntimeError"
-    assert "injected failure at step 6" in manifest["exception"]["traceback"]
-    assert manifest["last_step"] == 5
-    assert postmortem.analyze(run).run.scalars()["step"].max() == 5
+    assert_exception_run(run, "injected failure at step 6", last_step=5)
 
 
 def test_gan_with_two_optimizers_in_manual_optimisation(tmp_path):
@@ -127,13 +115,12 @@ def test_gan_with_two_optimizers_in_manual_optimisation(tmp_path):
     assert manifest["status"] == "completed" and manifest["last_step"] == 2 * BATCHES - 1
     assert set(manifest["optimizers"]) == {"optimizer_0", "optimizer_1"}
     for name in ("loss_d", "loss_g", "hp.optimizer_0.0.lr", "hp.optimizer_1.0.lr"):
-        steps, _ = _scalar(run, name)
+        steps, _ = scalar_series(run, name)
         assert steps.tolist() == list(range(2 * BATCHES)), name
     grads = read_table(run, "stats").query("role == 'grad'")
     assert {n.split(".")[0] for n in grads["name"]} == {"generator", "discriminator"}
     assert not grads["norm"].isna().any()
-    analysis = postmortem.analyze(run)
-    assert analysis.verdict == "healthy", [(f.label, f.evidence) for f in analysis.findings]
+    assert_healthy(run)
 
 
 def test_pytorch_lightning_package_has_the_same_callback(tmp_path):

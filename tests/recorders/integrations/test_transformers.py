@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import postmortem
 from hf_runs import LearningRateBlowUp, train
+from integration_checks import (assert_diverged_at, assert_exception_run, assert_healthy,
+                                scalar_series)
 from recorder_helpers import read_manifest, read_table
 
 HERE = Path(__file__).parent
@@ -24,11 +25,6 @@ def healthy(tmp_path_factory):
     return run, trainer
 
 
-def _scalar(run, name):
-    scalars = read_table(run, "scalars")
-    rows = scalars[scalars["name"] == name].sort_values("step")
-    return rows["step"].to_numpy(), rows["value"].to_numpy()
-
 
 def test_one_recorded_step_per_optimizer_step(healthy):
     run, trainer = healthy
@@ -36,14 +32,14 @@ def test_one_recorded_step_per_optimizer_step(healthy):
     assert manifest["status"] == "completed"
     assert trainer.state.global_step == 2 * STEPS_PER_EPOCH
     assert manifest["last_step"] == trainer.state.global_step - 1
-    steps, _ = _scalar(run, "loss")
+    steps, _ = scalar_series(run, "loss")
     assert steps.tolist() == list(range(trainer.state.global_step))
 
 
 def test_loss_is_the_trainers_accumulated_loss(healthy):
     """The Trainer logs the mean of its per-step losses over each logging window (2 steps)."""
     run, trainer = healthy
-    _, loss = _scalar(run, "loss")
+    _, loss = scalar_series(run, "loss")
     logged = [(entry["step"], entry["loss"]) for entry in trainer.state.log_history
               if "loss" in entry and "step" in entry]
     assert len(logged) >= 6
@@ -53,7 +49,7 @@ def test_loss_is_the_trainers_accumulated_loss(healthy):
 
 def test_lr_is_the_rate_each_step_used(healthy):
     run, trainer = healthy
-    _, lr = _scalar(run, "lr")
+    _, lr = scalar_series(run, "lr")
     logged = [(entry["step"], entry["learning_rate"]) for entry in trainer.state.log_history
               if "learning_rate" in entry]
     assert logged
@@ -65,7 +61,7 @@ def test_lr_is_the_rate_each_step_used(healthy):
 def test_gradients_are_read_before_the_trainers_clipping(healthy):
     """max_grad_norm=1.0 clips every early step; the Trainer logs the pre-clip norm."""
     run, trainer = healthy
-    _, grad_norm = _scalar(run, "grad_norm")
+    _, grad_norm = scalar_series(run, "grad_norm")
     logged = [(entry["step"], entry["grad_norm"]) for entry in trainer.state.log_history
               if "grad_norm" in entry]
     assert any(value > 1.0 for _, value in logged)  # clipping acted
@@ -98,7 +94,7 @@ def test_epochs_and_evaluations_are_events_and_scalars(healthy):
     assert events[events["kind"] == "epoch"]["step"].tolist() == [0, STEPS_PER_EPOCH]
     evaluations = events[events["kind"] == "evaluation"]
     assert len(evaluations) == 2 and evaluations["message"].str.contains("eval_loss=").all()
-    steps, eval_loss = _scalar(run, "eval_loss")
+    steps, eval_loss = scalar_series(run, "eval_loss")
     assert steps.tolist() == [STEPS_PER_EPOCH - 1, 2 * STEPS_PER_EPOCH - 1]
     logged = [entry["eval_loss"] for entry in trainer.state.log_history if "eval_loss" in entry]
     assert eval_loss.tolist() == pytest.approx(logged)
@@ -115,8 +111,7 @@ def test_training_arguments_are_in_the_manifest(healthy):
 
 def test_healthy_run_is_healthy(healthy):
     run, _ = healthy
-    analysis = postmortem.analyze(run)
-    assert analysis.verdict == "healthy", [(f.label, f.evidence) for f in analysis.findings]
+    assert_healthy(run)
 
 
 def test_lr_blow_up_is_diverged_at_its_step(tmp_path):
@@ -125,9 +120,7 @@ def test_lr_blow_up_is_diverged_at_its_step(tmp_path):
     run = tmp_path / "run"
     train(run, examples=40 * 8, epochs=1, accumulation=1,
           callbacks=(LearningRateBlowUp(blow_up, 1.0),))
-    analysis = postmortem.analyze(run)
-    assert analysis.verdict == "diverged"
-    assert abs(analysis.onset.step - blow_up) <= 1, analysis.onset
+    assert_diverged_at(run, blow_up)
 
 
 def test_uncaught_exception_leaves_an_exception_run(tmp_path):
@@ -137,12 +130,7 @@ def test_uncaught_exception_leaves_an_exception_run(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
     assert "injected failure at global step 5" in done.stderr  # the usual traceback still shows
-    manifest = read_manifest(run)
-    assert manifest["status"] == "exception"
-    assert manifest["exception"]["type"] == "RuntimeError"
-    assert "injected failure at global step 5" in manifest["exception"]["traceback"]
-    assert manifest["last_step"] == 4
-    assert postmortem.analyze(run).run.scalars()["step"].max() == 4
+    assert_exception_run(run, "injected failure at global step 5", last_step=4)
 
 
 def test_missing_transformers_is_one_line_naming_the_extra(monkeypatch):
