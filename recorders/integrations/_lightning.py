@@ -44,7 +44,8 @@ class LightningRecording:
         self._options = checked_options(run_dir, recorder_options)
         self._recorder: Recorder | None = None
         self._step = StepBatches()
-        self._used_hyperparameters: dict[int, list[dict[str, Any]]] = {}  # id(optimizer) -> ...
+        # id(an optimizer's param_groups) -> their hyper-parameters at its last step
+        self._used_hyperparameters: dict[int, list[dict[str, Any]]] = {}
         self._before_validation: dict[str, float] = {}
         self._started = False
 
