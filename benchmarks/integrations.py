@@ -16,6 +16,7 @@ Medians and quartiles over rounds are reported.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import sys
@@ -83,6 +84,7 @@ def main() -> None:
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(options.threads)
     step_ratios, run_ratios, with_ms, without_ms = [], [], [], []
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         one_run(Path(tmp), 4, True)  # warm-up: imports, first-call costs
         one_run(Path(tmp), 4, False)
@@ -116,9 +118,11 @@ goes first, {options.rounds} rounds in one process. A step is timed from `on_ste
 | step-time ratio with / without | {quartiles(step_ratios)} |
 | whole `train()` ratio (set-up and final flush included) | {quartiles(run_ratios)} |
 
-Machine: {platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__},
-transformers {transformers.__version__}, Python {platform.python_version()}; other work was
-running on the shared 2-core VM.
+Machine: {platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s),
+torch {torch.__version__}, transformers {transformers.__version__}, Python
+{platform.python_version()}; load average {load_before:.1f} before and {os.getloadavg()[0]:.1f}
+after the run (other work shares the machine: steps without the callback took
+{min(without_ms):.1f}–{max(without_ms):.1f} ms from round to round).
 """
     print(section)
     if options.write_docs:
