@@ -19,6 +19,7 @@ import argparse
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -99,6 +100,8 @@ def main() -> None:
             print(f"round {r}: step {step_off * 1e3:.2f} -> {step_on * 1e3:.2f} ms "
                   f"({step_on / step_off:.3f}), train() {run_off:.2f} -> {run_on:.2f} s")
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    code = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h (%s)"],
+                          capture_output=True, text=True).stdout.strip() or "unknown"
     section = f"""{SECTION}
 
 `benchmarks/integrations.py` trains the integration tests' tiny GPT-2 (2 layers, `n_embd` 64,
@@ -107,7 +110,7 @@ integrations/hf_runs.py`) with the Hugging Face `Trainer` (AdamW, lr 5e-3 linear
 `max_grad_norm` 1.0, batches of 8, no gradient accumulation) for {options.steps} optimizer steps,
 once with `PostmortemCallback` at the Recorder's defaults and once without, alternating which
 goes first, {options.rounds} rounds in one process. A step is timed from `on_step_begin` to
-`on_step_end`; a round's ratio is the median step time with / without.
+`on_step_end`; a round's ratio is the median step time with / without. Code: commit {code}.
 
     .venv/bin/python benchmarks/integrations.py --rounds {options.rounds} --steps {options.steps} --threads {options.threads} --write-docs
 
