@@ -391,6 +391,11 @@ def detect_no_update(ev: Evidence) -> list[Finding]:
         evidence = {"param_norm_change": 0.0, "lr": lr,
                     "grad_norm_median": float(live_grads["median"].median()) if len(live_grads) else None}
         tensors = sorted(params["name"])
+    # Schema 2: whether the optimizers stepped at all since then (share of steps, 0.0 = never).
+    stepped = ev.scalars[ev.scalars["name"].astype(str).str.startswith("optimizer_stepped.")
+                         & (ev.scalars["step"] >= since)]
+    if len(stepped):
+        evidence["optimizer_stepped"] = float(stepped["value"].mean())
     fix = "set a learning rate above 0" if lr == 0 else \
         "call optimizer.step() after loss.backward() in every step"
     return [Finding("no_update", since, tensors[:10], evidence, fix)]
@@ -591,6 +596,8 @@ def detect_unscaled_inputs(ev: Evidence) -> list[Finding]:
     inputs = _role(ev.summary, "input")
     if inputs.empty:
         return []
+    # Token IDs, class labels and masks are not features: only float inputs have a scale.
+    inputs = inputs[[ev.table.input_kinds.get(("input", n), "float") == "float" for n in inputs["name"]]]
     big = inputs[(inputs["median"] >= UNSCALED_MAX_ABS) | (inputs["mean_median"].abs() >= UNSCALED_ABS_MEAN)]
     if big.empty:
         return []

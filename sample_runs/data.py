@@ -20,6 +20,7 @@ __all__ = [
     "gan_real_points",
     "linear_data",
     "time_on_page_data",
+    "token_batches",
 ]
 
 
@@ -107,3 +108,20 @@ def time_on_page_data(n: int, seed: int) -> Dataset:
     pages = torch.rand(n, 1, generator=generator)
     y = 2.0 * pages + seconds / 3600.0
     return Dataset(torch.cat([seconds, pages], dim=1), y)
+
+
+def token_batches(n: int, *, batch: int, context: int, vocab: int, seed: int
+                  ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`n` batches of int64 token IDs (X) and next tokens (Y) from a noisy rule a small LM
+    learns: mostly t[i+1] = (3 t[i] + 1) mod vocab, a random token one time in ten."""
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        tokens = torch.empty(batch, context + 1, dtype=torch.int64)
+        tokens[:, 0] = torch.randint(0, vocab, (batch,), generator=generator)
+        for i in range(context):
+            noise = torch.randint(0, vocab, (batch,), generator=generator)
+            keep = torch.rand(batch, generator=generator) < 0.9
+            tokens[:, i + 1] = torch.where(keep, (3 * tokens[:, i] + 1) % vocab, noise)
+        out.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
+    return out
