@@ -744,12 +744,29 @@ class Recorder:
             capture.read()
         return capture
 
-    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any,
-                               kwargs: Any) -> None:
+    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple,
+                               kwargs: dict) -> tuple[tuple, dict] | None:
         """The optimizer is about to consume its gradients: keep their capture for the record,
         and measure the global norm of what it consumes where clipping (or the scaler's
-        unscale_) changed them since the end of backward."""
+        unscale_) changed them since the end of backward. Given a closure, ``step()`` runs the
+        backward (Lightning: and the clipping) itself: that is done once the closure returns."""
         self._stepped[self._optimizer_names[id(optimizer)]] = True
+        # args[0] is the optimizer itself (torch passes step()'s own arguments).
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if not callable(closure):
+            self._consume_grads(optimizer)
+            return None
+
+        def closure_then_consume() -> Any:
+            result = closure()
+            self._consume_grads(optimizer)
+            return result
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": closure_then_consume}
+        return (args[0], closure_then_consume, *args[2:]), kwargs
+
+    def _consume_grads(self, optimizer: torch.optim.Optimizer) -> None:
         changed, uncaptured = [], []
         for group in optimizer.param_groups:
             for p in group["params"]:

@@ -62,8 +62,6 @@ def test_gradients_are_read_before_lightnings_clipping(tmp_path):
     assert grad_norm == pytest.approx(module.grad_norms, rel=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: the recorder's step pre-hook takes the "
-                   "gradient capture before the closure's backward (the last micro-batch) runs")
 def test_accumulated_gradients_are_read_before_lightnings_clipping(healthy):
     run, module = healthy
     _, grad_norm = scalar_series(run, "grad_norm")
