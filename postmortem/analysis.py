@@ -1,15 +1,17 @@
-"""analyze(): load → first non-finite → breaks → onset and ranking → diagnoses → verdict."""
+"""analyze(): load → first non-finite → breaks → onset (accumulation, direct causes) → diagnoses → verdict."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from . import diagnoses
+from .detectors import CAUSE_LABELS, NOTE, REGISTRY, Evidence, OutcomeThresholds, Thresholds, diagnose, gradients, measure_outcome, root_causes, summarize
+from .detectors import verdict as diagnoses_verdict
+from .detectors.base import loss_curve, main_loss, metric_curves
 from .findings import Finding, FirstNonfinite, Onset, RankedTensor
 from .gaps import missing_step_warnings, unmeasured_warnings
 from .loading import Run, load_run
@@ -28,7 +30,6 @@ from .story import chain_sentences
 __all__ = ["Analysis", "analyze", "JSON_SCHEMA_VERSION"]
 
 JSON_SCHEMA_VERSION = 1
-_MIN_HEALTHY_STEPS = 10
 
 
 @dataclass
@@ -41,6 +42,22 @@ class Analysis:
     chain: list[str]
     findings: list[Finding]
     warnings: list[str]
+
+    @property
+    def significant(self) -> list[Finding]:
+        """Errors and warnings: what the headline and `--fail-on` read."""
+        return [f for f in self.findings if f.severity != NOTE]
+
+    @property
+    def causes(self) -> list[Finding]:
+        """What started the incident, as the recorder saw it (a changed lr, rescaled weights, a
+        bad batch, a sigmoid's 0/1 outputs into log): the headline names the first."""
+        return [f for f in self.significant if f.label in CAUSE_LABELS]
+
+    @property
+    def notes(self) -> list[Finding]:
+        """Structure, or mechanisms seen in a run that learns: shown apart, never a verdict."""
+        return [f for f in self.findings if f.severity == NOTE and f.label != "healthy"]
 
     def to_json(self) -> dict:
         """A JSON-safe dict (NaN and inf become null), documented in docs/findings.md."""
@@ -64,8 +81,16 @@ class Analysis:
         return _json_safe(payload)
 
 
-def analyze(run: Run | str | Path) -> Analysis:
-    """Analyse a run directory (or an already loaded Run)."""
+def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None) -> Analysis:
+    """Analyse a run directory (or an already loaded Run) with `thresholds` (default
+    `Thresholds()`; `dataclasses.replace` makes a variant).
+
+    The onset is settled before any diagnosis: the log-space breaks give a first date, an
+    accumulation of gradients (a missing zero_grad) or a direct cause the recorder saw (a
+    hyperparameter changed, weights changed outside the optimizer) moves it to where it began,
+    and then every detector reads the run once.
+    """
+    thresholds = thresholds if thresholds is not None else Thresholds()
     if not isinstance(run, Run):
         run = load_run(run)
     table = read_series(run)
@@ -76,22 +101,38 @@ def analyze(run: Run | str | Path) -> Analysis:
     first = first_nonfinite(table, scalars, tie_order, ignore_grads=scaled)
     breaks = fit_breaks(table, scalars, first.step if first else None)
     leaders = diverging(breaks, scalars)
-    onset, involved = run_onset(breaks, leaders, first, tie_order)
+    onset, involved = run_onset(breaks, leaders, first, tie_order,
+                                robust_floor=thresholds.root_causes.robust_floor)
     diverged = bool(leaders) or nonfinite_beyond_inputs(table, scalars, ignore_grads=scaled)
-    ranking = rank(involved, first, table, onset) if diverged else []
-    evidence = _evidence(table, scalars, events, run.manifest, first, onset, diverged, breaks)
-    findings = diagnoses.diagnose(evidence)
-    moved = _accumulation_onset(onset, findings, first) if diverged else onset
-    if moved != onset:  # the detectors (and the story) read the run up to the real onset
-        onset = moved
-        evidence = _evidence(table, scalars, events, run.manifest, first, onset, diverged, breaks)
-        findings = diagnoses.diagnose(evidence)
-    verdict = diagnoses.verdict(findings)
-    chain = chain_sentences(evidence, ranking) if diverged else []
+    loss_steps, loss = loss_curve(scalars)
+    outcome = measure_outcome(loss_steps, loss, metric_curves(scalars), thresholds.outcome,
+                              loss=main_loss(scalars))
+    precomputed = {"stale_gradients": gradients.stale_gradients(
+        gradients.gradient_history(table, scalars), thresholds.gradients)}
+    if diverged:
+        onset = _accumulation_onset(onset, precomputed["stale_gradients"], first)
+    evidence = Evidence(table=table, summary=pd.DataFrame(), scalars=scalars, events=events,
+                        manifest=run.manifest, first_nonfinite=first, onset=onset if diverged else None,
+                        diverged=diverged, recovered=False, breaks=breaks, outcome=outcome)
+    if diverged and onset is not None:
+        onset = _cause_onset(onset, _root_causes(evidence, thresholds), first)
+    elif not diverged:
+        onset = _regression_onset(evidence, thresholds, first)
+        diverged = onset is not None
+        evidence = replace(evidence, onset=onset, diverged=diverged)
+    recovered = diverged and _came_back(table, scalars, onset, thresholds.outcome, ignore_grads=scaled)
+    evidence = replace(
+        evidence, onset=onset if diverged else None, recovered=recovered,
+        summary=summarize(table, before=_healthy_until(table, onset, thresholds) if diverged else None))
+    findings = diagnose(evidence, thresholds, precomputed)
+    verdict = diagnoses_verdict(findings)
+    failed = verdict == "diverged"
+    ranking = _cause_first(rank(involved, first, table, onset), findings) if failed else []
+    chain = chain_sentences(evidence, ranking) if failed else []
     return Analysis(
         run=run,
         verdict=verdict,
-        onset=onset if diverged else None,
+        onset=onset if failed else None,
         first_nonfinite=first,
         ranking=ranking,
         chain=chain,
@@ -103,31 +144,105 @@ def analyze(run: Run | str | Path) -> Analysis:
     )
 
 
-def _evidence(
-    table: SeriesTable, scalars: pd.DataFrame, events: pd.DataFrame, manifest: dict,
-    first: FirstNonfinite | None, onset: Onset | None, diverged: bool, breaks: list,
-) -> diagnoses.Evidence:
-    return diagnoses.Evidence(
-        table=table,
-        summary=diagnoses.summarize(table, before=_healthy_until(table, onset) if diverged else None),
-        scalars=scalars,
-        events=events,
-        manifest=manifest,
-        first_nonfinite=first,
-        onset=onset if diverged else None,
-        diverged=diverged,
-        breaks=breaks,
+def _root_causes(ev: Evidence, thresholds: Thresholds) -> list[Finding]:
+    return [f for label in root_causes.CAUSES for f in REGISTRY[label].run(ev, thresholds)]
+
+
+def _cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | None) -> Onset:
+    """The earliest direct cause the recorder saw (searched from 40 steps before the fitted
+    break to one after it) is the onset: the break may see only the explosion that follows (a
+    param group's lr raised ×30), or a tensor that moved a step before the rescaled one."""
+    found = [f for f in causes if f.label != "batch_out_of_range" and f.step is not None]
+    if not found:
+        return onset
+    cause = min(found, key=lambda f: f.step)
+    return Onset(
+        step=cause.step, interval=(cause.step, cause.step),
+        series=f"{cause.label}: {cause.evidence.get('hyperparameter') or ', '.join(cause.tensors[:3])}",
+        growth_per_step=None, doubling_steps=None, jump=None,
+        lead_steps=(first.step - cause.step) if first is not None else None,
     )
 
 
+def _regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite | None) -> Onset | None:
+    """A run that stayed finite but whose loss rose after a param group's hyperparameter changed
+    ×k (or an optimizer state collapsed), and never came back (every group's lr ×300: loss
+    2.3 → 3.3 for good), diverged there."""
+    steps, loss = loss_curve(ev.scalars)
+    if not len(steps):
+        return None
+    last = int(steps[-1])
+    window = root_causes.onset_window(replace(ev, onset=Onset(last, (last, last), "", None, None, None, None)))
+    whole_run = replace(thresholds.root_causes, lookback=10**9)
+    th = thresholds.outcome
+    candidates = [(step, f"hyperparameter_changed: {name}") for step, name, _, _ in root_causes.hp_changes(window, whole_run)]
+    candidates += [(step, f"optimizer_state_changed: {name}[{key}]")
+                   for step, name, key, _ in root_causes.state_changes(window, whole_run)]
+    for step, series in sorted(candidates):
+        before = loss[steps < step][-th.min_steps:]
+        after = loss[steps > step][: th.min_steps]
+        if len(before) < 3 or len(after) < 3:
+            continue
+        rose = np.median(after) > th.recovered_factor * abs(float(np.median(before)))
+        onset = Onset(step, (step, step), series, None, None, None,
+                      (first.step - step) if first is not None else None)
+        if rose and not _came_back(ev.table, ev.scalars, onset, th, ignore_grads=True):
+            return onset
+    return None
+
+
+def _cause_first(ranking: list[RankedTensor], findings: list[Finding]) -> list[RankedTensor]:
+    """Tensors a direct cause names lead the ranking (the weights rescaled outside the
+    optimizer, the parameters of the group whose lr changed, the sigmoid whose 0/1 outputs
+    made log(0)), in their ranked order."""
+    leads = ("hyperparameter_changed", "optimizer_state_changed", "weights_changed_outside_optimizer", "log_of_zero")
+    cause = next((f for f in findings if f.label in leads and f.tensors), None)
+    if cause is None:
+        return ranking
+    named = set(cause.tensors)
+    leading = [r for r in ranking if r.tensor in named and r.role in ("param", "update", "grad", "state")]
+    if not leading:
+        role = {"weights_changed_outside_optimizer": "param", "log_of_zero": "activation"}.get(cause.label, "update")
+        leading = [RankedTensor(t, role, None, cause.step, None, None) for t in cause.tensors[:3]]
+    return [*leading, *(r for r in ranking if r not in leading)]
+
+
+def _came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th: OutcomeThresholds,
+               *, ignore_grads: bool) -> bool:
+    """The run ends finite, its loss came back to within 10 % of its level before the onset
+    (a 5-step rolling median) and ends there: a spike it shrugged off, not a run it ruined."""
+    name = main_loss(scalars)
+    if onset is None or not len(table.step) or name is None:
+        return False
+    last = int(table.step.max())
+    if last - onset.step < th.min_steps:
+        return False
+    at_last = np.flatnonzero(table.step == last)
+    series = np.searchsorted(table.offsets, at_last, side="right") - 1
+    ignored = {"input", "target", *(("grad",) if ignore_grads else ())}
+    if any(table.nonfinite[i] > 0 and table.keys[s].role not in ignored for i, s in zip(at_last, series)):
+        return False
+    raw = scalars.loc[scalars["name"] == name, "value"].to_numpy(np.float64)
+    if len(raw) == 0 or not np.isfinite(raw[-1]):
+        return False
+    steps, values = loss_curve(scalars)
+    before = values[steps < onset.step][-th.min_steps:]
+    after = values[steps > onset.step]
+    if len(before) < 3 or len(after) < th.min_steps:
+        return False
+    level = th.recovered_factor * abs(float(np.median(before)))
+    rolling = pd.Series(after).rolling(5).median().to_numpy()[4:]
+    return bool(np.min(rolling) <= level and np.median(after[-th.min_steps:]) <= level)
+
+
 def _accumulation_onset(
-    onset: Onset | None, findings: list[Finding], first: FirstNonfinite | None
+    onset: Onset | None, stale: list[Finding], first: FirstNonfinite | None
 ) -> Onset | None:
     """A divergence fed by accumulating gradients began where the accumulation began: the
     log-space breaks see only the explosion it ends in, or a learning-phase rise before it."""
-    stale = next((f for f in findings if f.label == "stale_gradients"), None)
-    if stale is None:
+    if not stale:
         return onset
+    stale = stale[0]
     low, high = stale.evidence["onset_interval"]
     return Onset(
         step=stale.step,
@@ -140,9 +255,10 @@ def _accumulation_onset(
     )
 
 
-def _healthy_until(table: SeriesTable, onset: Onset | None) -> int | None:
+def _healthy_until(table: SeriesTable, onset: Onset | None, thresholds: Thresholds) -> int | None:
     """Detectors of a diverged run read its healthy phase, when it had one worth reading."""
-    if onset is None or not len(table.step) or onset.step - int(table.step.min()) < _MIN_HEALTHY_STEPS:
+    if onset is None or not len(table.step) or \
+            onset.step - int(table.step.min()) < thresholds.divergence.min_healthy_steps:
         return None
     return onset.step
 

@@ -215,7 +215,7 @@ def _analyze(args: argparse.Namespace) -> int:
     status = sys.stderr if to_stdout else sys.stdout  # stdout holds the output asked for
     print(clean(page.headline), file=status)
     print(f"Report: {'stdout' if output == _STDOUT else clean(output)}", file=status)
-    labels = analysis.labels if multi_rank else {analysis.verdict, *(f.label for f in analysis.findings)}
+    labels = analysis.labels if multi_rank else {analysis.verdict, *(f.label for f in analysis.significant)}
     matched = sorted(args.fail_on & labels)
     if matched:
         print(f"postmortem: {', '.join(matched)} matched --fail-on", file=sys.stderr)

@@ -11,7 +11,9 @@ __all__ = ["Onset", "FirstNonfinite", "RankedTensor", "Finding", "CheckpointInfo
 LABELS = frozenset({
     "diverged", "exploding_gradient", "lr_too_high", "nonfinite_input", "no_update",
     "no_gradient", "stale_gradients", "vanishing_gradient", "dead_units", "saturated_units",
-    "lr_too_low", "unscaled_inputs", "poor_init", "loss_plateau", "loss_spike_recovered", "healthy",
+    "lr_too_low", "unscaled_inputs", "poor_init", "loss_plateau", "recovered_incident", "healthy",
+    "hyperparameter_changed", "weights_changed_outside_optimizer", "batch_out_of_range", "log_of_zero",
+    "optimizer_state_changed",
 })
 VERDICTS = ("diverged", "not_learning", "healthy")
 
@@ -61,6 +63,9 @@ class Finding:
     tensors: list[str]
     evidence: dict[str, Any]
     fix: str
+    # "error": explains the verdict; "warning": a fault the run survived; "note": structure, or
+    # a mechanism seen in a run that learns (postmortem.detectors.base).
+    severity: str = "error"
 
 
 @dataclass(frozen=True)

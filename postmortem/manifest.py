@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["manifest_order", "parameter_shapes", "frozen_parameters"]
+__all__ = ["manifest_order", "parameter_shapes", "frozen_parameters", "module_types"]
 
 
 def _entries(manifest: dict, section: str):
@@ -36,6 +36,11 @@ def parameter_shapes(manifest: dict) -> dict[str, list[int]]:
         if isinstance(entry.get("shape"), list)
         and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in entry["shape"])
     }
+
+
+def module_types(manifest: dict) -> dict[str, str]:
+    """Qualified module name → its class name (`Sigmoid`, `Linear`)."""
+    return {name: str(entry.get("type")) for name, entry in _entries(manifest, "modules")}
 
 
 def frozen_parameters(manifest: dict) -> set[str]:

@@ -174,7 +174,7 @@ def _loss_recovered(scalars: pd.DataFrame, step: int) -> bool:
 
 def run_onset(
     breaks: list[TensorBreak], leaders: list[TensorBreak], first: FirstNonfinite | None,
-    tie_order: dict[str, int],
+    tie_order: dict[str, int], *, robust_floor: float = 0.05,
 ) -> tuple[Onset | None, list[TensorBreak]]:
     """The run's onset and the amplified series that belong to the divergence.
 
@@ -197,7 +197,7 @@ def run_onset(
         and b.fit.onset_step >= earliest - PRECURSOR_STEPS
         and (b in leaders or b.role != "scalar")
     ]
-    involved.sort(key=lambda b: _rank_key(b, tie_order))
+    involved.sort(key=lambda b: _rank_key(b, tie_order, robust_floor))
     top = involved[0]
     onset = Onset(
         step=top.fit.onset_step,
@@ -235,12 +235,14 @@ def nonfinite_beyond_inputs(table: SeriesTable, scalars: pd.DataFrame, *, ignore
     return bool((~np.isfinite(loss["value"].to_numpy(np.float64))).any())
 
 
-def _rank_key(b: TensorBreak, tie_order: dict[str, int]):
-    # Same step, same role: the largest measured one-step jump is the likelier origin.
+def _rank_key(b: TensorBreak, tie_order: dict[str, int], robust_floor: float):
+    # Same step, same role: the largest one-step jump in robust units of the tensor's own
+    # noise (decades over its robust σ) is the likelier origin; a tensor that merely moved
+    # with it jumps less against its own history.
     return (
         b.fit.onset_step,
         CAUSAL_ORDER.get(b.role, 9),
-        -np.log10(max(b.fit.step_jump, 1e-300)),
+        -np.log10(max(b.fit.step_jump, 1e-300)) / max(b.fit.noise_decades, robust_floor),
         -np.log10(max(b.fit.growth_per_step, 1e-300)),
         tie_order.get(b.name, 10**6),
     )

@@ -120,7 +120,7 @@ class RankResult:
             "first_nonfinite": None if not first else {
                 "step": first.step, "tensor": first.tensor, "role": first.role, "key": first.key},
             "own_nonfinite": [{"role": role, "name": name} for role, name in self.own_nonfinite],
-            "labels": [f.label for f in analysis.findings] if analysis else [],
+            "labels": [f.label for f in analysis.significant] if analysis else [],
             "steps": recorded_steps(analysis.run) if analysis else None,
             "error": self.error,
         }
@@ -167,7 +167,9 @@ class RankAnalysis:
 
     @property
     def labels(self) -> set[str]:
-        return {label for r in self.analysed for label in (r.analysis.verdict, *(f.label for f in r.analysis.findings))}
+        """Verdicts, errors and warnings of every rank: what `--fail-on` reads (notes are not)."""
+        return {label for r in self.analysed
+                for label in (r.analysis.verdict, *(f.label for f in r.analysis.significant))}
 
     @property
     def shown(self) -> RankResult:

@@ -9,7 +9,7 @@ import numpy as np
 from .findings import RankedTensor
 
 if TYPE_CHECKING:
-    from .diagnoses import Evidence
+    from .detectors import Evidence
 
 __all__ = ["chain_sentences", "batch_at", "events_near"]
 

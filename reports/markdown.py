@@ -71,7 +71,7 @@ def render_markdown(analysis, *, report_name: str = "report.html") -> str:
     # The chain below says what amplified; the spread and step count are detail for the report.
     facts = [f for f in key_facts(analysis) if f.label not in ("Amplified first", "Non-finite tensors per step", "Steps recorded")]
     lines += [f"| {_md(f.label, in_table=True)} | {_md(f.value, in_table=True)} |" for f in facts[:8]]
-    fixes = [f for f in analysis.findings if f.fix and f.label != "healthy"]
+    fixes = [f for f in analysis.significant if f.fix and f.label != "healthy"]
     if analysis.chain:
         lines += ["", "**What amplified first**", ""]
         lines += [f"{i}. {_md(shorten(link, 200))}" for i, link in enumerate(analysis.chain[:3], 1)]

@@ -111,6 +111,10 @@ def headline(analysis) -> str:
             how = "; ".join(h for h in how if h)
             parts.append(f"The failure began at step {onset.step}{fmt_interval(onset.interval)}"
                          f" in {_name(onset.series)}" + (f": {how}." if how else "."))
+        cause = next(iter(analysis.causes), None)
+        if cause is not None:
+            where = f" in {', '.join(_name(t) for t in cause.tensors[:3])}" if cause.tensors else ""
+            parts.append(f"Cause: {clean(cause.label)} ({fmt_step(cause.step)}){where}.")
         if first is not None:
             lead = (f", {onset.lead_steps} steps after the onset"
                     if onset is not None and onset.lead_steps is not None else "")
@@ -119,7 +123,7 @@ def headline(analysis) -> str:
         else:
             parts.append("No non-finite value was recorded: the run stayed finite while diverging.")
         return " ".join(parts)
-    labels = [f.label for f in analysis.findings if f.label != "healthy"]
+    labels = [f.label for f in analysis.significant if f.label != "healthy"]
     if analysis.verdict == "not_learning":
         return "Not learning: " + ", ".join(clean(label) for label in labels) + "." if labels \
             else "Not learning."
@@ -129,6 +133,11 @@ def headline(analysis) -> str:
         return (f"No divergence found over {steps} recorded steps, but the run lacks the "
                 "statistics to call it healthy: see the warnings.")
     text = f"Healthy: no divergence and no not-learning pattern over {steps} recorded steps."
+    incident = next((f for f in analysis.significant if f.label == "recovered_incident"), None)
+    if incident is not None:
+        text = (f"Healthy, recovered: the run came back on its own from an incident at step "
+                f"{incident.step} over {steps} recorded steps.")
+        labels = [label for label in labels if label != "recovered_incident"]
     return text + (f" Also noted: {', '.join(clean(label) for label in labels)}." if labels else "")
 
 
@@ -158,7 +167,7 @@ def key_facts(analysis) -> list[Fact]:
     event = _event_before_onset(analysis)
     if event:
         facts.append(Fact("Last event before onset", event))
-    for finding in analysis.findings:
+    for finding in analysis.significant:
         if finding.label not in ("diverged", "healthy"):
             facts.append(Fact("Diagnosis", f"{clean(finding.label)} ({fmt_step(finding.step)})"
                               if finding.step is not None else clean(finding.label)))
@@ -439,13 +448,23 @@ def _evidence_table(evidence: dict) -> Table:
 
 
 def _diagnoses(analysis) -> Section | None:
-    if not analysis.findings:
+    findings = [f for f in analysis.findings if f not in analysis.notes]
+    return _finding_section("diagnoses", "Diagnoses", findings)
+
+
+def _notes(analysis) -> Section | None:
+    """Structure and mechanisms seen in a run that learns: not a verdict, shown apart."""
+    return _finding_section("notes", "Notes", analysis.notes)
+
+
+def _finding_section(key: str, title: str, findings) -> Section | None:
+    if not findings:
         return None
     diagnoses = tuple(
         Diagnosis(clean(f.label), fmt_step(f.step), tuple(_name(t) for t in (f.tensors or [])[:20]),
                   _evidence_table(f.evidence), shorten(clean(f.fix), 2000))
-        for f in analysis.findings)
-    return Section("diagnoses", "Diagnoses", diagnoses=diagnoses)
+        for f in findings)
+    return Section(key, title, diagnoses=diagnoses)
 
 
 def _input_health(analysis, markers: Markers) -> Section | None:
@@ -571,6 +590,7 @@ def build_page(analysis, *, progress: Callable[[str], None] | None = None, versi
                 ("tensors", lambda: _top_tensors(analysis, markers, window, order)),
                 ("ranking", lambda: _ranking(analysis)),
                 ("diagnoses", lambda: _diagnoses(analysis)),
+                ("notes", lambda: _notes(analysis)),
                 ("inputs", lambda: _input_health(analysis, markers)),
                 ("metadata", lambda: _metadata(analysis))]
     if analysis.verdict == "not_learning":  # the diagnoses are the story: show them first
@@ -578,7 +598,7 @@ def build_page(analysis, *, progress: Callable[[str], None] | None = None, versi
     for label, build in builders:
         report_progress(f"drawing {label}")
         sections.append(build())
-    fixes = [f.fix for f in analysis.findings if f.fix and f.label != "healthy"]
+    fixes = [f.fix for f in analysis.significant if f.fix and f.label != "healthy"]
     run_name = os.path.basename(os.path.normpath(str(run.path)))
     return Page(
         title=f"postmortem: {_name(run_name)}",

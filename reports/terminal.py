@@ -17,7 +17,7 @@ def render_summary(analysis, *, width: int = 100) -> str:
     if analysis.chain:
         lines += ["", "What amplified first:"]
         lines += [f"  {i}. {shorten(clean(link), width)}" for i, link in enumerate(analysis.chain[:5], 1)]
-    findings = [f for f in analysis.findings if f.label != "healthy"]
+    findings = [f for f in analysis.significant if f.label != "healthy"]
     if findings:
         lines += ["", "Diagnoses:"]
         for finding in findings:

@@ -6,6 +6,7 @@ Each run directory gets an `expected.json` (see `sample_runs.expected.Expected`)
 from .expected import EXPECTED_FILE, VERDICTS, Expected, read_expected, write_expected
 from .scenarios import (
     COMMITTED_SAMPLES,
+    HELD_OUT_ARCHS,
     HELD_OUT_FAMILIES,
     SAMPLES_DIR,
     SCENARIOS,
@@ -21,6 +22,7 @@ __all__ = [
     "COMMITTED_SAMPLES",
     "EXPECTED_FILE",
     "Expected",
+    "HELD_OUT_ARCHS",
     "HELD_OUT_FAMILIES",
     "SAMPLES_DIR",
     "SCENARIOS",

@@ -20,6 +20,8 @@ __all__ = [
     "gan_real_points",
     "linear_data",
     "time_on_page_data",
+    "char_corpus",
+    "lm_batch_sampler",
     "token_batches",
 ]
 
@@ -108,6 +110,49 @@ def time_on_page_data(n: int, seed: int) -> Dataset:
     pages = torch.rand(n, 1, generator=generator)
     y = 2.0 * pages + seconds / 3600.0
     return Dataset(torch.cat([seconds, pages], dim=1), y)
+
+
+_WORDS = {
+    "det": ["the", "a", "every", "no", "one"],
+    "adj": ["small", "quick", "old", "red", "quiet", "bright", "lazy", "tall"],
+    "noun": ["fox", "dog", "cat", "bird", "river", "town", "king", "child", "tree", "ship"],
+    "verb": ["sees", "likes", "follows", "finds", "helps", "watches", "leaves", "calls"],
+    "adv": ["slowly", "often", "never", "today", "again"],
+}
+
+
+def char_corpus(chars: int, seed: int) -> tuple[torch.Tensor, int]:
+    """A character corpus from a tiny seeded grammar ("the quick fox often sees a red ship."), as
+    token IDs (int64) over its alphabet; returns (tokens, vocabulary size). No download."""
+    import random
+
+    rng = random.Random(seed)
+    words = _WORDS
+    sentences, length = [], 0
+    while length < chars:
+        subject = f"{rng.choice(words['det'])} {rng.choice(words['adj']) + ' ' if rng.random() < 0.5 else ''}" \
+                  f"{rng.choice(words['noun'])}"
+        adverb = f"{rng.choice(words['adv'])} " if rng.random() < 0.3 else ""
+        sentence = f"{subject} {adverb}{rng.choice(words['verb'])} {rng.choice(words['det'])} {rng.choice(words['noun'])}."
+        sentences.append(sentence)
+        length += len(sentence) + 1
+    text = " ".join(sentences)[:chars]
+    alphabet = sorted(set("".join(w for group in words.values() for w in group)) | {" ", "."})
+    index = {c: i for i, c in enumerate(alphabet)}
+    return torch.tensor([index[c] for c in text], dtype=torch.int64), len(alphabet)
+
+
+def lm_batch_sampler(tokens: torch.Tensor, batch_size: int, block: int, seed: int):
+    """Returns `draw()` giving (x, y): `batch_size` random windows of `block` tokens and the same
+    windows shifted by one (next-token targets), as nanoGPT's `get_batch`."""
+    generator = torch.Generator().manual_seed(seed)
+    offsets = torch.arange(block)
+
+    def draw() -> tuple[torch.Tensor, torch.Tensor]:
+        starts = torch.randint(len(tokens) - block - 1, (batch_size, 1), generator=generator)
+        return tokens[starts + offsets], tokens[starts + offsets + 1]
+
+    return draw
 
 
 def token_batches(n: int, *, batch: int, context: int, vocab: int, seed: int

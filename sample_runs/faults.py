@@ -25,6 +25,8 @@ __all__ = [
     "Fp16Overflow",
     "LabelShuffle",
     "MislabeledBatch",
+    "MissingStep",
+    "AdamStateZeroed",
 ]
 
 
@@ -46,6 +48,10 @@ class Fault:
     def zero_grad(self, step: int) -> bool:
         return True
 
+    def take_step(self, step: int) -> bool:
+        """Whether the loop calls `optimizer.step()` at `step`."""
+        return True
+
     def loss_scale(self, step: int) -> float:
         return 1.0
 
@@ -55,7 +61,11 @@ NoFault = Fault
 
 @dataclass
 class LrSpike(Fault):
-    """The param group holding `layer` gets its learning rate multiplied by `factor` at t0."""
+    """The param groups holding `layer` get their learning rate multiplied by `factor` at t0.
+
+    A group's `base_lr`, from which a loop's schedule sets `lr` every step, is multiplied too, so
+    the change persists under warm-up and decay (a per-group lr multiplier applied twice).
+    """
 
     layer: str = ""
     factor: float = 100.0
@@ -65,6 +75,8 @@ class LrSpike(Fault):
             for group in optimizer.param_groups:
                 if group.get("layer") == self.layer:
                     group["lr"] *= self.factor
+                    if "base_lr" in group:
+                        group["base_lr"] *= self.factor
 
 
 @dataclass
@@ -110,6 +122,29 @@ class MissingZeroGrad(Fault):
 
     def zero_grad(self, step):
         return step < self.t0
+
+
+@dataclass
+class MissingStep(Fault):
+    """From t0 on the loop no longer calls `optimizer.step()` (seed 002's bug): nothing is updated."""
+
+    def take_step(self, step):
+        return step < self.t0
+
+
+@dataclass
+class AdamStateZeroed(Fault):
+    """Adam's second moment `exp_avg_sq` of `layer`'s parameters is zeroed at t0 (a bad optimizer
+    restore) while `exp_avg` is kept: m / (sqrt(v̂) + eps) jumps, most where the gradient is small."""
+
+    layer: str = ""
+
+    def before_step(self, step, model, optimizer):
+        if step == self.t0:
+            for param in model.get_submodule(self.layer).parameters():
+                state = optimizer.state.get(param, {})
+                if "exp_avg_sq" in state:
+                    state["exp_avg_sq"].zero_()
 
 
 @dataclass

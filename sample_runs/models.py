@@ -82,15 +82,15 @@ class LinearRegressor(nn.Module):
 class DeepMLP(nn.Module):
     """Seed 003's deep net: `depth` Linear + activation blocks named fc0/act0 … then a head."""
 
-    def __init__(self, depth: int = 8, width: int = 64, activation: type[nn.Module] = nn.Tanh) -> None:
+    def __init__(self, depth: int = 8, width: int = 64, activation: type[nn.Module] = nn.Tanh,
+                 features: int = 64, outputs: int = 10) -> None:
         super().__init__()
         self.depth = depth
-        features = 64
         for i in range(depth):
             setattr(self, f"fc{i}", nn.Linear(features, width))
             setattr(self, f"act{i}", activation())
             features = width
-        self.head = nn.Linear(width, 10)
+        self.head = nn.Linear(width, outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for i in range(self.depth):

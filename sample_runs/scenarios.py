@@ -27,11 +27,13 @@ from .data import (
     time_on_page_data,
 )
 from .expected import EXPECTED_FILE, Expected, write_expected
+from .field import FIELD_ARCHS, field_families, field_run
 from .models import CNN, DeepMLP, Discriminator, Generator, LinearRegressor, build_classifier, weight_layers
 from .training import STEPS_AFTER_NONFINITE, broke_after, first_nonfinite, train
 
 __all__ = [
     "COMMITTED_SAMPLES",
+    "HELD_OUT_ARCHS",
     "HELD_OUT_FAMILIES",
     "SCENARIOS",
     "SAMPLES_DIR",
@@ -46,6 +48,8 @@ __all__ = [
 SEEDS = (0, 1, 2)
 ARCHS = ("mlp", "cnn", "lstm")
 HELD_OUT_FAMILIES = ("adam_eps", "fp16_overflow", "label_shuffle")
+HELD_OUT_ARCHS = FIELD_ARCHS
+"""The field-like architectures (`field.py`) are held out whole: no analyzer default was chosen on them."""
 
 
 class ScenarioError(RuntimeError):
@@ -298,27 +302,62 @@ def _hand_written_bce(p: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return -(target * torch.log(p) + (1 - target) * torch.log(1 - p)).mean()
 
 
+GAN_INIT_DEPTH = 6
+GAN_BAD_INIT_STD = 0.01
+"""As seed 003's deep MLP: the signal shrinks ~×0.05 per layer. With SGD the generator's gradients
+stay ~0; Adam's per-element step size would wake it up within ~100 steps (measured), so the
+init families train both networks with SGD (lr 0.01, momentum 0.9)."""
+
+
+def _at_bounds(p: torch.Tensor) -> bool:
+    return bool(((p == 0) | (p == 1)).any())
+
+
 def _gan_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expected:
     """Seed 001: a small GAN on a ring of 8 Gaussians of radius 30 (unnormalised), Adam lr 1e-3.
 
     `gan_log0`: the discriminator ends in a Sigmoid and the loss is a hand-written BCE: its logits
     grow until the sigmoid rounds to exactly 0 or 1 and log(0) = -inf makes the losses non-finite.
     `gan_healthy`: the same run with BCEWithLogitsLoss and gradient clipping at norm 1 (seed's fix).
+    Seed 003's GAN: `gan_bad_init` has a deep generator (6 Linear + LeakyReLU(0.2) blocks) whose
+    weights are N(0, GAN_BAD_INIT_STD²): activations shrink to ~0 layer by layer, its gradients
+    vanish and it never spreads its samples out; `gan_kaiming` is the same run with the seed's
+    fix, `kaiming_normal_(a=0.2, nonlinearity="leaky_relu")`. Both use the healthy loss and clipping,
+    and SGD (see GAN_BAD_INIT_STD).
     """
     from recorders import Recorder
 
-    buggy = scenario.family == "gan_log0"
+    family = scenario.family
+    buggy = family == "gan_log0"
+    deep = family in ("gan_bad_init", "gan_kaiming")
     seed = scenario.seed
     torch.manual_seed(seed)
-    gen, disc = Generator(), Discriminator(probabilities=buggy)
-    opt_g = torch.optim.Adam(gen.parameters(), lr=1e-3, betas=(0.5, 0.999))
-    opt_d = torch.optim.Adam(disc.parameters(), lr=1e-3, betas=(0.5, 0.999))
+    if deep:
+        gen = DeepMLP(depth=GAN_INIT_DEPTH, width=64, activation=lambda: nn.LeakyReLU(0.2), features=8, outputs=2)
+        with torch.no_grad():
+            for i in range(GAN_INIT_DEPTH):
+                layer = getattr(gen, f"fc{i}")
+                if family == "gan_bad_init":
+                    nn.init.normal_(layer.weight, 0.0, GAN_BAD_INIT_STD)
+                else:
+                    nn.init.kaiming_normal_(layer.weight, a=0.2, nonlinearity="leaky_relu")
+                nn.init.zeros_(layer.bias)
+    else:
+        gen = Generator()
+    disc = Discriminator(probabilities=buggy)
+    if deep:
+        opt_g = torch.optim.SGD(gen.parameters(), lr=0.01, momentum=0.9)
+        opt_d = torch.optim.SGD(disc.parameters(), lr=0.01, momentum=0.9)
+    else:
+        opt_g = torch.optim.Adam(gen.parameters(), lr=1e-3, betas=(0.5, 0.999))
+        opt_d = torch.optim.Adam(disc.parameters(), lr=1e-3, betas=(0.5, 0.999))
     loss_fn = _hand_written_bce if buggy else F.binary_cross_entropy_with_logits
     real = gan_real_points(GAN_BATCH * GAN_STEPS, seed, scale=30.0)
     noise = torch.Generator().manual_seed(seed + 1)
     ones, zeros = torch.ones(GAN_BATCH, 1), torch.zeros(GAN_BATCH, 1)
     losses: list[float] = []
-    config = {"seed": seed, "lr": 1e-3, "batch_size": GAN_BATCH, "data_radius": 30.0}
+    bounds_at = None  # first step a sigmoid output of D was exactly 0 or 1 (what log(0) needs)
+    config = {"seed": seed, "lr": 0.01 if deep else 1e-3, "batch_size": GAN_BATCH, "data_radius": 30.0}
     with Recorder(run_dir, {"G": gen, "D": disc}, {"opt_G": opt_g, "opt_D": opt_d},
                   config=config, overwrite=True, **recorder_options) as rec:
         for step in range(GAN_STEPS):
@@ -326,7 +365,10 @@ def _gan_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expec
             z = torch.randn(GAN_BATCH, 8, generator=noise)
             opt_d.zero_grad()
             fake = gen(z)
-            loss_d = loss_fn(disc(x), ones) + loss_fn(disc(fake.detach()), zeros)
+            real_out, fake_out = disc(x), disc(fake.detach())
+            if buggy and bounds_at is None and (_at_bounds(real_out) or _at_bounds(fake_out)):
+                bounds_at = step
+            loss_d = loss_fn(real_out, ones) + loss_fn(fake_out, zeros)
             loss_d.backward()
             if not buggy:
                 nn.utils.clip_grad_norm_(disc.parameters(), 1.0)
@@ -342,15 +384,30 @@ def _gan_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expec
             nan_at = first_nonfinite(losses)
             if nan_at is not None and step >= nan_at + STEPS_AFTER_NONFINITE - 1:
                 break
+        with torch.no_grad():
+            spread = float(gen(torch.randn(512, 8, generator=noise)).std(dim=0).mean()) / float(real.std(dim=0).mean())
     nan_at = first_nonfinite(losses)
     _require((nan_at is not None) == buggy, scenario, f"log(0) run must reach NaN and its twin must not (NaN at {nan_at})")
-    return _truth(
-        scenario,
-        verdict="diverged" if buggy else "healthy",
-        labels=["diverged"] if buggy else [],
-        first_nonfinite_loss_step=nan_at,
-        notes="sigmoid + hand-written BCE: log(0)" if buggy else "BCEWithLogitsLoss + clip_grad_norm_(1.0)",
-    )
+    if buggy:
+        _require(bounds_at is not None and bounds_at <= nan_at, scenario,
+                 f"D.sigmoid must reach exactly 0/1 by the first non-finite loss ({bounds_at}, {nan_at})")
+        return _truth(scenario, verdict="diverged", labels=["diverged", "log_of_zero"], culprit="D.sigmoid",
+                      first_nonfinite_loss_step=nan_at,
+                      notes=f"sigmoid + hand-written BCE: D.sigmoid's outputs exactly 0/1 from step {bounds_at}, "
+                            f"log(0) makes the loss non-finite at step {nan_at}")
+    if deep:
+        # Outcome from the samples: a generator that learned spreads them out like the data.
+        learned = spread > 0.1  # measured: bad init 0.000, Kaiming 0.28-0.78
+        _require(learned == (family == "gan_kaiming"), scenario, f"sample spread / data spread = {spread:.3f}")
+        if family == "gan_bad_init":
+            layers = [f"G.fc{i}" for i in range(GAN_INIT_DEPTH)]
+            return _truth(scenario, verdict="not_learning", labels=["vanishing_gradient"],
+                          culprit=layers[0], culprit_alternatives=layers[1:],
+                          notes=f"G's weights N(0, {GAN_BAD_INIT_STD:g}^2) in {GAN_INIT_DEPTH} LeakyReLU(0.2) layers: samples "
+                                f"spread {spread:.3f} of the data's; fix kaiming_normal_(a=0.2)")
+    return _truth(scenario, verdict="healthy", first_nonfinite_loss_step=nan_at,
+                  notes=("kaiming_normal_(a=0.2): seed 003's fix" if deep else "BCEWithLogitsLoss + clip_grad_norm_(1.0)")
+                  + f"; samples spread {spread:.3f} of the data's")
 
 
 # ---------------------------------------------------------------- seed 002: Linear(1, 1) learning y = 2x
@@ -441,6 +498,17 @@ def _deep_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expe
     return _truth(scenario, verdict=verdict, labels=labels, notes=notes)
 
 
+# ---------------------------------------------------------------- field-like models and loops (field.py)
+
+def _field_scenario(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expected:
+    truth = field_run(run_dir, scenario.family, scenario.arch, scenario.seed, recorder_options)
+    _require(truth.pop("learned") or not scenario.family.startswith("healthy"), scenario,
+             "a healthy run must learn (its last 10 losses below 80 % of its first 10)")
+    _require(truth["first_nonfinite_loss_step"] is None or truth["verdict"] == "diverged", scenario,
+             f"loss non-finite at step {truth['first_nonfinite_loss_step']} in a run whose truth is {truth['verdict']}")
+    return _truth(scenario, **truth)
+
+
 # ---------------------------------------------------------------- the catalogue
 
 def _catalogue() -> list[Scenario]:
@@ -450,10 +518,14 @@ def _catalogue() -> list[Scenario]:
             for seed in SEEDS:
                 scenarios.append(Scenario(f"{family}-{arch}-s{seed}", family, arch, seed,
                                           family in HELD_OUT_FAMILIES, seed == 0, _zoo_run))
+    for family, arch in field_families():
+        for seed in SEEDS:
+            scenarios.append(Scenario(f"{family}-{arch}-s{seed}", family, arch, seed, True, seed == 0,
+                                      _field_scenario))
     for seed in range(10):
         scenarios.append(Scenario(f"cnn_domain_shift-s{seed}", "cnn_domain_shift", "cnn", seed, False,
                                   seed == 0, _domain_shift_run))
-    for family in ("gan_log0", "gan_healthy"):
+    for family in ("gan_log0", "gan_healthy", "gan_bad_init", "gan_kaiming"):
         for seed in SEEDS:
             scenarios.append(Scenario(f"{family}-s{seed}", family, "gan", seed, False, seed == 0, _gan_run))
     for family in LINEAR_CASES:

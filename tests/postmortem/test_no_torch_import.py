@@ -29,7 +29,7 @@ def test_postmortem_never_imports_torch(tmp_path):
         sys.meta_path.insert(0, BlockTorch())
         sys.path.insert(0, {str(ROOT)!r})
         import postmortem
-        from postmortem import analysis, diagnoses, loading, models, onset, ranking, series, story
+        from postmortem import analysis, detectors, loading, models, onset, ranking, series, story
         result = postmortem.analyze({str(run)!r})
         assert result.verdict == "diverged", result.verdict
         assert not any(name == "torch" or name.startswith("torch.") for name in sys.modules)

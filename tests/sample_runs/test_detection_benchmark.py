@@ -63,3 +63,37 @@ def test_write_section_replaces_only_our_section(detection, tmp_path):
     assert "keep me" in text and "keep too" in text and "new table" in text and "old" not in text
     detection.write_section("## Detection\n\nnewer\n", docs)
     assert docs.read_text().count("## Detection") == 1
+
+
+def _row(detection, arch, config, right, held_out=False):
+    truth = "healthy"
+    return detection.Scored(f"{arch}-{config}", "healthy", arch, held_out, "postmortem", truth,
+                            truth if right else "diverged", None, None, None, None, None, None, right, 0.0, config)
+
+
+def test_each_family_is_scored_with_the_configuration_chosen_on_the_others(detection):
+    # "b" is right on mlp, cnn and lstm, "a" only on gpt: gpt gets "b", chosen without it.
+    results = {"mlp": {"a": False, "b": True}, "cnn": {"a": False, "b": True}, "lstm": {"a": False, "b": True},
+               "gpt": {"a": True, "b": False}}
+    rows = [_row(detection, arch, config, right, arch == "gpt")
+            for arch, by_config in results.items() for config, right in by_config.items()]
+    chosen = detection.choose_per_family(rows)
+    assert chosen == {"cnn": "b", "gpt": "b", "lstm": "b", "mlp": "b"}
+    left = detection.left_out_rows(rows, chosen)
+    assert sorted(r.run for r in left) == ["cnn-b", "gpt-b", "lstm-b", "mlp-b"]
+    # With gpt's runs alone deciding, "a" would win: the choice for a family never reads its runs.
+    assert detection.choose_per_family([r for r in rows if r.arch in ("gpt", "mlp")]) == {"gpt": "b", "mlp": "a"}
+    text = detection.left_out_section(rows)
+    assert "| gpt (held out) | b | 1 | 0/1 (0 %)" in text
+
+
+def test_a_grid_analyses_each_run_once_per_configuration_and_caches_it(detection, runs):
+    grid = detection.threshold_grid()
+    assert list(grid)[0] == detection.DEFAULT and len(grid) == 1 + len(detection.VARIANTS)
+    two = dict(list(grid.items())[:2])
+    cache = detection.PredictionCache(runs)
+    rows = detection.evaluate(runs, ["linear_lr_10-s0"], two, cache)
+    assert sorted(r.config for r in rows if r.method == "postmortem") == sorted(two)
+    assert len(cache.entries) == 2 and cache.path.exists()
+    again = detection.evaluate(runs, ["linear_lr_10-s0"], two, detection.PredictionCache(runs))
+    assert [(r.config, r.verdict, r.onset) for r in again] == [(r.config, r.verdict, r.onset) for r in rows]

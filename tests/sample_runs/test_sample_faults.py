@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from sample_runs import faults
 from sample_runs.models import MLP, LSTMClassifier, build_classifier, weight_layers
 from sample_runs.scenarios import _layer_groups
-from sample_runs.training import broke_after
+from sample_runs.training import broke_after, broke_against, stalled_against
 
 
 def _step(model, optimizer, fault, step, x, y):
@@ -151,3 +151,43 @@ def test_broke_after_tells_a_broken_run_from_a_recovered_spike():
     assert broke_after(base + [float("nan")] * 3, 20, chance=math.log(10))
     assert not broke_after(base + [50.0] + [1.0] * 20, 20, chance=math.log(10))  # recovered
     assert not broke_after(base + [1.2] + [2.0] * 20, 20, chance=math.log(10))  # no ×3 spike
+
+
+def test_lr_spike_also_scales_the_base_lr_a_schedule_reads(mlp):
+    model, opt = mlp
+    for group in opt.param_groups:
+        group["base_lr"] = 0.1
+    faults.LrSpike(t0=0, layer="fc2", factor=30.0).before_step(0, model, opt)
+    assert {g["layer"]: g["base_lr"] for g in opt.param_groups} == {"fc1": 0.1, "fc2": pytest.approx(3.0), "fc3": 0.1}
+
+
+def test_missing_step_stops_stepping_from_t0():
+    fault = faults.MissingStep(t0=3)
+    assert [fault.take_step(s) for s in range(5)] == [True, True, True, False, False]
+    assert faults.Fault().take_step(10)
+
+
+def test_adam_state_zeroed_clears_the_second_moment_only_at_t0():
+    torch.manual_seed(0)
+    model = MLP()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    fault = faults.AdamStateZeroed(t0=2, layer="fc2")
+    x, y = torch.randn(8, 64), torch.arange(8)
+    for step in range(3):
+        _step(model, opt, fault, step, x, y)
+        if step == 2:
+            assert float(opt.state[model.fc2.weight]["exp_avg_sq"].abs().sum()) == 0.0
+            assert float(opt.state[model.fc2.weight]["exp_avg"].abs().sum()) > 0.0
+            assert float(opt.state[model.fc1.weight]["exp_avg_sq"].abs().sum()) > 0.0
+        opt.step()
+
+
+def test_broke_and_stalled_against_the_fault_free_twin():
+    twin = [3.0 - 0.01 * i for i in range(150)]  # learning steadily: ends near 1.55
+    jumped = twin[:60] + [3.2] * 90  # a jump at 60 (×1.3 over 2.45), then stuck
+    assert broke_against(jumped, twin, 60) and not broke_against(twin, twin, 60)
+    assert broke_against(twin[:60] + [float("nan")] * 3, twin, 60)
+    bounced = twin[:60] + [3.2] + twin[61:]  # a spike it came back from
+    assert not broke_against(bounced, twin, 60)
+    flat = twin[:60] + [twin[59]] * 90  # stopped improving at 60
+    assert stalled_against(flat, twin, 60) and not stalled_against(twin, twin, 60)

@@ -1,0 +1,249 @@
+"""What every detector shares: the evidence of a run, the outcome yardstick, severities and the
+registry of rules by label.
+
+A rule is a pure function `detect(input, thresholds) -> list[Finding]` of a small typed input
+that `gather(evidence)` builds from a run (tests build the input by hand). `REGISTRY[label]`
+is the rule that emits `label`: its module, its input type and its thresholds in one hop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..findings import Finding, FirstNonfinite, Onset
+from ..ranking import TensorBreak, is_loss
+from ..series import AUX_COLUMNS, SeriesTable
+from .thresholds import OutcomeThresholds, Thresholds
+
+__all__ = [
+    "ERROR",
+    "Evidence",
+    "NOTE",
+    "Outcome",
+    "REGISTRY",
+    "Rule",
+    "SEVERITIES",
+    "WARNING",
+    "finding",
+    "loss_curve",
+    "main_loss",
+    "measure_outcome",
+    "metric_curves",
+    "register",
+    "role",
+    "scalar",
+    "summarize",
+]
+
+# How much a finding matters: an error explains a verdict (the run diverged or does not learn),
+# a warning is a real fault the run survived (a recovered incident), a note is structure or a
+# mechanism seen in a run that learns. The headline and `--fail-on` read errors and warnings.
+ERROR, WARNING, NOTE = "error", "warning", "note"
+SEVERITIES = (ERROR, WARNING, NOTE)
+
+
+def finding(label: str, step: int | None, tensors: list[str], evidence: dict[str, Any], fix: str,
+            severity: str = ERROR) -> Finding:
+    return Finding(label=label, step=step, tensors=tensors, evidence=evidence, fix=fix, severity=severity)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Did the run learn, by its own yardstick: the loss (and any metric) against its own noise.
+
+    `learns` is None when nothing says (no single training loss: adversarial losses, or too
+    few points); then mechanism detectors decide on their own, as before outcome grounding.
+    """
+
+    learns: bool | None
+    improvement: float | None  # relative loss decrease, first → last quarter
+    noise: float | None  # robust σ of that decrease, from the loss's own step-to-step noise
+    loss: str | None = None
+    metrics_improved: tuple[str, ...] = ()
+
+
+def measure_outcome(steps: np.ndarray, values: np.ndarray, metrics: dict[str, tuple[np.ndarray, bool]],
+                    th: OutcomeThresholds, *, loss: str | None = "loss") -> Outcome:
+    """`values`: the finite training loss in step order; `metrics`: name → (values, higher_is_better)."""
+    improved = tuple(sorted(n for n, (v, higher) in metrics.items()
+                            if _improves(v if higher else -v, th)))
+    if len(values) < th.min_steps:
+        return Outcome(bool(improved) if improved else None, None, None, loss, improved)
+    quarter = max(1, len(values) // 4)
+    early, late = float(np.median(values[:quarter])), float(np.median(values[-quarter:]))
+    improvement = 0.0 if early == 0 else (early - late) / abs(early)
+    noise = _median_difference_sigma(values, quarter)
+    learns = (early - late > th.noise_sigmas * noise and improvement >= th.plateau_improvement)
+    return Outcome(bool(learns or improved), improvement, noise / abs(early) if early else None, loss, improved)
+
+
+def _improves(values: np.ndarray, th: OutcomeThresholds) -> bool:
+    """A higher-is-better series whose last quarter beats its first beyond its noise."""
+    values = values[np.isfinite(values)]
+    if len(values) < th.min_steps:
+        return False
+    quarter = max(1, len(values) // 4)
+    gain = float(np.median(values[-quarter:]) - np.median(values[:quarter]))
+    return gain > th.noise_sigmas * _median_difference_sigma(values, quarter)
+
+
+def _median_difference_sigma(values: np.ndarray, quarter: int) -> float:
+    """σ of (median of the first quarter − median of the last), from the step-to-step noise:
+    σ_point = 1.4826·MAD(Δ)/√2, a median of q points has σ ≈ 1.25·σ_point/√q, two of them √2."""
+    diffs = np.diff(values)
+    if len(diffs) == 0:
+        return 0.0
+    point = 1.4826 * float(np.median(np.abs(diffs - np.median(diffs)))) / np.sqrt(2)
+    return float(np.sqrt(2) * 1.25 * point / np.sqrt(quarter))
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the gather functions may read from a run."""
+
+    table: SeriesTable
+    summary: pd.DataFrame  # one row per series (see summarize)
+    scalars: pd.DataFrame
+    events: pd.DataFrame
+    manifest: dict
+    first_nonfinite: FirstNonfinite | None
+    onset: Onset | None
+    diverged: bool  # the divergence machinery fired (postmortem.ranking)
+    recovered: bool  # ...and the run came back (loss back to its level, last step finite)
+    breaks: list[TensorBreak]
+    outcome: Outcome
+    found: list[Finding] = field(default_factory=list)  # findings of the rules run so far
+
+
+@dataclass(frozen=True)
+class Rule:
+    label: str
+    family: str | None  # the Thresholds field this rule reads (None: all of Thresholds)
+    gather: Callable[[Evidence], Any]
+    detect: Callable[[Any, Any], list[Finding]]
+
+    def run(self, ev: Evidence, thresholds: Thresholds) -> list[Finding]:
+        return self.detect(self.gather(ev), thresholds if self.family is None else getattr(thresholds, self.family))
+
+
+REGISTRY: dict[str, Rule] = {}
+
+
+def register(label: str, family: str, gather: Callable[[Evidence], Any]):
+    """Decorator: `detect` becomes the rule for `label` (postmortem.detectors.RUN_ORDER runs them)."""
+    def decorate(detect):
+        if label in REGISTRY:
+            raise ValueError(f"two rules for {label}")
+        REGISTRY[label] = Rule(label, family, gather, detect)
+        return detect
+    return decorate
+
+
+_SUMMARY_POINTS = 4096  # medians of longer stretches are taken on an even subsample
+
+
+def _median(values: np.ndarray) -> float:
+    if len(values) == 0:
+        return float("nan")
+    stride = max(1, len(values) // _SUMMARY_POINTS)
+    return float(np.median(values[::stride]))
+
+
+def summarize(table: SeriesTable, before: int | None = None) -> pd.DataFrame:
+    """One row per series: sizes, early/late/median magnitude, and per-role statistics.
+
+    `before` limits the summary to the steps before it (the healthy phase of a diverged run).
+    `silent_from` is the first step of a final stretch where the series is zero or missing
+    (a gradient that stopped arriving, an update that stopped), `silent_share` its share.
+    """
+    rows = []
+    for index, key in enumerate(table.keys):
+        sl = table.rows(index)
+        steps, mag = table.step[sl], table.magnitude[sl]
+        if before is not None:
+            keep = steps < before
+            steps, mag = steps[keep], mag[keep]
+        silent = (mag == 0) | (np.isnan(mag) & (table.nonfinite[sl][: len(mag)] == 0))
+        live = np.flatnonzero(~silent)
+        silent_start = int(live[-1]) + 1 if len(live) else 0
+        finite = np.isfinite(mag) & (table.nonfinite[sl][: len(mag)] == 0)
+        values = mag[finite]
+        n = len(values)
+        quarter = max(1, n // 4)
+        row = {
+            "role": key.role, "name": key.name, "key": key.key,
+            "numel": int(table.numel[index]), "steps": int(len(steps)),
+            "first_step": int(steps[0]) if len(steps) else None,
+            "first": float(values[0]) if n else np.nan,
+            "early": _median(values[:quarter]),
+            "late": _median(values[-quarter:]),
+            "median": _median(values),
+            "zero_share": float(np.mean(values == 0)) if n else np.nan,
+            "nonfinite_rows": int(np.sum(table.nonfinite[sl] > 0)),
+            "silent_from": int(steps[silent_start]) if silent_start < len(steps) else None,
+            "silent_share": (len(steps) - silent_start) / len(steps) if len(steps) else np.nan,
+        }
+        for column in AUX_COLUMNS.get(key.role, ()):
+            aux = table.column(index, column)[: len(mag)]
+            aux = aux[np.isfinite(aux)]
+            row[f"{column}_median"] = _median(aux)
+            row[f"{column}_first"] = float(aux[0]) if len(aux) else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def role(summary: pd.DataFrame, name: str) -> pd.DataFrame:
+    if summary.empty:
+        return summary
+    return summary[summary["role"] == name]
+
+
+def main_loss(scalars: pd.DataFrame) -> str | None:
+    """The main loss (`loss`, or the only loss-like name).
+
+    Several losses and none called `loss` means adversarial training (loss_d, loss_g): those
+    losses are not meant to go down, so no detector reads progress from them.
+    """
+    names = [str(n) for n in scalars["name"].unique() if is_loss(str(n)) and not _is_eval(str(n))]
+    if "loss" in names:
+        return "loss"
+    return names[0] if len(names) == 1 else None
+
+
+def _is_eval(name: str) -> bool:
+    return name.startswith(("val", "eval", "test"))
+
+
+def loss_curve(scalars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Steps and finite values of the main loss (empty when there is none)."""
+    name = main_loss(scalars)
+    if name is None:
+        return np.zeros(0, np.int64), np.zeros(0)
+    rows = scalars[scalars["name"] == name]
+    steps, values = rows["step"].to_numpy(np.int64), rows["value"].to_numpy(np.float64)
+    keep = np.isfinite(values)
+    return steps[keep], values[keep]
+
+
+def metric_curves(scalars: pd.DataFrame) -> dict[str, tuple[np.ndarray, bool]]:
+    """Metrics passed to `rec.step()`: evaluation losses (lower is better) and accuracies/scores."""
+    found = {}
+    main = main_loss(scalars)
+    for name in scalars["name"].unique():
+        name = str(name)
+        if name == main or name.startswith(("hp.", "grad_", "lr", "wall_time", "clip_", "optimizer_stepped",
+                                             "scaler_")):
+            continue
+        higher = any(word in name for word in ("acc", "f1", "auc", "score", "bleu"))
+        if higher or (is_loss(name) and _is_eval(name)):
+            found[name] = (scalar(scalars, name), higher)
+    return found
+
+
+def scalar(scalars: pd.DataFrame, name: str) -> np.ndarray:
+    return scalars.loc[scalars["name"] == name, "value"].to_numpy(np.float64)

@@ -1,0 +1,300 @@
+"""Findings about a run that blew up: diverged, exploding_gradient, lr_too_high, and the
+incident a run came back from (recovered_incident)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..findings import Finding, FirstNonfinite, Onset
+from ..ranking import PRECURSOR_STEPS, TensorBreak, is_loss
+from .base import ERROR, NOTE, WARNING, Evidence, finding, loss_curve, register, role, scalar
+from .gradients import grad_norm_series
+from .root_causes import CAUSES
+from .thresholds import DivergenceThresholds, OutcomeThresholds
+
+__all__ = [
+    "Clipping",
+    "Incident",
+    "LossSpike",
+    "clipping",
+    "diverged",
+    "exploding_gradient",
+    "lr_at",
+    "lr_too_high",
+    "recovered_incident",
+]
+
+
+@dataclass(frozen=True)
+class Clipping:
+    """Does the run already clip its gradients, and at what norm (None: unknown)."""
+
+    clips: bool
+    max_norm: float | None
+    how: str  # "clip_coef recorded" | "grad_norm capped" | ""
+
+
+def clipping(scalars: pd.DataFrame, grad_norm: np.ndarray) -> Clipping:
+    """`clip_coef` / `grad_norm_clipped` recorded (schema 2), or a grad norm that piles up at
+    one maximum (a recorder that reads gradients after clip_grad_norm_ sees max_norm often)."""
+    clipped = scalar(scalars, "grad_norm_clipped")
+    clipped = clipped[np.isfinite(clipped)]
+    coef = scalar(scalars, "clip_coef")
+    if len(coef) or len(clipped):
+        return Clipping(True, float(np.median(clipped)) if len(clipped) else None, "clip_coef recorded")
+    finite = grad_norm[np.isfinite(grad_norm) & (grad_norm > 0)]
+    if len(finite) >= 20:
+        top = float(np.max(finite))
+        capped = int(np.sum(finite >= top * (1 - 1e-3)))
+        if capped >= max(5, len(finite) // 10):
+            return Clipping(True, top, "grad_norm capped")
+    return Clipping(False, None, "")
+
+
+def lr_at(scalars: pd.DataFrame, step: int | None) -> float | None:
+    """The recorded lr at `step` (the last one before it when missing), else the first."""
+    rows = scalars[scalars["name"] == "lr"]
+    values = rows["value"].to_numpy(np.float64)
+    steps = rows["step"].to_numpy(np.int64)
+    keep = np.isfinite(values)
+    steps, values = steps[keep], values[keep]
+    if not len(values):
+        return None
+    if step is None:
+        return float(values[0])
+    i = int(np.searchsorted(steps, step, side="right")) - 1
+    return float(values[max(i, 0)])
+
+
+@dataclass(frozen=True)
+class Incident:
+    """A divergence as the ranking saw it, and whether the run came back from it."""
+
+    diverged: bool
+    recovered: bool
+    onset: Onset | None
+    first_nonfinite: FirstNonfinite | None
+    culprits: list[str]  # amplified tensors, earliest first
+    grad_breaks: list[TensorBreak]  # amplified gradient series of this divergence
+    update_breaks: list[TensorBreak]
+    healthy_max_grad_norm: float | None
+    lr: float | None  # at the onset
+    first_update_ratio: float | None  # median over parameters of the first update/param ratio
+    from_start: bool  # the divergence began in the first steps
+    loss_first_alone: bool  # the loss was the first NaN while no tensor amplified
+    clipping: Clipping
+    causes: list[Finding]  # root causes found at the onset
+    nonfinite_input: Finding | None
+    log_of_zero: Finding | None
+
+
+def _incident(ev: Evidence) -> Incident:
+    onset_step = ev.onset.step if ev.onset is not None else None
+    steps, norms = grad_norm_series(ev.table, ev.scalars)
+    healthy = np.isfinite(norms) & ((steps < onset_step) if onset_step is not None else True)
+    updates = role(ev.summary, "update")
+    first_ratio = None
+    if not updates.empty and updates["ratio_first"].notna().any():
+        first_ratio = float(np.nanmedian(updates["ratio_first"]))
+    start = int(ev.table.step.min()) if len(ev.table.step) else None
+    first = ev.first_nonfinite
+    amplified = sorted((b for b in ev.breaks if b.fit.amplified and b.role != "scalar"),
+                       key=lambda b: b.fit.onset_step)
+    culprits = list(dict.fromkeys(b.name for b in amplified))[:3]
+    # This divergence's gradients: not a break long before the onset (another story), nor one
+    # before the direct cause that dates it.
+    causes = [f for f in ev.found if f.label in CAUSES]
+    dated_by_cause = any(f.step == onset_step for f in causes)
+    reach = 0 if dated_by_cause else PRECURSOR_STEPS
+    near = [b for b in ev.breaks if b.fit.amplified
+            and (onset_step is None or b.fit.onset_step >= onset_step - reach)]
+    return Incident(
+        diverged=ev.diverged, recovered=ev.recovered, onset=ev.onset, first_nonfinite=first,
+        culprits=culprits,
+        grad_breaks=[b for b in near if b.role == "grad" or (b.role == "scalar" and b.name.startswith("grad_norm"))],
+        update_breaks=[b for b in ev.breaks if b.role in ("update", "grad")],
+        healthy_max_grad_norm=float(np.max(norms[healthy])) if healthy.any() else None,
+        lr=lr_at(ev.scalars, onset_step),
+        first_update_ratio=first_ratio,
+        from_start=onset_step is not None and start is not None and onset_step <= start + 3,
+        loss_first_alone=(first is not None and first.role == "scalar" and is_loss(first.tensor)
+                          and not any(b.fit.amplified for b in ev.breaks if b.role != "scalar")),
+        clipping=clipping(ev.scalars, norms),
+        causes=causes,
+        nonfinite_input=next((f for f in ev.found if f.label == "nonfinite_input"), None),
+        log_of_zero=next((f for f in ev.found if f.label == "log_of_zero"), None),
+    )
+
+
+def _clip_advice(incident: Incident) -> str | None:
+    """Clip at the healthy-phase norm, unless the run clips already (then say so, not that)."""
+    if incident.clipping.clips or incident.healthy_max_grad_norm is None:
+        return None
+    return (f"clip gradients at the healthy-phase norm: torch.nn.utils.clip_grad_norm_("
+            f"model.parameters(), max_norm={incident.healthy_max_grad_norm:.3g})")
+
+
+def _lr_advice(lr: float | None) -> str:
+    if lr is None:
+        return "lower the learning rate ×10"
+    return f"lower the learning rate ×10 (lr {lr:.3g} at the onset → {lr / 10:.3g})"
+
+
+@register("diverged", "divergence", _incident)
+def diverged(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
+    if not incident.diverged or incident.recovered:
+        return []
+    onset, first = incident.onset, incident.first_nonfinite
+    evidence = {
+        "onset_step": onset.step if onset else None,
+        "first_nonfinite_step": first.step if first else None,
+        "first_nonfinite_tensor": f"{first.role} {first.tensor}" if first else None,
+        "lead_steps": onset.lead_steps if onset else None,
+        "healthy_max_grad_norm": incident.healthy_max_grad_norm,
+        "lr_at_onset": incident.lr,
+        "clips_already": incident.clipping.clips,
+        "root_causes": [f.label for f in incident.causes],
+    }
+    parts = [f.fix for f in incident.causes]
+    if incident.nonfinite_input is not None:
+        parts.append("a batch held NaN/inf: " + incident.nonfinite_input.fix[0].lower() + incident.nonfinite_input.fix[1:])
+    if incident.log_of_zero is not None:
+        parts.append(incident.log_of_zero.fix)
+    elif incident.loss_first_alone:
+        parts.append("the loss itself produced the first NaN while every tensor was finite "
+                     "(log(0) in a hand-written BCE): use BCEWithLogitsLoss on raw logits "
+                     "or add an epsilon inside the log")
+    clip = _clip_advice(incident)
+    if clip:
+        parts.append(clip)
+    elif incident.clipping.clips:
+        parts.append("the run already clips gradients (" + incident.clipping.how + "): clipping "
+                     "bounds the step, not a cause; look at what changed at the onset")
+    if not incident.causes and incident.nonfinite_input is None:
+        parts.append(_lr_advice(incident.lr))  # no direct cause seen: the step size is the suspect
+    return [finding("diverged", onset.step if onset else None, incident.culprits, evidence, "; ".join(parts))]
+
+
+@register("exploding_gradient", "divergence", _incident)
+def exploding_gradient(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
+    if not incident.diverged or not incident.grad_breaks:
+        return []
+    top = min(incident.grad_breaks, key=lambda b: b.fit.onset_step)
+    clip = incident.healthy_max_grad_norm
+    fix = _clip_advice(incident) or (
+        "the run already clips gradients: the clipped norm still grew, so the cause lies upstream "
+        "(see the root causes and the learning rate at the onset)")
+    return [finding(
+        "exploding_gradient", top.fit.onset_step,
+        sorted({b.name for b in incident.grad_breaks if b.role == "grad"}),
+        {"series": top.fit.label, "stable_level": top.fit.stable_level,
+         "final_level": top.fit.final_level, "jump": top.fit.jump,
+         "growth_per_step": top.fit.growth_per_step, "healthy_max_grad_norm": clip,
+         "clips_already": incident.clipping.clips},
+        fix, NOTE if incident.recovered else ERROR,
+    )]
+
+
+@register("lr_too_high", "divergence", _incident)
+def lr_too_high(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
+    """The step size, not the gradient, blew up: an update jumped while its gradient did not,
+    a param group's lr was raised at the onset, the first updates were already ≫ the CS231n
+    ratio, or the run diverged from its start."""
+    if not incident.diverged or incident.onset is None:
+        return []
+    onset_step = incident.onset.step
+    raised = [f for f in incident.causes if f.label == "hyperparameter_changed"
+              and f.evidence["hyperparameter"].endswith(".lr")]
+    other_cause = any(f.label != "hyperparameter_changed" for f in incident.causes)
+    # Measured one-step ratios, not the fitted levels: after the blow-up the updates may well
+    # shrink again while the run stays ruined.
+    grad_jumps = {b.name: b.fit.onset_step for b in incident.update_breaks
+                  if b.role == "grad" and b.fit.credible and b.fit.step_jump >= th.sharp_update_jump * th.grad_jump_share}
+    lr_driven = [
+        b for b in incident.update_breaks
+        if b.role == "update" and b.fit.credible and b.fit.step_jump >= th.sharp_update_jump
+        and abs(b.fit.onset_step - onset_step) <= 1
+        and grad_jumps.get(b.name, 10**12) > b.fit.onset_step
+    ] if not other_cause else []
+    big_first = incident.first_update_ratio is not None and incident.first_update_ratio >= th.update_ratio_high
+    if not (raised or lr_driven or incident.from_start or big_first):
+        return []
+    lr = incident.lr
+    # The group whose lr was raised, else the tensors whose update jumped without their gradient.
+    tensors = list(raised[0].tensors) if raised else sorted({b.name for b in lr_driven})
+    evidence = {
+        "first_update_ratio_median": incident.first_update_ratio, "cs231n_target_ratio": 1e-3,
+        "diverged_from_start": bool(incident.from_start), "lr_at_onset": lr,
+        "update_jumps_without_gradient_jump": {b.name: b.fit.step_jump for b in lr_driven},
+        "lr_raised": [f.evidence["hyperparameter"] for f in raised],
+    }
+    if raised:
+        f = raised[0]
+        fix = (f"the lr of param group {f.evidence['param_group']} was raised ×{f.evidence['factor']:.3g} "
+               f"at step {f.step} ({f.evidence['before']:.3g} → {f.evidence['after']:.3g}): keep it at "
+               f"{f.evidence['before']:.3g} (check the scheduler / param_group['lr'] writes)")
+    else:
+        fix = _lr_advice(lr) + " and retry; sweep 0.1, 0.01, 0.001"
+        if lr_driven:
+            fix += ("; the update of " + ", ".join(sorted({b.name for b in lr_driven}))
+                    + " jumped while its gradient did not: check the LR schedule / param-group LR")
+    return [finding("lr_too_high", raised[0].step if raised else onset_step, tensors, evidence, fix,
+                    NOTE if incident.recovered else ERROR)]
+
+
+@dataclass(frozen=True)
+class LossSpike:
+    """The training loss by step, and the incident (if the divergence machinery saw one)."""
+
+    steps: np.ndarray
+    loss: np.ndarray
+    incident: Incident
+
+
+def _loss_spike(ev: Evidence) -> LossSpike:
+    steps, values = loss_curve(ev.scalars)
+    return LossSpike(steps, values, _incident(ev))
+
+
+@register("recovered_incident", "outcome", _loss_spike)
+def recovered_incident(spike: LossSpike, th: OutcomeThresholds) -> list[Finding]:
+    """A divergence the run came back from, or a loss spike ×10 over its recent level that
+    fell back below ×2 of it: a warning with its onset and cause, not a verdict."""
+    incident = spike.incident
+    if incident.diverged and incident.recovered and incident.onset is not None:
+        causes = incident.causes
+        return [finding(
+            "recovered_incident", incident.onset.step,
+            [t for f in causes for t in f.tensors][:5] or incident.culprits,
+            {"onset_step": incident.onset.step, "series": incident.onset.series,
+             "causes": [f.label for f in causes], "first_nonfinite_step":
+                 incident.first_nonfinite.step if incident.first_nonfinite else None},
+            "the run came back on its own from an incident at step "
+            f"{incident.onset.step}" + (": " + "; ".join(f.fix for f in causes) if causes else
+                                        "; if incidents recur, clip gradients at the healthy-phase norm"),
+            WARNING,
+        )]
+    values, steps = spike.loss, spike.steps
+    if incident.diverged and not incident.recovered:
+        return []  # the divergence is the story, not a spike on its way
+    if len(values) < 2 * th.min_steps or np.any(values <= 0):
+        return []
+    level = pd.Series(values).rolling(th.spike_window, min_periods=5).median().shift(1).to_numpy()
+    spikes = np.flatnonzero(values > th.spike_factor * level)
+    for i in spikes[:1]:
+        recovered = np.flatnonzero(values[i + 1:] < th.spike_recovered * level[i])
+        if len(recovered) == 0:
+            continue
+        return [finding(
+            "recovered_incident", int(steps[i]), [],
+            {"peak_loss": float(values[i]), "recent_level": float(level[i]),
+             "factor": float(values[i] / level[i]),
+             "recovered_at_step": int(steps[i + 1 + recovered[0]]), "causes": []},
+            "the loss spiked and recovered on its own; if spikes recur, look at the batch at that "
+            "step and clip gradients at the healthy-phase norm",
+            NOTE,
+        )]
+    return []

@@ -1,0 +1,287 @@
+"""Findings about gradients: none arriving, accumulating (no zero_grad), vanishing toward the input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..accumulation import PRE, accumulation_onset
+from ..findings import Finding
+from ..manifest import frozen_parameters, manifest_order
+from ..series import SeriesTable
+from .base import ERROR, NOTE, Evidence, Outcome, finding, register, role
+from .thresholds import GradientThresholds
+
+__all__ = [
+    "GradientHistory",
+    "LayerGradients",
+    "SilentGradients",
+    "global_grad_norm",
+    "grad_norm_series",
+    "gradient_history",
+    "no_gradient",
+    "silence",
+    "stale_gradients",
+    "vanishing_gradient",
+]
+
+
+@dataclass(frozen=True)
+class SilentGradients:
+    """Per parameter, in model order: its first step, the first step of its final stretch of
+    zero/missing gradients (None: none) and that stretch's share of its steps."""
+
+    first_step: dict[str, int]
+    silent_from: dict[str, int | None]
+    silent_share: dict[str, float]
+    steps: dict[str, int]
+    frozen: frozenset[str]  # requires_grad=False in the manifest
+    outcome: Outcome
+    called: frozenset[str] | None = None  # modules whose outputs were recorded (None: none were)
+
+    def quiet(self, th: GradientThresholds) -> dict[str, int]:
+        return {n: s for n, s in self.silent_from.items() if s is not None
+                and self.silent_share[n] * self.steps[n] >= th.silent_min_steps
+                and self.silent_share[n] >= th.silent_min_share}
+
+
+def silence(rows: pd.DataFrame, manifest: dict, outcome: Outcome,
+            called: frozenset[str] | None = None) -> SilentGradients:
+    """The silence bookkeeping of one role's summary rows (grads, or updates)."""
+    if rows.empty:
+        return SilentGradients({}, {}, {}, {}, frozenset(), outcome)
+    order = manifest_order(manifest)
+    rows = rows.assign(pos=rows["name"].map(lambda n: order.get(n, 10**6))).sort_values("pos", kind="stable")
+    names = list(rows["name"])
+    return SilentGradients(
+        dict(zip(names, (int(s) for s in rows["first_step"]))),
+        dict(zip(names, (None if pd.isna(s) else int(s) for s in rows["silent_from"]))),
+        dict(zip(names, (float(s) for s in rows["silent_share"]))),
+        dict(zip(names, (int(s) for s in rows["steps"]))),
+        frozenset(frozen_parameters(manifest)), outcome, called)
+
+
+def _silent_gradients(ev: Evidence) -> SilentGradients:
+    called = frozenset(role(ev.summary, "activation").get("name", []))
+    return silence(role(ev.summary, "grad"), ev.manifest, ev.outcome, called or None)
+
+
+def _module(parameter: str) -> str:
+    return parameter.rsplit(".", 1)[0] if "." in parameter else ""
+
+
+def _structural(grads: SilentGradients, quiet: dict[str, int]) -> bool:
+    """Zero by construction, in a run that learns: each silent tensor was silent from its first
+    step, and either its module's other parameters do get gradients (an attention key bias:
+    softmax ignores a per-query constant) or its module never ran (an unused branch). A whole
+    layer that runs and gets no gradient is cut off (a detach), not structure."""
+    if not grads.outcome.learns or len(quiet) >= len(grads.first_step) / 2:
+        return False
+    for name, since in quiet.items():
+        if since != grads.first_step[name]:
+            return False
+        module = _module(name)
+        siblings = [p for p in grads.first_step if _module(p) == module and p not in quiet]
+        unused = grads.called is not None and not any(
+            c == module or c.startswith(module + ".") for c in grads.called)
+        if not siblings and not unused:
+            return False
+    return True
+
+
+@register("no_gradient", "gradients", _silent_gradients)
+def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]:
+    quiet = grads.quiet(th)
+    # Parameters frozen on purpose from the first step (requires_grad=False) are not a fault.
+    quiet = {n: s for n, s in quiet.items() if not (n in grads.frozen and s == grads.first_step[n])}
+    if not quiet:
+        return []
+    ordered = sorted(quiet, key=lambda n: quiet[n])  # stable: model order within a step
+    everything = len(quiet) == len(grads.first_step)
+    structural = _structural(grads, quiet)
+    where = "the loss is not connected to any parameter" if everything else \
+        "these parameters stopped receiving a gradient while the rest of the model still does"
+    marked_frozen = sorted(set(quiet) & grads.frozen)
+    if structural:
+        fix = (f"{', '.join(ordered)} never received a gradient while the run learned: zero by "
+               "construction (e.g. an attention key bias, an unused branch); remove the parameter "
+               "if it is not meant to exist")
+    else:
+        fix = (f"{where}: remove the .detach() / torch.no_grad() / .item() that cuts the graph "
+               "before these layers")
+    if marked_frozen:
+        fix += f"; {', '.join(marked_frozen)} have requires_grad=False: unfreeze them if they should learn"
+    return [finding(
+        "no_gradient", min(quiet.values()), ordered,
+        {"parameters_without_gradient": len(quiet), "parameters": len(grads.first_step),
+         "since_step": {n: quiet[n] for n in ordered}, "requires_grad_false": marked_frozen},
+        fix, NOTE if structural else ERROR,
+    )]
+
+
+def global_grad_norm(table: SeriesTable) -> tuple[np.ndarray, np.ndarray]:
+    """The global gradient norm rebuilt from the per-tensor norms."""
+    grads = table.indices("grad")
+    if not grads:
+        return np.zeros(0, np.int64), np.zeros(0)
+    steps = np.concatenate([table.step[table.rows(i)] for i in grads])
+    squares = np.concatenate([table.magnitude[table.rows(i)] ** 2 for i in grads])
+    unique, inverse = np.unique(steps, return_inverse=True)
+    return unique, np.sqrt(np.bincount(inverse, weights=np.nan_to_num(squares)))
+
+
+def grad_norm_series(table: SeriesTable, scalars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The recorded (pre-clip) `grad_norm`, else the global norm rebuilt from the tensors."""
+    rows = scalars[scalars["name"] == "grad_norm"]
+    steps = rows["step"].to_numpy(np.int64)
+    values = rows["value"].to_numpy(np.float64)
+    if len(values) == 0:
+        steps, values = global_grad_norm(table)
+    return steps, values
+
+
+@dataclass(frozen=True)
+class GradientHistory:
+    """The global grad norm, each parameter's grad norm, and the loss, by step."""
+
+    steps: np.ndarray
+    norm: np.ndarray
+    per_tensor: list[tuple[np.ndarray, np.ndarray]]
+    loss_steps: np.ndarray
+    loss: np.ndarray
+
+
+def gradient_history(table: SeriesTable, scalars: pd.DataFrame) -> GradientHistory:
+    steps, values = grad_norm_series(table, scalars)
+    finite = np.isfinite(values)
+    per_tensor = [(table.step[table.rows(i)], table.magnitude[table.rows(i)]) for i in table.indices("grad")]
+    loss = scalars[scalars["name"] == "loss"]
+    return GradientHistory(steps[finite], values[finite], per_tensor,
+                           loss["step"].to_numpy(np.int64), loss["value"].to_numpy(np.float64))
+
+
+def _gradient_history(ev: Evidence) -> GradientHistory:
+    return gradient_history(ev.table, ev.scalars)
+
+
+@register("stale_gradients", "gradients", _gradient_history)
+def stale_gradients(history: GradientHistory, th: GradientThresholds) -> list[Finding]:
+    """Missing zero_grad(): each recorded gradient is the running sum of all the previous ones.
+
+    t0 is the bend common to the per-parameter gradient norms (postmortem.accumulation). From
+    t0 the global norm must then climb like a sum: step after step by about one healthy
+    gradient, without the jumps or the constant-ratio growth of an explosion, to ≥ 5× its
+    level before, while the loss gets no better.
+    """
+    steps, values = history.steps, history.norm
+    if len(values) < 20:
+        return []
+    # What follows an explosion says nothing about where the accumulation began.
+    calm_level = float(np.median(values[: len(values) // 2]))
+    exploded = np.flatnonzero(values > th.stale_exploded * calm_level)
+    end = int(steps[exploded[0]]) if len(exploded) else int(steps[-1]) + 1
+    unexploded = values[steps < end]
+    blocks = [np.median(unexploded[i: i + PRE]) for i in range(0, len(unexploded) - PRE + 1, PRE)]
+    if not blocks or np.sum(unexploded >= th.stale_growth * min(blocks)) < 2:
+        # The climb must end ≥ 5× its level (median of its last 3 points): without two points
+        # 5× above the lowest stretch there is nothing to look for, and no scan to pay for.
+        return []
+    series = [(s[s < end], v[s < end]) for s, v in history.per_tensor]
+    found = accumulation_onset(series or [(steps[steps < end], unexploded)])
+    if found is None or found.mean_deviance <= 0:
+        return []
+    t0 = found.step
+    before = values[steps < t0][-PRE:]
+    climb = values[(steps >= t0) & (steps < end)]
+    # An explosion may follow the accumulation: keep what comes before its first big jump (the
+    # first step of the climb, t0 ± 1, may itself double the norm or more).
+    jumps = np.flatnonzero(climb[1:] > th.stale_max_ratio * np.maximum(climb[:-1], 1e-300))
+    jumps = jumps[jumps >= 1]
+    if len(jumps):
+        climb = climb[: jumps[0] + 1]
+    if len(before) < 10 or len(climb) < th.stale_min_climb:
+        return []
+    level = float(np.median(before))
+    growth = float(np.median(climb[-3:]) / max(level, 1e-300))
+    increments = np.diff(climb)
+    rising = float(np.mean(increments >= 0))
+    # |Δ‖G‖| ≤ ‖g_t‖: a sum moves by about one fresh gradient per step, an explosion by a
+    # growing multiple of it.
+    step_size = float(np.median(np.abs(increments)) / max(level, 1e-300))
+    improvement = _loss_change(history.loss_steps, history.loss, t0)
+    if growth < th.stale_growth or rising < th.stale_rising or step_size > th.stale_step_size or \
+            (improvement is not None and improvement > th.stale_loss_improvement):
+        return []
+    return [finding(
+        "stale_gradients", t0, [],
+        {"grad_norm_before": level, "grad_norm_at_end": float(climb[-1]), "growth": growth,
+         "rising_share": rising, "median_step_over_level": step_size, "bend_deviance": found.mean_deviance,
+         "gradient_series": found.series,
+         "onset_interval": list(found.interval), "loss_change_since_start": improvement},
+        f"gradients accumulate across steps from step {t0} on: call optimizer.zero_grad() at "
+        "the start of every step",
+    )]
+
+
+def _loss_change(steps: np.ndarray, values: np.ndarray, step: int) -> float | None:
+    """Relative loss decrease from just before `step` to the end (positive: it improved)."""
+    before = values[steps < step][-10:]
+    after = values[steps >= step][-10:]
+    before, after = before[np.isfinite(before)], after[np.isfinite(after)]
+    if len(before) == 0 or len(after) == 0 or np.median(before) == 0:
+        return None
+    return float((np.median(before) - np.median(after)) / abs(np.median(before)))
+
+
+@dataclass(frozen=True)
+class LayerGradients:
+    """Median gradient RMS (norm/√numel) of each weight-bearing parameter, input side first."""
+
+    rms: list[tuple[str, float]]
+    outcome: Outcome
+
+
+def _layer_gradients(ev: Evidence) -> LayerGradients:
+    grads = role(ev.summary, "grad")
+    if grads.empty:
+        return LayerGradients([], ev.outcome)
+    grads = grads[(grads["median"] > 0) & (grads["numel"] > 0)]
+    order = manifest_order(ev.manifest)
+    grads = grads.assign(rms=grads["median"] / np.sqrt(grads["numel"]),
+                         pos=grads["name"].map(lambda n: order.get(n, 10**6))).sort_values("pos", kind="stable")
+    return LayerGradients([(n, float(r)) for n, r in zip(grads["name"], grads["rms"])], ev.outcome)
+
+
+@register("vanishing_gradient", "gradients", _layer_gradients)
+def vanishing_gradient(layers: LayerGradients, th: GradientThresholds) -> list[Finding]:
+    """Gradients that shrink layer by layer toward the input, in a run that does not learn.
+
+    One tiny gradient is structure, not a fault (an attention key bias has a zero gradient by
+    construction): the weights' RMS must fall from the output to the input on most layer-to-
+    layer steps, and reach ≤ 1e-3 of the output layer's or below 1e-7, where the run does not
+    learn.
+    """
+    if layers.outcome.learns:
+        return []
+    weights = [(n, r) for n, r in layers.rms if n.endswith("weight")] or layers.rms
+    if len(weights) < 3:
+        return []
+    rms = np.array([r for _, r in weights])
+    ratio = float(rms[0] / rms[-1])
+    # No layer's gradient more than ×2 above the next one's (toward the output): a vanishing
+    # signal may stay flat at its floor over the first layers, but never comes back.
+    shrinking = float(np.mean(rms[:-1] <= th.vanishing_step_tolerance * rms[1:]))
+    tiny = [n for n, r in weights if r < th.vanishing_rms]
+    small = ratio < th.vanishing_layer_ratio or (len(tiny) >= len(weights) / 2 and rms[0] < th.vanishing_rms)
+    if not (small and shrinking >= th.vanishing_monotone_share):
+        return []
+    return [finding(
+        "vanishing_gradient", None, (tiny or [weights[0][0]])[:10],
+        {"smallest_grad_rms": float(rms.min()), "first_to_last_layer_grad_ratio": ratio,
+         "share_of_layers_shrinking_toward_the_input": shrinking,
+         "threshold_grad_rms": th.vanishing_rms},
+        "re-initialise with Kaiming init (torch.nn.init.kaiming_normal_, nonlinearity='relu' or "
+        "'leaky_relu') and prefer ReLU-family activations or normalisation between layers",
+    )]

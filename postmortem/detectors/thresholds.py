@@ -1,0 +1,131 @@
+"""Every tunable of the detectors, one frozen dataclass per family of findings.
+
+Each field cites where its default comes from (docs/diagnoses.md has the same table, and which
+sample-run families informed each default). A variant is `dataclasses.replace(Thresholds(),
+gradients=replace(GradientThresholds(), vanishing_rms=1e-8))`; `Thresholds()` is the default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "ActivationThresholds",
+    "DivergenceThresholds",
+    "GradientThresholds",
+    "InitThresholds",
+    "InputThresholds",
+    "OutcomeThresholds",
+    "RootCauseThresholds",
+    "Thresholds",
+    "UpdateThresholds",
+]
+
+
+@dataclass(frozen=True)
+class OutcomeThresholds:
+    """Did the run learn, by its own yardstick (postmortem.detectors.outcome)."""
+
+    min_steps: int = 10  # fewer loss points say nothing about progress (our choice)
+    plateau_improvement: float = 0.01  # SageMaker LossNotDecreasing: < 1 % first → last quarter
+    noise_sigmas: float = 2.0  # the improvement must exceed 2 robust σ of the loss's own step noise
+    spike_factor: float = 10.0  # Megatron-LM loss-spike check: 10× the recent level
+    spike_recovered: float = 2.0  # back below 2× the level before the spike (our choice)
+    spike_window: int = 20  # the recent level: rolling median of the 20 previous losses (Megatron-LM)
+    recovered_factor: float = 1.1  # came back: the loss returns to, and ends, within 10 % of its level before
+
+
+@dataclass(frozen=True)
+class DivergenceThresholds:
+    """diverged, exploding_gradient, lr_too_high, recovered_incident (divergence)."""
+
+    min_healthy_steps: int = 10  # detectors read the healthy phase when it lasts this long
+    sharp_update_jump: float = 10.0  # an update ×10 in one step while its gradient stays put
+    grad_jump_share: float = 1 / 3  # ...its gradient did not jump ≥ ×(10/3)
+    update_ratio_high: float = 1e-1  # CS231n target 1e-3 ×100: the first updates were far too big
+    from_start_steps: int = 3  # a divergence starting in the first 3 steps: the step size from the start
+
+
+@dataclass(frozen=True)
+class RootCauseThresholds:
+    """Direct causes at the onset (postmortem.detectors.root_causes)."""
+
+    window: int = 3  # a cause counts up to 3 steps after the fitted onset (ranking.PRECURSOR_STEPS: a break may lead by noise)
+    lookback: int = 40  # ...and up to 40 before (≤ 200: tensors are read that far around the onset)
+    hp_change_factor: float = 2.0  # a hyperparameter ×2 (or ÷2) between two records
+    hp_beyond_history: float = 2.0  # ...and ×2 beyond its largest step-to-step change before
+    param_jump_factor: float = 2.0  # a parameter norm ×2 (or ÷2) in one step
+    outside_update_ratio: float = 0.5  # ...with an update at least half the parameter (a rescale)
+    update_over_grad_jump: float = 10 / 3  # ...its update jumped ×3.3 more than its gradient (lr_too_high's 10 vs 3.3)
+    state_jump_factor: float = 10.0  # an optimizer state norm ÷10 in one step (an EMA decays by β at most)
+    batch_range_factor: float = 10.0  # a batch 10× outside the healthy range (story._UNUSUAL_FACTOR)
+    robust_floor: float = 0.05  # decades: floor of a tensor's robust σ when ranking jumps
+
+
+@dataclass(frozen=True)
+class GradientThresholds:
+    """no_gradient, zero_gradient_tensor, stale_gradients, vanishing_gradient."""
+
+    vanishing_rms: float = 1e-7  # SageMaker Debugger VanishingGradient threshold (mean |grad|)
+    vanishing_layer_ratio: float = 1e-3  # first/last layer grad RMS (AUTOTRAINER layer ratio)
+    vanishing_monotone_share: float = 0.7  # ≥ 70 % of layer-to-layer steps shrink toward the input...
+    vanishing_step_tolerance: float = 2.0  # ...or stay within ×2 (a floor reached in the first layers)
+    silent_min_steps: int = 5  # a final stretch of zero/missing values at least this long...
+    silent_min_share: float = 0.1  # ...and at least this share of the run
+    stale_growth: float = 5.0  # the accumulated gradient ends ≥ 5× the healthy norm
+    stale_rising: float = 0.65  # share of climbing steps where the norm does not decrease
+    stale_max_ratio: float = 3.0  # a step multiplying the norm by more ends the accumulation
+    stale_loss_improvement: float = 0.1  # the loss got no more than 10 % better meanwhile
+    stale_step_size: float = 2.0  # median |step change| ≤ 2× the norm before (one fresh gradient)
+    stale_min_climb: int = 5  # steps of climb before any explosion
+    stale_exploded: float = 100.0  # ×100 the calm norm: exploded (DIVERGENCE_DECADES)
+
+
+@dataclass(frozen=True)
+class UpdateThresholds:
+    """no_update, lr_too_low (updates / learning rate)."""
+
+    ratio_target: float = 1e-3  # CS231n: update/param ratio ≈ 1e-3
+    ratio_low: float = 1e-4  # 10× below the CS231n target
+    slow_min_improvement: float = 0.02  # below this the loss is flat (loss_plateau)
+    slow_max_improvement: float = 0.5  # the loss did not even halve
+    slow_pace_kept: float = 0.5  # late slope within ×2 of the early one: no sign of converging
+    slow_linear_r2: float = 0.9  # a steady straight descent, not noisy small-batch learning
+
+
+@dataclass(frozen=True)
+class ActivationThresholds:
+    """dead_units, saturated_units, log_of_zero."""
+
+    dead_zero_frac: float = 0.9  # SageMaker DeadRelu: most units inactive (ReLU gives ~50 % zeros)
+    saturated_frac: float = 0.5  # SageMaker SaturatedActivation threshold_layer = 50 %
+    log0_margin: float = 1e-6  # a sigmoid output within 1e-6 of 1 (8 float32 ulps): log(1 − y) one rounding from log(0)
+
+
+@dataclass(frozen=True)
+class InputThresholds:
+    """nonfinite_input, unscaled_inputs."""
+
+    unscaled_max_abs: float = 100.0  # two orders of magnitude beyond [-1, 1] (seed 002: 0–3600 s)
+    unscaled_abs_mean: float = 10.0  # seed 002: "si la media es 500.0 en lugar de cerca de 0.0"
+
+
+@dataclass(frozen=True)
+class InitThresholds:
+    """poor_init."""
+
+    scale_range: tuple[float, float] = (0.05, 10.0)  # std·sqrt(fan_in); PyTorch default 0.58, Kaiming 1.41
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """All detector thresholds; `Thresholds()` are the defaults."""
+
+    outcome: OutcomeThresholds = field(default_factory=OutcomeThresholds)
+    divergence: DivergenceThresholds = field(default_factory=DivergenceThresholds)
+    root_causes: RootCauseThresholds = field(default_factory=RootCauseThresholds)
+    gradients: GradientThresholds = field(default_factory=GradientThresholds)
+    updates: UpdateThresholds = field(default_factory=UpdateThresholds)
+    activations: ActivationThresholds = field(default_factory=ActivationThresholds)
+    inputs: InputThresholds = field(default_factory=InputThresholds)
+    init: InitThresholds = field(default_factory=InitThresholds)

@@ -1,0 +1,143 @@
+"""Findings about the steps the optimizer took: none at all, or far too small."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import linregress
+
+from ..findings import Finding
+from .base import ERROR, Evidence, Outcome, finding, loss_curve, register, role, scalar
+from .gradients import SilentGradients, silence
+from .thresholds import Thresholds, UpdateThresholds
+
+__all__ = ["LossPace", "UpdateActivity", "lr_too_low", "no_update", "slow_steady_descent"]
+
+
+@dataclass(frozen=True)
+class UpdateActivity:
+    """What the optimizer did with the gradients it was given."""
+
+    grads: SilentGradients
+    grad_rms: dict[str, float]  # median gradient RMS per parameter
+    updates: SilentGradients | None  # the same silence bookkeeping for the `update` rows
+    param_change: dict[str, float] | None  # without update rows: |late − early| / |early| per weight
+    stepped: tuple[np.ndarray, np.ndarray]  # steps and values of every optimizer_stepped.<name> (schema 2)
+    lr: float | None
+
+
+def _update_activity(ev: Evidence) -> UpdateActivity:
+    grads = role(ev.summary, "grad")
+    rms = {n: float(m / np.sqrt(max(k, 1))) for n, m, k in zip(grads.get("name", []), grads.get("median", []),
+                                                                 grads.get("numel", []))}
+    params = role(ev.summary, "param")
+    change = None
+    if role(ev.summary, "update").empty and not params.empty and (params["steps"] >= 10).all():
+        change = {n: float(abs(late - early) / max(abs(early), 1e-300))
+                  for n, early, late in zip(params["name"], params["early"], params["late"])}
+    rows = ev.scalars[ev.scalars["name"].astype(str).str.startswith("optimizer_stepped.")]
+    stepped = (rows["step"].to_numpy(np.int64), rows["value"].to_numpy(np.float64))
+    updates = role(ev.summary, "update")
+    return UpdateActivity(silence(grads, ev.manifest, ev.outcome), rms,
+                          None if updates.empty else silence(updates, ev.manifest, ev.outcome),
+                          change, stepped, first_lr(ev.scalars))
+
+
+def first_lr(scalars) -> float | None:
+    values = scalar(scalars, "lr")
+    values = values[np.isfinite(values)]
+    return float(values[0]) if len(values) else None
+
+
+@register("no_update", None, _update_activity)
+def no_update(activity: UpdateActivity, th: Thresholds) -> list[Finding]:
+    """Gradients arrive but the parameters do not move: a missing optimizer.step(), or lr 0."""
+    silent_grads = activity.grads.quiet(th.gradients)
+    # Gradients below the vanishing threshold may legitimately round to no change at all.
+    live = [n for n in activity.grads.first_step
+            if n not in silent_grads and activity.grad_rms.get(n, 0.0) >= th.gradients.vanishing_rms]
+    if not live:
+        return []
+    lr = activity.lr
+    if activity.updates is not None:
+        stuck_since = {n: s for n, s in activity.updates.quiet(th.gradients).items() if n in live}
+        if not stuck_since:
+            return []
+        since = min(stuck_since.values())
+        evidence = {"parameters_not_updated": len(stuck_since), "parameters_with_gradients": len(live),
+                    "since_step": since, "lr": lr,
+                    "grad_norm_rms_median": float(np.median([activity.grad_rms[n] for n in live]))}
+        tensors = sorted(stuck_since)
+    elif activity.param_change is not None:
+        if any(change > 1e-7 for change in activity.param_change.values()):
+            return []
+        since, tensors = 0, sorted(activity.param_change)
+        evidence = {"param_norm_change": 0.0, "lr": lr}
+    else:
+        return []
+    # Schema 2: whether the optimizers stepped at all since then (share of steps, 0.0 = never).
+    steps, values = activity.stepped
+    if np.any(steps >= since):
+        evidence["optimizer_stepped"] = float(np.mean(values[steps >= since]))
+    fix = "set a learning rate above 0" if lr == 0 else \
+        "call optimizer.step() after loss.backward() in every step"
+    return [finding("no_update", since, tensors[:10], evidence, fix)]
+
+
+@dataclass(frozen=True)
+class LossPace:
+    """The training loss (finite, step order), the median update/param ratio, the first lr."""
+
+    loss: np.ndarray
+    update_ratio: float | None
+    lr: float | None
+    outcome: Outcome
+    diverged: bool
+
+
+def _loss_pace(ev: Evidence) -> LossPace:
+    updates = role(ev.summary, "update")
+    ratios = updates["ratio_median"].replace(0, np.nan).dropna() if not updates.empty else []
+    _, loss = loss_curve(ev.scalars)
+    return LossPace(loss, float(np.median(ratios)) if len(ratios) else None, first_lr(ev.scalars),
+                    ev.outcome, ev.diverged and not ev.recovered)
+
+
+@register("lr_too_low", "updates", _loss_pace)
+def lr_too_low(pace: LossPace, th: UpdateThresholds) -> list[Finding]:
+    """Updates ≪ the CS231n ratio in a run that does not learn, or a loss still falling at its
+    first, slow pace at the end (far from converged: each step just too small, seed 002)."""
+    if pace.diverged:
+        return []
+    improvement = pace.outcome.improvement
+    slow = slow_steady_descent(pace.loss, improvement, th)
+    tiny_updates = pace.update_ratio is not None and pace.update_ratio <= th.ratio_low and \
+        not pace.outcome.learns and (improvement is None or improvement <= th.slow_max_improvement)
+    if not (tiny_updates or slow):
+        return []
+    fix = "raise the learning rate ×10"
+    if pace.lr is not None:
+        fix += f" (lr {pace.lr:.3g} → {pace.lr * 10:.3g})"
+    if pace.update_ratio:
+        fix += f"; updates are {th.ratio_target / pace.update_ratio:.3g}× below the ~1e-3 update/parameter ratio"
+    return [finding(
+        "lr_too_low", None, [],
+        {"update_ratio_median": pace.update_ratio, "cs231n_target_ratio": th.ratio_target, "lr": pace.lr,
+         "loss_improvement": improvement, "steady_slow_descent": slow},
+        fix + "; sweep 0.1, 0.01, 0.001", ERROR,
+    )]
+
+
+def slow_steady_descent(values: np.ndarray, improvement: float | None, th: UpdateThresholds) -> bool:
+    """The loss fell by less than half, along a straight line (r² ≥ 0.9) whose second half
+    keeps the pace of the first."""
+    if improvement is None or not th.slow_min_improvement <= improvement <= th.slow_max_improvement:
+        return False
+    half = len(values) // 2
+    whole = linregress(np.arange(len(values)), values)
+    early = linregress(np.arange(half), values[:half])
+    late = linregress(np.arange(len(values) - half), values[half:])
+    if not (early.slope < 0 and late.slope < 0 and whole.rvalue**2 >= th.slow_linear_r2):
+        return False
+    return bool(th.slow_pace_kept <= late.slope / early.slope <= 1 / th.slow_pace_kept)

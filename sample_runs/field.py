@@ -1,0 +1,251 @@
+"""Field-like sample runs: the models and training code people run, healthy and with faults injected.
+
+A GPT-style causal LM, a `torch.nn.TransformerEncoder` classifier, a residual CNN with BatchNorm
+and a GRU character LM (`field_models`), each trained by nanoGPT's loop (`training.train_field`):
+AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
+cosine decay, gradient clipping, an eval loop. Faults come from `faults.py`, at a step t0 and on a
+tensor drawn per (family, arch, seed); the truth comes from the injection and from the losses the
+loop saw (a fault the run shrugs off is recorded as healthy), never from the analyzer.
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from . import faults
+from .data import Dataset, batch_sampler, char_corpus, digits, lm_batch_sampler
+from .expected import Expected
+from .field_models import FIELD_ARCHS, build_field_model
+from .training import broke_against, stalled_against, train_field
+
+__all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
+
+STEPS = 150
+T0_RANGE = (40, 100)
+CORPUS_CHARS = 20_000
+BLOCK = 32
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How an architecture is trained when healthy: what a practitioner would write for it."""
+
+    lr: float
+    weight_decay: float
+    batch: int
+    accumulation: int = 1
+    clip: float | None = 1.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup: int = 15
+
+
+RECIPES = {
+    "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
+    "transformer": Recipe(lr=2e-3, weight_decay=0.01, batch=32),
+    "resnet": Recipe(lr=3e-3, weight_decay=5e-4, batch=32, clip=None),
+    "gru": Recipe(lr=5e-3, weight_decay=0.0, batch=16, clip=0.25),
+}
+LANGUAGE_MODELS = ("gpt", "gru")
+
+
+def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
+    """nanoGPT's `get_lr` as a factor: linear warm-up, then cosine decay to 10 %."""
+
+    def factor(step: int) -> float:
+        if step < recipe.warmup:
+            return (step + 1) / recipe.warmup
+        progress = (step - recipe.warmup) / max(1, steps - recipe.warmup)
+        return 0.1 + 0.45 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def _param_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
+    """nanoGPT's `configure_optimizers` per unit: matrices decay, biases/norms/embeddings of rank < 2
+    do not; every group is tagged with its unit so that one block's lr can be changed. Tied
+    parameters are given once, to the first unit that holds them."""
+    groups, seen = [], set()
+    for unit in model.units:
+        params = [p for p in model.get_submodule(unit).parameters() if id(p) not in seen]
+        if unit == "embed" and isinstance(getattr(model, "pos", None), nn.Parameter):
+            params.append(model.pos)  # the classifier's learned positions belong to its embedding
+        seen.update(id(p) for p in params)
+        for decay in (True, False):
+            chosen = [p for p in params if (p.dim() >= 2) == decay]
+            if chosen:
+                groups.append({"params": chosen, "lr": lr, "weight_decay": recipe.weight_decay if decay else 0.0,
+                               "layer": unit})
+    missing = [n for n, p in model.named_parameters() if id(p) not in seen]
+    if missing:
+        raise ValueError(f"parameters outside every unit: {missing}")
+    return groups
+
+
+@dataclass(frozen=True)
+class FieldFamily:
+    """One scenario family on the field architectures: what to inject and what the truth is.
+
+    `outcome` decides the verdict from the losses: `diverged` (kept only when training broke at t0,
+    `training.broke_against` its fault-free twin), `stalled` (not learning from t0,
+    `training.stalled_against`), `from_start` (a wrong setting from step 0: diverged if it ran away,
+    not learning if flat or far behind its twin), `healthy`. A fault that breaks nothing is healthy.
+    """
+
+    fault: Callable[..., faults.Fault]
+    outcome: str
+    labels: tuple[str, ...] = ()
+    culprit: str | None = None
+    """`unit` (the param group's block), `exposed` (the layer hit), `detached` or None."""
+    lr_factor: float = 1.0
+    recipe: dict = field(default_factory=dict)
+    archs: tuple[str, ...] = FIELD_ARCHS
+    notes: str = ""
+
+
+def _draws(model: nn.Module, rng: random.Random, arch: str) -> dict[str, str]:
+    hidden_units = [u for u in model.units if u.startswith(("h.", "encoder.layers.", "blocks.", "rnn"))]
+    return {"unit": rng.choice(hidden_units), "exposed": rng.choice(model.exposed), "detached": hidden_units[-1]}
+
+
+def _no_fault(**_) -> faults.Fault:
+    return faults.Fault()
+
+
+FIELD_FAMILIES: dict[str, FieldFamily] = {
+    "healthy": FieldFamily(_no_fault, "healthy", notes="the architecture's usual recipe"),
+    "healthy_accum": FieldFamily(_no_fault, "healthy", recipe={"accumulation": 4},
+                                 notes="gradient accumulation over 4 micro-batches of a quarter batch"),
+    "healthy_bf16": FieldFamily(_no_fault, "healthy", recipe={"bf16": True}, notes="bf16 autocast"),
+    "healthy_spike": FieldFamily(
+        lambda t0, classes, **_: faults.MislabeledBatch(t0=t0, length=2, classes=classes), "healthy",
+        notes="two batches with wrong targets from step {t0}: a loss spike that recovers"),
+    "lr_spike": FieldFamily(
+        lambda t0, unit, factor, **_: faults.LrSpike(t0=t0, layer=unit, factor=factor), "diverged",
+        ("diverged", "lr_too_high"), culprit="unit",
+        notes="lr of the param groups of {culprit} multiplied by {factor:g} at step {t0}"),
+    "weight_scale": FieldFamily(
+        lambda t0, exposed, factor, **_: faults.WeightScale(t0=t0, layer=exposed, factor=factor), "diverged",
+        ("diverged",), culprit="exposed", notes="weights of {culprit} multiplied by {factor:g} outside the optimizer at step {t0}"),
+    "batch_scale": FieldFamily(
+        lambda t0, **_: faults.BatchScale(t0=t0, factor=1e3), "diverged", ("diverged",),
+        archs=("transformer", "resnet"), notes="batch at step {t0} multiplied by 1e3"),
+    "batch_nan": FieldFamily(
+        lambda t0, **_: faults.BatchNaN(t0=t0), "diverged", ("diverged", "nonfinite_input"),
+        archs=("transformer", "resnet"), notes="batch at step {t0} carries NaN"),
+    "adam_state": FieldFamily(
+        lambda t0, **_: faults.AdamStateZeroed(t0=t0, layer=""), "diverged", ("diverged",),
+        notes="AdamW exp_avg_sq of every tensor zeroed at step {t0}, exp_avg kept (a partial state restore)"),
+    "missing_zero_grad": FieldFamily(
+        lambda t0, **_: faults.MissingZeroGrad(t0=t0), "diverged_or_stalled", ("stale_gradients",),
+        notes="optimizer.zero_grad() no longer called from step {t0}"),
+    "missing_step": FieldFamily(
+        lambda t0, **_: faults.MissingStep(t0=0), "from_start", ("no_update",),
+        notes="the loop never calls optimizer.step()"),
+    "detach": FieldFamily(
+        lambda t0, detached, **_: faults.DetachedLayer(t0=t0, layer=detached), "stalled", ("no_gradient",),
+        culprit="detached",
+        notes="output of {culprit} detached from step {t0}: it and every unit before it get no gradient"),
+    "lr_too_high": FieldFamily(_no_fault, "from_start", ("lr_too_high",), lr_factor=100.0, recipe={"warmup": 0},
+                               notes="lr ×100 the recipe's, no warm-up"),
+    "lr_too_low": FieldFamily(_no_fault, "from_start", ("lr_too_low",), lr_factor=1e-4,
+                              notes="lr ×1e-4 the recipe's"),
+}
+
+
+def field_families() -> list[tuple[str, str]]:
+    """(family, arch) pairs of the catalogue."""
+    return [(family, arch) for family, spec in FIELD_FAMILIES.items() for arch in FIELD_ARCHS if arch in spec.archs]
+
+
+def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
+    """(draw, eval_draw, classes) for an architecture: characters for the LMs, digits otherwise."""
+    micro = max(1, recipe.batch * recipe.accumulation // accumulation)
+    if arch in LANGUAGE_MODELS:
+        tokens, vocab = char_corpus(CORPUS_CHARS, seed)
+        split = int(0.9 * len(tokens))
+        return (lm_batch_sampler(tokens[:split], micro, BLOCK, seed),
+                lm_batch_sampler(tokens[split:], 32, BLOCK, seed + 1), vocab)
+    rows = digits("rows")
+    x = rows.x.unsqueeze(1) if arch == "resnet" else rows.x
+    train, held = Dataset(x[:1500], rows.y[:1500]), Dataset(x[1500:], rows.y[1500:])
+    return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10
+
+
+@lru_cache(maxsize=8)
+def _twin_losses(arch: str, seed: int) -> tuple[float, ...]:
+    """The losses of the fault-free twin: the architecture's healthy recipe, same seed, unrecorded."""
+    return tuple(_train(None, "healthy", arch, seed, {})[0].losses)
+
+
+def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_options: dict):
+    spec = FIELD_FAMILIES[family]
+    recipe = RECIPES[arch]
+    rng = random.Random(f"{family}/{arch}/{seed}")
+    t0 = rng.randint(*T0_RANGE)
+    factor = {"lr_spike": rng.choice((30.0, 100.0, 300.0, 1000.0, 3000.0)),
+              "weight_scale": rng.choice((100.0, 200.0, 300.0))}.get(family, 1.0)
+    options = {"accumulation": recipe.accumulation, "bf16": False, "warmup": recipe.warmup, **spec.recipe}
+    torch.manual_seed(seed)
+    draw, eval_draw, classes = _data(arch, recipe, seed, options["accumulation"])
+    model = build_field_model(arch, classes)
+    lr = recipe.lr * spec.lr_factor
+    optimizer = torch.optim.AdamW(_param_groups(model, recipe, lr), lr=lr, betas=recipe.betas)
+    picked = _draws(model, rng, arch)
+    fault = spec.fault(t0=t0, factor=factor, classes=classes, **picked)
+    schedule = _schedule(Recipe(**{**recipe.__dict__, "warmup": options["warmup"]}), STEPS)
+    # What a user would log; never the scenario or the fault (the analyzer must not see the answer).
+    config = {"arch": arch, "seed": seed, "lr": lr, "batch_size": recipe.batch, "steps": STEPS,
+              "accumulation": options["accumulation"], "clip": recipe.clip, "bf16": options["bf16"]}
+    outcome = train_field(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, fault=fault,
+                          accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
+                          eval_draw=eval_draw, config=config, recorder_options=recorder_options)
+    units = model.units
+    return outcome, t0, factor, picked, units, math.log(classes)
+
+
+def field_run(run_dir: Path, family: str, arch: str, seed: int, recorder_options: dict) -> dict:
+    """Trains one field scenario into `run_dir`; returns the truth's fields (see `Expected`)."""
+    spec = FIELD_FAMILIES[family]
+    outcome, t0, factor, picked, units, chance = _train(run_dir, family, arch, seed, recorder_options)
+    losses = outcome.losses
+    verdict, onset = _verdict(spec.outcome, losses, list(_twin_losses(arch, seed)), t0, chance)
+    shrugged = verdict == "healthy" and spec.outcome != "healthy"
+    culprit = picked[spec.culprit] if spec.culprit and not shrugged else None
+    alternatives = []
+    if family == "detach" and culprit:
+        alternatives = [u for u in units[: units.index(culprit)] if u != "wte"]  # wte: still fed by the tied head
+    labels = [] if shrugged else list(spec.labels)
+    if verdict == "diverged" and "diverged" not in labels:
+        labels.insert(0, "diverged")
+    notes = spec.notes.format(t0=t0, culprit=picked.get(spec.culprit or "", ""), factor=factor)
+    if shrugged:
+        notes += "; training did not break (against its fault-free twin): the truth says healthy"
+    return {"verdict": verdict, "onset_step": onset, "culprit": culprit, "culprit_alternatives": alternatives,
+            "labels": labels, "first_nonfinite_loss_step": outcome.first_nonfinite_loss_step, "notes": notes,
+            "learned": all(map(math.isfinite, losses)) and sum(losses[-10:]) < 0.8 * sum(losses[:10])}
+
+
+def _verdict(outcome: str, losses: list[float], twin: list[float], t0: int, chance: float) -> tuple[str, int | None]:
+    """(verdict, onset step) from what the loop saw, against the fault-free twin's losses."""
+    if outcome == "healthy":
+        return "healthy", None
+    if outcome in ("diverged", "diverged_or_stalled") and broke_against(losses, twin, t0):
+        return "diverged", t0
+    if outcome in ("stalled", "diverged_or_stalled") and stalled_against(losses, twin, t0):
+        return "not_learning", None
+    if outcome != "from_start":
+        return "healthy", None
+    # A wrong setting from step 0: the run ran away, stayed flat, or learned anyway.
+    first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
+    if not all(math.isfinite(v) for v in losses) or (max(losses) >= 1.2 * first and last >= first):
+        return "diverged", None
+    if last >= 0.9 * first or last >= 0.9 * chance or last >= 1.25 * sum(twin[-10:]) / 10:
+        return "not_learning", None
+    return "healthy", None

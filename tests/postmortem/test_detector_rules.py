@@ -1,0 +1,375 @@
+"""Each registered rule on its small typed input, built by hand: one case where it fires and
+one where it must not."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from postmortem.detectors import REGISTRY, Outcome, Thresholds, measure_outcome
+from postmortem.detectors.activations import (
+    ActivationShare,
+    ActivationShares,
+    SigmoidBounds,
+    dead_units,
+    log_of_zero,
+    saturated_units,
+)
+from postmortem.detectors.divergence import (
+    Clipping,
+    Incident,
+    LossSpike,
+    clipping,
+    diverged,
+    exploding_gradient,
+    lr_too_high,
+    recovered_incident,
+)
+from postmortem.detectors.gradients import (
+    GradientHistory,
+    LayerGradients,
+    SilentGradients,
+    no_gradient,
+    stale_gradients,
+    vanishing_gradient,
+)
+from postmortem.detectors.init import InitialWeight, InitialWeights, poor_init
+from postmortem.detectors.inputs import InputFeatures, InputSeries, NonfiniteBatches, nonfinite_input, unscaled_inputs
+from postmortem.detectors.outcome import LossOutcome, loss_plateau
+from postmortem.detectors.root_causes import (
+    OnsetWindow,
+    Series,
+    batch_out_of_range,
+    hyperparameter_changed,
+    optimizer_state_changed,
+    weights_changed_outside_optimizer,
+)
+from postmortem.detectors.updates import LossPace, UpdateActivity, lr_too_low, no_update
+from postmortem.findings import LABELS, Finding, Onset
+from postmortem.onset import SeriesBreak
+from postmortem.ranking import TensorBreak
+
+TH = Thresholds()
+LEARNS = Outcome(True, 0.8, 0.01)
+FLAT = Outcome(False, 0.0, 0.01)
+N = 100
+STEPS = np.arange(N)
+
+
+def _noisy(level: float, seed: int, sigma: float = 0.02) -> np.ndarray:
+    return level * 10 ** np.random.default_rng(seed).normal(0, sigma, N)
+
+
+def test_every_label_has_one_rule_and_every_rule_its_thresholds():
+    assert set(REGISTRY) | {"healthy"} == set(LABELS)
+    for label, rule in REGISTRY.items():
+        assert rule.label == label
+        assert rule.family is None or hasattr(TH, rule.family)
+
+
+# ---------------------------------------------------------------- outcome
+
+
+def test_outcome_learns_from_a_falling_loss_and_not_from_noise():
+    falling = 2.0 * np.exp(-STEPS / 30) + 0.1 + np.random.default_rng(0).normal(0, 0.01, N)
+    flat = 2.3 + np.random.default_rng(1).normal(0, 0.05, N)
+    assert measure_outcome(STEPS, falling, {}, TH.outcome).learns is True
+    assert measure_outcome(STEPS, flat, {}, TH.outcome).learns is False
+    rising_accuracy = np.linspace(0.1, 0.9, N)
+    assert measure_outcome(STEPS, flat, {"accuracy": (rising_accuracy, True)}, TH.outcome).learns is True
+    assert measure_outcome(STEPS[:5], flat[:5], {}, TH.outcome).learns is None
+
+
+def test_loss_plateau():
+    flat = 2.3 + np.random.default_rng(1).normal(0, 0.05, N)
+    outcome = measure_outcome(STEPS, flat, {}, TH.outcome)
+    assert [f.label for f in loss_plateau(LossOutcome(flat, outcome, False), TH.outcome)] == ["loss_plateau"]
+    assert loss_plateau(LossOutcome(flat, LEARNS, False), TH.outcome) == []
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def test_nonfinite_input():
+    found = nonfinite_input(NonfiniteBatches({"input": [70, 71]}), TH.inputs)
+    assert found[0].step == 70 and found[0].tensors == ["input"]
+    assert nonfinite_input(NonfiniteBatches({}), TH.inputs) == []
+
+
+def test_unscaled_inputs_skip_index_inputs_and_are_notes_in_a_run_that_learns():
+    seconds = InputSeries("input", "float", 3600.0, 1800.0, 1000.0)
+    tokens = InputSeries("input.input_ids", "index", 64.0, 31.0, 18.0)
+    found = unscaled_inputs(InputFeatures([seconds, tokens], FLAT), TH.inputs)
+    assert found[0].tensors == ["input"] and found[0].severity == "error"
+    assert unscaled_inputs(InputFeatures([tokens], FLAT), TH.inputs) == []
+    assert unscaled_inputs(InputFeatures([seconds], LEARNS), TH.inputs)[0].severity == "note"
+
+
+# ---------------------------------------------------------------- gradients
+
+
+def _silent(since: dict, learns=LEARNS, called=None, frozen=()):
+    names = list(since)
+    return SilentGradients({n: 0 for n in names}, since, {n: (1.0 if s == 0 else 0.5) if s is not None else 0.0
+                                                        for n, s in since.items()},
+                           {n: N for n in names}, frozenset(frozen), learns, called)
+
+
+def test_no_gradient_on_a_layer_cut_mid_run():
+    grads = _silent({"fc1.weight": 50, "fc1.bias": 50, "fc2.weight": None, "fc2.bias": None})
+    found = no_gradient(grads, TH.gradients)
+    assert found[0].tensors == ["fc1.weight", "fc1.bias"] and found[0].severity == "error"
+    assert "detach" in found[0].fix
+    assert no_gradient(_silent({"fc1.weight": None, "fc2.weight": None}), TH.gradients) == []
+
+
+def test_zero_gradient_by_construction_is_a_note_naming_the_tensor():
+    names = {"attn.k_proj.weight": None, "attn.k_proj.bias": 0, "attn.q_proj.weight": None,
+             "attn.q_proj.bias": None, "head.weight": None}
+    called = frozenset({"attn.k_proj", "attn.q_proj", "head"})
+    found = no_gradient(_silent(names, called=called), TH.gradients)
+    assert found[0].tensors == ["attn.k_proj.bias"] and found[0].severity == "note"
+    # The same tensor in a run that does not learn is a fault.
+    assert no_gradient(_silent(names, learns=FLAT, called=called), TH.gradients)[0].severity == "error"
+    # A whole layer that runs and gets no gradient from the start is cut off, not structure.
+    whole = {"fc1.weight": 0, "fc1.bias": 0, "fc2.weight": None, "fc2.bias": None, "fc3.weight": None}
+    cut = no_gradient(_silent(whole, called=frozenset({"fc1", "fc2", "fc3"})), TH.gradients)
+    assert cut[0].severity == "error"
+
+
+def _accumulating(t0: int | None, seed: int = 0) -> GradientHistory:
+    rng = np.random.default_rng(seed)
+    steps = np.arange(120)
+    per_tensor, squares = [], np.zeros(120)
+    for dims in (40, 10):
+        fresh = rng.normal(0.15, 1.0, size=(120, dims))
+        if t0 is not None:
+            fresh[t0 - 1:] = np.cumsum(fresh[t0 - 1:], axis=0)
+        norms = np.linalg.norm(fresh, axis=1)
+        per_tensor.append((steps, norms))
+        squares += norms**2
+    return GradientHistory(steps, np.sqrt(squares), per_tensor, steps, np.full(120, 2.3))
+
+
+def test_stale_gradients():
+    found = stale_gradients(_accumulating(60), TH.gradients)
+    assert found and abs(found[0].step - 60) <= 2
+    assert stale_gradients(_accumulating(None), TH.gradients) == []
+
+
+def test_vanishing_gradient_needs_layers_shrinking_toward_the_input_and_no_learning():
+    shrinking = LayerGradients([("fc1.weight", 1e-9), ("fc2.weight", 1e-6), ("fc3.weight", 1e-3),
+                                ("fc4.weight", 1.0)], FLAT)
+    assert vanishing_gradient(shrinking, TH.gradients)[0].tensors == ["fc1.weight"]
+    assert vanishing_gradient(replace(shrinking, outcome=LEARNS), TH.gradients) == []
+    # One tiny tensor among healthy ones (a key bias) is not a vanishing gradient.
+    lone = LayerGradients([("emb.weight", 1e-2), ("attn.k_proj.weight", 3e-10), ("attn.v_proj.weight", 1e-2),
+                           ("head.weight", 1e-2)], FLAT)
+    assert vanishing_gradient(lone, TH.gradients) == []
+
+
+# ---------------------------------------------------------------- updates
+
+
+def _activity(update_since, stepped=None, lr=0.1):
+    grads = _silent({"fc.weight": None, "fc.bias": None})
+    updates = _silent({"fc.weight": update_since, "fc.bias": update_since})
+    return UpdateActivity(grads, {"fc.weight": 0.1, "fc.bias": 0.1}, updates, None,
+                          stepped or (np.zeros(0, np.int64), np.zeros(0)), lr)
+
+
+def test_no_update():
+    found = no_update(_activity(0, (STEPS, np.zeros(N))), TH)
+    assert found[0].label == "no_update" and "optimizer.step()" in found[0].fix
+    assert found[0].evidence["optimizer_stepped"] == 0.0
+    assert no_update(_activity(None), TH) == []
+
+
+def test_lr_too_low():
+    slow = 2.0 - 0.004 * STEPS  # a straight, slow descent: 20 % in the whole run
+    outcome = measure_outcome(STEPS, slow, {}, TH.outcome)
+    found = lr_too_low(LossPace(slow, 1e-3, 1e-3, outcome, False), TH.updates)
+    assert found and "lr 0.001 → 0.01" in found[0].fix
+    flat = np.full(N, 2.3)
+    assert lr_too_low(LossPace(flat, 1e-7, 1e-7, FLAT, False), TH.updates)
+    converging = 2.0 * np.exp(-STEPS / 20) + 0.1
+    outcome = measure_outcome(STEPS, converging, {}, TH.outcome)
+    assert lr_too_low(LossPace(converging, 1e-3, 0.1, outcome, False), TH.updates) == []
+
+
+# ---------------------------------------------------------------- activations and init
+
+
+def test_dead_and_saturated_units_are_verdicts_only_in_a_run_that_does_not_learn():
+    layers = [ActivationShare("fc1", 0.97, float("nan")), ActivationShare("sig", 0.0, 0.8),
+              ActivationShare("fc2", 0.4, float("nan"))]
+    dead = dead_units(ActivationShares(layers, FLAT), TH.activations)
+    sat = saturated_units(ActivationShares(layers, FLAT), TH.activations)
+    assert dead[0].tensors == ["fc1"] and sat[0].tensors == ["sig"]
+    assert dead[0].severity == sat[0].severity == "error"
+    assert dead_units(ActivationShares(layers, LEARNS), TH.activations)[0].severity == "note"
+    healthy = [ActivationShare("fc1", 0.5, float("nan")), ActivationShare("sig", 0.0, 0.1)]
+    assert dead_units(ActivationShares(healthy, FLAT), TH.activations) == []
+    assert saturated_units(ActivationShares(healthy, FLAT), TH.activations) == []
+
+
+def test_log_of_zero_names_the_sigmoid_whose_outputs_reached_a_bound_before_the_nan_loss():
+    steps = np.arange(40)
+    top = np.full(40, 0.97)
+    top[30:] = 0.99999988  # 1 − 2 float32 ulps from step 30
+    sigmoid = (steps, top, np.zeros(40), np.full(40, 0.25))
+    found = log_of_zero(SigmoidBounds({"D.sigmoid": sigmoid}, ("loss_d", 40), 40), TH.activations)
+    assert found[0].tensors == ["D.sigmoid"] and found[0].step == 30
+    assert "BCEWithLogitsLoss" in found[0].fix
+    # A tensor went non-finite before the loss: the loss only followed, not log(0).
+    assert log_of_zero(SigmoidBounds({"D.sigmoid": sigmoid}, ("loss_d", 40), 35), TH.activations) == []
+    far = (steps, np.full(40, 0.97), np.zeros(40), np.full(40, 0.25))
+    assert log_of_zero(SigmoidBounds({"D.sigmoid": far}, ("loss_d", 40), 40), TH.activations) == []
+
+
+def test_poor_init():
+    zeros = InitialWeights([InitialWeight("fc.weight", 0.0, 64, (8, 8))], FLAT)
+    assert poor_init(zeros, TH.init)[0].tensors == ["fc.weight"]
+    default = InitialWeights([InitialWeight("fc.weight", 0.58 / 8, 64, (8, 8))], FLAT)
+    assert poor_init(default, TH.init) == []
+
+
+# ---------------------------------------------------------------- root causes
+
+
+def _window(onset=60, **series) -> OnsetWindow:
+    base = dict(hyperparameters={}, groups={"opt.0": ["fc1.weight"], "opt.1": ["fc2.weight"]},
+                params={}, updates={}, grads={}, states={}, batches={})
+    base.update(series)
+    return OnsetWindow(onset, 0, severity="error", **base)
+
+
+def _lr_series(change_at=None, factor=300.0, warmup=10):
+    lr = np.minimum(1.0, (STEPS + 1) / warmup) * 1e-3
+    if change_at is not None:
+        lr[change_at:] *= factor
+    return Series(STEPS, lr)
+
+
+def test_hyperparameter_changed_names_the_group_and_both_values():
+    window = _window(onset=70, hyperparameters={"hp.opt.1.lr": _lr_series(55), "hp.opt.0.lr": _lr_series()})
+    found = hyperparameter_changed(window, TH.root_causes)
+    assert found[0].step == 55 and found[0].tensors == ["fc2.weight"]
+    assert found[0].evidence["before"] == pytest.approx(1e-3) and found[0].evidence["factor"] == pytest.approx(300)
+    # A warm-up, and a decaying step schedule, are no cause.
+    decay = _lr_series(55, factor=0.1)
+    assert hyperparameter_changed(_window(hyperparameters={"hp.opt.0.lr": _lr_series(), "hp.opt.1.lr": decay}),
+                                  TH.root_causes) == []
+
+
+def _param_case(scale_at=None, grad_jump=1.0):
+    norm = _noisy(5.0, 1, 0.001)
+    update = _noisy(5e-3, 2)
+    grad = _noisy(1.0, 3)
+    if scale_at is not None:
+        norm[scale_at:] *= 100
+        update[scale_at] = 99 * norm[scale_at - 1]
+        grad[scale_at:] *= grad_jump
+    return dict(params={"fc1.weight": Series(STEPS, norm)}, updates={"fc1.weight": Series(STEPS, update)},
+                grads={"fc1.weight": Series(STEPS, grad)})
+
+
+def test_weights_changed_outside_the_optimizer():
+    found = weights_changed_outside_optimizer(_window(onset=62, **_param_case(60)), TH.root_causes)
+    assert found[0].step == 60 and found[0].tensors == ["fc1.weight"]
+    assert weights_changed_outside_optimizer(_window(**_param_case()), TH.root_causes) == []
+    # Its group's lr raised at that step explains the update: that is hyperparameter_changed's.
+    lr = _window(onset=62, hyperparameters={"hp.opt.0.lr": _lr_series(60, factor=1e4)}, **_param_case(60))
+    assert weights_changed_outside_optimizer(lr, TH.root_causes) == []
+
+
+def test_optimizer_state_changed_when_a_second_moment_collapses():
+    exp_avg_sq = _noisy(1e-4, 7)
+    exp_avg_sq[60:] *= 0.05  # zeroed, then one step of (1 - β2)·g²
+    found = optimizer_state_changed(_window(onset=62, states={("fc1.weight", "exp_avg_sq"): Series(STEPS, exp_avg_sq)}),
+                                    TH.root_causes)
+    assert found[0].step == 60 and found[0].tensors == ["fc1.weight"]
+    # A signed state may cancel to ~0 when the gradient turns: not a cause.
+    signed = optimizer_state_changed(_window(onset=62, states={("fc1.weight", "exp_avg"): Series(STEPS, exp_avg_sq)}),
+                                     TH.root_causes)
+    assert signed == []
+    steady = {("fc1.weight", "exp_avg_sq"): Series(STEPS, _noisy(1e-4, 7))}
+    assert optimizer_state_changed(_window(onset=62, states=steady), TH.root_causes) == []
+
+
+def test_batch_out_of_range():
+    batch = _noisy(3.0, 4)
+    batch[60] *= 1e3
+    found = batch_out_of_range(_window(onset=60, batches={"input": Series(STEPS, batch)}), TH.root_causes)
+    assert found[0].step == 60 and found[0].tensors == ["input"]
+    assert batch_out_of_range(_window(onset=60, batches={"input": Series(STEPS, _noisy(3.0, 4))}),
+                              TH.root_causes) == []
+
+
+# ---------------------------------------------------------------- divergence
+
+
+def _break(role, name, onset, *, step_jump=50.0, amplified=True) -> TensorBreak:
+    fit = SeriesBreak(f"{role} {name}", 0, onset, (onset, onset), 2.0, 1.0, step_jump, step_jump, 100.0,
+                      1.0, 0.05, 1e6, True, True, amplified)
+    return TensorBreak(role, name, None, fit)
+
+
+def _incident(**changes) -> Incident:
+    onset = Onset(60, (60, 60), "grad fc2.weight", 2.0, 1.0, 50.0, 6)
+    base = dict(diverged=True, recovered=False, onset=onset, first_nonfinite=None, culprits=["fc2.weight"],
+                grad_breaks=[_break("grad", "fc2.weight", 60)], update_breaks=[], healthy_max_grad_norm=9.1,
+                lr=0.05, first_update_ratio=1e-3, from_start=False, loss_first_alone=False,
+                clipping=Clipping(False, None, ""), causes=[], nonfinite_input=None, log_of_zero=None)
+    base.update(changes)
+    return Incident(**base)
+
+
+def test_diverged_quotes_the_lr_at_the_onset_and_never_says_clip_to_a_run_that_clips():
+    found = diverged(_incident(), TH.divergence)
+    assert "max_norm=9.1" in found[0].fix and "lr 0.05 at the onset" in found[0].fix
+    clips = diverged(_incident(clipping=Clipping(True, 1.0, "clip_coef recorded")), TH.divergence)
+    assert "clip_grad_norm_" not in clips[0].fix
+    assert diverged(_incident(recovered=True), TH.divergence) == []
+    assert diverged(_incident(diverged=False), TH.divergence) == []
+
+
+def test_exploding_gradient():
+    assert exploding_gradient(_incident(), TH.divergence)[0].tensors == ["fc2.weight"]
+    assert exploding_gradient(_incident(grad_breaks=[]), TH.divergence) == []
+    clips = exploding_gradient(_incident(clipping=Clipping(True, 1.0, "clip_coef recorded")), TH.divergence)
+    assert "clip_grad_norm_" not in clips[0].fix
+
+
+def test_lr_too_high():
+    raised = Finding("hyperparameter_changed", 55, ["fc2.weight"],
+                     {"hyperparameter": "hp.opt.1.lr", "before": 1e-3, "after": 0.3, "factor": 300.0,
+                      "param_group": "1"}, "", "error")
+    found = lr_too_high(_incident(causes=[raised]), TH.divergence)
+    assert found[0].step == 55 and found[0].tensors == ["fc2.weight"] and "keep it at 0.001" in found[0].fix
+    update_jump = _incident(update_breaks=[_break("update", "fc2.weight", 60)])
+    assert lr_too_high(update_jump, TH.divergence)[0].tensors == ["fc2.weight"]
+    assert lr_too_high(_incident(), TH.divergence) == []
+
+
+def test_recovered_incident():
+    found = recovered_incident(LossSpike(STEPS, np.full(N, 1.0), _incident(recovered=True)), TH.outcome)
+    assert found[0].step == 60 and found[0].severity == "warning"
+    loss = _noisy(1.0, 5)
+    loss[50] *= 40
+    spike = recovered_incident(LossSpike(STEPS, loss, _incident(diverged=False)), TH.outcome)
+    assert spike[0].step == 50 and spike[0].severity == "note"
+    assert recovered_incident(LossSpike(STEPS, _noisy(1.0, 5), _incident(diverged=False)), TH.outcome) == []
+
+
+def test_clipping_from_a_capped_grad_norm_or_a_recorded_coefficient():
+    import pandas as pd
+
+    capped = np.minimum(_noisy(1.0, 6, 0.3), 1.0)
+    none = pd.DataFrame({"step": [], "name": [], "value": []})
+    assert clipping(none, capped).clips
+    assert not clipping(none, _noisy(1.0, 6, 0.3)).clips
+    coef = pd.DataFrame({"step": [3], "name": ["clip_coef"], "value": [0.5]})
+    assert clipping(coef, _noisy(1.0, 6, 0.3)).clips

@@ -1,0 +1,102 @@
+"""The field-like zoo (sample_runs/field.py): its catalogue, and on a few cheap scenarios that each
+fault did to the loss what the truth says, with the recorded tensors showing it at t0."""
+import math
+
+import pyarrow.dataset as ds
+import pytest
+from sample_run_helpers import read_stats
+
+from sample_runs import HELD_OUT_ARCHS, SCENARIOS, make
+from sample_runs.field import FIELD_FAMILIES, _twin_losses
+from sample_runs.field_models import build_field_model
+
+
+def _losses(run):
+    scalars = ds.dataset(str(run / "scalars"), format="parquet").to_table().to_pandas()
+    return scalars[scalars["name"] == "loss"].sort_values("step")["value"].tolist()
+
+
+def _mean(values):
+    return sum(values) / len(values)
+
+
+def test_catalogue_looks_like_the_field():
+    field = [s for s in SCENARIOS.values() if s.arch in HELD_OUT_ARCHS]
+    assert {s.arch for s in field} == {"gpt", "transformer", "resnet", "gru"}
+    assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
+    for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
+                   "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
+                   "healthy_spike"):
+        assert family in FIELD_FAMILIES and any(s.family == family for s in field)
+    healthy = [s for s in SCENARIOS.values() if s.family.startswith("healthy") or s.family in ("gan_healthy", "deep_kaiming")]
+    assert len(healthy) >= 40 and len({s.arch for s in healthy}) >= 6
+
+
+@pytest.mark.parametrize("arch", ["gpt", "transformer", "resnet", "gru"])
+def test_units_partition_the_parameters_and_exposed_layers_exist(arch):
+    model = build_field_model(arch, 27)
+    in_units = {id(p) for unit in model.units for p in model.get_submodule(unit).parameters()}
+    assert {id(p) for n, p in model.named_parameters() if n != "pos"} <= in_units
+    for layer in model.exposed:
+        assert any(n.startswith("weight") for n, _ in model.get_submodule(layer).named_parameters())
+
+
+def test_lr_spike_raises_the_groups_lr_at_t0_and_the_run_does_not_come_back(tmp_path):
+    truth = make("lr_spike-gru-s0", tmp_path / "run")
+    assert truth.verdict == "diverged" and truth.culprit == "rnn" and "lr_too_high" in truth.labels
+    t0 = truth.onset_step
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    factor = float(truth.notes.split("multiplied by ")[1].split(" ")[0])
+    # Groups: embed (matrices; no biases), rnn's matrices, rnn's biases, decoder's two.
+    for group, jumped in ((0, False), (1, True), (2, True), (3, False)):
+        lr = scalars[scalars["name"] == f"hp.optimizer.{group}.lr"].set_index("step")["value"]
+        # the cosine moves the lr by < 1 % per step
+        assert lr[t0] / lr[t0 - 1] == pytest.approx(factor if jumped else 1.0, rel=0.05)
+    losses, twin = _losses(tmp_path / "run"), _twin_losses("gru", 0)
+    assert losses[:t0] == pytest.approx(list(twin[:t0]), rel=1e-5)  # the same run until the fault
+    assert _mean(losses[-10:]) >= 1.25 * _mean(twin[-10:])
+
+
+def test_weight_scale_multiplies_the_culprits_norm_at_t0(tmp_path):
+    truth = make("weight_scale-gru-s0", tmp_path / "run")
+    assert truth.verdict == "diverged" and truth.culprit == "decoder"
+    stats = read_stats(tmp_path / "run")
+    norm = stats[(stats["role"] == "param") & (stats["name"] == "decoder.weight")].set_index("step")["norm"]
+    assert norm[truth.onset_step] / norm[truth.onset_step - 1] > 50  # ×100 before the step's own update
+    losses = _losses(tmp_path / "run")
+    assert max(losses[truth.onset_step:]) > 3 * _mean(losses[truth.onset_step - 10 : truth.onset_step])
+
+
+def test_missing_step_and_lr_too_low_leave_the_loss_flat(tmp_path):
+    for name, label in (("missing_step-gru-s0", "no_update"), ("lr_too_low-resnet-s0", "lr_too_low")):
+        truth = make(name, tmp_path / name)
+        assert truth.verdict == "not_learning" and truth.labels == [label]
+        losses = _losses(tmp_path / name)
+        assert _mean(losses[-10:]) >= 0.9 * _mean(losses[:10])
+
+
+def test_a_fault_the_run_shrugs_off_is_healthy_in_the_truth(tmp_path):
+    # Behind BatchNorm a batch ×1e3 is normalised away: the run ends where its fault-free twin does.
+    truth = make("batch_scale-resnet-s0", tmp_path / "run")
+    assert truth.verdict == "healthy" and truth.labels == [] and truth.onset_step is None
+    assert "did not break" in truth.notes
+    losses, twin = _losses(tmp_path / "run"), _twin_losses("resnet", 0)
+    assert all(math.isfinite(v) for v in losses) and _mean(losses[-10:]) < 1.25 * _mean(twin[-10:])
+
+
+def test_seed_003_gan_generator_gets_no_gradient_from_its_init_and_kaiming_fixes_it(tmp_path):
+    bad, fixed = make("gan_bad_init-s0", tmp_path / "bad"), make("gan_kaiming-s0", tmp_path / "fixed")
+    assert bad.verdict == "not_learning" and bad.labels == ["vanishing_gradient"] and bad.culprit == "G.fc0"
+    assert fixed.verdict == "healthy"
+
+    def first_layer_grad(run):
+        stats = read_stats(run)
+        return stats[(stats["role"] == "grad") & (stats["name"] == "G.fc0.weight")]["norm"].median()
+
+    assert first_layer_grad(tmp_path / "bad") < 1e-4 * first_layer_grad(tmp_path / "fixed")
+
+
+def test_seed_001_truth_names_the_sigmoid_and_log_of_zero(tmp_path):
+    truth = make("gan_log0-s1", tmp_path / "run")
+    assert truth.culprit == "D.sigmoid" and truth.labels == ["diverged", "log_of_zero"]
+    assert truth.first_nonfinite_loss_step is not None
