@@ -87,6 +87,7 @@ def test_seed000_one_onset_story_after_the_domain_switch(seed_reports):
     onset, first = analysis.onset, analysis.first_nonfinite
     assert switch < onset.step < first.step
     assert _headline(text).startswith(f"Diverged. The failure began at step {onset.step}")
+    assert f"It followed domain_switch at step {switch} " in _headline(text)
     # One date: every diagnosis is at or after the onset, none before the switch.
     steps = [int(s) for line in _diagnoses(text) for s in re.findall(r"\(step (\d+)\)", line)]
     assert steps and min(steps) >= onset.step
