@@ -120,7 +120,7 @@ class RankResult:
             "first_nonfinite": None if not first else {
                 "step": first.step, "tensor": first.tensor, "role": first.role, "key": first.key},
             "own_nonfinite": [{"role": role, "name": name} for role, name in self.own_nonfinite],
-            "labels": [f.label for f in analysis.significant] if analysis else [],
+            "labels": [f.label for f in analysis.findings] if analysis else [],
             "steps": recorded_steps(analysis.run) if analysis else None,
             "error": self.error,
         }

@@ -117,7 +117,7 @@ def scan_run(name: str, path: str, report: str | None, version: str = "") -> dic
             row["files"] = [f for r in multi.analysed for f in _files(r.analysis.run, r.rank)]
         else:
             analysis = analyze(load_run(path))
-            row.update(_facts(analysis), labels=",".join(f.label for f in analysis.significant))
+            row.update(_facts(analysis), labels=",".join(f.label for f in analysis.findings))
             row["files"] = _files(analysis.run, None)
     except Exception as exc:  # noqa: BLE001 - a bad run is a row, never a failed scan
         row.update(verdict="error", error=one_line_error(exc))
