@@ -49,6 +49,8 @@ __all__ = ["Recorder"]
 _RUN_ENTRIES = ("manifest.json", "stats", "scalars", "events", "checkpoints")
 _SATURATING = {nn.Tanh: "tanh", nn.Sigmoid: "sigmoid"}
 _IO_KEYWORDS = ("inputs", "targets")
+# Where optimizer wrappers keep the optimizer they wrap.
+_WRAPPED_OPTIMIZER_ATTRIBUTES = ("optimizer", "_optimizer")
 # What became of a parameter's gradient this step.
 _GRAD_PENDING, _GRAD_MEASURED, _GRAD_NONE, _GRAD_LOST = range(4)
 _MOMENT_WIDTH = len(Moments._fields)
@@ -141,9 +143,25 @@ def _as_models(model: Any) -> dict[str, nn.Module]:
                     f"got {type(model).__name__}")
 
 
+def _unwrapped_optimizer(optimizer: Any) -> Any:
+    """The optimizer a wrapper keeps in ``.optimizer`` or ``._optimizer`` (accelerate's
+    AcceleratedOptimizer, Lightning's LightningOptimizer): wrappers pass as optimizers by class
+    but lack the step-hook tables; the one they wrap steps, and holds the param groups."""
+    seen = {id(optimizer)}
+    while True:
+        inner = next((found for attr in _WRAPPED_OPTIMIZER_ATTRIBUTES
+                      if isinstance(found := getattr(optimizer, attr, None), torch.optim.Optimizer)
+                      and id(found) not in seen), None)
+        if inner is None:
+            return optimizer
+        optimizer = inner
+        seen.add(id(inner))
+
+
 def _as_optimizers(optimizer: Any) -> dict[str, torch.optim.Optimizer]:
     if optimizer is None:
         return {}
+    optimizer = _unwrapped_optimizer(optimizer)
     if isinstance(optimizer, torch.optim.Optimizer):
         return {"optimizer": optimizer}
     if isinstance(optimizer, Mapping):
@@ -157,6 +175,7 @@ def _as_optimizers(optimizer: Any) -> dict[str, torch.optim.Optimizer]:
     for name, opt in items:
         if not isinstance(name, str) or not name or "." in name:
             raise ValueError(f"optimizer names must be non-empty strings without '.', got {name!r}")
+        opt = _unwrapped_optimizer(opt)
         if not isinstance(opt, torch.optim.Optimizer):
             raise TypeError(f"optimizer {name!r} is a {type(opt).__name__}, "
                             "not a torch.optim.Optimizer")
@@ -403,14 +422,16 @@ class Recorder:
         self._sync_params()
         self._sync_leaf_hooks()
         before_forward = _Hook(self._before_forward)
-        for model in self._models.values():
+        for name, model in self._models.items():
             if not _is_compiled(model):  # a compiled model's own hooks run inside its graph
-                self._handles.append(model.register_forward_pre_hook(before_forward))
-        self._handles.append(register_module_module_registration_hook(self._on_registration))
-        self._handles.append(register_module_parameter_registration_hook(self._on_registration))
+                self._hook(f"model {name}", model.register_forward_pre_hook, before_forward)
+        self._hook("module registration", register_module_module_registration_hook,
+                   self._on_registration)
+        self._hook("parameter registration", register_module_parameter_registration_hook,
+                   self._on_registration)
         before_step = _Hook(self._before_optimizer_step)
-        for opt in self._optimizers.values():
-            self._handles.append(opt.register_step_pre_hook(before_step))
+        for name, opt in self._optimizers.items():
+            self._hook(f"optimizer {name}", opt.register_step_pre_hook, before_step)
         if threading.current_thread() is threading.main_thread():
             self._previous_sigterm = signal.getsignal(signal.SIGTERM)
             signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -421,6 +442,17 @@ class Recorder:
             self._last_scale = float(self._scaler.get_scale())
         self._open = True
         return self
+
+    def _hook(self, where: str, register: Any, hook: Any) -> Any:
+        """Install a hook the recorder owns; one that cannot be installed (an object that only
+        looks like a module or an optimizer) warns once and recording goes on without it."""
+        try:
+            handle = register(hook)
+        except Exception as exc:  # noqa: BLE001 - never break the user's training
+            self._measure_failed(f"the hook on {where}", exc)
+            return None
+        self._handles.append(handle)
+        return handle
 
     def _scan_models(self) -> None:
         """Name the models' parameters and leaf modules as they are now (in place: the state
@@ -523,8 +555,12 @@ class Recorder:
                 del self._leaf_hooks[name]
         for name, (module, saturation) in self._leaves.items():
             if name not in self._leaf_hooks:
-                self._leaf_hooks[name] = (module,
-                                          module.register_forward_hook(self._activation_hook))
+                try:
+                    handle = module.register_forward_hook(self._activation_hook)
+                except Exception as exc:  # noqa: BLE001 - never break the user's training
+                    self._measure_failed(f"the hook on module {name}", exc)
+                    continue
+                self._leaf_hooks[name] = (module, handle)
 
     def _on_registration(self, module: nn.Module, name: str, value: Any) -> None:
         """torch calls this for every module or parameter assigned into any module."""
@@ -728,12 +764,29 @@ class Recorder:
             capture.read()
         return capture
 
-    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any,
-                               kwargs: Any) -> None:
+    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple,
+                               kwargs: dict) -> tuple[tuple, dict] | None:
         """The optimizer is about to consume its gradients: keep their capture for the record,
         and measure the global norm of what it consumes where clipping (or the scaler's
-        unscale_) changed them since the end of backward."""
+        unscale_) changed them since the end of backward. Given a closure, ``step()`` runs the
+        backward (Lightning: and the clipping) itself: that is done once the closure returns."""
         self._stepped[self._optimizer_names[id(optimizer)]] = True
+        # args[0] is the optimizer itself (torch passes step()'s own arguments).
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if not callable(closure):
+            self._consume_grads(optimizer)
+            return None
+
+        def closure_then_consume() -> Any:
+            result = closure()
+            self._consume_grads(optimizer)
+            return result
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": closure_then_consume}
+        return (args[0], closure_then_consume, *args[2:]), kwargs
+
+    def _consume_grads(self, optimizer: torch.optim.Optimizer) -> None:
         changed, uncaptured = [], []
         for group in optimizer.param_groups:
             for p in group["params"]:
@@ -1037,6 +1090,22 @@ class Recorder:
         if not self._open:
             raise RecorderError("Recorder.event() called outside the `with Recorder(...)` block")
         self._buffers.events.append((self._step, kind, message, time.time()))
+
+    def record_scalars(self, **scalars: Any) -> int:
+        """Scalars measured after the last recorded step, before the next one (evaluation
+        metrics): written at the last recorded step, which is returned."""
+        if not self._open:
+            raise RecorderError("Recorder.record_scalars() called outside the `with Recorder(...)` "
+                                "block")
+        if self._manifest.get("last_step") is None:
+            raise RecorderError("Recorder.record_scalars() needs a recorded step: call step() first")
+        step = self._step - 1
+        values, left_out = self._read_scalars(scalars)
+        for name, exc in left_out:
+            self._measure_failed(f"scalar {name}", exc)
+        for name, value in values.items():
+            self._buffers.scalars.append((step, name, float(value)))
+        return step
 
     @property
     def current_step(self) -> int:
