@@ -111,6 +111,9 @@ def headline(analysis) -> str:
             how = "; ".join(h for h in how if h)
             parts.append(f"The failure began at step {onset.step}{fmt_interval(onset.interval)}"
                          f" in {_name(onset.series)}" + (f": {how}." if how else "."))
+            event = _event_before_onset(analysis)
+            if event:  # a likely trigger (seed 000's domain switch) belongs to the one onset story
+                parts.append(f"It followed {event}.")
         cause = next(iter(analysis.causes), None)
         if cause is not None:
             where = f" in {', '.join(_name(t) for t in cause.tensors[:3])}" if cause.tensors else ""

@@ -63,14 +63,15 @@ __all__ = [
 ]
 
 # Run order: the data, then direct causes and the mechanism of a NaN, before the divergence
-# findings whose fix texts they shape; then the not-learning mechanisms, the outcome last.
+# findings whose fix texts they shape; then the not-learning mechanisms (dead units before the
+# missing gradients they explain), the outcome last.
 RUN_ORDER = (
     "nonfinite_input", "unscaled_inputs",
     "hyperparameter_changed", "optimizer_state_changed", "weights_changed_outside_optimizer",
     "batch_out_of_range", "log_of_zero",
     "diverged", "exploding_gradient", "lr_too_high", "recovered_incident",
-    "no_gradient", "stale_gradients", "vanishing_gradient", "no_update", "lr_too_low",
-    "dead_units", "saturated_units", "poor_init", "loss_plateau",
+    "dead_units", "no_gradient", "stale_gradients", "vanishing_gradient", "no_update", "lr_too_low",
+    "saturated_units", "poor_init", "loss_plateau",
 )
 assert set(RUN_ORDER) == set(REGISTRY), "every registered rule has its place in RUN_ORDER"
 

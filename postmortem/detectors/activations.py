@@ -9,7 +9,7 @@ import numpy as np
 from ..findings import Finding
 from ..manifest import module_types
 from ..ranking import is_loss
-from .base import ERROR, NOTE, Evidence, Outcome, finding, register, role
+from .base import ERROR, NOTE, Evidence, Outcome, finding, layer_list, register, role
 from .thresholds import ActivationThresholds
 
 __all__ = ["ActivationShare", "ActivationShares", "SigmoidBounds", "dead_units", "log_of_zero", "saturated_units"]
@@ -48,11 +48,13 @@ def dead_units(shares: ActivationShares, th: ActivationThresholds) -> list[Findi
     dead = [a for a in shares.layers if a.zero_frac >= th.dead_zero_frac]
     if not dead:
         return []
+    names = sorted(a.name for a in dead)
     return [finding(
-        "dead_units", None, sorted(a.name for a in dead),
+        "dead_units", None, names,
         {"zero_fraction": {a.name: a.zero_frac for a in dead}, "threshold": th.dead_zero_frac},
-        "most units output exactly 0: reset the large negative biases to 0, use LeakyReLU, "
-        "Kaiming init, or a lower learning rate",
+        f"most units of {layer_list(names)} output exactly 0 (dead ReLUs: no gradient flows back "
+        "through them): reset the large negative biases to 0, use LeakyReLU(0.2), Kaiming init, "
+        "or a lower learning rate",
         _severity(shares.outcome),
     )]
 
@@ -136,8 +138,9 @@ def log_of_zero(bounds: SigmoidBounds, th: ActivationThresholds) -> list[Finding
         "log_of_zero", since, [name],
         {"module": name, "at_bounds_from_step": since, "share_near_bounds": near,
          "share_exactly_zero": zeros, "first_nonfinite_loss": loss, "first_nonfinite_loss_step": step},
-        f"the outputs of `{name}` reached 0 or 1 to float32 precision (from step {since}; up to "
-        f"{(near or 0) * 100:.3g} % of them within 0.01 of a bound) and `{loss}` went non-finite at step "
-        f"{step}, the first non-finite value of the run: log(0) in a hand-written BCE. Feed the raw logits to "
-        "torch.nn.BCEWithLogitsLoss (or use log(x + 1e-8)), then clip gradients",
+        # The mechanism and the fix first (a ticket shows the first 240 characters), the numbers after.
+        f"log(0) in a hand-written BCE: `{name}` saturated to exactly 0 or 1 (from step {since}) and `{loss}` "
+        f"went non-finite at step {step}. Feed the raw logits to torch.nn.BCEWithLogitsLoss (or use "
+        f"torch.log(x + 1e-8)), then clip gradients; up to {(near or 0) * 100:.3g} % of its outputs were "
+        "within 0.01 of a bound",
     )]

@@ -30,6 +30,7 @@ __all__ = [
     "SEVERITIES",
     "WARNING",
     "finding",
+    "layer_list",
     "loss_curve",
     "main_loss",
     "measure_outcome",
@@ -45,6 +46,12 @@ __all__ = [
 # mechanism seen in a run that learns. The headline and `--fail-on` read errors and warnings.
 ERROR, WARNING, NOTE = "error", "warning", "note"
 SEVERITIES = (ERROR, WARNING, NOTE)
+
+
+def layer_list(names: list[str], shown: int = 3) -> str:
+    """`a`, `b`, `c` and 5 more: the layers a fix names, short enough for a ticket."""
+    listed = ", ".join(f"`{n}`" for n in names[:shown])
+    return listed + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def finding(label: str, step: int | None, tensors: list[str], evidence: dict[str, Any], fix: str,

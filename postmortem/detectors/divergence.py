@@ -184,9 +184,13 @@ def exploding_gradient(incident: Incident, th: DivergenceThresholds) -> list[Fin
         return []
     top = min(incident.grad_breaks, key=lambda b: b.fit.onset_step)
     clip = incident.healthy_max_grad_norm
-    fix = _clip_advice(incident) or (
-        "the run already clips gradients: the clipped norm still grew, so the cause lies upstream "
-        "(see the root causes and the learning rate at the onset)")
+    if incident.clipping.clips:
+        fix = ("the run already clips gradients: the clipped norm still grew, so the cause lies upstream "
+               "(see the root causes and the learning rate at the onset)")
+    else:  # no healthy phase to take a norm from: the gradients grew from the first steps
+        fix = _clip_advice(incident) or (
+            "the gradients grew from the first steps: lower the learning rate first (see lr_too_high), "
+            "then clip gradients with torch.nn.utils.clip_grad_norm_")
     return [finding(
         "exploding_gradient", top.fit.onset_step,
         sorted({b.name for b in incident.grad_breaks if b.role == "grad"}),

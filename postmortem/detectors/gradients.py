@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -11,7 +11,7 @@ from ..accumulation import PRE, accumulation_onset
 from ..findings import Finding
 from ..manifest import frozen_parameters, manifest_order
 from ..series import SeriesTable
-from .base import ERROR, NOTE, Evidence, Outcome, finding, register, role
+from .base import ERROR, NOTE, Evidence, Outcome, finding, layer_list, register, role
 from .thresholds import GradientThresholds
 
 __all__ = [
@@ -40,6 +40,7 @@ class SilentGradients:
     frozen: frozenset[str]  # requires_grad=False in the manifest
     outcome: Outcome
     called: frozenset[str] | None = None  # modules whose outputs were recorded (None: none were)
+    dead: tuple[str, ...] = ()  # modules dead_units found outputting exactly 0
 
     def quiet(self, th: GradientThresholds) -> dict[str, int]:
         return {n: s for n, s in self.silent_from.items() if s is not None
@@ -65,7 +66,8 @@ def silence(rows: pd.DataFrame, manifest: dict, outcome: Outcome,
 
 def _silent_gradients(ev: Evidence) -> SilentGradients:
     called = frozenset(role(ev.summary, "activation").get("name", []))
-    return silence(role(ev.summary, "grad"), ev.manifest, ev.outcome, called or None)
+    dead = tuple(t for f in ev.found if f.label == "dead_units" for t in f.tensors)
+    return replace(silence(role(ev.summary, "grad"), ev.manifest, ev.outcome, called or None), dead=dead)
 
 
 def _module(parameter: str) -> str:
@@ -108,6 +110,10 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
         fix = (f"{', '.join(ordered)} never received a gradient while the run learned: zero by "
                "construction (e.g. an attention key bias, an unused branch); remove the parameter "
                "if it is not meant to exist")
+    elif grads.dead:
+        fix = (f"no gradient flows back through {layer_list(list(grads.dead))}: their units output "
+               "exactly 0 (dead ReLUs, see dead_units); fix the dead units first (biases, "
+               "LeakyReLU(0.2), Kaiming init), else look for a .detach() cutting the graph")
     else:
         fix = (f"{where}: remove the .detach() / torch.no_grad() / .item() that cuts the graph "
                "before these layers")
@@ -277,11 +283,13 @@ def vanishing_gradient(layers: LayerGradients, th: GradientThresholds) -> list[F
     small = ratio < th.vanishing_layer_ratio or (len(tiny) >= len(weights) / 2 and rms[0] < th.vanishing_rms)
     if not (small and shrinking >= th.vanishing_monotone_share):
         return []
+    layers = (tiny or [weights[0][0]])[:10]
     return [finding(
-        "vanishing_gradient", None, (tiny or [weights[0][0]])[:10],
+        "vanishing_gradient", None, layers,
         {"smallest_grad_rms": float(rms.min()), "first_to_last_layer_grad_ratio": ratio,
          "share_of_layers_shrinking_toward_the_input": shrinking,
          "threshold_grad_rms": th.vanishing_rms},
-        "re-initialise with Kaiming init (torch.nn.init.kaiming_normal_, nonlinearity='relu' or "
-        "'leaky_relu') and prefer ReLU-family activations or normalisation between layers",
+        f"gradients vanish toward the input ({layer_list(layers)}): re-initialise the weights with "
+        "torch.nn.init.kaiming_normal_ (nonlinearity='relu', or 'leaky_relu' with a= its slope, "
+        "e.g. 0.2), or normalise between layers",
     )]

@@ -33,12 +33,16 @@ def test_report_matches_gold_file(tmp_path, name):
     build, kind = BUILDERS[name]
     analysis = build(write_run(tmp_path / f"{name}-run", kind=kind))
     html = scrub(render_html(build_page(analysis, version="9.9.9")), tmp_path)
-    gold = GOLD / f"{name}.html"
+    assert_matches_gold(GOLD / f"{name}.html", html)
+
+
+def assert_matches_gold(gold: Path, text: str) -> None:
+    """`text` equals the gold file (POSTMORTEM_UPDATE_GOLD=1 rewrites it first)."""
     if os.environ.get("POSTMORTEM_UPDATE_GOLD"):
         gold.parent.mkdir(exist_ok=True)
-        gold.write_text(html, encoding="utf-8")
+        gold.write_text(text, encoding="utf-8")
     assert gold.exists(), f"no gold file {gold}; regenerate with POSTMORTEM_UPDATE_GOLD=1"
-    assert html == gold.read_text(encoding="utf-8"), (
+    assert text == gold.read_text(encoding="utf-8"), (
         f"{gold.name} differs; if the change is intended, regenerate with POSTMORTEM_UPDATE_GOLD=1 and review the diff")
 
 
