@@ -168,13 +168,14 @@ def postmortem_method(run: Path, data: RunData, thresholds=None, loaded=None) ->
 
 # ---------------------------------------------------------------- threshold configurations
 
-# The thresholds that decide most verdicts, each varied one way from its default; every variant is
-# `dataclasses.replace` of `postmortem.detectors.Thresholds()` on one family's frozen dataclass.
-VARIANTS: dict[str, tuple[str, dict]] = {
-    "outcome_strict": ("outcome", {"noise_sigmas": 3.0, "plateau_improvement": 0.03}),
-    "outcome_lenient": ("outcome", {"noise_sigmas": 1.0}),
-    "recovery_strict": ("outcome", {"recovered_factor": 1.25, "spike_recovered": 1.5}),
-    "causes_near": ("root_causes", {"lookback": 10}),
+# The thresholds that decide most verdicts, each scaled one way from its default (so the grid
+# follows the defaults when they move); every variant is `dataclasses.replace` of
+# `postmortem.detectors.Thresholds()` on one family's frozen dataclass.
+VARIANTS: dict[str, tuple[str, dict[str, float]]] = {
+    "outcome_strict": ("outcome", {"noise_sigmas": 1.5, "plateau_improvement": 3.0}),
+    "outcome_lenient": ("outcome", {"noise_sigmas": 0.5}),
+    "recovery_loose": ("outcome", {"recovered_factor": 1.15, "spike_recovered": 0.75}),
+    "causes_near": ("root_causes", {"lookback": 0.25}),
 }
 
 
@@ -192,9 +193,23 @@ def threshold_grid(variants: bool = True) -> dict[str, object]:
 
     base = Thresholds()
     grid = {DEFAULT: base}
-    for name, (family, changes) in VARIANTS.items():
-        grid[name] = replace(base, **{family: replace(getattr(base, family), **changes)})
+    for name, (family, scales) in VARIANTS.items():
+        current = getattr(base, family)
+        values = {f: type(getattr(current, f))(getattr(current, f) * k) for f, k in scales.items()}
+        grid[name] = replace(base, **{family: replace(current, **values)})
     return grid
+
+
+def describe(grid: dict[str, object]) -> str:
+    """`name (family.field default → value, ...)` for every variant of the grid."""
+    if len(grid) == 1:
+        return DEFAULT
+    base, parts = grid[DEFAULT], [DEFAULT]
+    for name, (family, scales) in VARIANTS.items():
+        changes = ", ".join(f"{family}.{f} {getattr(getattr(base, family), f):g} → "
+                            f"{getattr(getattr(grid[name], family), f):g}" for f in scales)
+        parts.append(f"{name} ({changes})")
+    return "; ".join(parts)
 
 
 def first_nonfinite_method(run: Path, data: RunData) -> Prediction:
@@ -690,7 +705,7 @@ def _headline_row(name: str, rows: list[Scored], config: str = "") -> str:
     return "| " + " | ".join([name, *([config] if config else []), *(summary[c] for c in HEADLINE_COLUMNS)]) + " |"
 
 
-def left_out_section(rows: list[Scored]) -> str:
+def left_out_section(rows: list[Scored], grid_text: str = "") -> str:
     """The headline: postmortem on the runs not used for choosing defaults, each model family scored
     with the configuration chosen on the other families; then every family the same way."""
     chosen = choose_per_family(rows)
@@ -700,9 +715,9 @@ def left_out_section(rows: list[Scored]) -> str:
     held = [r for r in left if r.held_out]
     field_archs = sorted({r.arch for r in held if all(x.held_out for x in left if x.arch == r.arch)})
     lines = [
-        f"Configurations ({len(configs)}): {', '.join(configs)}"
-        + ("" if len(configs) > 1 else " (the analyzer takes no `thresholds=`: one configuration)")
-        + "; each variant changes one family of `postmortem.detectors.Thresholds` (`VARIANTS` in the script). "
+        f"Configurations ({len(configs)}): {grid_text or ', '.join(configs)}"
+        + ("" if len(configs) > 1 else " (one configuration only)")
+        + ". Each variant changes one family of `postmortem.detectors.Thresholds` (`VARIANTS` in the script). "
         "Every run is analysed once per configuration; for each model family (`arch`) the configuration "
         "with the best mean of verdict, onset ±1, culprit top-1, labels and no-false-alarm shares on all "
         "OTHER families is chosen and that family is scored with it.", "",
@@ -725,7 +740,8 @@ def left_out_section(rows: list[Scored]) -> str:
     return "\n".join(lines)
 
 
-def report(rows: list[Scored], command: str, runs_dir: Path, generated: tuple[int, float] | None = None) -> str:
+def report(rows: list[Scored], command: str, runs_dir: Path, generated: tuple[int, float] | None = None,
+           grid_text: str = "") -> str:
     plain = with_defaults(rows)
     tuned = [r for r in plain if not r.held_out]
     held = [r for r in plain if r.held_out]
@@ -739,7 +755,7 @@ def report(rows: list[Scored], command: str, runs_dir: Path, generated: tuple[in
         "(see benchmarks/detection.py for every method and how each column is scored). "
         "Methods that only watch for divergence cannot say \"not learning\" and score 0 there by design.", "",
         "### Leave one model family out", "",
-        left_out_section(rows), "",
+        left_out_section(rows, grid_text), "",
         "### Baselines and postmortem at its defaults", "",
         "Runs available for tuning:", "", table(rows, held_out=False), "",
         "Held out (the field families and adam_eps, fp16_overflow, label_shuffle; never used for tuning):", "",
@@ -780,12 +796,13 @@ def main(argv: list[str] | None = None) -> int:
         from sample_runs import scenario_names
 
         names = set(scenario_names(args.subset))
-    rows = evaluate(args.runs, names, threshold_grid(not args.defaults_only), PredictionCache(args.runs))
+    grid = threshold_grid(not args.defaults_only)
+    rows = evaluate(args.runs, names, grid, PredictionCache(args.runs))
     if not rows:
         print(f"error: no run with expected.json under {args.runs}", file=sys.stderr)
         return 2
     command = "python benchmarks/detection.py --generate" + (f" --subset {args.subset}" if args.subset else "")
-    text = report(rows, command, args.runs, generated)
+    text = report(rows, command, args.runs, generated, describe(grid))
     print(text)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
