@@ -178,7 +178,7 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=None)  # 12 twins; the catalogue visits them family by family
 def _twin_losses(arch: str, seed: int) -> tuple[float, ...]:
     """The losses of the fault-free twin: the architecture's healthy recipe, same seed, unrecorded."""
     return tuple(_train(None, "healthy", arch, seed, {})[0].losses)
