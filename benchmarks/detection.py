@@ -737,6 +737,13 @@ def left_out_section(rows: list[Scored], grid_text: str = "") -> str:
     for arch in sorted(chosen):
         name = arch + (" (held out)" if arch in field_archs else "")
         lines.append(_headline_row(name, [r for r in left if r.arch == arch], chosen[arch]))
+    mine = [r for r in rows if r.method == "postmortem"]
+    lines += ["", "Each configuration's objective (what the choice maximises), for reference:", "",
+              "| configuration | tuning set | held out |", "| --- | --- | --- |"]
+    for config in configs:
+        of = [r for r in mine if r.config == config]
+        lines.append(f"| {config} | {objective([r for r in of if not r.held_out]):.3f} | "
+                     f"{objective([r for r in of if r.held_out]):.3f} |")
     return "\n".join(lines)
 
 
