@@ -42,7 +42,8 @@ Scoring (one row per method; held-out families in their own rows)
   not-learning runs the tensors named by its findings, in order; in both, the tensors named by
   the findings of the truth's mechanism labels (other than `diverged`) come first.
 - labels: every expected label is among the method's labels (its verdict counts as a label);
-  for healthy runs, no label other than `healthy`/`recovered_incident` and verdict healthy.
+  for healthy runs, no label other than `healthy`/`recovered_incident` and the truth's `tolerated`
+  ones (the mechanism of a fault the run survived), and verdict healthy.
   postmortem's findings of severity `note` are not counted (benign on any run).
 - verdict right: the method's verdict is the truth's.
 - lead time: first non-finite step − t̂, median over detected runs that reach a non-finite value.
@@ -417,7 +418,7 @@ def _matches(tensor: str, layers: list[str]) -> bool:
 def _labels_ok(expected: dict, pred: Prediction) -> bool:
     found = pred.labels | {pred.verdict}
     if expected["verdict"] == "healthy":
-        return pred.verdict == "healthy" and not (found - BENIGN_LABELS)
+        return pred.verdict == "healthy" and not (found - BENIGN_LABELS - set(expected.get("tolerated", [])))
     return set(expected["labels"]) <= found
 
 

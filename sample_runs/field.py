@@ -109,7 +109,7 @@ class FieldFamily:
     notes: str = ""
 
 
-def _draws(model: nn.Module, rng: random.Random, arch: str) -> dict[str, str]:
+def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
     hidden_units = [u for u in model.units if u.startswith(("h.", "encoder.layers.", "blocks.", "rnn"))]
     return {"unit": rng.choice(hidden_units), "exposed": rng.choice(model.exposed), "detached": hidden_units[-1]}
 
@@ -197,7 +197,7 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     model = build_field_model(arch, classes)
     lr = recipe.lr * spec.lr_factor
     optimizer = torch.optim.AdamW(_param_groups(model, recipe, lr), lr=lr, betas=recipe.betas)
-    picked = _draws(model, rng, arch)
+    picked = _draws(model, rng)
     fault = spec.fault(t0=t0, factor=factor, classes=classes, **picked)
     schedule = _schedule(Recipe(**{**recipe.__dict__, "warmup": options["warmup"]}), STEPS)
     # What a user would log; never the scenario or the fault (the analyzer must not see the answer).
@@ -227,8 +227,10 @@ def field_run(run_dir: Path, family: str, arch: str, seed: int, recorder_options
     notes = spec.notes.format(t0=t0, culprit=picked.get(spec.culprit or "", ""), factor=factor)
     if shrugged:
         notes += "; training did not break (against its fault-free twin): the truth says healthy"
+    tolerated = [label for label in spec.labels if label != "diverged"] if shrugged else []
     return {"verdict": verdict, "onset_step": onset, "culprit": culprit, "culprit_alternatives": alternatives,
-            "labels": labels, "first_nonfinite_loss_step": outcome.first_nonfinite_loss_step, "notes": notes,
+            "labels": labels, "tolerated": tolerated, "first_nonfinite_loss_step": outcome.first_nonfinite_loss_step,
+            "notes": notes,
             "learned": all(map(math.isfinite, losses)) and sum(losses[-10:]) < 0.8 * sum(losses[:10])}
 
 

@@ -168,6 +168,7 @@ def _zoo_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expec
         culprit=culprit if spec.has_culprit and not recovered else None,
         culprit_alternatives=alternatives,
         labels=labels,
+        tolerated=[label for label in spec.labels if label != "diverged"] if recovered else [],
         first_nonfinite_loss_step=nan_at,
         notes=spec.notes.format(t0=t0, layer=culprit) + ("; the run recovered on its own" if recovered else ""),
     )
