@@ -8,11 +8,16 @@ scheduled checkpoints and flight-ring samples are paid where they fall. Each rou
 wall-clock ratio (total time with / without) and a CPU-time ratio (this process's user+system
 time); medians and quartiles over rounds are reported. Everything is at defaults.
 
-    .venv/bin/python benchmarks/recorder_overhead.py            # both models
+    .venv/bin/python benchmarks/recorder_overhead.py            # all three models
     .venv/bin/python benchmarks/recorder_overhead.py --model b --rounds 40
     .venv/bin/python benchmarks/recorder_overhead.py --torch-kernels   # without recorders/_fused
     .venv/bin/python benchmarks/recorder_overhead.py --without activations hash flight
     .venv/bin/python benchmarks/recorder_overhead.py --floor   # the cost of reading, alone
+
+(c) is nanoGPT's loop (`sample_runs/nanogpt.py`) on `sample_runs.models.TinyGPT` (vocabulary
+256, context 32, width 64, 2 blocks, tied head): AdamW, warm-up + cosine, two micro-batches
+of 8 sequences per step, `clip_grad_norm_(..., 1.0)`, `zero_grad(set_to_none=True)`, and an
+eval loop (2 batches under `torch.no_grad()` / `model.eval()`) every 20 steps, on both sides.
 
 `--floor` replaces the recorder by `FloorReader`, which reads every tensor the recorder reads,
 once, with the same kernel, and keeps nothing: no statistics, rows, hash, scalars or files. Its
@@ -40,6 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from recorders import Recorder  # noqa: E402
 from recorders import statistics as recorder_statistics  # noqa: E402
 from recorders.statistics import _fusable  # noqa: E402
+from sample_runs import nanogpt  # noqa: E402
+from sample_runs.data import token_batches  # noqa: E402
+from sample_runs.models import TinyGPT  # noqa: E402
 
 # What --without switches off: recorder options, or (hash) the batch's content hash.
 ABLATIONS = {
@@ -77,8 +85,22 @@ def deep_mlp() -> nn.Module:
     return nn.Sequential(*layers)
 
 
+# (c): nanoGPT's loop on a small GPT (AdamW, warm-up + cosine, clip 1.0, accumulation 2, an
+# eval loop every 20 steps).
+GPT = nanogpt.LoopConfig(steps=10 ** 6, accumulation=2, batch=8, context=32, vocab=256,
+                         eval_every=20, eval_batches=2)
+_GPT_STEPS: dict[int, int] = {}  # id(optimizer) -> steps taken, for the schedule and the eval
+
+
 def workload(name: str):
     g = torch.Generator().manual_seed(0)
+    if name == "c":
+        model = TinyGPT(vocab=GPT.vocab, context=GPT.context, width=64, heads=4, layers=2)
+        data = token_batches(8 * GPT.accumulation + GPT.eval_batches, batch=GPT.batch,
+                             context=GPT.context, vocab=GPT.vocab, seed=0)
+        micro = data[:-GPT.eval_batches]
+        batches = [micro[i:i + GPT.accumulation] for i in range(0, len(micro), GPT.accumulation)]
+        return model, batches, data[-GPT.eval_batches:]
     if name == "a":
         model = SeedCNN()
         batches = [(torch.randn(64, 1, 28, 28, generator=g), torch.randint(0, 10, (64,), generator=g))
@@ -141,8 +163,34 @@ class FloorReader:
             handle.remove()
 
 
+def gpt_step(model, opt, micro_batches, held_out, rec=None) -> tuple[float, float]:
+    """One optimizer step of (c) as nanoGPT takes it, with its eval loop every 20 steps."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    step = _GPT_STEPS.get(id(opt), 0)
+    for group in opt.param_groups:
+        group["lr"] = nanogpt.lr_at(step, GPT)
+    if step % GPT.eval_every == 0:
+        model.eval()
+        with torch.no_grad():
+            for x, y in held_out:
+                nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        model.train()
+    for x, y in micro_batches:
+        loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        (loss / len(micro_batches)).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), GPT.clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    _GPT_STEPS[id(opt)] = step + 1
+    if rec is not None:
+        rec.step(loss=loss, inputs=x, targets=y)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
 def train_step(model, opt, batch, loss_fn, rec=None) -> tuple[float, float]:
     """One training step (and its record): (wall seconds, CPU seconds of this process)."""
+    if isinstance(batch[0], tuple):  # (c): micro-batches; `loss_fn` holds the eval batches
+        return gpt_step(model, opt, batch, loss_fn, rec)
     t0, c0 = time.perf_counter(), time.process_time()
     x, y = batch
     opt.zero_grad(set_to_none=True)
@@ -162,8 +210,11 @@ def measure(name: str, rounds: int, block: int, warmup: int, options: dict,
     # by up to 30 % (allocation layout), recorder or not.
     plain, recorded = copy.deepcopy(base_model), copy.deepcopy(base_model)
     # lr small enough that neither copy diverges during the benchmark.
-    opt_plain = torch.optim.SGD(plain.parameters(), lr=1e-3, momentum=0.9)
-    opt_rec = torch.optim.SGD(recorded.parameters(), lr=1e-3, momentum=0.9)
+    if name == "c":
+        opt_plain, opt_rec = (nanogpt.make_optimizer(m, GPT) for m in (plain, recorded))
+    else:
+        opt_plain = torch.optim.SGD(plain.parameters(), lr=1e-3, momentum=0.9)
+        opt_rec = torch.optim.SGD(recorded.parameters(), lr=1e-3, momentum=0.9)
     n_params = sum(p.numel() for p in plain.parameters())
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
@@ -230,7 +281,7 @@ def summary(name: str, options: dict, n_params: int, rounds: int, block: int,
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=["a", "b", "both"], default="both")
+    parser.add_argument("--model", choices=["a", "b", "c", "all"], default="all")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--block", type=int, default=50, help="steps of each model per round (= flush_every)")
     parser.add_argument("--warmup", type=int, default=20)
@@ -250,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.torch_kernels:
         recorder_statistics._fused = None
     torch.set_num_threads(args.threads)
-    names = ["a", "b"] if args.model == "both" else [args.model]
+    names = ["a", "b", "c"] if args.model == "all" else [args.model]
     options = {} if args.activation_every == 1 else {"activation_every": args.activation_every}
     for part in args.without:
         options.update(ABLATIONS[part])

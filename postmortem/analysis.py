@@ -12,7 +12,6 @@ import pandas as pd
 from .detectors import CAUSE_LABELS, NOTE, REGISTRY, Evidence, OutcomeThresholds, Thresholds, diagnose, gradients, measure_outcome, root_causes, summarize
 from .detectors import verdict as diagnoses_verdict
 from .detectors.base import loss_curve, main_loss, metric_curves
-from .detectors.inputs import input_kinds
 from .findings import Finding, FirstNonfinite, Onset, RankedTensor
 from .gaps import missing_step_warnings, unmeasured_warnings
 from .loading import Run, load_run
@@ -114,10 +113,13 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None) -> A
         onset = _accumulation_onset(onset, precomputed["stale_gradients"], first)
     evidence = Evidence(table=table, summary=pd.DataFrame(), scalars=scalars, events=events,
                         manifest=run.manifest, first_nonfinite=first, onset=onset if diverged else None,
-                        diverged=diverged, recovered=False, breaks=breaks, outcome=outcome,
-                        input_kinds=input_kinds(run))
+                        diverged=diverged, recovered=False, breaks=breaks, outcome=outcome)
     if diverged and onset is not None:
         onset = _cause_onset(onset, _root_causes(evidence, thresholds), first)
+    elif not diverged:
+        onset = _regression_onset(evidence, thresholds, first)
+        diverged = onset is not None
+        evidence = replace(evidence, onset=onset, diverged=diverged)
     recovered = diverged and _came_back(table, scalars, onset, thresholds.outcome, ignore_grads=scaled)
     evidence = replace(
         evidence, onset=onset if diverged else None, recovered=recovered,
@@ -162,11 +164,38 @@ def _cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | No
     )
 
 
+def _regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite | None) -> Onset | None:
+    """A run that stayed finite but whose loss rose after a param group's hyperparameter changed
+    ×k (or an optimizer state collapsed), and never came back (every group's lr ×300: loss
+    2.3 → 3.3 for good), diverged there."""
+    steps, loss = loss_curve(ev.scalars)
+    if not len(steps):
+        return None
+    last = int(steps[-1])
+    window = root_causes.onset_window(replace(ev, onset=Onset(last, (last, last), "", None, None, None, None)))
+    whole_run = replace(thresholds.root_causes, lookback=10**9)
+    th = thresholds.outcome
+    candidates = [(step, f"hyperparameter_changed: {name}") for step, name, _, _ in root_causes.hp_changes(window, whole_run)]
+    candidates += [(step, f"optimizer_state_changed: {name}[{key}]")
+                   for step, name, key, _ in root_causes.state_changes(window, whole_run)]
+    for step, series in sorted(candidates):
+        before = loss[steps < step][-th.min_steps:]
+        after = loss[steps > step][: th.min_steps]
+        if len(before) < 3 or len(after) < 3:
+            continue
+        rose = np.median(after) > th.recovered_factor * abs(float(np.median(before)))
+        onset = Onset(step, (step, step), series, None, None, None,
+                      (first.step - step) if first is not None else None)
+        if rose and not _came_back(ev.table, ev.scalars, onset, th, ignore_grads=True):
+            return onset
+    return None
+
+
 def _cause_first(ranking: list[RankedTensor], findings: list[Finding]) -> list[RankedTensor]:
     """Tensors a direct cause names lead the ranking (the weights rescaled outside the
     optimizer, the parameters of the group whose lr changed, the sigmoid whose 0/1 outputs
     made log(0)), in their ranked order."""
-    leads = ("hyperparameter_changed", "weights_changed_outside_optimizer", "log_of_zero")
+    leads = ("hyperparameter_changed", "optimizer_state_changed", "weights_changed_outside_optimizer", "log_of_zero")
     cause = next((f for f in findings if f.label in leads and f.tensors), None)
     if cause is None:
         return ranking

@@ -13,6 +13,7 @@ LABELS = frozenset({
     "no_gradient", "stale_gradients", "vanishing_gradient", "dead_units", "saturated_units",
     "lr_too_low", "unscaled_inputs", "poor_init", "loss_plateau", "recovered_incident", "healthy",
     "hyperparameter_changed", "weights_changed_outside_optimizer", "batch_out_of_range", "log_of_zero",
+    "optimizer_state_changed",
 })
 VERDICTS = ("diverged", "not_learning", "healthy")
 

@@ -25,7 +25,7 @@ from .findings import CheckpointInfo
 
 __all__ = ["Run", "load_run", "SUPPORTED_SCHEMA_VERSIONS", "STATS_SCHEMA", "MAX_STEP"]
 
-SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
+SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2})
 
 # Steps beyond 2**53 are not exact in float64, where the growth models fit them.
 MAX_STEP = 2**53
@@ -40,8 +40,9 @@ _DECODED_ALWAYS_ALLOWED = 64 * 2**20
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 
-# The columns of schema version 1. Segments are read through this schema so that a column
-# missing from one segment (or typed null because it was empty) reads as nulls.
+# The columns of schema version 2 (version 1 lacks dtype and kind). Segments are read through
+# this schema so that a column missing from one segment (or typed null because it was empty)
+# reads as nulls.
 STATS_SCHEMA = pa.schema(
     [
         ("step", pa.int64()),
@@ -62,6 +63,8 @@ STATS_SCHEMA = pa.schema(
         ("grad_none", pa.bool_()),
         ("shape", pa.string()),
         ("hash", pa.string()),
+        ("dtype", _DICT),
+        ("kind", _DICT),
     ]
 )
 SCALARS_SCHEMA = pa.schema([("step", pa.int64()), ("name", _DICT), ("value", pa.float64())])

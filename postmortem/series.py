@@ -8,7 +8,7 @@ statistics, grouped by series (role, name, key) and sorted by step with duplicat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -32,7 +32,7 @@ AUX_COLUMNS: dict[str, tuple[str, str]] = {
 }
 _READ_COLUMNS = [
     "step", "role", "name", "key", "norm", "max_abs", "min", "max", "nonfinite",
-    "mean", "std", "zero_frac", "sat_frac", "ratio", "grad_none", "numel", "hash",
+    "mean", "std", "zero_frac", "sat_frac", "ratio", "grad_none", "numel", "hash", "kind",
 ]
 
 
@@ -60,6 +60,8 @@ class SeriesTable:
     aux: np.ndarray  # shape (2, rows), float32, meaning per role in AUX_COLUMNS
     numel: np.ndarray  # per series: element count
     input_hashes: pd.DataFrame  # [step, name, hash] of input/target batches
+    # (role, name) -> "float", "index" or "mask" for input/target series (schema 2 runs)
+    input_kinds: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -110,6 +112,7 @@ class _Builder:
         self.ids: dict[SeriesKey, int] = {}
         self.parts: dict[str, list[np.ndarray]] = {c: [] for c in ("sid", "step", "mag", "nf", "a0", "a1")}
         self.hashes: list[pa.Table] = []
+        self.kinds: dict[tuple[str, str], str] = {}
         self.numel: dict[int, int] = {}
         self._dictionaries: tuple[pa.Array, ...] | None = None
         self._lut = np.zeros(0, np.int64)
@@ -124,6 +127,7 @@ class _Builder:
         self.parts["a0"].append(a0)
         self.parts["a1"].append(a1)
         self.hashes.extend(_input_hashes(batch))
+        self.kinds.update(_input_kinds(batch))
         # numel is constant along a series, so any row of each series will do.
         sizes = np.zeros(len(self.ids), np.int64)
         sizes[sid] = _ints(batch.column("numel"))
@@ -194,7 +198,7 @@ class _Builder:
         aux = np.stack([grouped.pop("a0"), grouped.pop("a1")])
         sizes = np.array([self.numel.get(i, 0) for i in range(len(keys))], np.int64)
         table = SeriesTable(keys, offsets, grouped["step"], grouped["mag"], grouped["nf"], aux,
-                            sizes, hashes)
+                            sizes, hashes, self.kinds)
         return _deduplicated(table)
 
 
@@ -216,7 +220,7 @@ def _deduplicated(table: SeriesTable) -> SeriesTable:
     return SeriesTable(
         table.keys, np.concatenate([[0], np.cumsum(counts)]), table.step[order],
         table.magnitude[order], table.nonfinite[order], table.aux[:, order], table.numel,
-        table.input_hashes,
+        table.input_hashes, table.input_kinds,
     )
 
 
@@ -281,3 +285,14 @@ def _input_hashes(batch: pa.RecordBatch) -> list[pa.Table]:
                       "name": pc.cast(batch.column("name"), pa.string()),
                       "hash": column})
     return [table.filter(pc.is_valid(column))]
+
+
+def _input_kinds(batch: pa.RecordBatch) -> dict[tuple[str, str], str]:
+    """(role, name) -> kind of the rows that carry one (inputs and targets, schema 2)."""
+    column = batch.column("kind")
+    if column.null_count == len(column):
+        return {}
+    rows = pa.table({"role": pc.cast(batch.column("role"), pa.string()),
+                     "name": pc.cast(batch.column("name"), pa.string()),
+                     "kind": pc.cast(column, pa.string())}).filter(pc.is_valid(column))
+    return {(r, n): k for r, n, k in zip(*(rows.column(c).to_pylist() for c in ("role", "name", "kind")))}

@@ -17,7 +17,7 @@ from torch.nn.parameter import is_lazy
 __all__ = ["SCHEMA_VERSION", "new_manifest", "model_structure", "optimizer_structure",
            "utc_now", "hyperparameters"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 

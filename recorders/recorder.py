@@ -1,8 +1,10 @@
 """The context manager users put around their training loop.
 
-It owns every hook it installs (forward hooks on leaf modules, step hooks on optimizers, a
-SIGTERM handler, an atexit callback) and removes them on exit. Names live in dicts; nothing is
-ever written onto the user's modules.
+It owns every hook it installs (forward hooks on leaf modules, gradient hooks on parameters,
+step hooks on optimizers, a SIGTERM handler, an atexit callback) and removes them on exit. Names
+live in dicts keyed by module and parameter identity; nothing is ever written onto the user's
+modules, and a hook pickles as an inert one (``torch.save(model)``, ``copy.deepcopy(model)``), so
+a copy of a recorded model never records into the run.
 """
 
 from __future__ import annotations
@@ -46,6 +48,56 @@ _SATURATING = {nn.Tanh: "tanh", nn.Sigmoid: "sigmoid"}
 _IO_KEYWORDS = ("inputs", "targets")
 # What became of a parameter's gradient this step.
 _GRAD_PENDING, _GRAD_MEASURED, _GRAD_NONE, _GRAD_LOST = range(4)
+_MOMENT_WIDTH = len(Moments._fields)
+
+
+class _InertHook:
+    """What a recorder's hook becomes in a pickle or a deep copy of the model: nothing."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+class _Hook:
+    """A recorder's hook on a user's module or optimizer: calls the recorder, and pickles as an
+    :class:`_InertHook` (a closure or a bound method would drag the recorder into
+    ``torch.save(model)`` and fail, or make a deep copy record into the run)."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(*args, **kwargs)
+
+    def __reduce__(self) -> tuple:
+        return (_InertHook, ())
+
+
+@dataclass
+class _GradCapture:
+    """The gradients as one backward left them: measured at its end, before clipping, the
+    scaler's ``unscale_`` or ``zero_grad`` can touch them. Host tensors are measured at once;
+    device tensors' kernels are queued and read with the step (no sync inside the loop)."""
+
+    rows: dict[int, int]  # id(parameter) -> its row in the moments
+    grads: dict[int, tuple[torch.Tensor, int]]  # id(parameter) -> (its .grad, that's _version)
+    batch: MomentBatch
+    moments: np.ndarray | None = None
+    scale: torch.Tensor | float | None = None  # the GradScaler's scale at that backward
+
+    def read(self) -> np.ndarray:
+        """The unscaled moments, a row per measured gradient (read once)."""
+        if self.moments is None:
+            self.moments = self.batch.read()[0] if self.rows else np.empty((0, _MOMENT_WIDTH))
+            self.batch = MomentBatch()
+            if self.scale is not None:
+                scale = float(self.scale)
+                self.moments[:, [2, 4, 5]] /= scale  # sum, min, max
+                self.moments[:, 3] /= scale * scale  # sum of squares
+            self.scale = None
+        return self.moments
 
 
 @dataclass
@@ -124,6 +176,25 @@ def _named_tensors(prefix: str, value: Any) -> Iterator[tuple[str, torch.Tensor]
             yield from _named_tensors(f"{prefix}.{i}", item)
 
 
+def _is_compiled(module: nn.Module) -> bool:
+    """``torch.compile(module)`` (an OptimizedModule) or ``module.compile()``."""
+    return (type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")) \
+        or getattr(module, "_compiled_call_impl", None) is not None
+
+
+def _unwrapped(name: str) -> str:
+    """A tensor or module name without torch.compile's ``_orig_mod`` level."""
+    return ".".join(part for part in name.split(".") if part != "_orig_mod")
+
+
+def _input_kind(t: torch.Tensor) -> str:
+    """What an input or target tensor holds: features, indices (token IDs, class labels) or a
+    mask; the analyzer judges only features' scale."""
+    if t.dtype is torch.bool:
+        return "mask"
+    return "float" if t.is_floating_point() or t.is_complex() else "index"
+
+
 def _stats_table(blocks: list[StatsBlock]):
     return stats_table(stats_columns(blocks))
 
@@ -152,8 +223,10 @@ class Recorder:
         run_dir: folder to write (see docs/run-format.md); must be empty or absent unless
             ``overwrite`` (replace the run's files, nothing else) or ``append`` (continue it).
         model: an ``nn.Module`` or a dict ``name -> nn.Module`` (names prefix tensor names).
-        optimizer: ``None``, an optimizer, a list (named ``optimizer_0``...) or a dict of them.
-        scaler: a ``GradScaler``; its scale is recorded as ``grad_scale``.
+        optimizer: ``None`` (then pass ``lr=`` to ``step()``), an optimizer, a list (named
+            ``optimizer_0``...) or a dict of them.
+        scaler: a ``GradScaler``: gradients are recorded unscaled, its scale as
+            ``grad_scale`` and the steps it skipped as ``scaler_skipped``.
         config: a JSON-serialisable dict stored in the manifest.
         flush_every, flush_seconds: write buffered steps every N steps or T seconds.
         checkpoint_every: full-state checkpoint every N steps (0: never).
@@ -212,12 +285,26 @@ class Recorder:
         self._param_names: dict[int, str] = {}
         self._param_models: dict[int, str] = {}
         self._leaves: dict[str, tuple[nn.Module, str | None]] = {}
+        self._leaf_of: dict[int, tuple[str, str | None, nn.Module]] = {}  # id -> name, sat., model
+        self._tied: dict[str, list[str]] = {}  # recorded name -> the other names of that tensor
         self._module_ids: set[int] = set()
         self._scan_models()
         self._source = StateSource(self._models, self._optimizers, self._param_names)
 
         self._handles: list[Any] = []
         self._leaf_hooks: dict[str, tuple[nn.Module, Any]] = {}  # leaf -> (module, its hook)
+        self._activation_hook = _Hook(self._on_activation)
+        self._grad_hook = _Hook(self._on_grad_accumulated)
+        self._grad_hooks: dict[int, Any] = {}  # id(parameter) -> its post-accumulate hook
+        self._backward_task = -1  # the autograd graph task whose end is queued
+        # This record's gradients: id(parameter) -> the backward capture that holds its
+        # gradient; those an optimizer consumed are not replaced by a later backward.
+        self._grad_source: dict[int, _GradCapture] = {}
+        self._consumed: set[int] = set()
+        self._clipped: list[tuple[list[int], torch.Tensor]] = []  # post-clip norms at a step
+        self._optimizer_names = {id(o): name for name, o in self._optimizers.items()}
+        self._stepped = dict.fromkeys(self._optimizers, False)
+        self._last_scale = math.inf  # the scaler's scale at the previous record
         self._structure_changed = False  # a module or parameter was assigned into a model
         self._lazy: list[nn.Parameter] = []  # not followed until their module's first forward
         self._fresh: set[int] = set()  # followed since this step's optimizer step: no update
@@ -277,6 +364,14 @@ class Recorder:
                                       param_names=self._param_names,
                                       param_models=self._param_models,
                                       options=self._options, config=self._config)
+        self._manifest["tied_parameters"] = {k: list(v) for k, v in self._tied.items()}
+        self._manifest["notes"] = []
+        if self._compiled:
+            note = (f"activations of torch.compile'd {', '.join(self._compiled)} are not recorded "
+                    "(forward hooks would be traced into the compiled graph); parameters, "
+                    "gradients, updates, optimizer state, inputs and scalars are")
+            self._manifest["notes"].append(note)
+            warnings.warn(f"postmortem recorder: {note}", RecorderWarning, stacklevel=2)
         if self._previous_manifest is not None:
             prev = self._previous_manifest
             self._manifest["run_id"] = prev.get("run_id", self._manifest["run_id"])
@@ -289,18 +384,23 @@ class Recorder:
 
         self._sync_params()
         self._sync_leaf_hooks()
+        before_forward = _Hook(self._before_forward)
         for model in self._models.values():
-            self._handles.append(model.register_forward_pre_hook(self._before_forward))
+            if not _is_compiled(model):  # a compiled model's own hooks run inside its graph
+                self._handles.append(model.register_forward_pre_hook(before_forward))
         self._handles.append(register_module_module_registration_hook(self._on_registration))
         self._handles.append(register_module_parameter_registration_hook(self._on_registration))
+        before_step = _Hook(self._before_optimizer_step)
         for opt in self._optimizers.values():
-            self._handles.append(opt.register_step_pre_hook(self._capture_grads_hook))
+            self._handles.append(opt.register_step_pre_hook(before_step))
         if threading.current_thread() is threading.main_thread():
             self._previous_sigterm = signal.getsignal(signal.SIGTERM)
             signal.signal(signal.SIGTERM, self._on_sigterm)
         atexit.register(self._on_interpreter_exit)
         self._last_flush = time.monotonic()
         self._watch_activations = self._schedule.should_record_activations(self._step)
+        if self._scaler is not None and self._scaler.is_enabled():
+            self._last_scale = float(self._scaler.get_scale())
         self._open = True
         return self
 
@@ -310,24 +410,41 @@ class Recorder:
         several = len(self._models) > 1
         names: dict[int, str] = {}
         owners: dict[int, str] = {}
+        tied: dict[str, list[str]] = {}
         leaves: dict[str, tuple[nn.Module, str | None]] = {}
+        leaf_of: dict[int, tuple[str, str | None, nn.Module]] = {}
         modules: set[int] = set()
+        compiled: list[str] = []
         for model_name, m in self._models.items():
             prefix = f"{model_name}." if several else ""
-            for name, p in m.named_parameters():
+            for name, p in m.named_parameters(remove_duplicate=False):
+                name = _unwrapped(prefix + name)
                 if id(p) not in names:  # shared parameters are recorded once
-                    names[id(p)] = prefix + name
+                    names[id(p)] = name
                     owners[id(p)] = model_name
+                elif name != names[id(p)]:
+                    tied.setdefault(names[id(p)], []).append(name)
+            inside_compiled: tuple[str, ...] = ()
             for name, module in m.named_modules():
                 modules.add(id(module))
-                if next(module.children(), None) is None:
-                    leaf = prefix + name if name else model_name
-                    leaves[leaf] = (module, _SATURATING.get(type(module)))
+                if _is_compiled(module):
+                    compiled.append(_unwrapped(prefix + name) or model_name)
+                    inside_compiled += (f"{name}.",) if name else ("",)
+                    continue
+                if name.startswith(inside_compiled) and inside_compiled:
+                    continue  # hooks would be traced into (and break) the compiled graph
+                if next(module.children(), None) is None and id(module) not in leaf_of:
+                    leaf = _unwrapped(prefix + name) if name else model_name
+                    saturation = _SATURATING.get(type(module))
+                    leaves[leaf] = (module, saturation)
+                    leaf_of[id(module)] = (leaf, saturation, m)
         for mapping, now in ((self._param_names, names), (self._param_models, owners),
-                             (self._leaves, leaves)):
+                             (self._leaves, leaves), (self._leaf_of, leaf_of),
+                             (self._tied, tied)):
             mapping.clear()
             mapping.update(now)
         self._module_ids = modules
+        self._compiled = compiled
 
     def _sync_params(self) -> None:
         """Follow every parameter the models hold now, but a lazy module's before its first
@@ -368,6 +485,17 @@ class Recorder:
         model_numbers = {name: i for i, name in enumerate(self._models)}
         self._param_model = np.array([model_numbers[p.model] for p in params], dtype=np.intp)
         self._prev_norms = np.array(norms, dtype=np.float64)  # at the last record, for ratios
+        self._sync_grad_hooks()
+
+    def _sync_grad_hooks(self) -> None:
+        """A post-accumulate-grad hook on every followed parameter that takes gradients: the
+        first to fire in a backward queues the capture at that backward's end."""
+        followed = {id(p.tensor): p.tensor for p in self._params if p.tensor.requires_grad}
+        for pid in self._grad_hooks.keys() - followed.keys():
+            self._grad_hooks.pop(pid).remove()
+        for pid in followed.keys() - self._grad_hooks.keys():
+            self._grad_hooks[pid] = followed[pid].register_post_accumulate_grad_hook(
+                self._grad_hook)
 
     def _sync_leaf_hooks(self) -> None:
         """A forward hook on every leaf module the models hold now, and on no other."""
@@ -377,8 +505,8 @@ class Recorder:
                 del self._leaf_hooks[name]
         for name, (module, saturation) in self._leaves.items():
             if name not in self._leaf_hooks:
-                self._leaf_hooks[name] = (module, module.register_forward_hook(
-                    self._activation_hook(name, saturation)))
+                self._leaf_hooks[name] = (module,
+                                          module.register_forward_hook(self._activation_hook))
 
     def _on_registration(self, module: nn.Module, name: str, value: Any) -> None:
         """torch calls this for every module or parameter assigned into any module."""
@@ -402,6 +530,7 @@ class Recorder:
             after = self._structure()
             self._manifest["models"] = {name: model_structure(m)
                                         for name, m in self._models.items()}
+            self._manifest["tied_parameters"] = {k: list(v) for k, v in self._tied.items()}
             self._manifest["optimizers"] = {
                 name: optimizer_structure(o, self._param_names, self._param_models)
                 for name, o in self._optimizers.items()}
@@ -453,6 +582,9 @@ class Recorder:
         for _, handle in self._leaf_hooks.values():
             handle.remove()
         self._leaf_hooks.clear()
+        for handle in self._grad_hooks.values():
+            handle.remove()
+        self._grad_hooks.clear()
         if threading.current_thread() is threading.main_thread() \
                 and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
@@ -493,28 +625,32 @@ class Recorder:
             self.flush()
 
     # ----------------------------------------------------------------- hooks
-    def _activation_hook(self, name: str, saturation: str | None):
-        def hook(module: nn.Module, args: Any, output: Any) -> None:
-            if not self._watch_activations:
-                return
-            outputs = (("", output),) if isinstance(output, torch.Tensor) \
-                else _named_tensors("", output)
-            for suffix, t in outputs:
-                if not t.is_floating_point():
-                    continue
-                key = name + suffix
-                try:
-                    if t.is_cpu:  # reading back is free on the host
-                        m = activation_moments(t, saturation)
-                        seen = self._activations.get(key)
-                        self._activations[key] = m if seen is None else combine(seen, m)
-                    else:  # measured on the device; read back with the rest of the step
-                        index = self._batch.add(t, sums=True, zeros=True,
-                                                saturation=saturation, exact=True)
-                        self._pending_activations.append((key, index))
-                except Exception as exc:  # noqa: BLE001 - never break the user's forward
-                    self._measure_failed(f"activation {key}", exc)
-        return hook
+    def _on_activation(self, module: nn.Module, args: Any, output: Any) -> None:
+        """A leaf's forward hook. Only training forwards count (grad enabled, the model in
+        training mode): an eval loop's forwards are not the step's activations."""
+        if not self._watch_activations or not torch.is_grad_enabled():
+            return
+        leaf = self._leaf_of.get(id(module))
+        if leaf is None or not leaf[2].training:
+            return
+        name, saturation, _ = leaf
+        outputs = (("", output),) if isinstance(output, torch.Tensor) \
+            else _named_tensors("", output)
+        for suffix, t in outputs:
+            if not t.is_floating_point():
+                continue
+            key = name + suffix
+            try:
+                if t.is_cpu:  # reading back is free on the host
+                    m = activation_moments(t, saturation)
+                    seen = self._activations.get(key)
+                    self._activations[key] = m if seen is None else combine(seen, m)
+                else:  # measured on the device; read back with the rest of the step
+                    index = self._batch.add(t, sums=True, zeros=True,
+                                            saturation=saturation, exact=True)
+                    self._pending_activations.append((key, index))
+            except Exception as exc:  # noqa: BLE001 - never break the user's forward
+                self._measure_failed(f"activation {key}", exc)
 
     def _measure_failed(self, where: str, exc: Exception) -> None:
         """A tensor could not be measured: raise under ``strict``, else warn once and go on
@@ -528,33 +664,92 @@ class Recorder:
         self._measure_errors.setdefault(where, message)
         self._manifest["measure_errors"] = dict(self._measure_errors)
 
-    def _capture_grads_hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        """Read gradients before the optimizer consumes them (the loop may zero them next)."""
-        indices = [self._param_index[id(p)] for group in optimizer.param_groups
-                   for p in group["params"] if id(p) in self._param_index]
+    def _on_grad_accumulated(self, param: torch.Tensor) -> None:
+        """A parameter's post-accumulate-grad hook: queue the capture at this backward's end
+        (once per backward, whichever parameter's gradient comes first)."""
+        task = torch._C._current_graph_task_id()
+        if task != self._backward_task:
+            self._backward_task = task
+            torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
+
+    def _on_backward_end(self) -> None:
+        """Measure every gradient no optimizer has consumed yet in this record, as backward
+        left it: accumulated over the micro-batches so far, before any clipping. A later
+        backward (the next micro-batch) replaces the capture."""
+        free = [p for p in self._params if id(p.tensor) not in self._consumed]
         try:
-            self._measure_grads(indices)
+            capture = self._measure_grads(free)
+        except Exception as exc:  # noqa: BLE001 - never break the user's backward()
+            self._measure_failed("gradients", exc)
+            for p in free:
+                self._grad_source.pop(id(p.tensor), None)
+                self._grad_state[self._param_index[id(p.tensor)]] = _GRAD_LOST
+            return
+        for p in free:
+            self._grad_source[id(p.tensor)] = capture
+
+    def _measure_grads(self, params: list[_Param], scaled: bool = True) -> _GradCapture:
+        """Queue (and on the host, read) `params`' gradients; `scaled`: as backward left them,
+        multiplied by the GradScaler's scale if one is in use."""
+        capture = _GradCapture({}, {}, MomentBatch())
+        on_host = True
+        for p in params:
+            g = p.tensor.grad
+            if g is not None:
+                capture.rows[id(p.tensor)] = capture.batch.add(g, zeros=True)
+                capture.grads[id(p.tensor)] = (g, g._version)
+                on_host = on_host and g.is_cpu
+        scaler = self._scaler
+        if scaled and capture.rows and scaler is not None and scaler.is_enabled():
+            scale = getattr(scaler, "_scale", None)  # a tensor: no sync on the device
+            capture.scale = scale.detach().clone() if isinstance(scale, torch.Tensor) \
+                else float(scaler.get_scale())
+        if on_host:  # the fused kernel reads host tensors at `read`: before they change
+            capture.read()
+        return capture
+
+    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any,
+                               kwargs: Any) -> None:
+        """The optimizer is about to consume its gradients: keep their capture for the record,
+        and measure the global norm of what it consumes where clipping (or the scaler's
+        unscale_) changed them since the end of backward."""
+        self._stepped[self._optimizer_names[id(optimizer)]] = True
+        changed, uncaptured = [], []
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                pid = id(p)
+                if pid not in self._param_index or pid in self._consumed:
+                    continue
+                capture = self._grad_source.get(pid)
+                if capture is None:  # a gradient set without backward (or lost)
+                    if self._grad_state[self._param_index[pid]] == _GRAD_PENDING:
+                        uncaptured.append(pid)
+                    continue
+                self._consumed.add(pid)
+                then = capture.grads.pop(pid, None)  # not kept alive past the step
+                if then is not None and (p.grad is not then[0] or p.grad._version != then[1]):
+                    changed.append(pid)
+        try:
+            if uncaptured:
+                params = [self._params[self._param_index[pid]] for pid in uncaptured]
+                capture = self._measure_grads(params, scaled=False)  # after scaler.unscale_
+                for pid in uncaptured:
+                    self._grad_source[pid] = capture
+            grads = [g for g in (self._params[self._param_index[pid]].tensor.grad
+                                 for pid in changed) if g is not None]
+            if grads:
+                norms = torch._foreach_norm(grads)
+                device = norms[0].device
+                self._clipped.append((changed, torch.stack([n.to(device, torch.float64)
+                                                             for n in norms])))
         except Exception as exc:  # noqa: BLE001 - never break the user's optimizer.step()
             self._measure_failed("gradients", exc)
-            self._grad_state[indices] = _GRAD_LOST  # rec.step() writes no gradient row for them
-
-    def _measure_grads(self, indices: list[int]) -> None:
-        batch = MomentBatch()
-        measured = []
-        for i in indices:
-            g = self._params[i].tensor.grad
-            if g is None:
-                self._grad_state[i] = _GRAD_NONE
-            else:
-                batch.add(g, zeros=True)
-                measured.append(i)
-        if measured:
-            self._grads[measured] = batch.read()[0]
-            self._grad_state[measured] = _GRAD_MEASURED
 
     # ----------------------------------------------------------------- public API
     def step(self, *, inputs: Any = None, targets: Any = None, **scalars: Any) -> int:
-        """Record one training step; call it once per step, after ``optimizer.step()``.
+        """Record one training step; call it once per optimizer step, after
+        ``optimizer.step()`` (with gradient accumulation: after the step that ends the
+        micro-batches, whose gradients and activations the record pools).
 
         Keywords: ``inputs``/``targets`` (tensor, or dict/list of tensors) and any named scalar
         (``loss=...``, ``loss_d=...``, ``accuracy=...``). Returns the step number recorded.
@@ -571,10 +766,11 @@ class Recorder:
         else:
             self._fresh = set()
         try:
-            blocks, values, grad_sumsq, nonfinite = self._measure(step, inputs, targets, values)
+            blocks, values, grad_sumsq, clip_scalars, nonfinite = self._measure(
+                step, inputs, targets, values)
         except Exception as exc:  # noqa: BLE001 - never break the training loop
             self._measure_failed("the step's tensors", exc)
-            blocks, grad_sumsq, nonfinite = [], None, False
+            blocks, grad_sumsq, clip_scalars, nonfinite = [], None, {}, False
             values = self._readable_scalars(values)
             self._reset_step_state()
         self._buffers.stats.extend(blocks)
@@ -588,8 +784,11 @@ class Recorder:
             if len(self._models) > 1:
                 for model_name, sumsq in zip(self._models, grad_sumsq.tolist()):
                     scalar_rows.append((step, f"grad_norm.{model_name}", math.sqrt(sumsq)))
-        first = True
+        scalar_rows.extend((step, name, value) for name, value in clip_scalars.items())
+        first = "lr" not in values  # an lr passed to rec.step() wins
         for opt_name, opt in self._optimizers.items():
+            scalar_rows.append((step, f"optimizer_stepped.{opt_name}",
+                                float(self._stepped[opt_name])))
             for g, group in enumerate(opt.param_groups):
                 for hp, value in hyperparameters(group).items():
                     if first and hp == "lr":
@@ -597,8 +796,15 @@ class Recorder:
                         first = False
                     scalar_rows.append((step, f"hp.{opt_name}.{g}.{hp}", value))
         if self._scaler is not None and self._scaler.is_enabled():
-            scalar_rows.append((step, "grad_scale", float(self._scaler.get_scale())))
+            scale = float(self._scaler.get_scale())
+            scalar_rows.append((step, "grad_scale", scale))
+            # A skipped step: an optimizer did not step and scaler.update() backed the scale
+            # off (it does exactly when unscale_ found an inf or a NaN).
+            skipped = not all(self._stepped.values()) and scale < self._last_scale
+            scalar_rows.append((step, "scaler_skipped", float(skipped)))
+            self._last_scale = scale
         scalar_rows.append((step, "wall_time", wall))
+        self._stepped = dict.fromkeys(self._optimizers, False)
 
         self._step = step + 1
         self._watch_activations = self._schedule.should_record_activations(self._step)
@@ -619,13 +825,13 @@ class Recorder:
         return step
 
     def _measure(self, step: int, inputs: Any, targets: Any, values: dict[str, Any]
-                 ) -> tuple[list[StatsBlock], dict[str, float], np.ndarray, bool]:
+                 ) -> tuple[list[StatsBlock], dict[str, float], np.ndarray, dict[str, float],
+                            bool]:
         """The step's stats blocks, its scalars as floats, each model's sum of squared
-        gradients, and whether anything was non-finite."""
+        (pre-clip) gradients, the clipping and scaler scalars, and whether anything was
+        non-finite."""
         batch = self._batch
-        pending = np.flatnonzero(self._grad_state == _GRAD_PENDING)
-        if pending.size:  # no optimizer stepped them
-            self._measure_grads(pending.tolist())
+        self._resolve_grads()
         width = len(Moments._fields)
         params = np.empty((len(self._params), width))
         updates = np.full((len(self._params), width), np.nan)  # NaN: no update this step
@@ -707,6 +913,7 @@ class Recorder:
                                      extra={"grad_none": [grad_none[i] for i in rows]}))
         grad_sumsq = np.bincount(self._param_model[measured], weights=grads[measured, 3],
                                  minlength=len(self._models))
+        clip_scalars = self._clip_scalars(measured, grad_sumsq)
         if state_index:
             blocks.append(StatsBlock(step, "state", state_names, moments[state_index],
                                      keys=state_keys))
@@ -723,12 +930,59 @@ class Recorder:
                     step, role, [name for name, _, _ in tensors],
                     moments[[index for _, _, index in tensors]],
                     extra={"shape": ["x".join(map(str, t.shape)) for _, t, _ in tensors],
-                           "hash": [batch.content_hash(index) for _, _, index in tensors]}))
+                           "hash": [batch.content_hash(index) for _, _, index in tensors],
+                           "dtype": [str(t.dtype).removeprefix("torch.") for _, t, _ in tensors],
+                           "kind": [_input_kind(t) for _, t, _ in tensors]}))
         nonfinite = any((block.moments[:, 8] > 0).any() for block in blocks)
         self._reset_step_state()
         read = {name: flat[scalar_offsets[name]] if name in scalar_offsets else v
                 for name, v in values.items()}
-        return blocks, read, grad_sumsq, nonfinite
+        return blocks, read, grad_sumsq, clip_scalars, nonfinite
+
+    def _resolve_grads(self) -> None:
+        """This record's gradients from the backward captures; one that no backward captured
+        (set by hand, or left from an earlier step) is read as it is now."""
+        state, grads = self._grad_state, self._grads
+        uncaptured = []
+        for i, p in enumerate(self._params):
+            capture = self._grad_source.get(id(p.tensor))
+            if capture is None:
+                if state[i] == _GRAD_PENDING:
+                    uncaptured.append(p)
+                continue
+            row = capture.rows.get(id(p.tensor))
+            if row is None:
+                state[i] = _GRAD_NONE
+            else:
+                grads[i] = capture.read()[row]
+                state[i] = _GRAD_MEASURED
+        if uncaptured:
+            capture = self._measure_grads(uncaptured, scaled=False)
+            for p in uncaptured:
+                row = capture.rows.get(id(p.tensor))
+                i = self._param_index[id(p.tensor)]
+                if row is None:
+                    state[i] = _GRAD_NONE
+                else:
+                    grads[i] = capture.read()[row]
+                    state[i] = _GRAD_MEASURED
+
+    def _clip_scalars(self, measured: np.ndarray, grad_sumsq: np.ndarray) -> dict[str, float]:
+        """grad_norm_clipped and clip_coef where the optimizers consumed gradients other than
+        backward left them (clipping, unscale_); scaler_skipped when a scaler is in use."""
+        out = {}
+        if self._clipped:
+            consumed = {}
+            for pids, norms in self._clipped:
+                consumed.update(zip(pids, np.square(norms.tolist())))
+            unchanged = [i for i in np.flatnonzero(measured).tolist()
+                         if id(self._params[i].tensor) not in consumed]
+            clipped = math.sqrt(sum(consumed.values()) + self._grads[unchanged, 3].sum())
+            out["grad_norm_clipped"] = clipped
+            total = math.sqrt(grad_sumsq.sum())
+            if total > 0:
+                out["clip_coef"] = clipped / total
+        return out
 
     def _readable_scalars(self, values: dict[str, Any]) -> dict[str, float]:
         """The scalars that can still be read as floats after the step's measuring failed."""
@@ -746,6 +1000,9 @@ class Recorder:
         self._batch = MomentBatch()
         self._grad_state[:] = _GRAD_PENDING
         self._grads[:] = np.nan
+        self._grad_source = {}
+        self._consumed = set()
+        self._clipped = []
 
     def event(self, kind: str, message: str = "") -> None:
         """Mark something that happened (``domain_switch``, ``lr_drop``...) from the next step on."""

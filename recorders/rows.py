@@ -28,7 +28,7 @@ ROLE_STATISTICS = {
 _STATISTICS = ("norm", "max_abs", "mean", "std", "min", "max", "zero_frac", "sat_frac")
 # Columns some blocks bring along as they are: float (NaN = null) or Python values.
 _FLOAT_EXTRAS = ("ratio",)
-_OBJECT_EXTRAS = ("grad_none", "shape", "hash")
+_OBJECT_EXTRAS = ("grad_none", "shape", "hash", "dtype", "kind")
 
 
 class StatsBlock(NamedTuple):
@@ -39,7 +39,7 @@ class StatsBlock(NamedTuple):
     names: Sequence[str]
     moments: np.ndarray  # one row per name, see recorders.statistics.moments_rows
     keys: Sequence[str] | None = None  # optimizer state keys
-    extra: Mapping[str, Sequence] = {}  # ratio, grad_none, shape, hash
+    extra: Mapping[str, Sequence] = {}  # ratio, grad_none, shape, hash, dtype, kind
 
 
 def stats_columns(blocks: Sequence[StatsBlock]) -> dict[str, np.ndarray | list]:

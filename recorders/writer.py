@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import RecorderWarning, RecorderWriteError
+from .manifest import SCHEMA_VERSION
 
 __all__ = [
     "STATS_SCHEMA",
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
+_VERSION = {"schema_version": str(SCHEMA_VERSION)}
 
 STATS_SCHEMA = pa.schema([
     ("step", pa.int64()),
@@ -56,12 +58,15 @@ STATS_SCHEMA = pa.schema([
     ("grad_none", pa.bool_()),
     ("shape", pa.string()),
     ("hash", pa.string()),
-])
-SCALARS_SCHEMA = pa.schema([("step", pa.int64()), ("name", _DICT), ("value", pa.float64())])
+    ("dtype", _DICT),  # input/target rows: torch dtype name
+    ("kind", _DICT),  # input/target rows: float, index or mask
+], metadata=_VERSION)
+SCALARS_SCHEMA = pa.schema([("step", pa.int64()), ("name", _DICT), ("value", pa.float64())],
+                           metadata=_VERSION)
 EVENTS_SCHEMA = pa.schema([
     ("step", pa.int64()), ("kind", pa.string()), ("message", pa.string()),
     ("wall_time", pa.float64()),
-])
+], metadata=_VERSION)
 
 _SORT_KEYS = {"stats": ["role", "name", "key", "step"], "scalars": ["name", "step"],
               "events": ["step"]}

@@ -22,6 +22,7 @@ __all__ = [
     "time_on_page_data",
     "char_corpus",
     "lm_batch_sampler",
+    "token_batches",
 ]
 
 
@@ -152,3 +153,20 @@ def lm_batch_sampler(tokens: torch.Tensor, batch_size: int, block: int, seed: in
         return tokens[starts + offsets], tokens[starts + offsets + 1]
 
     return draw
+
+
+def token_batches(n: int, *, batch: int, context: int, vocab: int, seed: int
+                  ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`n` batches of int64 token IDs (X) and next tokens (Y) from a noisy rule a small LM
+    learns: mostly t[i+1] = (3 t[i] + 1) mod vocab, a random token one time in ten."""
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        tokens = torch.empty(batch, context + 1, dtype=torch.int64)
+        tokens[:, 0] = torch.randint(0, vocab, (batch,), generator=generator)
+        for i in range(context):
+            noise = torch.randint(0, vocab, (batch,), generator=generator)
+            keep = torch.rand(batch, generator=generator) < 0.9
+            tokens[:, i + 1] = torch.where(keep, (3 * tokens[:, i] + 1) % vocab, noise)
+        out.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
+    return out

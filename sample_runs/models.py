@@ -12,6 +12,7 @@ __all__ = [
     "DeepMLP",
     "Generator",
     "Discriminator",
+    "TinyGPT",
     "build_classifier",
     "weight_layers",
 ]
@@ -125,6 +126,62 @@ class Discriminator(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.fc3(self.act2(self.fc2(self.act1(self.fc1(x)))))
         return self.sigmoid(out) if self.sigmoid is not None else out
+
+
+class CausalSelfAttention(nn.Module):
+    """nanoGPT's attention: one projection to q, k, v (with biases), causal softmax, output
+    projection."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.c_attn = nn.Linear(width, 3 * width)
+        self.c_proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = (t.view(batch, length, self.heads, width // self.heads).transpose(1, 2)
+                   for t in self.c_attn(x).split(width, dim=2))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape(batch, length, width))
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(width)
+        self.attn = CausalSelfAttention(width, heads)
+        self.ln_2 = nn.LayerNorm(width)
+        self.c_fc = nn.Linear(width, 4 * width)
+        self.gelu = nn.GELU()
+        self.mlp_proj = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp_proj(self.gelu(self.c_fc(self.ln_2(x))))
+
+
+class TinyGPT(nn.Module):
+    """A nanoGPT-style language model: token and position embeddings, pre-LayerNorm blocks of
+    causal self-attention and an MLP, a final LayerNorm and a head tied to the token embedding
+    (`lm_head.weight is wte.weight`)."""
+
+    def __init__(self, vocab: int = 64, context: int = 16, width: int = 32, heads: int = 2,
+                 layers: int = 2) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(idx.shape[1], device=idx.device)
+        x = self.wte(idx) + self.wpe(positions)
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
 
 
 def build_classifier(arch: str) -> nn.Module:

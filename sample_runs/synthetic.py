@@ -122,6 +122,8 @@ def _write_stats_segment(file, layout, series_values, start, stop, spec, rng) ->
         columns["hash"].append(
             np.array([f"{s:016x}" for s in step], object) if role == "input" else np.full(n, None, object)
         )
+        columns["dtype"].append(np.full(n, "float32" if role == "input" else None, object))
+        columns["kind"].append(np.full(n, "float" if role == "input" else None, object))
     arrays = []
     for field in STATS_SCHEMA:
         data = np.concatenate(columns[field.name])
@@ -156,7 +158,7 @@ def _write_manifest(path, layout, last_step, spec) -> None:
                   for role, name, _ in layout if role == "param"]
     modules = [{"name": name, "type": "Linear"} for role, name, _ in layout if role == "activation"]
     manifest = {
-        "schema_version": 1, "run_id": f"synthetic-{spec.seed}", "status": "running",
+        "schema_version": 2, "run_id": f"synthetic-{spec.seed}", "status": "running",
         "last_step": last_step - 1, "models": {"model": {"class": "Synthetic", "modules": modules,
                                                          "parameters": parameters}},
         "optimizers": {}, "options": {"flush_every": spec.steps_per_segment}, "config": {},

@@ -2,7 +2,8 @@
 `REGISTRY` by the label it emits.
 
 - `inputs`: nonfinite_input, unscaled_inputs
-- `root_causes`: hyperparameter_changed, weights_changed_outside_optimizer, batch_out_of_range
+- `root_causes`: hyperparameter_changed, optimizer_state_changed, weights_changed_outside_optimizer,
+  batch_out_of_range
 - `divergence`: diverged, exploding_gradient, lr_too_high, recovered_incident
 - `gradients`: no_gradient, stale_gradients, vanishing_gradient
 - `updates`: no_update, lr_too_low
@@ -65,7 +66,8 @@ __all__ = [
 # findings whose fix texts they shape; then the not-learning mechanisms, the outcome last.
 RUN_ORDER = (
     "nonfinite_input", "unscaled_inputs",
-    "hyperparameter_changed", "weights_changed_outside_optimizer", "batch_out_of_range", "log_of_zero",
+    "hyperparameter_changed", "optimizer_state_changed", "weights_changed_outside_optimizer",
+    "batch_out_of_range", "log_of_zero",
     "diverged", "exploding_gradient", "lr_too_high", "recovered_incident",
     "no_gradient", "stale_gradients", "vanishing_gradient", "no_update", "lr_too_low",
     "dead_units", "saturated_units", "poor_init", "loss_plateau",

@@ -117,7 +117,6 @@ class Evidence:
     recovered: bool  # ...and the run came back (loss back to its level, last step finite)
     breaks: list[TensorBreak]
     outcome: Outcome
-    input_kinds: dict[str, str] = field(default_factory=dict)  # input/target name → kind (schema 2)
     found: list[Finding] = field(default_factory=list)  # findings of the rules run so far
 
 

@@ -223,7 +223,8 @@ def lr_too_high(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
     if not (raised or lr_driven or incident.from_start or big_first):
         return []
     lr = incident.lr
-    tensors = sorted({t for f in raised for t in f.tensors} | {b.name for b in lr_driven})
+    # The group whose lr was raised, else the tensors whose update jumped without their gradient.
+    tensors = list(raised[0].tensors) if raised else sorted({b.name for b in lr_driven})
     evidence = {
         "first_update_ratio_median": incident.first_update_ratio, "cs231n_target_ratio": 1e-3,
         "diverged_from_start": bool(incident.from_start), "lr_at_onset": lr,

@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..findings import Finding
-from ..loading import STATS_SCHEMA, Run
 from .base import ERROR, NOTE, Evidence, Outcome, finding, register, role
 from .thresholds import InputThresholds
 
-__all__ = ["InputFeatures", "InputSeries", "NonfiniteBatches", "input_kinds", "nonfinite_input", "unscaled_inputs"]
+__all__ = ["InputFeatures", "InputSeries", "NonfiniteBatches", "nonfinite_input", "unscaled_inputs"]
 
 # Integer tensors (token IDs, class labels) and masks are indices, not features: their size
 # says nothing about scaling (CONTRACT-11: the recorder's `kind` column).
@@ -58,7 +57,7 @@ class InputFeatures:
 
 def _input_features(ev: Evidence) -> InputFeatures:
     inputs = role(ev.summary, "input")
-    series = [InputSeries(n, ev.input_kinds.get(n), float(m), float(mean), float(std))
+    series = [InputSeries(n, ev.table.input_kinds.get(("input", n)), float(m), float(mean), float(std))
               for n, m, mean, std in zip(inputs.get("name", []), inputs.get("median", []),
                                          inputs.get("mean_median", []), inputs.get("std_median", []))]
     return InputFeatures(series, ev.outcome)
@@ -80,15 +79,3 @@ def unscaled_inputs(features: InputFeatures, th: InputThresholds) -> list[Findin
     )]
 
 
-
-def input_kinds(run: Run) -> dict[str, str]:
-    """input/target name → the recorder's `kind` (schema 2: float, index, mask); empty before."""
-    if "kind" not in STATS_SCHEMA.names:
-        return {}
-    kinds: dict[str, str] = {}
-    for batch in run.stats_batches(["name", "kind"], roles=["input", "target"]):
-        names = batch.column("name").to_pylist()
-        for name, kind in zip(names, batch.column("kind").to_pylist()):
-            if name is not None and kind is not None:
-                kinds.setdefault(str(name), str(kind))
-    return kinds

@@ -22,11 +22,15 @@ __all__ = [
     "OnsetWindow",
     "Series",
     "batch_out_of_range",
+    "hp_changes",
     "hyperparameter_changed",
+    "optimizer_state_changed",
+    "state_changes",
     "weights_changed_outside_optimizer",
 ]
 
-CAUSES = ("hyperparameter_changed", "weights_changed_outside_optimizer", "batch_out_of_range")
+CAUSES = ("hyperparameter_changed", "optimizer_state_changed", "weights_changed_outside_optimizer",
+          "batch_out_of_range")
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class OnsetWindow:
     params: dict[str, Series]  # parameter norms
     updates: dict[str, Series]  # update norms
     grads: dict[str, Series]
+    states: dict[tuple[str, str], Series]  # (parameter, state key) → norm
     batches: dict[str, Series]  # input/target max |x| (NaN where a batch held NaN/inf)
     severity: str  # error in a run that diverged, warning in one that came back
 
@@ -60,14 +65,20 @@ class OnsetWindow:
         return max(self.first_step + 1, self.onset - th.lookback), self.onset + th.window
 
 
-def _series(ev: Evidence, role: str) -> dict[str, Series]:
+def _series(ev: Evidence, role: str, steps: tuple[int, int] | None = None) -> dict[str, Series]:
+    """Each series of `role` (non-finite points as NaN), within `steps` (inclusive) when given:
+    a 100 000-step run's tensors are read only around the onset."""
     table = ev.table
     found = {}
     for index in table.indices(role):
         rows = table.rows(index)
-        values = table.magnitude[rows].astype(np.float64)
-        values = np.where(table.nonfinite[rows] > 0, np.nan, values)
-        found[table.keys[index].name] = Series(table.step[rows], values)
+        step = table.step[rows]
+        if steps is not None:
+            lo, hi = np.searchsorted(step, [steps[0], steps[1] + 1])
+            rows = slice(rows.start + int(lo), rows.start + int(hi))
+            step = table.step[rows]
+        values = np.where(table.nonfinite[rows] > 0, np.nan, table.magnitude[rows].astype(np.float64))
+        found[table.keys[index].name] = Series(step, values)
     return found
 
 
@@ -77,16 +88,40 @@ def onset_window(ev: Evidence) -> OnsetWindow:
         if str(name).startswith("hp."):
             hp[str(name)] = Series(group["step"].to_numpy(np.int64), group["value"].to_numpy(np.float64))
     groups = {}
-    for opt, entry in (ev.manifest.get("optimizers") or {}).items():
-        for g, group in enumerate(entry.get("param_groups") or []) if isinstance(entry, dict) else []:
-            if isinstance(group, dict):
-                groups[f"{opt}.{g}"] = [str(p) for p in group.get("params") or []]
+    optimizers = ev.manifest.get("optimizers")
+    for opt, entry in optimizers.items() if isinstance(optimizers, dict) else ():
+        param_groups = entry.get("param_groups") if isinstance(entry, dict) else None
+        for g, group in enumerate(param_groups) if isinstance(param_groups, list) else ():
+            if isinstance(group, dict) and isinstance(group.get("params"), list):
+                groups[f"{opt}.{g}"] = [str(p) for p in group["params"]]
     batches = {**_series(ev, "input"), **_series(ev, "target")}
+    onset = ev.onset.step if ev.onset is not None else None
+    # Tensors: the widest lookback any variant searches, plus the history a jump is measured on.
+    near = (onset - _TENSOR_REACH, onset + _TENSOR_REACH) if onset is not None else (0, -1)
     return OnsetWindow(
-        ev.onset.step if ev.onset is not None else None,
-        int(ev.table.step.min()) if len(ev.table.step) else 0,
-        hp, groups, _series(ev, "param"), _series(ev, "update"), _series(ev, "grad"), batches,
-        WARNING if ev.recovered else ERROR)
+        onset, int(ev.table.step.min()) if len(ev.table.step) else 0,
+        hp, groups, _series(ev, "param", near), _series(ev, "update", near), _series(ev, "grad", near),
+        _states(ev, near), batches, WARNING if ev.recovered else ERROR)
+
+
+def _states(ev: Evidence, steps: tuple[int, int]) -> dict[tuple[str, str], Series]:
+    table = ev.table
+    found = {}
+    for index in table.indices("state"):
+        key = table.keys[index]
+        rows = table.rows(index)
+        lo, hi = np.searchsorted(table.step[rows], [steps[0], steps[1] + 1])
+        rows = slice(rows.start + int(lo), rows.start + int(hi))
+        values = np.where(table.nonfinite[rows] > 0, np.nan, table.magnitude[rows].astype(np.float64))
+        found[(key.name, key.key or "")] = Series(table.step[rows], values)
+    return found
+
+
+# Optimizer states that accumulate squares (Adam/AdamW/NAdam/RAdam, AMSGrad, RMSprop, Adagrad, Adadelta).
+_SQUARES = frozenset({"exp_avg_sq", "max_exp_avg_sq", "square_avg", "sum", "acc_delta"})
+_MIN_HISTORY = 3  # step-to-step changes seen before a hyperparameter change can be a cause
+_HISTORY = 20  # a jump is measured over the median of the 20 finite values before it
+_TENSOR_REACH = 200 + _HISTORY  # tensors are read this far around the onset (lookback ≤ 200)
 
 
 # Which way a hyperparameter must move to make steps larger or less damped. A decaying lr
@@ -94,43 +129,47 @@ def onset_window(ev: Evidence) -> OnsetWindow:
 _HARMFUL = {"lr": 1, "momentum": 1, "weight_decay": 1, "eps": -1, "beta1": 0, "beta2": 0}
 
 
-def _hp_changes(window: OnsetWindow, th: RootCauseThresholds) -> list[tuple[int, str, float, float]]:
+def hp_changes(window: OnsetWindow, th: RootCauseThresholds) -> list[tuple[int, str, float, float]]:
     """(step, name, before, after) of every harmful change ×k inside the window."""
     low, high = window.lookback(th)
     found = []
     for name, series in window.hyperparameters.items():
-        kind = name.rsplit(".", 1)[-1]
-        direction = _HARMFUL.get(kind, 0)
+        direction = _HARMFUL.get(name.rsplit(".", 1)[-1], 0)
         values = series.values
-        for i in range(1, len(values)):
-            step = int(series.steps[i])
-            before, after = float(values[i - 1]), float(values[i])
-            if not low <= step <= high or not (math.isfinite(before) and math.isfinite(after)):
-                continue
-            change = _log_ratio(before, after)
-            if change is None or abs(change) < math.log(th.hp_change_factor) or change * direction < 0:
-                continue
-            history = [_log_ratio(a, b) for a, b in zip(values[: i - 1], values[1:i])]
-            history = [abs(h) for h in history if h is not None]
-            if history and abs(change) < max(history) + math.log(th.hp_beyond_history):
-                continue  # a schedule that moves this much anyway (a warm-up's first steps)
-            found.append((step, name, before, after))
+        if len(values) < 2:
+            continue
+        change = _log_ratios(values[:-1], values[1:])
+        # The largest change before each one: a schedule that moves this much anyway (a
+        # warm-up's first steps) is no cause.
+        size = np.nan_to_num(np.abs(change), nan=0.0, posinf=0.0)  # from 0 is a start, not a ×k
+        seen = np.concatenate([[0.0], np.maximum.accumulate(size)[:-1]])
+        steps = series.steps[1:]
+        # A cause needs a few changes of history to stand out from (a warm-up's first step
+        # doubles the lr from nothing seen before).
+        enough = np.arange(len(change)) >= _MIN_HISTORY
+        hit = (enough & (steps >= low) & (steps <= high) & np.isfinite(values[:-1]) & np.isfinite(values[1:])
+               & (np.abs(change) >= math.log(th.hp_change_factor)) & ~(change * direction < 0)
+               & ((seen == 0) | (np.abs(change) >= seen + math.log(th.hp_beyond_history))))
+        hit &= np.isfinite(change)
+        for i in np.flatnonzero(hit):
+            found.append((int(steps[i]), name, float(values[i]), float(values[i + 1])))
     return sorted(found)
 
 
-def _log_ratio(before: float, after: float) -> float | None:
-    if before == after:
-        return 0.0
-    if before <= 0 or after <= 0:
-        return math.inf if before == 0 and after > 0 else None
-    return math.log(after / before)
+def _log_ratios(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """log(after / before); +inf from 0 to a positive value, NaN where a sign makes it meaningless."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.log(after / before)
+    ratio = np.where(before == after, 0.0, ratio)
+    ratio = np.where((before == 0) & (after > 0), np.inf, ratio)
+    return np.where(((before < 0) | (after < 0)) | ((before > 0) & (after == 0)), np.nan, ratio)
 
 
 @register("hyperparameter_changed", "root_causes", onset_window)
 def hyperparameter_changed(window: OnsetWindow, th: RootCauseThresholds) -> list[Finding]:
     if window.onset is None:
         return []
-    changes = _hp_changes(window, th)
+    changes = hp_changes(window, th)
     if not changes:
         return []
     step, name, before, after = changes[0]
@@ -149,6 +188,49 @@ def hyperparameter_changed(window: OnsetWindow, th: RootCauseThresholds) -> list
     )]
 
 
+def state_changes(window: OnsetWindow, th: RootCauseThresholds) -> list[tuple[int, str, str, float]]:
+    """(step, parameter, state key, factor) where a second-moment state's norm fell ÷k in one
+    step (Adam's exp_avg_sq zeroed): an EMA of squares falls by β2 per step at most, a sum of
+    squares never falls. Signed states (exp_avg, momentum_buffer) can cancel to ~0 when the
+    gradient turns, so they say nothing here."""
+    low, high = window.lookback(th)
+    found = []
+    for (name, key), series in window.states.items():
+        if key not in _SQUARES:
+            continue
+        values = series.values
+        if len(values) < _MIN_HISTORY + 2:
+            continue
+        change = _log_ratios(values[:-1], values[1:])
+        steps = series.steps[1:]
+        hit = ((np.arange(len(change)) >= _MIN_HISTORY) & (steps >= low) & (steps <= high)
+               & np.isfinite(change) & (change <= -math.log(th.state_jump_factor)))
+        found += [(int(steps[i]), name, key, float(np.exp(change[i]))) for i in np.flatnonzero(hit)]
+    return sorted(found)
+
+
+@register("optimizer_state_changed", "root_causes", onset_window)
+def optimizer_state_changed(window: OnsetWindow, th: RootCauseThresholds) -> list[Finding]:
+    if window.onset is None:
+        return []
+    changes = state_changes(window, th)
+    if not changes:
+        return []
+    step = changes[0][0]
+    same = [c for c in changes if c[0] == step]
+    keys = sorted({c[2] for c in same})
+    return [finding(
+        "optimizer_state_changed", step, list(dict.fromkeys(c[1] for c in same))[:10],
+        {"state_keys": keys, "factor": {f"{c[1]}[{c[2]}]": c[3] for c in same[:20]},
+         "tensors_changed": len({c[1] for c in same}), "fitted_onset": window.onset},
+        f"the optimizer state ({', '.join(keys)}) of {len({c[1] for c in same})} parameter(s) fell "
+        f"×{min(c[3] for c in same):.3g} at step {step}, more than any optimizer step can make it: "
+        "something reset or overwrote optimizer.state (a partial load_state_dict, a state reset "
+        "without a warm-up, a dtype cast); restore the state or rebuild it with a short warm-up",
+        window.severity,
+    )]
+
+
 @register("weights_changed_outside_optimizer", "root_causes", onset_window)
 def weights_changed_outside_optimizer(window: OnsetWindow, th: RootCauseThresholds) -> list[Finding]:
     """A parameter norm ×k in one step with an update of the order of the parameter itself, far
@@ -156,9 +238,11 @@ def weights_changed_outside_optimizer(window: OnsetWindow, th: RootCauseThreshol
     if window.onset is None:
         return []
     low, high = window.lookback(th)
-    changed_groups = {c[1].split(".")[1] + "." + c[1].split(".")[2] for c in _hp_changes(window, th)
+    changed_groups = {c[1].split(".")[1] + "." + c[1].split(".")[2] for c in hp_changes(window, th)
                       if c[1].count(".") >= 3}
     explained = {p for g in changed_groups for p in window.groups.get(g, [])}
+    # The optimizer moved them, from a state something else had reset.
+    explained |= {c[1] for c in state_changes(window, th)}
     hits = []
     for name, param in window.params.items():
         update, grad = window.updates.get(name), window.grads.get(name)
@@ -202,10 +286,10 @@ def weights_changed_outside_optimizer(window: OnsetWindow, th: RootCauseThreshol
 
 
 def _jump_over_history(series: Series, step: int) -> float | None:
-    """The value at `step` over the median of the 20 finite values before it."""
+    """The value at `step` over the median of the `_HISTORY` finite values before it."""
     now = series.at(step)
     before = series.before(step)
-    before = before[np.isfinite(before) & (before > 0)][-20:]
+    before = before[np.isfinite(before) & (before > 0)][-_HISTORY:]
     if now is None or not math.isfinite(now) or len(before) < 3:
         return None
     return float(now / np.median(before))

@@ -51,12 +51,13 @@ class RootCauseThresholds:
     """Direct causes at the onset (postmortem.detectors.root_causes)."""
 
     window: int = 3  # a cause counts up to 3 steps after the fitted onset (ranking.PRECURSOR_STEPS: a break may lead by noise)
-    lookback: int = 40  # ...and up to 40 steps before it: an lr raised ×30 shows in the loss late
+    lookback: int = 40  # ...and up to 40 before (≤ 200: tensors are read that far around the onset)
     hp_change_factor: float = 2.0  # a hyperparameter ×2 (or ÷2) between two records
     hp_beyond_history: float = 2.0  # ...and ×2 beyond its largest step-to-step change before
     param_jump_factor: float = 2.0  # a parameter norm ×2 (or ÷2) in one step
     outside_update_ratio: float = 0.5  # ...with an update at least half the parameter (a rescale)
     update_over_grad_jump: float = 10 / 3  # ...its update jumped ×3.3 more than its gradient (lr_too_high's 10 vs 3.3)
+    state_jump_factor: float = 10.0  # an optimizer state norm ÷10 in one step (an EMA decays by β at most)
     batch_range_factor: float = 10.0  # a batch 10× outside the healthy range (story._UNUSUAL_FACTOR)
     robust_floor: float = 0.05  # decades: floor of a tensor's robust σ when ranking jumps
 

@@ -23,7 +23,7 @@ class UpdateActivity:
     grad_rms: dict[str, float]  # median gradient RMS per parameter
     updates: SilentGradients | None  # the same silence bookkeeping for the `update` rows
     param_change: dict[str, float] | None  # without update rows: |late − early| / |early| per weight
-    stepped: dict[str, np.ndarray]  # optimizer_stepped.<name> values by step (schema 2)
+    stepped: tuple[np.ndarray, np.ndarray]  # steps and values of every optimizer_stepped.<name> (schema 2)
     lr: float | None
 
 
@@ -36,8 +36,8 @@ def _update_activity(ev: Evidence) -> UpdateActivity:
     if role(ev.summary, "update").empty and not params.empty and (params["steps"] >= 10).all():
         change = {n: float(abs(late - early) / max(abs(early), 1e-300))
                   for n, early, late in zip(params["name"], params["early"], params["late"])}
-    stepped = {str(n)[len("optimizer_stepped."):]: scalar(ev.scalars, str(n))
-               for n in ev.scalars["name"].unique() if str(n).startswith("optimizer_stepped.")}
+    rows = ev.scalars[ev.scalars["name"].astype(str).str.startswith("optimizer_stepped.")]
+    stepped = (rows["step"].to_numpy(np.int64), rows["value"].to_numpy(np.float64))
     updates = role(ev.summary, "update")
     return UpdateActivity(silence(grads, ev.manifest, ev.outcome), rms,
                           None if updates.empty else silence(updates, ev.manifest, ev.outcome),
@@ -59,8 +59,6 @@ def no_update(activity: UpdateActivity, th: Thresholds) -> list[Finding]:
             if n not in silent_grads and activity.grad_rms.get(n, 0.0) >= th.gradients.vanishing_rms]
     if not live:
         return []
-    never_stepped = [name for name, values in activity.stepped.items()
-                     if len(values) >= th.gradients.silent_min_steps and not np.any(values[-th.gradients.silent_min_steps:] > 0)]
     lr = activity.lr
     if activity.updates is not None:
         stuck_since = {n: s for n, s in activity.updates.quiet(th.gradients).items() if n in live}
@@ -78,8 +76,10 @@ def no_update(activity: UpdateActivity, th: Thresholds) -> list[Finding]:
         evidence = {"param_norm_change": 0.0, "lr": lr}
     else:
         return []
-    if never_stepped:
-        evidence["optimizers_not_stepping"] = sorted(never_stepped)
+    # Schema 2: whether the optimizers stepped at all since then (share of steps, 0.0 = never).
+    steps, values = activity.stepped
+    if np.any(steps >= since):
+        evidence["optimizer_stepped"] = float(np.mean(values[steps >= since]))
     fix = "set a learning rate above 0" if lr == 0 else \
         "call optimizer.step() after loss.backward() in every step"
     return [finding("no_update", since, tensors[:10], evidence, fix)]

@@ -1,4 +1,5 @@
 """The command line as a user (or a CI job) drives it: outputs, exit codes, one-line errors."""
+import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -172,3 +173,16 @@ def test_module_entry_point_runs_without_torch(runs):
                             capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2])
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("Healthy:")
+
+
+@pytest.mark.parametrize("severity,code", [("note", 0), ("error", 1)])
+def test_fail_on_reads_errors_and_warnings_not_notes(runs, tmp_path, monkeypatch, severity, code):
+    real = cli.analyze
+
+    def with_finding(run, **kwargs):
+        analysis = real(run, **kwargs)
+        finding = postmortem.Finding("no_gradient", 0, ["attn.k_proj.bias"], {}, "zero by construction", severity)
+        return dataclasses.replace(analysis, findings=[*analysis.findings, finding])
+
+    monkeypatch.setattr(cli, "analyze", with_finding)
+    assert cli.main(["analyze", str(runs["healthy"]), "-o", str(tmp_path / "r.html"), "--fail-on", "no_gradient"]) == code

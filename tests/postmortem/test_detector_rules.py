@@ -43,6 +43,7 @@ from postmortem.detectors.root_causes import (
     Series,
     batch_out_of_range,
     hyperparameter_changed,
+    optimizer_state_changed,
     weights_changed_outside_optimizer,
 )
 from postmortem.detectors.updates import LossPace, UpdateActivity, lr_too_low, no_update
@@ -175,13 +176,14 @@ def test_vanishing_gradient_needs_layers_shrinking_toward_the_input_and_no_learn
 def _activity(update_since, stepped=None, lr=0.1):
     grads = _silent({"fc.weight": None, "fc.bias": None})
     updates = _silent({"fc.weight": update_since, "fc.bias": update_since})
-    return UpdateActivity(grads, {"fc.weight": 0.1, "fc.bias": 0.1}, updates, None, stepped or {}, lr)
+    return UpdateActivity(grads, {"fc.weight": 0.1, "fc.bias": 0.1}, updates, None,
+                          stepped or (np.zeros(0, np.int64), np.zeros(0)), lr)
 
 
 def test_no_update():
-    found = no_update(_activity(0, {"optimizer": np.zeros(N)}), TH)
+    found = no_update(_activity(0, (STEPS, np.zeros(N))), TH)
     assert found[0].label == "no_update" and "optimizer.step()" in found[0].fix
-    assert found[0].evidence["optimizers_not_stepping"] == ["optimizer"]
+    assert found[0].evidence["optimizer_stepped"] == 0.0
     assert no_update(_activity(None), TH) == []
 
 
@@ -239,7 +241,7 @@ def test_poor_init():
 
 def _window(onset=60, **series) -> OnsetWindow:
     base = dict(hyperparameters={}, groups={"opt.0": ["fc1.weight"], "opt.1": ["fc2.weight"]},
-                params={}, updates={}, grads={}, batches={})
+                params={}, updates={}, grads={}, states={}, batches={})
     base.update(series)
     return OnsetWindow(onset, 0, severity="error", **base)
 
@@ -281,6 +283,20 @@ def test_weights_changed_outside_the_optimizer():
     # Its group's lr raised at that step explains the update: that is hyperparameter_changed's.
     lr = _window(onset=62, hyperparameters={"hp.opt.0.lr": _lr_series(60, factor=1e4)}, **_param_case(60))
     assert weights_changed_outside_optimizer(lr, TH.root_causes) == []
+
+
+def test_optimizer_state_changed_when_a_second_moment_collapses():
+    exp_avg_sq = _noisy(1e-4, 7)
+    exp_avg_sq[60:] *= 0.05  # zeroed, then one step of (1 - β2)·g²
+    found = optimizer_state_changed(_window(onset=62, states={("fc1.weight", "exp_avg_sq"): Series(STEPS, exp_avg_sq)}),
+                                    TH.root_causes)
+    assert found[0].step == 60 and found[0].tensors == ["fc1.weight"]
+    # A signed state may cancel to ~0 when the gradient turns: not a cause.
+    signed = optimizer_state_changed(_window(onset=62, states={("fc1.weight", "exp_avg"): Series(STEPS, exp_avg_sq)}),
+                                     TH.root_causes)
+    assert signed == []
+    steady = {("fc1.weight", "exp_avg_sq"): Series(STEPS, _noisy(1e-4, 7))}
+    assert optimizer_state_changed(_window(onset=62, states=steady), TH.root_causes) == []
 
 
 def test_batch_out_of_range():

@@ -252,3 +252,22 @@ def test_finite_divergence_is_found_without_any_nan(tmp_path, t0):
     diverged = next(f for f in analysis.findings if f.label == "diverged")
     assert "max_norm=" in diverged.fix
     assert any("fc2.weight" in sentence and f"step {t0}" in sentence for sentence in analysis.chain)
+
+
+def _raised_lr(at: int, factor: float) -> list[pd.DataFrame]:
+    lr = np.full(STEPS, 0.01)
+    lr[at:] *= factor
+    return [scalar_rows("hp.optimizer.0.lr", lr)]
+
+
+def test_a_finite_run_whose_loss_rose_for_good_after_an_lr_change_diverged_there(tmp_path):
+    loss = _loss("learning")
+    at = int(np.random.default_rng(7).integers(50, 90))
+    loss[at:] = 1.5 * np.median(loss[at - 10: at]) + 0.5  # up after the change, and stays there
+    manifest = {**_manifest(), "optimizers": {"optimizer": {"param_groups": [{"params": ["fc1.weight", "fc2.weight"]}]}}}
+    analysis, labels = _labels(tmp_path, _layers(), loss, manifest, extra_scalars=_raised_lr(at, 300.0))
+    assert analysis.verdict == "diverged" and analysis.onset.step == at
+    assert {"hyperparameter_changed", "lr_too_high"} <= labels
+    # The same change in a run that keeps learning is no incident.
+    _, labels = _labels(tmp_path / "fine", _layers(), _loss("learning"), manifest, extra_scalars=_raised_lr(at, 300.0))
+    assert labels == {"healthy"}

@@ -33,7 +33,7 @@ class Net(nn.Module):
 
 
 def _train(path, *, seed=0, lr_boost_at=None, nan_batch_at=None, skip_step=False,
-           detach=False, event_at=None):
+           detach=False, event_at=None, zero_after_step=False):
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     model = Net(detach_after_fc1=detach)
@@ -55,6 +55,8 @@ def _train(path, *, seed=0, lr_boost_at=None, nan_batch_at=None, skip_step=False
             loss.backward()
             if not skip_step:
                 optimizer.step()
+            if zero_after_step:  # nanoGPT's order: gradients are gone before rec.step()
+                optimizer.zero_grad(set_to_none=True)
             rec.step(loss=loss, inputs=x, targets=y)
             if not torch.isfinite(loss):
                 break
@@ -100,11 +102,33 @@ def test_nan_batch_is_the_first_nonfinite_value(tmp_path):
     assert first.spread and first.spread[0][0] == t0
 
 
-def test_missing_optimizer_step_is_no_update(tmp_path):
-    analysis = analyze(_train(tmp_path / "run", skip_step=True))
+@pytest.mark.parametrize("zero_after_step", [False, True])
+def test_missing_optimizer_step_is_no_update(tmp_path, zero_after_step):
+    """Also when the loop zeroes gradients with set_to_none=True before rec.step(): the
+    gradients were computed, so the fix is the missing step, not a cut graph."""
+    analysis = analyze(_train(tmp_path / "run", skip_step=True, zero_after_step=zero_after_step))
     assert analysis.verdict == "not_learning"
     finding = next(f for f in analysis.findings if f.label == "no_update")
     assert "optimizer.step()" in finding.fix
+    assert finding.evidence["optimizer_stepped"] == 0.0
+    assert "no_gradient" not in {f.label for f in analysis.findings}
+
+
+def test_token_ids_are_never_unscaled_inputs(tmp_path):
+    """nanoGPT's X is int64 token IDs up to the vocabulary size: indices, not features."""
+    from sample_runs import nanogpt
+    from sample_runs.models import TinyGPT
+
+    config = nanogpt.LoopConfig(steps=40, vocab=512)
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=config.vocab)
+    opt = nanogpt.make_optimizer(model, config)
+    with Recorder(tmp_path / "run", model, opt) as rec:
+        nanogpt.train(model, opt, config, rec=rec)
+    analysis = analyze(tmp_path / "run")
+    inputs = [f for f in analysis.findings if f.label == "unscaled_inputs"]
+    assert not inputs, inputs
+    assert analysis.run.manifest["tied_parameters"] == {"wte.weight": ["lm_head.weight"]}
 
 
 def test_detached_layer_gets_no_gradient(tmp_path):
@@ -136,3 +160,18 @@ def test_crashed_run_is_analysed(tmp_path):
     assert any(segments[-1].name in w for w in analysis.warnings)
     assert analysis.run.manifest.get("status") == "exception"
     assert analysis.verdict in {"healthy", "not_learning"}
+
+
+def test_a_schema_1_run_still_loads(tmp_path):
+    """A run written before schema 2: no dtype/kind columns, no segment version, manifest 1."""
+    import pyarrow.parquet as pq
+
+    path = _train(tmp_path / "run", skip_step=True)
+    for segment in (path / "stats").glob("part-*.parquet"):
+        table = pq.read_table(segment).drop_columns(["dtype", "kind"])
+        pq.write_table(table.replace_schema_metadata(None), segment)
+    manifest = json.loads((path / "manifest.json").read_text())
+    (path / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 1}))
+    analysis = analyze(path)
+    assert "no_update" in {f.label for f in analysis.findings}
+    assert analysis.run.manifest["schema_version"] == 1

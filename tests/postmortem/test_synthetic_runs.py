@@ -28,4 +28,4 @@ def test_noisy_healthy_synthetic_run_is_healthy(tmp_path, seed):
     spec = SyntheticSpec(steps=800, tensors=40, noise=0.3, steps_per_segment=50, seed=seed)
     analysis = analyze(write_synthetic_run(tmp_path / "run", spec))
     assert analysis.verdict == "healthy"
-    assert {f.label for f in analysis.findings} <= {"healthy", "loss_spike_recovered"}
+    assert {f.label for f in analysis.findings} <= {"healthy", "recovered_incident"}

@@ -189,21 +189,33 @@ def test_sparse_gradients_are_recorded(tmp_path):
     np.testing.assert_allclose(series(stats, "grad", "0.weight", "zero_frac"), zero_fracs)
 
 
-def test_hooks_are_removed_and_no_grad_is_recorded(tmp_path):
+def test_hooks_are_removed_and_only_training_forwards_are_recorded(tmp_path):
+    """Forwards under no_grad, inference_mode or model.eval() (an eval loop) are not the
+    step's activations; rec.step() itself works under no_grad."""
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     previous = signal.getsignal(signal.SIGTERM)
     with Recorder(tmp_path / "run", model, opt) as rec:
-        assert model.fc1._forward_hooks
+        assert model.fc1._forward_hooks and model.fc1.weight._post_accumulate_grad_hooks
+        out = model(torch.randn(4, 6))
         with torch.no_grad():
-            model(torch.randn(4, 6))
-        rec.step()
+            model(torch.randn(5, 6))
+        with torch.inference_mode():
+            model(torch.randn(6, 6))
+        model.eval()
+        model(torch.randn(7, 6))
+        model.train()
+        with torch.no_grad():
+            rec.step()
     assert all(not m._forward_hooks for m in model.modules())
+    assert not any(p._post_accumulate_grad_hooks for p in model.parameters())
     assert not opt._optimizer_step_pre_hooks
     assert signal.getsignal(signal.SIGTERM) == previous
     assert not any(hasattr(m, "_recorder_name") for m in model.modules())
     stats = read_table(tmp_path / "run", "stats")
-    assert set(stats[stats.role == "activation"].name) == {"fc1", "act", "fc2"}
+    activations = stats[stats.role == "activation"].set_index("name")
+    assert set(activations.index) == {"fc1", "act", "fc2"}
+    assert activations.loc["fc2", "numel"] == out.numel()
     model(torch.randn(4, 6))  # no hook left behind to fail or record
 
 
@@ -211,8 +223,7 @@ def test_activations_of_repeated_calls_are_pooled(tmp_path):
     layer = nn.Linear(3, 3)
     with Recorder(tmp_path / "run", nn.Sequential(layer)) as rec:
         a, b = torch.randn(5, 3), torch.randn(7, 3)
-        with torch.no_grad():
-            out = torch.cat([layer(a), layer(b)])
+        out = torch.cat([layer(a), layer(b)]).detach()
         rec.step()
     stats = read_table(tmp_path / "run", "stats")
     row = stats[(stats.role == "activation")].iloc[0]

@@ -210,7 +210,9 @@ def test_deeply_nested_manifest_is_a_warning(tiny_run, tmp_path):
 
 def test_infinite_schema_version_is_a_schema_error(tiny_run, tmp_path):
     def damage(run_dir):
-        text = json.dumps(load_manifest(run_dir)).replace('"schema_version": 1', '"schema_version": 1e400')
+        manifest = load_manifest(run_dir)
+        text = json.dumps(manifest).replace(f'"schema_version": {manifest["schema_version"]}',
+                                            '"schema_version": 1e400')
         (run_dir / "manifest.json").write_text(text)
     with pytest.raises(postmortem.SchemaVersionError):
         _analyze_copy(tiny_run, tmp_path, damage)

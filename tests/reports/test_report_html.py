@@ -90,3 +90,22 @@ def test_every_run_supplied_name_is_escaped(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;.weight" in html
     assert "\x1b" not in html and "\u202e" not in html
     assert "a$b$[31mred" in html  # the escape character itself is gone, the printable rest stays
+
+
+def test_notes_are_shown_apart_and_never_in_the_headline(run_dirs):
+    from dataclasses import replace
+
+    from postmortem import Finding
+    from reports import render_markdown
+
+    note = Finding("no_gradient", 0, ["attn.k_proj.bias"], {"parameters_without_gradient": 1},
+                   "attn.k_proj.bias never received a gradient while the run learned", "note")
+    analysis = healthy_analysis(run_dirs["healthy"])
+    analysis = replace(analysis, findings=[*analysis.findings, note])
+    page = build_page(analysis)
+    assert "no_gradient" not in page.headline and page.headline.startswith("Healthy")
+    assert [s.anchor for s in page.sections if s.anchor in ("diagnoses", "notes")] == ["diagnoses", "notes"]
+    notes = next(s for s in page.sections if s.anchor == "notes")
+    assert [d.label for d in notes.diagnoses] == ["no_gradient"]
+    assert 'id="notes"' in render_html(page)
+    assert "no_gradient" not in render_markdown(analysis)

@@ -15,7 +15,7 @@ def test_committed_run_loads_and_agrees_with_its_truth(name):
     truth = read_expected(run)
     assert truth.scenario == COMMITTED_SAMPLES[name] and truth.verdict in VERDICTS
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["schema_version"] == 1
+    assert manifest["schema_version"] == 2
     stats = ds.dataset(str(run / "stats"), format="parquet").to_table().to_pandas()
     scalars = ds.dataset(str(run / "scalars"), format="parquet").to_table().to_pandas()
     assert {"param", "grad", "activation"} <= set(stats["role"].astype(str))

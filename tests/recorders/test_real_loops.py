@@ -1,0 +1,244 @@
+"""The recorder on real training loops (../shared/real-loops.md): nanoGPT's loop on a small GPT
+(tied head, AdamW, warm-up + cosine, clip 1.0, accumulation 2, an eval loop), AMP with a
+GradScaler, a loop that forgets optimizer.step(), a loop without any optimizer, saving and
+copying the recorded model. Every expectation is computed by the test from the loop itself."""
+
+import copy
+import io
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from recorder_helpers import read_manifest, read_table
+from recorders import Recorder, RecorderWarning
+from sample_runs import nanogpt
+from sample_runs.data import token_batches
+from sample_runs.models import TinyGPT
+
+CONFIG = nanogpt.LoopConfig(steps=24, eval_every=10)
+
+
+def scalar(scalars, name):
+    rows = scalars[scalars.name == name].sort_values("step")
+    return rows.step.to_numpy(), rows.value.to_numpy()
+
+
+def rows(stats, role, name):
+    return stats[(stats.role == role) & (stats.name == name)].sort_values("step")
+
+
+@pytest.fixture(scope="module")
+def gpt_run(tmp_path_factory):
+    """One recorded nanoGPT run and what the loop saw: pre-clip gradients per step, the
+    norms clip_grad_norm_ returned, the activation sizes of the training forwards."""
+    run_dir = tmp_path_factory.mktemp("gpt") / "run"
+    torch.manual_seed(0)
+    model = TinyGPT()
+    opt = nanogpt.make_optimizer(model, CONFIG)
+    pre_clip = []
+
+    def before_clip(step, m):
+        pre_clip.append({n: p.grad.detach().clone() for n, p in m.named_parameters()})
+
+    saved = io.BytesIO()
+    with Recorder(run_dir, model, opt, flush_every=7) as rec:
+        logs = nanogpt.train(model, opt, CONFIG, rec=rec, before_clip=before_clip)
+        torch.save(model, saved)  # pytorch/examples' word LM saves the whole module
+        ema = copy.deepcopy(model)  # an EMA / eval copy
+        x, y = token_batches(1, batch=3, context=CONFIG.context, vocab=CONFIG.vocab, seed=9)[0]
+        nn.functional.cross_entropy(ema(x).flatten(0, 1), y.flatten()).backward()
+        rec.step()  # the copy's forward and backward must not be in this step
+    return {"dir": run_dir, "logs": logs, "pre_clip": pre_clip, "saved": saved,
+            "model": model, "stats": read_table(run_dir, "stats"),
+            "scalars": read_table(run_dir, "scalars"), "manifest": read_manifest(run_dir)}
+
+
+def test_recorded_grad_norm_is_what_clip_grad_norm_returned(gpt_run):
+    logs, scalars = gpt_run["logs"], gpt_run["scalars"]
+    steps, recorded = scalar(scalars, "grad_norm")
+    returned = np.array([log.grad_norm for log in logs])
+    np.testing.assert_allclose(recorded[:CONFIG.steps], returned, rtol=1e-5)
+    assert returned.max() > 1.0  # clipping acted at some steps: the test can tell pre from post
+    # what the optimizer consumed: min(norm, 1) (clip_grad_norm_'s coefficient, eps 1e-6)
+    coef = np.minimum(1.0, CONFIG.clip / (returned + 1e-6))
+    _, clipped = scalar(scalars, "grad_norm_clipped")
+    _, clip_coef = scalar(scalars, "clip_coef")
+    np.testing.assert_allclose(clipped, returned * coef, rtol=1e-5)
+    np.testing.assert_allclose(clip_coef, coef, rtol=1e-5)
+
+
+def test_per_tensor_gradients_are_the_accumulated_pre_clip_ones(gpt_run):
+    stats, pre_clip = gpt_run["stats"], gpt_run["pre_clip"]
+    for name in ("wte.weight", "blocks.0.attn.c_attn.bias", "blocks.1.mlp_proj.weight"):
+        expected = np.array([g[name].norm().item() for g in pre_clip])
+        max_abs = np.array([g[name].abs().max().item() for g in pre_clip])
+        got = rows(stats, "grad", name)
+        np.testing.assert_allclose(got.norm.to_numpy()[:CONFIG.steps], expected, rtol=1e-5)
+        np.testing.assert_allclose(got.max_abs.to_numpy()[:CONFIG.steps], max_abs, rtol=1e-6)
+
+
+def test_eval_forwards_are_not_activations_and_micro_batches_are_pooled(gpt_run):
+    stats = gpt_run["stats"]
+    head = rows(stats, "activation", "lm_head")
+    per_step = CONFIG.accumulation * CONFIG.batch * CONFIG.context * CONFIG.vocab
+    # every training step, eval steps included, holds exactly its two micro-batches
+    assert head.step.tolist() == list(range(CONFIG.steps))
+    assert (head.numel == per_step).all()
+
+
+def test_token_inputs_are_indices_and_steps_are_optimizer_steps(gpt_run):
+    stats, scalars = gpt_run["stats"], gpt_run["scalars"]
+    inputs = stats[stats.role.isin(["input", "target"])]
+    assert set(inputs.name) == {"input", "target"}
+    assert (inputs.dtype == "int64").all() and (inputs.kind == "index").all()
+    assert stats[stats.role == "param"].kind.isna().all()
+    steps, stepped = scalar(scalars, "optimizer_stepped.optimizer")
+    assert steps.tolist() == list(range(CONFIG.steps + 1))
+    assert stepped.tolist() == [1.0] * CONFIG.steps + [0.0]
+    _, lr = scalar(scalars, "lr")
+    np.testing.assert_allclose(lr[:CONFIG.steps], [log.lr for log in gpt_run["logs"]])
+
+
+def test_a_tied_parameter_is_recorded_once(gpt_run):
+    stats, manifest = gpt_run["stats"], gpt_run["manifest"]
+    assert manifest["tied_parameters"] == {"wte.weight": ["lm_head.weight"]}
+    params = stats[stats.role == "param"]
+    assert "lm_head.weight" not in set(params.name)
+    assert (params[params.name == "wte.weight"].groupby("step").size() == 1).all()
+    assert manifest["schema_version"] == 2
+
+
+def test_saving_and_copying_the_recorded_model(gpt_run):
+    """torch.save(model) inside the Recorder worked; the loaded model and a deep copy carry no
+    live hook, and the copy's forward and backward recorded nothing."""
+    stats = gpt_run["stats"]
+    last = stats[stats.step == CONFIG.steps]
+    assert last[last.role == "activation"].empty  # the copy's training forward is not there
+    assert last[last.role == "grad"].grad_none.astype(bool).all()  # nor its gradients
+    gpt_run["saved"].seek(0)
+    loaded = torch.load(gpt_run["saved"], weights_only=False)
+    x = token_batches(1, batch=2, context=8, vocab=CONFIG.vocab, seed=3)[0][0]
+    torch.testing.assert_close(loaded(x), gpt_run["model"](x))
+    loaded(x).sum().backward()  # its hooks are inert
+
+
+def test_grad_scaler_unscales_and_marks_skipped_steps(tmp_path):
+    """A CPU GradScaler made to skip: an inf lands in a gradient after backward at two steps
+    (as an fp16 overflow would); the loop sees the parameters unchanged there. Gradients are
+    recorded unscaled."""
+    config = nanogpt.LoopConfig(steps=8, eval_every=0)
+    torch.manual_seed(0)
+    model = TinyGPT()
+    opt = nanogpt.make_optimizer(model, config)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16, growth_interval=3)
+
+    def overflow(step, micro):
+        if step in (2, 5) and micro == 1:
+            model.wpe.weight.grad[0, 0] = float("inf")
+
+    with Recorder(tmp_path / "run", model, opt, scaler=scaler) as rec:
+        logs = nanogpt.train(model, opt, config, rec=rec, scaler=scaler, after_backward=overflow)
+    skipped = np.array([not log.stepped for log in logs], dtype=float)
+    assert skipped.tolist() == [0, 0, 1, 0, 0, 1, 0, 0]
+    scalars = read_table(tmp_path / "run", "scalars")
+    _, recorded = scalar(scalars, "scaler_skipped")
+    np.testing.assert_array_equal(recorded, skipped)
+    _, stepped = scalar(scalars, "optimizer_stepped.optimizer")
+    np.testing.assert_array_equal(stepped, 1 - skipped)
+    _, norms = scalar(scalars, "grad_norm")
+    ok = skipped == 0  # the unscaled pre-clip norm, as clip_grad_norm_ after unscale_ saw it
+    np.testing.assert_allclose(norms[ok], np.array([log.grad_norm for log in logs])[ok],
+                               rtol=1e-4)
+
+
+def test_a_loop_without_optimizer_step_still_records_gradients(tmp_path):
+    """The seeds' commonest bug: optimizer.step() forgotten, zero_grad(set_to_none=True)."""
+    model = TinyGPT()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    norms = []
+    with Recorder(tmp_path / "run", model, opt) as rec:
+        for x, y in token_batches(3, batch=4, context=8, vocab=64, seed=1):
+            loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            loss.backward()
+            norms.append(model.blocks[0].c_fc.weight.grad.norm().item())
+            opt.zero_grad(set_to_none=True)
+            rec.step(loss=loss)
+    stats = read_table(tmp_path / "run", "stats")
+    got = rows(stats, "grad", "blocks.0.c_fc.weight")
+    assert not got.grad_none.any()
+    np.testing.assert_allclose(got.norm.to_numpy(), norms, rtol=1e-5)
+    assert (rows(stats, "update", "blocks.0.c_fc.weight").norm == 0).all()
+    _, stepped = scalar(read_table(tmp_path / "run", "scalars"), "optimizer_stepped.optimizer")
+    assert stepped.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_a_loop_with_no_optimizer_records_gradients_updates_and_lr(tmp_path):
+    """pytorch/examples' word LM: clip, then p.data.add_(p.grad, alpha=-lr) by hand."""
+    model = TinyGPT()
+    lr = 0.5
+    expected = []
+    with Recorder(tmp_path / "run", model) as rec:
+        for x, y in token_batches(4, batch=4, context=8, vocab=64, seed=2):
+            model.zero_grad()
+            loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            loss.backward()
+            grad = model.ln_f.weight.grad.norm().item()
+            total = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25).item()
+            before = model.ln_f.weight.detach().clone()
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-lr)
+            expected.append((grad, (model.ln_f.weight - before).norm().item(), total))
+            rec.step(loss=loss, lr=lr)
+            lr *= 0.9
+    stats = read_table(tmp_path / "run", "stats")
+    grad, update, total = map(np.array, zip(*expected))
+    np.testing.assert_allclose(rows(stats, "grad", "ln_f.weight").norm, grad, rtol=1e-5)
+    np.testing.assert_allclose(rows(stats, "update", "ln_f.weight").norm, update, rtol=1e-4)
+    scalars = read_table(tmp_path / "run", "scalars")
+    np.testing.assert_allclose(scalar(scalars, "grad_norm")[1], total, rtol=1e-5)
+    np.testing.assert_allclose(scalar(scalars, "lr")[1], 0.5 * 0.9 ** np.arange(4))
+
+
+def test_dict_batches_record_each_entry_with_its_kind(tmp_path):
+    model = TinyGPT()
+    batch = {"input_ids": torch.randint(0, 64, (2, 8)),
+             "attention_mask": torch.ones(2, 8, dtype=torch.bool),
+             "pixel_values": torch.rand(2, 3)}
+    with Recorder(tmp_path / "run", model) as rec:
+        rec.step(inputs=batch, targets={"labels": batch["input_ids"]})
+    stats = read_table(tmp_path / "run", "stats").set_index("name")
+    assert stats.loc["input.input_ids", ["dtype", "kind"]].tolist() == ["int64", "index"]
+    assert stats.loc["input.attention_mask", ["dtype", "kind"]].tolist() == ["bool", "mask"]
+    assert stats.loc["input.pixel_values", ["dtype", "kind"]].tolist() == ["float32", "float"]
+    assert stats.loc["target.labels", "kind"] == "index"
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_compiled_model_is_recorded_without_activations(tmp_path, in_place):
+    """torch.compile(model) / model.compile(): one warning and a manifest note say that its
+    activations are not recorded; everything else is, under the model's own names."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    compiled = model if in_place else torch.compile(model, backend="aot_eager")
+    if in_place:
+        model.compile(backend="aot_eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    norms = []
+    with pytest.warns(RecorderWarning, match="torch.compile") as caught:
+        with Recorder(tmp_path / "run", compiled, opt) as rec:
+            for _ in range(3):
+                loss = compiled(torch.randn(5, 4)).square().mean()
+                loss.backward()
+                norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01).item())
+                opt.step()
+                opt.zero_grad()
+                rec.step(loss=loss)
+    assert len([w for w in caught if issubclass(w.category, RecorderWarning)]) == 1
+    manifest = read_manifest(tmp_path / "run")
+    assert any("torch.compile" in note for note in manifest["notes"])
+    stats = read_table(tmp_path / "run", "stats")
+    assert set(stats.role) == {"param", "grad", "update"}
+    assert set(stats[stats.role == "grad"].name) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    scalars = read_table(tmp_path / "run", "scalars")
+    np.testing.assert_allclose(scalar(scalars, "grad_norm")[1], norms, rtol=1e-5)
