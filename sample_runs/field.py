@@ -22,7 +22,7 @@ from torch import nn
 from . import faults
 from .data import Dataset, batch_sampler, char_corpus, digits, lm_batch_sampler
 from .expected import Expected
-from .field_models import FIELD_ARCHS, build_field_model
+from .field_models import CONTEXT, FIELD_ARCHS, build_field_model
 from .training import broke_against, stalled_against, train_field
 
 __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
@@ -30,7 +30,6 @@ __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
 STEPS = 150
 T0_RANGE = (40, 100)
 CORPUS_CHARS = 20_000
-BLOCK = 32
 
 
 @dataclass(frozen=True)
@@ -110,7 +109,7 @@ class FieldFamily:
 
 
 def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
-    hidden_units = [u for u in model.units if u.startswith(("h.", "encoder.layers.", "blocks.", "rnn"))]
+    hidden_units = [u for u in model.units if u.startswith(("encoder.layers.", "blocks.", "rnn"))]
     return {"unit": rng.choice(hidden_units), "exposed": rng.choice(model.exposed), "detached": hidden_units[-1]}
 
 
@@ -170,8 +169,8 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     if arch in LANGUAGE_MODELS:
         tokens, vocab = char_corpus(CORPUS_CHARS, seed)
         split = int(0.9 * len(tokens))
-        return (lm_batch_sampler(tokens[:split], micro, BLOCK, seed),
-                lm_batch_sampler(tokens[split:], 32, BLOCK, seed + 1), vocab)
+        return (lm_batch_sampler(tokens[:split], micro, CONTEXT, seed),
+                lm_batch_sampler(tokens[split:], 32, CONTEXT, seed + 1), vocab)
     rows = digits("rows")
     x = rows.x.unsqueeze(1) if arch == "resnet" else rows.x
     train, held = Dataset(x[:1500], rows.y[:1500]), Dataset(x[1500:], rows.y[1500:])
@@ -215,7 +214,8 @@ def field_run(run_dir: Path, family: str, arch: str, seed: int, recorder_options
     spec = FIELD_FAMILIES[family]
     outcome, t0, factor, picked, units, chance = _train(run_dir, family, arch, seed, recorder_options)
     losses = outcome.losses
-    verdict, onset = _verdict(spec.outcome, losses, list(_twin_losses(arch, seed)), t0, chance)
+    twin = list(_twin_losses(arch, seed)) if spec.outcome != "healthy" else []
+    verdict, onset = _verdict(spec.outcome, losses, twin, t0, chance)
     shrugged = verdict == "healthy" and spec.outcome != "healthy"
     culprit = picked[spec.culprit] if spec.culprit and not shrugged else None
     alternatives = []
