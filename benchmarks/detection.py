@@ -176,7 +176,7 @@ VARIANTS: dict[str, tuple[str, dict[str, float]]] = {
     "outcome_strict": ("outcome", {"noise_sigmas": 1.5, "plateau_improvement": 3.0}),
     "outcome_lenient": ("outcome", {"noise_sigmas": 0.5}),
     "recovery_loose": ("outcome", {"recovered_factor": 1.15, "spike_recovered": 0.75}),
-    "causes_near": ("root_causes", {"lookback": 0.25}),
+    "jumps_sensitive": ("root_causes", {"param_jump_factor": 0.75, "hp_change_factor": 0.75}),
 }
 
 
@@ -809,7 +809,8 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"error: no run with expected.json under {args.runs}", file=sys.stderr)
         return 2
-    command = "python benchmarks/detection.py --generate" + (f" --subset {args.subset}" if args.subset else "")
+    command = (f"python benchmarks/detection.py --runs {args.runs}" + (" --generate" if args.generate else "")
+               + (f" --subset {args.subset}" if args.subset else "") + (" --write-docs" if args.write_docs else ""))
     text = report(rows, command, args.runs, generated, describe(grid))
     print(text)
     if args.json:
