@@ -23,6 +23,7 @@ from . import faults
 from .data import Dataset, batch_sampler, char_corpus, digits, lm_batch_sampler
 from .expected import Expected
 from .field_models import CONTEXT, FIELD_ARCHS, build_field_model
+from .nanogpt import LoopConfig, lr_at
 from .training import broke_against, stalled_against, train_field
 
 __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
@@ -55,15 +56,10 @@ LANGUAGE_MODELS = ("gpt", "gru")
 
 
 def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
-    """nanoGPT's `get_lr` as a factor: linear warm-up, then cosine decay to 10 %."""
-
-    def factor(step: int) -> float:
-        if step < recipe.warmup:
-            return (step + 1) / recipe.warmup
-        progress = (step - recipe.warmup) / max(1, steps - recipe.warmup)
-        return 0.1 + 0.45 * (1 + math.cos(math.pi * progress))
-
-    return factor
+    """nanoGPT's `get_lr` (`nanogpt.lr_at`) as a factor on each group's base lr: linear warm-up,
+    then cosine decay to 10 %."""
+    config = LoopConfig(steps=steps, warmup=recipe.warmup, lr=1.0)
+    return lambda step: lr_at(step, config)
 
 
 def _param_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
