@@ -746,7 +746,8 @@ def left_out_section(rows: list[Scored], grid_text: str = "") -> str:
         "Defaults (`Thresholds()`) were informed by the original zoo's tuning set only: models mlp, cnn, "
         "lstm, gan, linear, deep_mlp, without the held-out fault families adam_eps, fp16_overflow, "
         f"label_shuffle. Never used for choosing defaults: the field families {', '.join(field_archs)} "
-        "(every run) and those three fault families: the **headline** is the score on them.", "",
+        "(every run) and those three fault families: the **headline** is the score on them "
+        "(docs/diagnoses.md says, per threshold, which families informed its default).", "",
         "| held out from defaults (left-out choice) | " + " | ".join(HEADLINE_COLUMNS) + " |",
         "|" + " --- |" * (len(HEADLINE_COLUMNS) + 1),
         _headline_row(f"all ({len({r.run for r in held})} runs)", held),
