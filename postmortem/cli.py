@@ -8,13 +8,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from postmortem import LABELS, VERDICTS, analyze, load_run
 from postmortem.exceptions import PostmortemError
-from reports import Progress, build_page, compare_runs, render_html, render_markdown, render_summary
+from postmortem.ranks import analyze_ranks, is_multi_rank, rank_run_dir
+from postmortem.scan import find_runs, scan_dask, scan_runs
+from reports import (Progress, build_page, build_ranks_page, compare_runs, render_html, render_markdown,
+                     render_ranks_markdown, render_ranks_summary, render_summary)
+from reports.scan import render_scan_table
 from reports.text import clean, shorten
 
 __all__ = ["main"]
@@ -54,13 +59,17 @@ def _parser() -> argparse.ArgumentParser:
     analyze_cmd = commands.add_parser("analyze", help="analyse a run and write an HTML incident report")
     analyze_cmd.add_argument("run_dir", metavar="RUN_DIR", type=Path)
     analyze_cmd.add_argument("-o", "--output", type=Path, metavar="FILE",
-                             help="HTML report to write (default: RUN_DIR/report.html)")
-    analyze_cmd.add_argument("--json", type=Path, metavar="FILE", help="also write the analysis as JSON")
+                             help="HTML report to write (default: RUN_DIR/report.html; - for stdout)")
+    analyze_cmd.add_argument("--json", type=Path, metavar="FILE",
+                             help="also write the analysis as JSON (- for stdout)")
     analyze_cmd.add_argument("--markdown", type=Path, metavar="FILE",
-                             help="also write a Markdown summary (at most 30 lines) for a ticket")
+                             help="also write a Markdown summary (at most 30 lines) for a ticket (- for stdout)")
     analyze_cmd.add_argument("--fail-on", type=_labels, metavar="LABELS", default=frozenset(),
                              help="comma-separated verdicts or diagnosis labels (e.g. diverged,nonfinite_input); "
                                   "exit 1 when the analysis reports one of them")
+    analyze_cmd.add_argument("--rank", type=_whole_number("a rank number"), metavar="N",
+                             help="of a multi-rank run: rank N's full report alone "
+                                  "(default: every rank, the first to go bad in full)")
     analyze_cmd.set_defaults(handler=_analyze)
 
     summary_cmd = commands.add_parser("summary", help="print the verdict of a run in the terminal")
@@ -72,6 +81,21 @@ def _parser() -> argparse.ArgumentParser:
     compare_cmd.add_argument("run_a", metavar="RUN_A", type=Path)
     compare_cmd.add_argument("run_b", metavar="RUN_B", type=Path)
     compare_cmd.set_defaults(handler=_compare)
+
+    scan_cmd = commands.add_parser(
+        "scan", help="analyse every run below ROOT(s) on Dask; write an index and a table of them")
+    scan_cmd.add_argument("roots", nargs="+", metavar="ROOT", type=Path)
+    scan_cmd.add_argument("-o", "--output", type=Path, metavar="DIR",
+                          help="folder for index.html, runs.parquet, runs.csv and the reports "
+                               "(default: ROOT/postmortem-scan; ./postmortem-scan for several roots)")
+    where = scan_cmd.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=_whole_number("a number of workers"), metavar="N",
+                       help="processes of a local Dask cluster (default: one per core, at most one per run); "
+                            "0: no Dask, one run after another in this process")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="an existing Dask cluster, e.g. tcp://10.0.0.5:8786; its workers must see "
+                            "the runs and the output folder at the same paths")
+    scan_cmd.set_defaults(handler=_scan)
     return parser
 
 
@@ -87,12 +111,49 @@ def _labels(text: str) -> frozenset[str]:
     return labels
 
 
+def _whole_number(what: str):
+    def parse(text: str) -> int:
+        if not text.isdigit():
+            raise argparse.ArgumentTypeError(f"expected {what} (0, 1, 2, ...), got {text!r}")
+        return int(text)
+    return parse
+
+
+_STDOUT = Path("-")
+
+
+def _is_stream(path: Path) -> bool:
+    """Whether `path` (through any symlinks) is a device or a pipe, written into, not replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _is_stdout(path: Path) -> bool:
+    """`-`, or a path to the file stdout is (`/dev/stdout`, `/proc/self/fd/1`)."""
+    if path == _STDOUT:
+        return True
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError):  # no such file, or stdout is not a file (a test's StringIO)
+        return False
+
+
 def _check_writable(path: Path) -> None:
     """Fail before the (slow) analysis when an output cannot be written."""
-    folder = path.parent if str(path.parent) else Path(".")
+    if path == _STDOUT:
+        return
     hint = " (pass -o FILE to write the report elsewhere)" if path.name == "report.html" else ""
     if path.is_dir():
         raise OSError(f"cannot write {path}: it is a directory{hint}")
+    if _is_stream(path):
+        if not os.access(path, os.W_OK):
+            raise OSError(f"cannot write {path}: it is not writable{hint}")
+        return
+    target = Path(os.path.realpath(path))  # through a symlink: the file it names
+    folder = target.parent
     if not folder.is_dir():
         raise OSError(f"cannot write {path}: folder {folder} does not exist{hint}")
     if not os.access(folder, os.W_OK):
@@ -100,7 +161,18 @@ def _check_writable(path: Path) -> None:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    """Write next to the target and rename, so a reader never sees half a report."""
+    """Write next to the target and rename, so a reader never sees half a report. `-` is
+    stdout; a device or a pipe (`/dev/stdout`) is written into; a symlink stays a link and the
+    file it names is replaced."""
+    if path == _STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    if _is_stream(path):
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        return
+    path = Path(os.path.realpath(path))
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(temporary, "x", encoding="utf-8") as stream:  # "x": never follow a planted file
@@ -112,28 +184,39 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def _analyze(args: argparse.Namespace) -> int:
+    if args.rank is not None:
+        args.run_dir = rank_run_dir(args.run_dir, args.rank)
+    multi_rank = is_multi_rank(args.run_dir)  # the parent of a distributed job's rank directories
     progress = Progress(3 + _DRAWING_STAGES)
     try:
         progress.advance("loading run")
-        run = load_run(args.run_dir)
+        run = args.run_dir if multi_rank else load_run(args.run_dir)
         output = args.output or args.run_dir / "report.html"
         extras = [(p, kind) for p, kind in ((args.json, "json"), (args.markdown, "markdown")) if p]
+        if [output, *(p for p, _ in extras)].count(_STDOUT) > 1:
+            raise _UsageError("only one of -o, --json and --markdown can be - (stdout)")
         for path in (output, *(p for p, _ in extras)):
             _check_writable(path)
         progress.advance("analysing")
-        analysis = analyze(run)
-        page = build_page(analysis, progress=progress.advance, version=_package_version())
+        analysis = analyze_ranks(run) if multi_rank else analyze(run)
+        page = (build_ranks_page if multi_rank else build_page)(
+            analysis, progress=progress.advance, version=_package_version())
         progress.advance("writing report")
         _write_atomically(output, render_html(page))
         for path, kind in extras:
             text = (json.dumps(analysis.to_json(), indent=2, allow_nan=False) + "\n" if kind == "json"
-                    else render_markdown(analysis, report_name=output.name))
+                    else (render_ranks_markdown if multi_rank else render_markdown)(
+                        analysis, report_name="the HTML report" if output == _STDOUT
+                        else output.name))
             _write_atomically(path, text)
     finally:
         progress.close()
-    print(clean(page.headline))
-    print(f"Report: {clean(output)}")
-    matched = sorted(args.fail_on & {analysis.verdict, *(f.label for f in analysis.significant)})
+    to_stdout = any(_is_stdout(p) for p in (output, *(p for p, _ in extras)))
+    status = sys.stderr if to_stdout else sys.stdout  # stdout holds the output asked for
+    print(clean(page.headline), file=status)
+    print(f"Report: {'stdout' if output == _STDOUT else clean(output)}", file=status)
+    labels = analysis.labels if multi_rank else {analysis.verdict, *(f.label for f in analysis.significant)}
+    matched = sorted(args.fail_on & labels)
     if matched:
         print(f"postmortem: {', '.join(matched)} matched --fail-on", file=sys.stderr)
         return EXIT_FAIL_ON
@@ -141,6 +224,9 @@ def _analyze(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
+    if is_multi_rank(args.run_dir):
+        sys.stdout.write(render_ranks_summary(analyze_ranks(args.run_dir)))
+        return EXIT_OK
     progress = Progress(2)
     try:
         progress.advance("loading run")
@@ -165,6 +251,25 @@ def _compare(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     print(comparison.describe())
+    return EXIT_OK
+
+
+def _scan(args: argparse.Namespace) -> int:
+    output = args.output or (args.roots[0] / "postmortem-scan" if len(args.roots) == 1
+                             else Path("postmortem-scan"))
+    runs = find_runs(args.roots, skip=[output])
+    if args.workers != 0:
+        scan_dask()  # a missing extra is one line before anything is written
+    output.mkdir(parents=True, exist_ok=True)
+    _check_writable(output / "index.html")
+    progress = Progress(len(runs))
+    try:
+        result = scan_runs(runs, output, workers=args.workers, scheduler=args.scheduler,
+                           on_done=lambda row: progress.advance(row["run"]), version=_package_version())
+    finally:
+        progress.close()
+    sys.stdout.write(render_scan_table(result.runs))
+    print(f"Index: {clean(result.index)}")
     return EXIT_OK
 
 

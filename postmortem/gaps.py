@@ -59,11 +59,17 @@ def missing_step_warnings(what: str, steps: np.ndarray, manifest: dict) -> list[
 
 
 def unmeasured_warnings(manifest: dict) -> list[str]:
-    """One warning naming what the recorder could not measure (its rows are missing)."""
-    errors = manifest.get("measure_errors")
-    if not isinstance(errors, dict) or not errors:
-        return []
-    listed = "; ".join(f"{str(place)[:100]} ({str(error)[:200]})"
-                       for place, error in list(errors.items())[:_LISTED_HOLES])
-    more = f" and {len(errors) - _LISTED_HOLES} more" if len(errors) > _LISTED_HOLES else ""
-    return [f"the recorder could not measure {listed}{more}: those rows are missing"]
+    """A warning naming what the recorder could not measure (its rows are missing), and one
+    naming the tensors its checkpoints leave out."""
+    warnings = []
+    for key, what, consequence in (
+            ("measure_errors", "the recorder could not measure", "those rows are missing"),
+            ("checkpoint_skipped", "checkpoints leave out", "they cannot be restored from them")):
+        errors = manifest.get(key)
+        if not isinstance(errors, dict) or not errors:
+            continue
+        listed = "; ".join(f"{str(place)[:100]} ({str(error)[:200]})"
+                           for place, error in list(errors.items())[:_LISTED_HOLES])
+        more = f" and {len(errors) - _LISTED_HOLES} more" if len(errors) > _LISTED_HOLES else ""
+        warnings.append(f"{what} {listed}{more}: {consequence}")
+    return warnings

@@ -72,6 +72,7 @@ EVENTS_SCHEMA = pa.schema(
     [("step", pa.int64()), ("kind", pa.string()), ("message", pa.string()), ("wall_time", pa.float64())]
 )
 _SEGMENT = re.compile(r"^part-(\d+)\.parquet$")
+_STEP_TEXT = re.compile(rb"[0-9]{1,19}")  # a checkpoint's step metadata: an int64 in ASCII digits
 _SERIES_KEYS = {"stats": ["role", "name", "key"], "scalars": ["name"], "events": []}
 _SCHEMAS = {"stats": STATS_SCHEMA, "scalars": SCALARS_SCHEMA, "events": EVENTS_SCHEMA}
 # Without these a segment's rows cannot be placed in a series.
@@ -142,15 +143,17 @@ class Run:
             except (OSError, pa.ArrowException) as exc:
                 self._warn(f"skipped unreadable checkpoint {path}: {exc}")
                 continue
-            step = meta.get(b"step")
-            reason = meta.get(b"reason")
-            found.append(
-                CheckpointInfo(
-                    path=str(path),
-                    step=int(step) if step is not None and step.isdigit() else None,
-                    reason=reason.decode() if reason is not None else None,
-                )
-            )
+            step, reason = meta.get(b"step"), meta.get(b"reason")
+            try:
+                reason = reason.decode() if reason is not None else None
+            except UnicodeDecodeError:
+                self._warn(f"skipped checkpoint {path}: its reason is not UTF-8 text")
+                continue
+            if step is not None and not _STEP_TEXT.fullmatch(step):  # int() has a digit limit
+                self._warn(f"skipped checkpoint {path}: its step is not a step number")
+                continue
+            found.append(CheckpointInfo(path=str(path), step=None if step is None else int(step),
+                                        reason=reason))
         return sorted(found, key=lambda c: (c.step is None, c.step or 0, c.path))
 
     def _read(self, kind: str, columns: list[str], filt) -> pa.Table:

@@ -29,10 +29,12 @@ def manifest_order(manifest: dict) -> dict[str, int]:
 
 
 def parameter_shapes(manifest: dict) -> dict[str, list[int]]:
+    """Parameter name -> shape, for shapes that are lists of non-negative integers."""
     return {
         name: entry["shape"]
         for name, entry in _entries(manifest, "parameters")
         if isinstance(entry.get("shape"), list)
+        and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in entry["shape"])
     }
 
 

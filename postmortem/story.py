@@ -16,6 +16,7 @@ __all__ = ["chain_sentences", "batch_at", "events_near"]
 _CHAIN_LENGTH = 6
 _UNUSUAL_FACTOR = 10.0  # a batch whose largest |x| is 10× outside the healthy range
 _EVENT_WINDOW = 3
+_EVENT_KINDS = 3  # sentences about events: one per kind, the latest of it (floods are common)
 
 
 def _what(r: RankedTensor) -> str:
@@ -68,11 +69,15 @@ def events_near(ev: Evidence) -> list[str]:
     near = before[before["step"] >= ev.onset.step - _EVENT_WINDOW]
     if near.empty:
         near = before.tail(1)
+    counts = near["kind"].value_counts()
+    latest = near.drop_duplicates("kind", keep="last").tail(_EVENT_KINDS)
     sentences = []
-    for step, kind, message in zip(near["step"], near["kind"], near["message"]):
+    for step, kind, message in zip(latest["step"], latest["kind"], latest["message"]):
         gap = ev.onset.step - int(step)
         when = "at the onset step" if gap == 0 else f"{gap} step{'s' if gap > 1 else ''} before the onset"
         detail = f" ({message})" if message else ""
+        if counts[kind] > 1:
+            detail += f"; {counts[kind]} `{kind}` events from step {ev.onset.step - _EVENT_WINDOW} to the onset"
         sentences.append(f"a `{kind}` event was recorded at step {int(step)}, {when}{detail}")
     return sentences
 

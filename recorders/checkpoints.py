@@ -2,11 +2,14 @@
 
 A :class:`StateSource` lists every tensor worth keeping (parameters and buffers of each model,
 tensor state of each optimizer). :class:`FlightRing` keeps the last few sampled states as CPU
-copies, reusing its buffers, so that they can be dumped when a run starts to die.
+copies, reusing its buffers, so that they can be dumped when a run starts to die. A tensor
+that cannot be stored as raw bytes (a sparse buffer, a meta tensor) is left out of both and named
+in :class:`SkippedTensors`, which the manifest carries.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
@@ -14,8 +17,11 @@ from typing import Iterator
 import pyarrow as pa
 import torch
 
-__all__ = ["CHECKPOINT_SCHEMA", "StateSource", "FlightRing", "Snapshot", "checkpoint_table",
-           "tensor_bytes"]
+from .errors import RecorderMeasureError, RecorderWarning
+from .writer import visible
+
+__all__ = ["CHECKPOINT_SCHEMA", "StateSource", "FlightRing", "Snapshot", "SkippedTensors",
+           "checkpoint_table", "tensor_bytes"]
 
 CHECKPOINT_SCHEMA = pa.schema([
     ("step", pa.int64()),
@@ -35,6 +41,34 @@ def tensor_bytes(t: torch.Tensor) -> bytes:
     """Raw little-endian bytes in C order (works for dtypes numpy lacks, e.g. bfloat16)."""
     flat = t.detach().to("cpu").contiguous().reshape(-1)
     return flat.view(torch.uint8).numpy().tobytes()
+
+
+def _unstorable(t: torch.Tensor) -> str | None:
+    """Why `t` has no raw bytes in C order to store, or None when it has."""
+    if t.layout is not torch.strided:
+        return f"{str(t.layout).removeprefix('torch.')} layout"
+    if t.is_meta:
+        return "a meta tensor holds no data"
+    return None
+
+
+class SkippedTensors(dict):
+    """``owner.kind.name[.key]`` -> why that tensor is left out of checkpoints (the manifest's
+    ``checkpoint_skipped``). The first one skipped warns; under ``strict`` it raises instead."""
+
+    def __init__(self, *, strict: bool) -> None:
+        super().__init__()
+        self.strict = strict
+
+    def add(self, tid: TensorId, why: str) -> None:
+        label = ".".join(part for part in tid if part is not None)
+        if self.strict:
+            raise RecorderMeasureError(f"cannot checkpoint {label}: {why}")
+        if not self:
+            warnings.warn(f"postmortem recorder: {label} cannot be checkpointed ({why}); "
+                          "checkpoints leave it out (the manifest lists every tensor left out)",
+                          RecorderWarning, stacklevel=4)
+        self.setdefault(label, why)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -73,18 +107,28 @@ class Snapshot:
     tensors: dict[TensorId, torch.Tensor]
 
 
-def checkpoint_table(snapshots: list[Snapshot]) -> pa.Table:
+def checkpoint_table(snapshots: list[Snapshot], skipped: SkippedTensors) -> pa.Table:
     rows = {name: [] for name in CHECKPOINT_SCHEMA.names}
     for snap in snapshots:
-        for (owner, kind, name, key), t in snap.tensors.items():
+        for tid, t in snap.tensors.items():
+            why = _unstorable(t)
+            if why is None:
+                try:
+                    data = tensor_bytes(t)
+                except Exception as exc:  # noqa: BLE001 - a tensor subclass, say: left out
+                    why = f"{type(exc).__name__}: {exc}"
+            if why is not None:
+                skipped.add(tid, why)
+                continue
+            owner, kind, name, key = tid
             rows["step"].append(snap.step)
-            rows["owner"].append(owner)
+            rows["owner"].append(visible(owner))
             rows["kind"].append(kind)
-            rows["name"].append(name)
-            rows["key"].append(key)
+            rows["name"].append(visible(name))
+            rows["key"].append(visible(key))
             rows["dtype"].append(dtype_name(t.dtype))
             rows["shape"].append(list(t.shape))
-            rows["data"].append(tensor_bytes(t))
+            rows["data"].append(data)
     return pa.table(rows, schema=CHECKPOINT_SCHEMA)
 
 
@@ -100,7 +144,7 @@ class FlightRing:
         self._ring: deque[Snapshot] = deque(maxlen=size) if size > 0 else deque(maxlen=0)
         self.size = size
 
-    def sample(self, step: int, source: StateSource) -> None:
+    def sample(self, step: int, source: StateSource, skipped: SkippedTensors) -> None:
         if self.size == 0:
             return
         recycled = self._ring[0].tensors if len(self._ring) == self.size else {}
@@ -108,6 +152,10 @@ class FlightRing:
         refill: list[tuple[torch.Tensor, torch.Tensor]] = []  # (recycled buffer, tensor)
         with torch.no_grad():
             for tid, t in source.tensors():
+                why = _unstorable(t)
+                if why is not None:
+                    skipped.add(tid, why)
+                    continue
                 old = recycled.get(tid)
                 if old is not None and old.shape == t.shape and old.dtype == t.dtype:
                     copies[tid] = old

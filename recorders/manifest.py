@@ -38,19 +38,22 @@ def _json_number(value: Any) -> Any:
     return str(value)
 
 
+def _number(value: Any) -> float | None:
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+        value = value.item()
+    if isinstance(value, Real) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
 def hyperparameters(group: dict[str, Any]) -> dict[str, float]:
-    """Numeric hyper-parameters of a param group, betas split into beta1/beta2."""
-    out: dict[str, float] = {}
-    for name in ("lr", "momentum", "weight_decay", "eps"):
-        value = group.get(name)
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
-            value = value.item()
-        if isinstance(value, Real) and not isinstance(value, bool):
-            out[name] = float(value)
+    """Numeric hyper-parameters of a param group, betas split into beta1/beta2 (values that
+    are not numbers, as a hand-edited group may hold, are left out)."""
+    out = {name: _number(group.get(name)) for name in ("lr", "momentum", "weight_decay", "eps")}
     betas = group.get("betas")
     if isinstance(betas, (tuple, list)) and len(betas) == 2:
-        out["beta1"], out["beta2"] = (float(b) for b in betas)
-    return out
+        out["beta1"], out["beta2"] = (_number(b) for b in betas)
+    return {name: value for name, value in out.items() if value is not None}
 
 
 def model_structure(model: torch.nn.Module) -> dict[str, Any]:

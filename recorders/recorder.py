@@ -20,7 +20,6 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from numbers import Real
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -31,15 +30,19 @@ from torch.nn.parameter import is_lazy
 from torch.nn.modules.module import (register_module_module_registration_hook,
                                      register_module_parameter_registration_hook)
 
-from .checkpoints import FlightRing, StateSource, checkpoint_table, live_snapshot
+from .checkpoints import (FlightRing, SkippedTensors, StateSource, checkpoint_table,
+                          live_snapshot)
 from .errors import RecorderError, RecorderMeasureError, RecorderWarning, RunDirectoryError
+from .lock import LOCK_NAME, RunLock
 from .manifest import (hyperparameters, model_structure, new_manifest, optimizer_structure,
                        utc_now)
+from .ranks import distributed_info, rank_dir
+from .scalars import ScalarReader
 from .schedule import Schedule
-from .rows import StatsBlock, stats_columns
+from .rows import StatsBlock
 from .statistics import (MomentBatch, Moments, activation_moments, combine, measure_now,
                          moments_rows, params_and_updates, row_moments, summarize)
-from .writer import RunWriter, events_table, scalars_table, stats_table
+from .writer import RunWriter
 
 __all__ = ["Recorder"]
 
@@ -195,20 +198,13 @@ def _input_kind(t: torch.Tensor) -> str:
     return "float" if t.is_floating_point() or t.is_complex() else "index"
 
 
-def _stats_table(blocks: list[StatsBlock]):
-    return stats_table(stats_columns(blocks))
-
-
-def _scalar_value(name: str, value: Any) -> torch.Tensor | float:
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"rec.step({name}=...) needs a scalar, got a tensor of shape "
-                             f"{tuple(value.shape)}")
-        return value
-    if isinstance(value, Real) and not isinstance(value, bool):
-        return float(value)
-    raise TypeError(f"rec.step({name}=...) needs a number or a one-element tensor, "
-                    f"got {type(value).__name__}")
+def _safe_text(describe, exc: BaseException) -> str:
+    """`describe(exc)`, or a placeholder when the exception's own __str__ raises (the run must
+    still end with its final manifest)."""
+    try:
+        return describe(exc)
+    except Exception as error:  # noqa: BLE001 - any user-defined __str__
+        return f"<{type(exc).__name__}: its str() raised {type(error).__name__}>"
 
 
 class Recorder:
@@ -222,6 +218,8 @@ class Recorder:
     Args:
         run_dir: folder to write (see docs/run-format.md); must be empty or absent unless
             ``overwrite`` (replace the run's files, nothing else) or ``append`` (continue it).
+            Under ``torch.distributed`` every rank passes the same folder and records into
+            its sub-directory ``rank-00000``, ``rank-00001``... (recorders/ranks.py).
         model: an ``nn.Module`` or a dict ``name -> nn.Module`` (names prefix tensor names).
         optimizer: ``None`` (then pass ``lr=`` to ``step()``), an optimizer, a list (named
             ``optimizer_0``...) or a dict of them.
@@ -273,12 +271,16 @@ class Recorder:
         self._config = config_json
         self._overwrite = overwrite
         self._append = append
-        self.run_dir = Path(run_dir)
+        self._distributed = distributed_info()  # None in a single process
+        self.run_dir = rank_dir(Path(run_dir), self._distributed)
         self._previous_manifest = self._check_run_dir()
+        self._lock: RunLock | None = None
         self._writer = RunWriter(self.run_dir, strict=strict)
         self._strict = strict
         self._measure_errors: dict[str, str] = {}  # where -> the first error there
         self._flight = FlightRing(flight_ring)
+        self._checkpoint_skipped = SkippedTensors(strict=strict)
+        self._read_scalars = ScalarReader(strict=strict)
 
         self._params: list[_Param] = []
         self._param_index: dict[int, int] = {}  # id(parameter) -> its place in _params
@@ -329,7 +331,7 @@ class Recorder:
         d = self.run_dir
         if d.exists() and not d.is_dir():
             raise RunDirectoryError(f"run directory {d} exists and is not a directory")
-        entries = list(d.iterdir()) if d.is_dir() else []
+        entries = [e for e in d.iterdir() if e.name != LOCK_NAME] if d.is_dir() else []
         previous = None
         if entries and self._append:
             try:
@@ -348,6 +350,20 @@ class Recorder:
     def __enter__(self) -> "Recorder":
         if self._open or self._closed:
             raise RecorderError("a Recorder can be entered only once")
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunDirectoryError(f"cannot create run directory {self.run_dir}: {exc}") from exc
+        self._lock = RunLock.acquire(self.run_dir)  # refuses a directory another Recorder writes
+        try:
+            # Checked again now that it is ours: a run may have been written here since __init__.
+            self._previous_manifest = self._check_run_dir()
+            return self._start()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _start(self) -> "Recorder":
         try:
             if self._overwrite and self.run_dir.is_dir():
                 for entry in _RUN_ENTRIES:
@@ -372,6 +388,8 @@ class Recorder:
                     "gradients, updates, optimizer state, inputs and scalars are")
             self._manifest["notes"].append(note)
             warnings.warn(f"postmortem recorder: {note}", RecorderWarning, stacklevel=2)
+        if self._distributed is not None:
+            self._manifest["distributed"] = dict(self._distributed)
         if self._previous_manifest is not None:
             prev = self._previous_manifest
             self._manifest["run_id"] = prev.get("run_id", self._manifest["run_id"])
@@ -567,8 +585,9 @@ class Recorder:
                 status, info, reason = "terminated", None, None
             else:
                 status = "exception"
-                info = {"type": exc_type.__name__, "message": str(exc),
-                        "traceback": "".join(traceback.format_exception(exc_type, exc, tb))}
+                info = {"type": exc_type.__name__, "message": _safe_text(str, exc),
+                        "traceback": _safe_text(lambda e: "".join(
+                            traceback.format_exception(exc_type, e, tb)), exc)}
                 reason = "exception"
             self._finish(status, info, flight_reason=reason)
         finally:
@@ -589,6 +608,7 @@ class Recorder:
                 and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
         atexit.unregister(self._on_interpreter_exit)
+        self._lock.release()
         self._open = False
         self._closed = True
 
@@ -756,7 +776,9 @@ class Recorder:
         """
         if not self._open:
             raise RecorderError("Recorder.step() called outside the `with Recorder(...)` block")
-        values = {name: _scalar_value(name, v) for name, v in scalars.items()}
+        values, left_out = self._read_scalars(scalars)
+        for name, exc in left_out:
+            self._measure_failed(f"scalar {name}", exc)
         step = self._step
         wall = time.time()
         if self._structure_changed or any(not is_lazy(p) for p in self._lazy):
@@ -815,11 +837,13 @@ class Recorder:
             self._manifest["first_nonfinite_step"] = step
             self._dump_flight("first_nonfinite")
         if self._schedule.should_checkpoint(step):
-            snap = live_snapshot(step, self._source)
-            self._writer.write_checkpoint(f"step-{step:08d}.parquet", checkpoint_table([snap]),
-                                          {"step": str(step), "reason": "scheduled"})
+            self._guard_state("the checkpoint", lambda: self._writer.write_checkpoint(
+                f"step-{step:08d}.parquet",
+                checkpoint_table([live_snapshot(step, self._source)], self._checkpoint_skipped),
+                {"step": str(step), "reason": "scheduled"}))
         if self._schedule.should_sample_flight(step):
-            self._flight.sample(step, self._source)
+            self._guard_state("the flight ring", lambda: self._flight.sample(
+                step, self._source, self._checkpoint_skipped))
         if self._schedule.should_flush(self._buffers.steps, time.monotonic() - self._last_flush):
             self.flush()
         return step
@@ -1033,11 +1057,10 @@ class Recorder:
         wrote = False
         while self._unwritten:
             buffers = self._unwritten[0]
-            for table, rows, build in (("stats", buffers.stats, _stats_table),
-                                       ("scalars", buffers.scalars, scalars_table),
-                                       ("events", buffers.events, events_table)):
+            for table, rows in (("stats", buffers.stats), ("scalars", buffers.scalars),
+                                ("events", buffers.events)):
                 if rows and table not in buffers.written:
-                    self._writer.write_segment(table, build(rows))
+                    self._writer.write_rows(table, rows)
                     buffers.written.add(table)
             if self._unwritten and self._unwritten[0] is buffers:
                 self._unwritten.pop(0)
@@ -1046,7 +1069,22 @@ class Recorder:
             self._writer.write_manifest(self._manifest)
 
     # ----------------------------------------------------------------- checkpoints
+    def _guard_state(self, what: str, save) -> None:
+        """Checkpointing never breaks training: a failure is a measure error (raised under
+        ``strict``); the tensors left out are named in the manifest."""
+        try:
+            save()
+        except RecorderError:  # strict: a write or a tensor that failed
+            raise
+        except Exception as exc:  # noqa: BLE001 - recording degrades, training goes on
+            self._measure_failed(what, exc)
+        if self._checkpoint_skipped:
+            self._manifest["checkpoint_skipped"] = dict(self._checkpoint_skipped)
+
     def _dump_flight(self, reason: str) -> None:
+        self._guard_state("the flight recorder", lambda: self._write_flight(reason))
+
+    def _write_flight(self, reason: str) -> None:
         last = self._step - 1
         snapshots = [s for s in self._flight.snapshots() if s.step != last]
         if last >= 0:
@@ -1054,5 +1092,5 @@ class Recorder:
         if not snapshots:
             return
         name = f"flight-{max(last, 0):08d}.parquet"
-        self._writer.write_checkpoint(name, checkpoint_table(snapshots),
+        self._writer.write_checkpoint(name, checkpoint_table(snapshots, self._checkpoint_skipped),
                                       {"step": str(last), "reason": reason})

@@ -413,6 +413,7 @@ class MomentBatch:
         self._entries: list[_Entry | _FusedRequest] = []
         self._crcs: dict[int, int] = {}  # index -> CRC-32 from the fused kernel
         self._widened: dict[int, torch.Tensor] = {}  # index -> tensor measured as a float32 copy
+        self._complex: dict[int, torch.Tensor] = {}  # index -> complex tensor measured as |z|
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -423,8 +424,14 @@ class MomentBatch:
         """Queue `t`. ``exact=True`` measures in float64 on the device right away (for tensors
         that will not outlive the step, on devices where reading back early would stall).
         ``hashed=True``: :meth:`content_hash` will be asked for it (the fused kernel computes
-        it in the same pass)."""
+        it in the same pass). A complex tensor is measured by its modulus |z|, hashed from
+        its own bytes."""
         x = t.detach()
+        if x.is_complex():  # torch would drop the imaginary part, with a warning
+            index = self.add(x.abs(), sums=sums, extremes=extremes, zeros=zeros,
+                             saturation=saturation, exact=exact)
+            self._complex[index] = x
+            return index
         if _fusable(x):  # host memory: one fused pass for all such tensors at `read`
             return self._add_fused(
                 _FusedRequest(x, sums, zeros, saturation, hash=hashed and x.is_contiguous()))
@@ -511,7 +518,8 @@ class MomentBatch:
         crc = self._crcs.get(index)
         if crc is not None:
             return f"{crc:08x}"
-        return content_hash(self._widened.get(index, self._entries[index].tensor))
+        original = self._complex.get(index, self._widened.get(index))
+        return content_hash(self._entries[index].tensor if original is None else original)
 
     @staticmethod
     def _moments(e: _Entry, floats: list[float], ints: list[float],

@@ -3,8 +3,11 @@
 Every file is written under a dot-prefixed temporary name in its final folder, fsynced and
 renamed into place, so a reader never sees a partial ``part-*.parquet``, even after a power loss
 (the folder itself is not fsynced: at worst the newest segment is missing, never half-written;
-a per-file folder fsync doubled the cost of a flush). A failed write gives one
-:class:`RecorderWarning` and recording degrades (training goes on), unless ``strict`` is set.
+a per-file folder fsync doubled the cost of a flush). A failed write, or a segment that cannot
+be built, gives one :class:`RecorderWarning` and recording degrades (training goes on), unless
+``strict`` is set. Text that UTF-8 cannot hold (a lone surrogate from ``os.fsdecode`` of
+undecodable bytes) is written with it escaped, visibly: U+DCFF becomes the six characters
+``\\udcff``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import pyarrow.parquet as pq
 
 from .errors import RecorderWarning, RecorderWriteError
 from .manifest import SCHEMA_VERSION
+from .rows import stats_columns
 
 __all__ = [
     "STATS_SCHEMA",
@@ -34,6 +38,7 @@ __all__ = [
     "stats_table",
     "scalars_table",
     "events_table",
+    "visible",
 ]
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
@@ -89,9 +94,23 @@ def _plain(t: pa.DataType) -> pa.DataType:
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
+def visible(value: Any) -> Any:
+    """`value` with what UTF-8 cannot encode (lone surrogates) as backslash escapes."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def _array(values, type: pa.DataType) -> pa.Array:
+    try:
+        return pa.array(values, type=type)
+    except UnicodeEncodeError:  # rare: escape only then, a flush's names are many
+        return pa.array([visible(v) for v in values], type=type)
+
+
 def _rows_to_table(rows: list[tuple], schema: pa.Schema, sort_by: list[str]) -> pa.Table:
     columns = list(zip(*rows)) if rows else [[] for _ in schema]
-    arrays = [pa.array(values, type=_plain(field.type)) for field, values in zip(schema, columns)]
+    arrays = [_array(values, _plain(field.type)) for field, values in zip(schema, columns)]
     return _sorted_encoded(pa.Table.from_arrays(arrays, names=schema.names), schema, sort_by)
 
 
@@ -120,7 +139,7 @@ def stats_table(columns: Mapping[str, np.ndarray | list]) -> pa.Table:
                 values = np.where(null, 0, values).astype(np.int64)
             arrays.append(pa.array(values, type=field.type, mask=null))
         else:
-            arrays.append(pa.array(values, type=_plain(field.type)))
+            arrays.append(_array(values, _plain(field.type)))
     return _sorted_encoded(pa.Table.from_arrays(arrays, names=STATS_SCHEMA.names), STATS_SCHEMA,
                            _SORT_KEYS["stats"])
 
@@ -131,6 +150,33 @@ def scalars_table(rows: list[tuple]) -> pa.Table:
 
 def events_table(rows: list[tuple]) -> pa.Table:
     return _rows_to_table(rows, EVENTS_SCHEMA, _SORT_KEYS["events"])
+
+
+def segment_table(table_name: str, rows: list) -> pa.Table:
+    """The table of one flush's buffered rows (stats blocks or row tuples)."""
+    if table_name == "stats":
+        return stats_table(stats_columns(rows))
+    return (scalars_table if table_name == "scalars" else events_table)(rows)
+
+
+def _visible_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {visible(k): _visible_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_visible_json(v) for v in value]
+    return visible(value)
+
+
+def manifest_bytes(manifest: Mapping[str, Any]) -> bytes:
+    """The manifest as ASCII JSON, lone surrogates in its text escaped visibly (a strict JSON
+    reader refuses them)."""
+    text = json.dumps(manifest, indent=2, default=str)
+    if "\\ud" in text:  # an escaped surrogate: a pair (an emoji) or a lone one
+        try:
+            json.dumps(manifest, default=str, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            text = json.dumps(_visible_json(manifest), indent=2, default=str)
+    return text.encode()
 
 
 def _parquet_options(schema: pa.Schema) -> dict[str, Any]:
@@ -223,7 +269,7 @@ class RunWriter:
         try:
             write()
             return True
-        except (OSError, pa.ArrowException) as exc:
+        except Exception as exc:  # noqa: BLE001 - a disk error, or a bug of ours: never fatal
             self.failed_writes += 1
             if self.strict:
                 raise RecorderWriteError(f"recorder could not write {what}: {exc}") from exc
@@ -237,6 +283,14 @@ class RunWriter:
 
     def _segment_path(self, table_name: str, number: int) -> Path:
         return self.run_dir / table_name / f"part-{number:06d}.parquet"
+
+    def write_rows(self, table_name: str, rows: list) -> bool:
+        """Build a segment from one flush's rows and write it."""
+        built: list[pa.Table] = []
+        if not self._guarded(f"{table_name} (building a segment)",
+                             lambda: built.append(segment_table(table_name, rows))):
+            return False
+        return self.write_segment(table_name, built[0])
 
     def write_segment(self, table_name: str, table: pa.Table, level: int = 0) -> bool:
         number = self._segments[table_name]
@@ -286,6 +340,5 @@ class RunWriter:
             use_dictionary=["owner", "kind", "name", "key", "dtype"]))
 
     def write_manifest(self, manifest: dict[str, Any]) -> bool:
-        data = json.dumps(manifest, indent=2, default=str).encode()
-        return self._guarded("manifest.json",
-                             lambda: atomic_write_bytes(self.run_dir / "manifest.json", data))
+        return self._guarded("manifest.json", lambda: atomic_write_bytes(
+            self.run_dir / "manifest.json", manifest_bytes(manifest)))

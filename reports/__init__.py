@@ -4,6 +4,7 @@ from reports.compare import Comparison, Difference, compare_runs
 from reports.markdown import render_markdown
 from reports.page import Page, build_page
 from reports.progress import Progress
+from reports.ranks import build_ranks_page, render_ranks_markdown, render_ranks_summary
 from reports.template import render_html
 from reports.terminal import render_summary
 
@@ -13,8 +14,11 @@ __all__ = [
     "Page",
     "Progress",
     "build_page",
+    "build_ranks_page",
     "compare_runs",
     "render_html",
     "render_markdown",
+    "render_ranks_markdown",
+    "render_ranks_summary",
     "render_summary",
 ]

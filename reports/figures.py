@@ -7,7 +7,7 @@ escaped, so a module named `a$b$` is drawn as text and cannot switch on (or brea
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import matplotlib
 import numpy as np
@@ -43,12 +43,14 @@ _LEGEND_IN = 2.3  # right margin of line plots, where the legend goes
 
 @dataclass(frozen=True)
 class Markers:
-    """Steps marked on every time axis: onset (with its interval), first non-finite, events."""
+    """Steps marked on every time axis: onset (with its interval), first non-finite, events
+    (step, label), and the event kinds too many to draw (kind, count), which are not marked."""
 
     onset: int | None = None
     onset_interval: tuple[int, int] | None = None
     first_nonfinite: int | None = None
     events: tuple[tuple[int, str], ...] = ()
+    events_left_out: tuple[tuple[str, int], ...] = ()
 
     def within(self, lo: int, hi: int) -> Markers:
         """The markers a plot of steps lo..hi can show (others would stretch its axis)."""
@@ -56,7 +58,7 @@ class Markers:
         return Markers(self.onset if inside(self.onset) else None,
                        self.onset_interval if inside(self.onset) else None,
                        self.first_nonfinite if inside(self.first_nonfinite) else None,
-                       tuple(e for e in self.events if inside(e[0])))
+                       tuple(e for e in self.events if inside(e[0])), self.events_left_out)
 
 
 @dataclass(frozen=True)
@@ -190,5 +192,5 @@ def heatmap(matrices: list[tuple[str, Matrix]], markers: Markers) -> bytes:
             ax.set_title(_label(title, 110) + (f"  ({'; '.join(notes)})" if notes else ""), loc="left")
             ax.set_xlabel("step")
             fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
-            _mark(ax, Markers(markers.onset, None, markers.first_nonfinite, markers.events), first=False)
+            _mark(ax, replace(markers, onset_interval=None), first=False)
         return _png(fig)

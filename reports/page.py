@@ -27,6 +27,7 @@ _TOP_TENSORS = 3
 _MAX_ACTIVATIONS = 8
 _MAX_TABLE_ROWS = 500
 _INPUT_BASELINE_STEPS = 50
+_MAX_EVENT_LINES = 40  # one line per step with events, on every panel: beyond this, the rarest kinds
 _NOT_LOSSES = ("grad_norm", "lr", "grad_scale", "wall_time", "hp.")
 
 
@@ -273,14 +274,37 @@ def _window(analysis, steps: np.ndarray) -> tuple[int, int]:
     return max(first_step, lo - 2 * span), min(last_step, int(end) + max(span // 4, 3))
 
 
+def _event_lines(events: pd.DataFrame) -> tuple[tuple[tuple[int, str], ...], tuple[tuple[str, int], ...]]:
+    """Event lines to draw, one per step (its kinds joined), and the kinds left undrawn with
+    their counts. Rare kinds are drawn first: a `domain_switch` must stay visible in a flood of
+    `batch_loaded` events, and a kind is drawn at all its steps or not at all."""
+    if events.empty:
+        return (), ()
+    kinds = events["kind"].astype(str).to_numpy()
+    steps = events["step"].astype(np.int64).groupby(kinds, sort=False).unique()
+    counts = pd.Series(kinds).value_counts(sort=False).sort_values(kind="stable")
+    drawn, left_out, lines = set(), [], set()
+    for kind, count in counts.items():
+        at = lines | set(steps[kind].tolist())
+        if len(at) <= _MAX_EVENT_LINES:
+            drawn.add(kind)
+            lines = at
+        else:
+            left_out.append((kind, int(count)))
+    shown = pd.DataFrame({"step": events["step"].to_numpy(), "kind": kinds})[np.isin(kinds, list(drawn))]
+    labels = shown.groupby("step", sort=True)["kind"].agg(lambda k: ", ".join(dict.fromkeys(k)))
+    return tuple((int(s), k) for s, k in labels.items()), tuple(left_out)
+
+
 def _markers(analysis) -> Markers:
-    events = analysis.run.events()
     onset = analysis.onset
+    events, left_out = _event_lines(analysis.run.events())
     return Markers(
         onset=None if onset is None else int(onset.step),
         onset_interval=None if onset is None else tuple(int(v) for v in onset.interval),
         first_nonfinite=None if analysis.first_nonfinite is None else int(analysis.first_nonfinite.step),
-        events=tuple((int(s), str(k)) for s, k in zip(events["step"], events["kind"])),
+        events=events,
+        events_left_out=left_out,
     )
 
 
@@ -307,9 +331,11 @@ def _timeline(analysis, markers: Markers) -> Section | None:
     if not panels:
         return None
     png = figures.line_panels(panels, markers)
+    left_out = "; ".join(f"{_name(kind)} ({count} events)" for kind, count in markers.events_left_out[:10])
     return Section("timeline", "Timeline", paragraphs=(
         "Losses and global gradient norm per step (log scale). Orange: onset and its interval; red dashed: "
-        "first non-finite value; dotted: recorded events; × on the top edge: non-finite values.",),
+        "first non-finite value; dotted: recorded events; × on the top edge: non-finite values."
+        + (f" Events too many to draw: {left_out}." if left_out else ""),),
         figures=(Figure("Timeline", png, "Losses, gradient norm and learning rate per step"),))
 
 
@@ -522,7 +548,7 @@ def _metadata(analysis) -> Section:
         model = _mapping(model)
         modules = [(_name(m.get("name")), _name(m.get("type"))) for m in _records(model.get("modules"))]
         params = [(_name(p.get("name")),
-                   "×".join(str(d) for d in p["shape"]) if isinstance(p.get("shape"), list) and p["shape"] else "scalar",
+                   _name("×".join(map(str, p["shape"]))) if isinstance(p.get("shape"), list) and p["shape"] else "scalar",
                    _name(p.get("dtype")), fmt_number(p.get("requires_grad")))
                   for p in _records(model.get("parameters"))]
         label = f"Model `{_name(model_name)}` ({_name(model.get('class'))})"

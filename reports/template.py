@@ -13,9 +13,9 @@ from string import Template
 
 from reports.page import Diagnosis, Page, Section, Table
 
-__all__ = ["render_html"]
+__all__ = ["CSP", "render_html"]
 
-_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 _PAGE = Template("""<!DOCTYPE html>
 <html lang="en">
@@ -134,7 +134,7 @@ def render_html(page: Page) -> str:
         items = "".join(f"<li>{_text(w)}</li>" for w in page.warnings)
         warnings = f'<div class="warnings"><strong>Warnings while reading the run</strong><ul>{items}</ul></div>'
     return _PAGE.substitute(
-        csp=_CSP,
+        csp=CSP,
         title=escape(page.title),
         verdict_class=escape(page.verdict),
         verdict_title=escape(_VERDICT_TITLES.get(page.verdict, page.verdict)),

@@ -1,8 +1,9 @@
 """Plain-text helpers shared by the HTML, Markdown and terminal renderers.
 
 Names in a run directory come from other people's code and machines: they may carry terminal
-escape sequences or bidirectional overrides that would rewrite what a reader sees. Every string
-that comes from a run goes through `clean` before it is shown anywhere.
+escape sequences or bidirectional overrides that would rewrite what a reader sees, or lone
+surrogates (undecodable bytes of a file name) that no UTF-8 page can hold. Every string that
+comes from a run goes through `clean` before it is shown anywhere.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ _BIDI_CONTROLS = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u20
 
 
 def clean(value: object, *, keep_newlines: bool = False) -> str:
-    """Text of a run-supplied value with control characters (C0, C1, DEL, bidi) removed."""
+    """Text of a run-supplied value with control characters (C0, C1, DEL, bidi) removed and
+    lone surrogates shown as their escape (`\\udcff`)."""
     text = "" if value is None else str(value)
     kept = []
     for char in text:
@@ -26,6 +28,8 @@ def clean(value: object, *, keep_newlines: bool = False) -> str:
             kept.append(" ")
         elif unicodedata.category(char) == "Cc" or char in _BIDI_CONTROLS:
             continue
+        elif "\ud800" <= char <= "\udfff":
+            kept.append(f"\\u{ord(char):04x}")
         else:
             kept.append(char)
     return "".join(kept)

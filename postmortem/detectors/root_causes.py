@@ -65,9 +65,10 @@ class OnsetWindow:
         return max(self.first_step + 1, self.onset - th.lookback), self.onset + th.window
 
 
-def _series(ev: Evidence, role: str, steps: tuple[int, int] | None = None) -> dict[str, Series]:
-    """Each series of `role` (non-finite points as NaN), within `steps` (inclusive) when given:
-    a 100 000-step run's tensors are read only around the onset."""
+def _series(ev: Evidence, role: str, steps: tuple[int, int] | None = None, *, by_key: bool = False) -> dict:
+    """Each series of `role` (non-finite points as NaN) by name, or by (name, state key) with
+    `by_key`; within `steps` (inclusive) when given: a 100 000-step run's tensors are read only
+    around the onset."""
     table = ev.table
     found = {}
     for index in table.indices(role):
@@ -78,7 +79,8 @@ def _series(ev: Evidence, role: str, steps: tuple[int, int] | None = None) -> di
             rows = slice(rows.start + int(lo), rows.start + int(hi))
             step = table.step[rows]
         values = np.where(table.nonfinite[rows] > 0, np.nan, table.magnitude[rows].astype(np.float64))
-        found[table.keys[index].name] = Series(step, values)
+        key = table.keys[index]
+        found[(key.name, key.key or "") if by_key else key.name] = Series(step, values)
     return found
 
 
@@ -101,20 +103,7 @@ def onset_window(ev: Evidence) -> OnsetWindow:
     return OnsetWindow(
         onset, int(ev.table.step.min()) if len(ev.table.step) else 0,
         hp, groups, _series(ev, "param", near), _series(ev, "update", near), _series(ev, "grad", near),
-        _states(ev, near), batches, WARNING if ev.recovered else ERROR)
-
-
-def _states(ev: Evidence, steps: tuple[int, int]) -> dict[tuple[str, str], Series]:
-    table = ev.table
-    found = {}
-    for index in table.indices("state"):
-        key = table.keys[index]
-        rows = table.rows(index)
-        lo, hi = np.searchsorted(table.step[rows], [steps[0], steps[1] + 1])
-        rows = slice(rows.start + int(lo), rows.start + int(hi))
-        values = np.where(table.nonfinite[rows] > 0, np.nan, table.magnitude[rows].astype(np.float64))
-        found[(key.name, key.key or "")] = Series(table.step[rows], values)
-    return found
+        _series(ev, "state", near, by_key=True), batches, WARNING if ev.recovered else ERROR)
 
 
 # Optimizer states that accumulate squares (Adam/AdamW/NAdam/RAdam, AMSGrad, RMSprop, Adagrad, Adadelta).
@@ -122,7 +111,6 @@ _SQUARES = frozenset({"exp_avg_sq", "max_exp_avg_sq", "square_avg", "sum", "acc_
 _MIN_HISTORY = 3  # step-to-step changes seen before a hyperparameter change can be a cause
 _HISTORY = 20  # a jump is measured over the median of the 20 finite values before it
 _TENSOR_REACH = 200 + _HISTORY  # tensors are read this far around the onset (lookback ≤ 200)
-
 
 # Which way a hyperparameter must move to make steps larger or less damped. A decaying lr
 # schedule, a growing eps or a lighter weight decay cannot start a divergence.

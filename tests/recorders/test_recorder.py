@@ -323,11 +323,11 @@ def test_bad_input_is_refused(tmp_path):
         Recorder(tmp_path / "file" / "run", model)
     with pytest.raises(RunDirectoryError, match="append"):
         Recorder(tmp_path / "full", model, append=True)
-    with pytest.raises(TypeError, match="number"):
-        with Recorder(tmp_path / "b", model) as rec:
+    with pytest.raises(TypeError, match="number"):  # without strict: left out, with a warning
+        with Recorder(tmp_path / "b", model, strict=True) as rec:
             rec.step(loss="high")
-    with pytest.raises(ValueError, match="scalar"):
-        with Recorder(tmp_path / "c", model) as rec:
+    with pytest.raises(ValueError, match="scalar"):  # without strict: its mean, with a warning
+        with Recorder(tmp_path / "c", model, strict=True) as rec:
             rec.step(loss=torch.ones(3))
     assert opt is None
 
