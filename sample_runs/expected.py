@@ -31,6 +31,9 @@ class Expected:
     """Other modules equally hit by the fault (every layer before a `detach()`)."""
     labels: list[str] = field(default_factory=list)
     """Diagnosis labels (docs/diagnoses.md vocabulary) a correct analysis must contain."""
+    tolerated: list[str] = field(default_factory=list)
+    """Labels an analysis may report on a healthy run without being wrong: the mechanism of a fault
+    the run survived (a warning; it broke nothing, so nothing requires it)."""
     first_nonfinite_loss_step: int | None = None
     """Observed by the training loop: first step whose loss was NaN or inf."""
     notes: str = ""

@@ -22,7 +22,8 @@ from torch import nn
 from . import faults
 from .data import Dataset, batch_sampler, char_corpus, digits, lm_batch_sampler
 from .expected import Expected
-from .field_models import FIELD_ARCHS, build_field_model
+from .field_models import CONTEXT, FIELD_ARCHS, build_field_model
+from .nanogpt import LoopConfig, lr_at
 from .training import broke_against, stalled_against, train_field
 
 __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
@@ -30,7 +31,6 @@ __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
 STEPS = 150
 T0_RANGE = (40, 100)
 CORPUS_CHARS = 20_000
-BLOCK = 32
 
 
 @dataclass(frozen=True)
@@ -56,15 +56,10 @@ LANGUAGE_MODELS = ("gpt", "gru")
 
 
 def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
-    """nanoGPT's `get_lr` as a factor: linear warm-up, then cosine decay to 10 %."""
-
-    def factor(step: int) -> float:
-        if step < recipe.warmup:
-            return (step + 1) / recipe.warmup
-        progress = (step - recipe.warmup) / max(1, steps - recipe.warmup)
-        return 0.1 + 0.45 * (1 + math.cos(math.pi * progress))
-
-    return factor
+    """nanoGPT's `get_lr` (`nanogpt.lr_at`) as a factor on each group's base lr: linear warm-up,
+    then cosine decay to 10 %."""
+    config = LoopConfig(steps=steps, warmup=recipe.warmup, lr=1.0)
+    return lambda step: lr_at(step, config)
 
 
 def _param_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
@@ -109,8 +104,8 @@ class FieldFamily:
     notes: str = ""
 
 
-def _draws(model: nn.Module, rng: random.Random, arch: str) -> dict[str, str]:
-    hidden_units = [u for u in model.units if u.startswith(("h.", "encoder.layers.", "blocks.", "rnn"))]
+def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
+    hidden_units = [u for u in model.units if u.startswith(("encoder.layers.", "blocks.", "rnn"))]
     return {"unit": rng.choice(hidden_units), "exposed": rng.choice(model.exposed), "detached": hidden_units[-1]}
 
 
@@ -170,15 +165,15 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     if arch in LANGUAGE_MODELS:
         tokens, vocab = char_corpus(CORPUS_CHARS, seed)
         split = int(0.9 * len(tokens))
-        return (lm_batch_sampler(tokens[:split], micro, BLOCK, seed),
-                lm_batch_sampler(tokens[split:], 32, BLOCK, seed + 1), vocab)
+        return (lm_batch_sampler(tokens[:split], micro, CONTEXT, seed),
+                lm_batch_sampler(tokens[split:], 32, CONTEXT, seed + 1), vocab)
     rows = digits("rows")
     x = rows.x.unsqueeze(1) if arch == "resnet" else rows.x
     train, held = Dataset(x[:1500], rows.y[:1500]), Dataset(x[1500:], rows.y[1500:])
     return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=None)  # 12 twins; the catalogue visits them family by family
 def _twin_losses(arch: str, seed: int) -> tuple[float, ...]:
     """The losses of the fault-free twin: the architecture's healthy recipe, same seed, unrecorded."""
     return tuple(_train(None, "healthy", arch, seed, {})[0].losses)
@@ -197,7 +192,7 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     model = build_field_model(arch, classes)
     lr = recipe.lr * spec.lr_factor
     optimizer = torch.optim.AdamW(_param_groups(model, recipe, lr), lr=lr, betas=recipe.betas)
-    picked = _draws(model, rng, arch)
+    picked = _draws(model, rng)
     fault = spec.fault(t0=t0, factor=factor, classes=classes, **picked)
     schedule = _schedule(Recipe(**{**recipe.__dict__, "warmup": options["warmup"]}), STEPS)
     # What a user would log; never the scenario or the fault (the analyzer must not see the answer).
@@ -215,7 +210,8 @@ def field_run(run_dir: Path, family: str, arch: str, seed: int, recorder_options
     spec = FIELD_FAMILIES[family]
     outcome, t0, factor, picked, units, chance = _train(run_dir, family, arch, seed, recorder_options)
     losses = outcome.losses
-    verdict, onset = _verdict(spec.outcome, losses, list(_twin_losses(arch, seed)), t0, chance)
+    twin = list(_twin_losses(arch, seed)) if spec.outcome != "healthy" else []
+    verdict, onset = _verdict(spec.outcome, losses, twin, t0, chance)
     shrugged = verdict == "healthy" and spec.outcome != "healthy"
     culprit = picked[spec.culprit] if spec.culprit and not shrugged else None
     alternatives = []
@@ -227,8 +223,10 @@ def field_run(run_dir: Path, family: str, arch: str, seed: int, recorder_options
     notes = spec.notes.format(t0=t0, culprit=picked.get(spec.culprit or "", ""), factor=factor)
     if shrugged:
         notes += "; training did not break (against its fault-free twin): the truth says healthy"
+    tolerated = [label for label in spec.labels if label != "diverged"] if shrugged else []
     return {"verdict": verdict, "onset_step": onset, "culprit": culprit, "culprit_alternatives": alternatives,
-            "labels": labels, "first_nonfinite_loss_step": outcome.first_nonfinite_loss_step, "notes": notes,
+            "labels": labels, "tolerated": tolerated, "first_nonfinite_loss_step": outcome.first_nonfinite_loss_step,
+            "notes": notes,
             "learned": all(map(math.isfinite, losses)) and sum(losses[-10:]) < 0.8 * sum(losses[:10])}
 
 

@@ -1,7 +1,8 @@
 """Models that look like the field's, small enough to train in seconds on a CPU.
 
-- `GPT`: nanoGPT's causal LM (token + position embeddings, pre-LayerNorm blocks of causal
-  self-attention with biases and a GELU MLP, a head tied to the token embedding).
+- `gpt`: `models.TinyGPT` (nanoGPT's causal LM: token + position embeddings, pre-LayerNorm
+  blocks of causal self-attention with biases and a GELU MLP, a head tied to the token
+  embedding) with nanoGPT's init (`nanogpt_init`).
 - `EncoderClassifier`: `torch.nn.TransformerEncoder` over the 8 rows of a digit, mean-pooled.
 - `ResNet`: a small residual CNN with BatchNorm (He et al.'s basic block) on 8×8 digits.
 - `GRULM`: pytorch/examples' word-language-model shape (embedding → GRU → linear) on characters.
@@ -17,69 +18,26 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["GPT", "EncoderClassifier", "ResNet", "GRULM", "build_field_model", "FIELD_ARCHS"]
+from .models import TinyGPT
+
+__all__ = ["EncoderClassifier", "ResNet", "GRULM", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
 
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.c_attn = nn.Linear(dim, 3 * dim, bias=True)  # the key bias gets a zero gradient by construction
-        self.c_proj = nn.Linear(dim, dim, bias=True)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.c_attn(x).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
-
-
-class Block(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(dim)
-        self.attn = CausalSelfAttention(dim, heads)
-        self.ln_2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential()
-        self.mlp.c_fc = nn.Linear(dim, 4 * dim)
-        self.mlp.gelu = nn.GELU()
-        self.mlp.c_proj = nn.Linear(4 * dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class GPT(nn.Module):
-    """nanoGPT's model, scaled down; its init (normal 0.02, residual projections / sqrt(2·layers))."""
-
-    def __init__(self, vocab: int, block_size: int = 32, dim: int = 32, heads: int = 4, layers: int = 2) -> None:
-        super().__init__()
-        self.wte = nn.Embedding(vocab, dim)
-        self.wpe = nn.Embedding(block_size, dim)
-        self.h = nn.ModuleList(Block(dim, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(dim)
-        self.lm_head = nn.Linear(dim, vocab, bias=False)
-        self.lm_head.weight = self.wte.weight  # weight tying
-        for name, p in self.named_parameters():
-            if p.dim() >= 2:
-                std = 0.02 / math.sqrt(2 * layers) if name.endswith("c_proj.weight") else 0.02
-                nn.init.normal_(p, 0.0, std)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
-        self.units = ["wte", "wpe", *(f"h.{i}" for i in range(layers)), "ln_f"]
-        self.exposed = ["wte"]  # as the tied head
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(idx.shape[1], device=idx.device)
-        x = self.wte(idx) + self.wpe(pos)
-        for block in self.h:
-            x = block(x)
-        return self.lm_head(self.ln_f(x))
+def nanogpt_init(model: TinyGPT) -> TinyGPT:
+    """nanoGPT's `_init_weights` on a `TinyGPT`: matrices N(0, 0.02²), the residual projections'
+    N(0, (0.02 / sqrt(2·layers))²), biases 0; and the units and exposed layers the faults use."""
+    layers = len(model.blocks)
+    for name, p in model.named_parameters():  # the tied head is the embedding: named once
+        if p.dim() >= 2:
+            std = 0.02 / math.sqrt(2 * layers) if name.endswith(("c_proj.weight", "mlp_proj.weight")) else 0.02
+            nn.init.normal_(p, 0.0, std)
+        elif name.endswith("bias"):
+            nn.init.zeros_(p)
+    model.units = ["wte", "wpe", *(f"blocks.{i}" for i in range(layers)), "ln_f"]
+    model.exposed = ["wte"]  # as the tied head
+    return model
 
 
 class EncoderClassifier(nn.Module):
@@ -153,11 +111,13 @@ class GRULM(nn.Module):
 
 
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru")
+CONTEXT = 32
+"""Tokens per sequence of the language models."""
 
 
 def build_field_model(arch: str, vocab: int) -> nn.Module:
     if arch == "gpt":
-        return GPT(vocab)
+        return nanogpt_init(TinyGPT(vocab=vocab, context=CONTEXT, width=32, heads=4, layers=2))
     if arch == "transformer":
         return EncoderClassifier()
     if arch == "resnet":

@@ -168,6 +168,7 @@ def _zoo_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expec
         culprit=culprit if spec.has_culprit and not recovered else None,
         culprit_alternatives=alternatives,
         labels=labels,
+        tolerated=[label for label in spec.labels if label != "diverged"] if recovered else [],
         first_nonfinite_loss_step=nan_at,
         notes=spec.notes.format(t0=t0, layer=culprit) + ("; the run recovered on its own" if recovered else ""),
     )
@@ -384,8 +385,8 @@ def _gan_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expec
             nan_at = first_nonfinite(losses)
             if nan_at is not None and step >= nan_at + STEPS_AFTER_NONFINITE - 1:
                 break
-        with torch.no_grad():
-            spread = float(gen(torch.randn(512, 8, generator=noise)).std(dim=0).mean()) / float(real.std(dim=0).mean())
+    with torch.no_grad():  # after the recorded run: how far the generator spreads its samples
+        spread = float(gen(torch.randn(512, 8, generator=noise)).std(dim=0).mean()) / float(real.std(dim=0).mean())
     nan_at = first_nonfinite(losses)
     _require((nan_at is not None) == buggy, scenario, f"log(0) run must reach NaN and its twin must not (NaN at {nan_at})")
     if buggy:
