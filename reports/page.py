@@ -28,7 +28,10 @@ _MAX_ACTIVATIONS = 8
 _MAX_TABLE_ROWS = 500
 _INPUT_BASELINE_STEPS = 50
 _MAX_EVENT_LINES = 40  # one line per step with events, on every panel: beyond this, the rarest kinds
-_NOT_LOSSES = ("grad_norm", "lr", "grad_scale", "wall_time", "hp.")
+# The recorder's own scalars (docs/run-format.md), never a loss to plot: `grad_norm` covers
+# `grad_norm_clipped` and `grad_norm.<model>`.
+_NOT_LOSSES = ("grad_norm", "lr", "grad_scale", "wall_time", "hp.", "clip_coef",
+               "optimizer_stepped.", "scaler_skipped")
 
 
 @dataclass(frozen=True)
