@@ -214,7 +214,8 @@ def _cause_first(ranking: list[RankedTensor], findings: list[Finding]) -> list[R
     leading = [r for r in ranking if r.tensor in named and r.role in ("param", "update", "grad", "state")]
     if not leading:
         role = {"weights_changed_outside_optimizer": "param", "log_of_zero": "activation"}.get(cause.label, "update")
-        leading = [RankedTensor(t, role, None, cause.step, None, None) for t in cause.tensors[:3]]
+        leading = [RankedTensor(t, role, None, cause.step, None, None, cause.label)
+                   for t in cause.tensors[:3]]
     return [*leading, *(r for r in ranking if r not in leading)]
 
 

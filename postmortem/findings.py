@@ -52,6 +52,7 @@ class RankedTensor:
     onset_step: int
     growth_per_step: float | None
     jump: float | None
+    cause: str | None = None  # the direct cause's label, where that cause put it first
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ def _what(r: RankedTensor) -> str:
 
 
 def _how(r: RankedTensor) -> str:
+    if r.cause is not None:  # named by a direct cause (the sigmoid of log(0)), not by a break
+        return f"started it ({r.cause})"
     if r.jump is None and r.growth_per_step is None:
         return "turned non-finite"  # ranked from the first non-finite value, no break before
     parts = []
