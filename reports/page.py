@@ -162,8 +162,9 @@ def key_facts(analysis) -> list[Fact]:
                     for r in analysis.ranking[:3]]
         facts.append(Fact("Amplified first", " → ".join(carriers)))
     if onset is not None:
-        if onset.growth_per_step is not None:
-            facts.append(Fact("Growth rate", fmt_growth(onset.growth_per_step, onset.doubling_steps)))
+        growth = fmt_growth(onset.growth_per_step, onset.doubling_steps)
+        if growth:
+            facts.append(Fact("Growth rate", growth))
         if onset.jump:
             facts.append(Fact("Jump at onset", f"×{fmt_number(onset.jump)}"))
         facts.append(Fact("Onset series", _name(onset.series)))

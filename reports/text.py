@@ -74,8 +74,9 @@ def fmt_interval(interval: object) -> str:
 
 
 def fmt_growth(growth_per_step: object, doubling_steps: object = None) -> str:
-    """Growth as `×1.8/step (doubles every 1.2 steps)`; empty when there is no growth."""
-    if growth_per_step is None:
+    """Growth as `×1.8/step (doubles every 1.2 steps)`; empty when there is no growth (`1.0`
+    is a pure jump: "×1/step" would read as a rate)."""
+    if growth_per_step is None or not float(growth_per_step) > 1.0:
         return ""
     text = f"×{fmt_number(growth_per_step)}/step"
     if doubling_steps is not None and math.isfinite(float(doubling_steps)):
