@@ -30,7 +30,7 @@ AUX_COLUMNS: dict[str, tuple[str, str]] = {
     "input": ("mean", "std"),
     "target": ("mean", "std"),
 }
-_READ_COLUMNS = [
+READ_COLUMNS = [
     "step", "role", "name", "key", "norm", "max_abs", "min", "max", "nonfinite",
     "mean", "std", "zero_frac", "sat_frac", "ratio", "grad_none", "numel", "hash", "kind",
 ]
@@ -87,7 +87,7 @@ class SeriesTable:
 def read_series(run: Run) -> SeriesTable:
     """Stream the stats segments once and group them by series."""
     builder = _Builder()
-    for batch in run.stats_batches(_READ_COLUMNS):
+    for batch in run.stats_batches(READ_COLUMNS):
         batch = _named_rows(batch, run)
         if batch.num_rows:
             builder.add(batch)
