@@ -121,9 +121,16 @@ class Run:
         columns: Sequence[str],
         roles: Sequence[str] | None = None,
         names: Sequence[str] | None = None,
+        steps: tuple[int, int] | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Stream stats record batches in segment order (for analyses of very long runs)."""
-        return self._batches("stats", list(columns), _stats_filter(roles, names))
+        """Stream stats record batches in segment order, one row group at a time (for analyses
+        of very long runs). With `steps` (first, last), only the row groups whose step
+        statistics overlap that range are read; their other rows are the caller's to drop."""
+        return self._batches("stats", list(columns), _stats_filter(roles, names), steps)
+
+    def stats_rows(self) -> int:
+        """Stat rows in the readable segments, from their footers (nothing decoded)."""
+        return sum(pq.read_metadata(path).num_rows for path in self.segments["stats"])
 
     @property
     def checkpoints(self) -> list[CheckpointInfo]:
@@ -160,21 +167,27 @@ class Run:
         schema = pa.schema([_SCHEMAS[kind].field(c) for c in columns])
         return pa.Table.from_batches(batches, schema=schema)
 
-    def _batches(self, kind: str, columns: list[str], filt) -> Iterator[pa.RecordBatch]:
+    def _batches(self, kind: str, columns: list[str], filt, steps: tuple[int, int] | None = None
+                 ) -> Iterator[pa.RecordBatch]:
         schema = _SCHEMAS[kind]
+        read = columns if filt is None else list(dict.fromkeys([*columns, *filt]))
         for path in list(self.segments[kind]):
-            try:
-                if filt is None:
-                    scanned = _read_segment(path, schema, columns).to_batches()
-                else:
-                    table = _read_segment(path, schema, list(dict.fromkeys([*columns, *filt])))
-                    scanned = table.filter(_allowed_rows(table, filt)).select(columns).to_batches()
-            except (OSError, pa.ArrowException) as exc:
-                self.segments[kind].remove(path)
-                self._warn(f"skipped unreadable segment {path}: {exc}")
-                continue
-            for batch in scanned:
-                yield self._valid_steps(batch, path) if "step" in columns else batch
+            # Row group by row group: a compacted segment of a long run holds tens of millions
+            # of rows, and reading it whole would hold all of them at once.
+            groups = _row_groups(path, schema, read, steps)
+            while True:
+                try:
+                    table = next(groups, None)
+                    if table is not None and filt is not None:
+                        table = table.filter(_allowed_rows(table, filt)).select(columns)
+                except (OSError, pa.ArrowException) as exc:
+                    self.segments[kind].remove(path)
+                    self._warn(f"skipped unreadable segment {path}: {exc}")
+                    break
+                if table is None:
+                    break
+                for batch in table.to_batches():
+                    yield self._valid_steps(batch, path) if "step" in columns else batch
 
     def _valid_steps(self, batch: pa.RecordBatch, path: Path) -> pa.RecordBatch:
         """Rows whose step is present and in 0..MAX_STEP; the others are dropped with a warning."""
@@ -327,14 +340,35 @@ def _segment_problem(meta: pq.FileMetaData, size: int, kind: str) -> str | None:
     return None
 
 
-def _read_segment(path: Path, schema: pa.Schema, columns: list[str]) -> pa.Table:
-    """A whole segment projected onto `columns` of `schema` (missing columns read as nulls).
+def _row_groups(path: Path, schema: pa.Schema, columns: list[str], steps: tuple[int, int] | None
+                ) -> Iterator[pa.Table]:
+    """A segment's row groups projected onto `columns` of `schema` (missing columns read as
+    nulls); with `steps`, only those whose `step` statistics may hold a step in that range.
 
     Without a row filter this is about twice as fast as a one-file pyarrow dataset scan.
     """
     file = pq.ParquetFile(path)
     stored = set(file.schema_arrow.names)
-    table = file.read(columns=[c for c in columns if c in stored])
+    present = [c for c in columns if c in stored]
+    for index in range(file.metadata.num_row_groups):
+        if steps is None or _may_hold(file.metadata.row_group(index), steps):
+            yield _projected(file.read_row_group(index, columns=present), schema, columns, stored)
+
+
+def _may_hold(group: pq.RowGroupMetaData, steps: tuple[int, int]) -> bool:
+    """Whether a row group's step statistics leave room for a step in `steps` (no statistics:
+    it may)."""
+    for index in range(group.num_columns):
+        column = group.column(index)
+        if column.path_in_schema == "step":
+            statistics = column.statistics
+            if statistics is None or not statistics.has_min_max:
+                return True
+            return statistics.max >= steps[0] and statistics.min <= steps[1]
+    return True
+
+
+def _projected(table: pa.Table, schema: pa.Schema, columns: list[str], stored: set[str]) -> pa.Table:
     arrays = []
     for name in columns:
         field = schema.field(name)
