@@ -149,7 +149,7 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
         chain=chain,
         findings=findings,
         warnings=[*run.warnings,
-                  *missing_step_warnings("tensor statistics", table.step, run.manifest),
+                  *missing_step_warnings("tensor statistics", table.recorded_steps(), run.manifest),
                   *missing_step_warnings("scalars", scalars["step"].to_numpy(np.int64), run.manifest),
                   *unmeasured_warnings(run.manifest)],
     )

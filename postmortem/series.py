@@ -4,6 +4,15 @@ A 100 000-step run with 200 tensors has 20 M stat rows; a pandas frame of all of
 not fit the memory budget. This module keeps, per row, only the step, a magnitude (norm,
 max_abs, or the largest |min|/|max|), the non-finite count and two role-specific auxiliary
 statistics, grouped by series (role, name, key) and sorted by step with duplicates removed.
+
+A run of up to FULL_ROWS rows is kept whole. A longer one (a 7 B-parameter model: ~1 500
+series × 100 000 steps = 150 M rows, which would need ~4 GB here) is read in two passes. The
+coarse pass keeps every `stride`-th step (about COARSE_ROWS rows), every non-finite row and
+the first row of each series in each batch; the fine pass then re-reads whole the FINE_STEPS
+steps before the end of the run and before its first non-finite steps, from the row groups
+whose step statistics reach them. The break fits are cut at the first non-finite step and
+fitted on the final rise (onset.py), so a divergence whose rise lasts up to ~FINE_STEPS / 5
+steps is fitted on every row, as in a short run; older history is seen at the stride.
 """
 
 from __future__ import annotations
@@ -17,7 +26,11 @@ import pyarrow.compute as pc
 
 from .loading import Run
 
-__all__ = ["SeriesKey", "SeriesTable", "read_series", "AUX_COLUMNS"]
+__all__ = ["SeriesKey", "SeriesTable", "read_series", "AUX_COLUMNS", "READ_COLUMNS"]
+
+FULL_ROWS = 40_000_000  # kept whole up to here: ~1.1 GB of arrays
+COARSE_ROWS = 16_000_000
+FINE_STEPS = 10_000
 
 # Which statistics each role keeps besides its magnitude (docs/run-format.md lists what each
 # role fills). Two slots are enough for what the detectors use; numel is kept per series.
@@ -30,6 +43,7 @@ AUX_COLUMNS: dict[str, tuple[str, str]] = {
     "input": ("mean", "std"),
     "target": ("mean", "std"),
 }
+_PARTS = ("sid", "step", "mag", "nf", "a0", "a1")
 READ_COLUMNS = [
     "step", "role", "name", "key", "norm", "max_abs", "min", "max", "nonfinite",
     "mean", "std", "zero_frac", "sat_frac", "ratio", "grad_none", "numel", "hash", "kind",
@@ -62,6 +76,12 @@ class SeriesTable:
     input_hashes: pd.DataFrame  # [step, name, hash] of input/target batches
     # (role, name) -> "float", "index" or "mask" for input/target series (schema 2 runs)
     input_kinds: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Every recorded step, ascending, when a long run's rows were thinned; None: `step` has them.
+    thinned_steps: np.ndarray | None = None
+
+    def recorded_steps(self) -> np.ndarray:
+        """The steps the stats recorded (all of them, also where a long run was thinned)."""
+        return self.step if self.thinned_steps is None else self.thinned_steps
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -85,12 +105,24 @@ class SeriesTable:
 
 
 def read_series(run: Run) -> SeriesTable:
-    """Stream the stats segments once and group them by series."""
-    builder = _Builder()
+    """Stream the stats segments once (twice for a long run, see above) and group them by series."""
+    total = run.stats_rows()
+    stride = 1 if total <= FULL_ROWS else -(-total // COARSE_ROWS)
+    builder = _Builder(stride)
     for batch in run.stats_batches(READ_COLUMNS):
         batch = _named_rows(batch, run)
         if batch.num_rows:
             builder.add(batch)
+    if stride > 1 and builder.parts["step"]:
+        windows = builder.fine_windows()
+        coarse = builder.split(windows)
+        for index, window in enumerate(windows):
+            builder.extend(coarse[index])
+            for batch in run.stats_batches(READ_COLUMNS, steps=window):
+                batch = _named_rows(batch, run)
+                if batch.num_rows:
+                    builder.add(batch, window=window)
+        builder.extend(coarse[-1])
     # Arrow's allocator keeps freed scan buffers for reuse; hand them back before the sort.
     pa.default_memory_pool().release_unused()
     return builder.finish()
@@ -108,26 +140,42 @@ def _named_rows(batch: pa.RecordBatch, run: Run) -> pa.RecordBatch:
 class _Builder:
     """Accumulates per-row arrays batch by batch; finish() groups them by series."""
 
-    def __init__(self) -> None:
+    def __init__(self, stride: int = 1) -> None:
+        self.stride = stride
         self.ids: dict[SeriesKey, int] = {}
-        self.parts: dict[str, list[np.ndarray]] = {c: [] for c in ("sid", "step", "mag", "nf", "a0", "a1")}
+        self.parts: dict[str, list[np.ndarray]] = {c: [] for c in _PARTS}
         self.hashes: list[pa.Table] = []
         self.kinds: dict[tuple[str, str], str] = {}
         self.numel: dict[int, int] = {}
+        self.steps_seen: list[np.ndarray] = []  # distinct steps per batch, when thinned
         self._dictionaries: tuple[pa.Array, ...] | None = None
         self._lut = np.zeros(0, np.int64)
 
-    def add(self, batch: pa.RecordBatch) -> None:
+    def add(self, batch: pa.RecordBatch, window: tuple[int, int] | None = None) -> None:
+        """Keep the batch's rows: all of them, those of the coarse pass (stride > 1), or those
+        inside a fine pass's `window` (its batches were seen by the coarse pass already)."""
         sid, role_codes, role_names = self._series_ids(batch)
+        step = _ints(batch.column("step"))
+        nf = np.minimum(_ints(batch.column("nonfinite")), 2**31 - 1).astype(np.int32)
+        if window is None:
+            self.hashes.extend(_input_hashes(batch))
+            self.kinds.update(_input_kinds(batch))
+        keep = None
+        if window is not None:
+            keep = (step >= window[0]) & (step <= window[1])
+        elif self.stride > 1:
+            self.steps_seen.append(np.unique(step))
+            keep = (step % self.stride == 0) | (nf > 0) | np.r_[True, sid[1:] != sid[:-1]]
+        if keep is not None:
+            batch, sid, step, nf, role_codes = (batch.filter(pa.array(keep)), sid[keep], step[keep],
+                                                nf[keep], role_codes[keep])
         self.parts["sid"].append(sid.astype(np.int32))
-        self.parts["step"].append(_ints(batch.column("step")))
+        self.parts["step"].append(step)
         self.parts["mag"].append(_magnitude(batch))
-        self.parts["nf"].append(np.minimum(_ints(batch.column("nonfinite")), 2**31 - 1).astype(np.int32))
+        self.parts["nf"].append(nf)
         a0, a1 = _aux(batch, role_codes, role_names)
         self.parts["a0"].append(a0)
         self.parts["a1"].append(a1)
-        self.hashes.extend(_input_hashes(batch))
-        self.kinds.update(_input_kinds(batch))
         # numel is constant along a series, so any row of each series will do.
         sizes = np.zeros(len(self.ids), np.int64)
         sizes[sid] = _ints(batch.column("numel"))
@@ -160,6 +208,47 @@ class _Builder:
                 series = SeriesKey(role_names[ri], names[ni], key_names[ki])
                 self._lut[c] = self.ids.setdefault(series, len(self.ids))
         return self._lut[code], r, role_names
+
+    def fine_windows(self) -> list[tuple[int, int]]:
+        """Step ranges to read whole: FINE_STEPS steps before the end, before the first
+        non-finite step and before the first one outside the gradients (which a GradScaler's
+        run ignores), merged where they overlap."""
+        steps, nf, sid = self.parts["step"], self.parts["nf"], self.parts["sid"]
+        grads = np.array([k.role == "grad" for k in sorted(self.ids, key=self.ids.get)])
+        ends = [max(int(s.max()) for s in steps if len(s))]
+        for skip_grads in (False, True):
+            bad = [s[(f > 0) & ~grads[i]] if skip_grads else s[f > 0] for s, f, i in zip(steps, nf, sid)]
+            bad = [int(b.min()) for b in bad if len(b)]
+            ends += [min(bad)] if bad else []
+        windows: list[tuple[int, int]] = []
+        for end in sorted(set(ends)):
+            low = max(0, end - FINE_STEPS)
+            if windows and low <= windows[-1][1] + 1:
+                windows[-1] = (windows[-1][0], max(windows[-1][1], end))
+            else:
+                windows.append((low, end))
+        return windows
+
+    def split(self, windows: list[tuple[int, int]]) -> list[dict[str, list[np.ndarray]]]:
+        """The coarse rows between the windows, in len(windows) + 1 parts (rows inside a
+        window are dropped: the fine pass re-reads them), one batch at a time."""
+        edges = np.array([edge for low, high in windows for edge in (low, high + 1)])
+        between = [{name: [] for name in _PARTS} for _ in range(len(windows) + 1)]
+        for i in range(len(self.parts["step"])):
+            where = np.searchsorted(edges, self.parts["step"][i], side="right")
+            for slot in np.unique(where[where % 2 == 0]).tolist():
+                rows = where == slot
+                for name in _PARTS:
+                    between[slot // 2][name].append(self.parts[name][i][rows])
+            for name in _PARTS:
+                self.parts[name][i] = None
+        self.parts = {name: [] for name in _PARTS}
+        return between
+
+    def extend(self, parts: dict[str, list[np.ndarray]]) -> None:
+        for name in _PARTS:
+            self.parts[name].extend(parts[name])
+            parts[name].clear()
 
     def finish(self) -> SeriesTable:
         keys = sorted(self.ids, key=self.ids.get)
@@ -197,8 +286,9 @@ class _Builder:
             sid_parts[i] = None
         aux = np.stack([grouped.pop("a0"), grouped.pop("a1")])
         sizes = np.array([self.numel.get(i, 0) for i in range(len(keys))], np.int64)
+        thinned = np.unique(np.concatenate(self.steps_seen)) if self.steps_seen else None
         table = SeriesTable(keys, offsets, grouped["step"], grouped["mag"], grouped["nf"], aux,
-                            sizes, hashes, self.kinds)
+                            sizes, hashes, self.kinds, thinned)
         return _deduplicated(table)
 
 
@@ -220,7 +310,7 @@ def _deduplicated(table: SeriesTable) -> SeriesTable:
     return SeriesTable(
         table.keys, np.concatenate([[0], np.cumsum(counts)]), table.step[order],
         table.magnitude[order], table.nonfinite[order], table.aux[:, order], table.numel,
-        table.input_hashes, table.input_kinds,
+        table.input_hashes, table.input_kinds, table.thinned_steps,
     )
 
 
