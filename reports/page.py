@@ -389,12 +389,11 @@ def _focus_tensors(analysis, names: set[str], order: dict[str, int]) -> list[str
 
 def _top_tensors(analysis, markers: Markers, window: tuple[int, int], order: dict[str, int]) -> Section | None:
     run = analysis.run
-    in_window = lambda frame: frame[(frame["step"] >= window[0]) & (frame["step"] <= window[1])]  # noqa: E731
     panels = []
     names = names_of(run, "grad") or names_of(run, "param")
     if names:
         focus = _focus_tensors(analysis, set(names), order)
-        tensors = in_window(run.stats(roles=["param", "grad", "update", "state"], names=focus, columns=["norm"]))
+        tensors = run.stats(roles=["param", "grad", "update", "state"], names=focus, columns=["norm"], steps=window)
         for tensor in focus:
             rows = tensors[tensors["name"] == tensor]
             series = {}
@@ -406,7 +405,8 @@ def _top_tensors(analysis, markers: Markers, window: tuple[int, int], order: dic
         ranked = [r.tensor for r in analysis.ranking if r.role == "activation" and r.tensor in peaks]
         loudest = sorted(peaks, key=peaks.get, reverse=True)
         modules = _ordered(list(dict.fromkeys(ranked + loudest))[:_MAX_ACTIVATIONS], order)
-        activations = in_window(run.stats(roles=["activation"], names=modules, columns=["max_abs", "zero_frac", "sat_frac"]))
+        activations = run.stats(roles=["activation"], names=modules, columns=["max_abs", "zero_frac", "sat_frac"],
+                                steps=window)
         by_module = {m: activations[activations["name"] == m] for m in modules}
         panels.append(Panel("Activations: largest absolute value", "max |a|",
                             {m: _series(rows, "max_abs") for m, rows in by_module.items()}))
