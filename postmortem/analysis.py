@@ -25,7 +25,7 @@ from .ranking import (
     rank,
     run_onset,
 )
-from .series import SeriesTable, read_series
+from .series import READ_STAGES, SeriesTable, read_series
 from .story import chain_sentences
 
 __all__ = ["ANALYSIS_STAGES", "Analysis", "analyze", "JSON_SCHEMA_VERSION"]
@@ -82,7 +82,7 @@ class Analysis:
         return _json_safe(payload)
 
 
-ANALYSIS_STAGES = 4  # the calls `analyze` makes to its `progress`
+ANALYSIS_STAGES = 4 + READ_STAGES  # the calls `analyze` makes to its `progress`
 
 
 def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
@@ -101,7 +101,7 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     if not isinstance(run, Run):
         run = load_run(run)
     advance("reading tensor statistics")
-    table = read_series(run)
+    table = read_series(run, progress=advance)
     scalars = run.scalars()
     events = run.events()
     tie_order = manifest_order(run.manifest)

@@ -206,5 +206,5 @@ def test_the_progress_bar_moves_through_the_analysis_and_ends_full(runs, tmp_pat
     total, labels = drawn[0], drawn[1:]
     assert len(labels) == total
     between = labels[labels.index("analysing") + 1:]
-    assert [label.split()[0] for label in between[:postmortem.analysis.ANALYSIS_STAGES]] == \
-        ["reading", "fitting", "diagnosing", "ranking"]
+    stages = [label.split()[0] for label in between[:postmortem.analysis.ANALYSIS_STAGES]]
+    assert stages == ["reading"] * (1 + postmortem.series.READ_STAGES) + ["fitting", "diagnosing", "ranking"]
