@@ -7,12 +7,13 @@ statistics, grouped by series (role, name, key) and sorted by step with duplicat
 
 A run of up to FULL_ROWS rows is kept whole. A longer one (a 7 B-parameter model: ~1 500
 series × 100 000 steps = 150 M rows, which would need ~4 GB here) is read in two passes. The
-coarse pass keeps every `stride`-th step (about COARSE_ROWS rows), every non-finite row and
-the first row of each series in each batch; the fine pass then re-reads whole the FINE_STEPS
-steps before the end of the run and before its first non-finite steps, from the row groups
-whose step statistics reach them. The break fits are cut at the first non-finite step and
-fitted on the final rise (onset.py), so a divergence whose rise lasts up to ~FINE_STEPS / 5
-steps is fitted on every row, as in a short run; older history is seen at the stride.
+coarse pass keeps every `stride`-th step (about COARSE_ROWS rows), every non-finite row and, per
+flush of each series, its first row and its largest and smallest magnitude (the history keeps
+its range and its spikes); the fine pass then re-reads whole the FINE_STEPS steps before the
+end of the run and before its first non-finite steps, from the row groups whose step
+statistics reach them. The break fits are cut at the first non-finite step and fitted on the
+final rise (onset.py), so a divergence whose rise lasts up to ~FINE_STEPS / 5 steps is fitted
+on every row, as in a short run; older history is seen thinned.
 """
 
 from __future__ import annotations
@@ -182,18 +183,18 @@ class _Builder:
         if window is None:
             self.hashes.extend(_input_hashes(batch))
             self.kinds.update(_input_kinds(batch))
-        keep = None
+        keep, mag = None, _magnitude(batch)
         if window is not None:
             keep = (step >= window[0]) & (step <= window[1])
         elif self.stride > 1:
             self.steps_seen.append(_distinct(step))
-            keep = (step % self.stride == 0) | (nf > 0) | np.r_[True, sid[1:] != sid[:-1]]
+            keep = (step % self.stride == 0) | (nf > 0) | _extremes(sid, mag)
         if keep is not None:
-            batch, sid, step, nf, role_codes = (batch.filter(pa.array(keep)), sid[keep], step[keep],
-                                                nf[keep], role_codes[keep])
+            batch, sid, step, nf, role_codes, mag = (batch.filter(pa.array(keep)), sid[keep], step[keep],
+                                                     nf[keep], role_codes[keep], mag[keep])
         self.parts["sid"].append(sid.astype(np.int32))
         self.parts["step"].append(step)
-        self.parts["mag"].append(_magnitude(batch))
+        self.parts["mag"].append(mag)
         self.parts["nf"].append(nf)
         a0, a1 = _aux(batch, role_codes, role_names)
         self.parts["a0"].append(a0)
@@ -334,6 +335,20 @@ def _deduplicated(table: SeriesTable) -> SeriesTable:
         table.magnitude[order], table.nonfinite[order], table.aux[:, order], table.numel,
         table.input_hashes, table.input_kinds, table.thinned_steps,
     )
+
+
+def _extremes(sid: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
+    """Rows a coarse pass keeps besides its stride: the first, the largest and the smallest
+    magnitude of each run of a series' rows (a flush's rows of one series), so that the
+    thinned history keeps its range (a healthy batch scale, a spike)."""
+    starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
+    lengths = np.diff(np.r_[starts, len(sid)])
+    keep = np.zeros(len(sid), bool)
+    keep[starts] = True
+    with np.errstate(invalid="ignore"):
+        for reduce in (np.fmax, np.fmin):
+            keep |= magnitude == np.repeat(reduce.reduceat(magnitude, starts), lengths)
+    return keep
 
 
 def _distinct(step: np.ndarray) -> np.ndarray:

@@ -1,0 +1,75 @@
+"""A run too long to keep every row: thinned history, every row of the steps that decide."""
+
+import numpy as np
+import pytest
+
+import postmortem
+from postmortem import series
+from postmortem.loading import load_run
+from sample_runs.synthetic import SyntheticSpec, write_synthetic_run
+
+_SPEC = SyntheticSpec(steps=3000, tensors=41, onset=2900, nan_at=2990, growth=1.5, steps_per_segment=250)
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory):
+    return write_synthetic_run(tmp_path_factory.mktemp("long") / "run", _SPEC)
+
+
+@pytest.fixture
+def thinned(monkeypatch):
+    """Thresholds scaled down so that a 120 000-row run is read as a 150 M-row one would be."""
+    monkeypatch.setattr(series, "FULL_ROWS", 50_000)
+    monkeypatch.setattr(series, "COARSE_ROWS", 15_000)
+    monkeypatch.setattr(series, "FINE_STEPS", 400)
+
+
+def _result(run_dir):
+    payload = postmortem.analyze(run_dir).to_json()
+    del payload["run"]
+    return payload
+
+
+def test_a_thinned_run_keeps_a_fraction_of_the_rows_and_every_row_before_the_nan(long_run, thinned):
+    run = load_run(long_run)
+    table = series.read_series(run)
+    assert len(table.step) < run.stats_rows() / 3
+    grad = table.rows(table.find("grad", "layers.0.weight"))
+    steps = table.step[grad]
+    assert np.all(np.diff(steps) > 0)
+    assert set(range(2990 - 400, 2991)) <= set(steps.tolist())  # the fine window, whole
+    stride = -(-run.stats_rows() // 15_000)
+    assert stride > 1 and np.all(np.diff(steps[steps < 2990 - 400]) <= stride)
+    assert table.recorded_steps().tolist() == list(range(2991))
+
+
+def test_a_thinned_run_is_diagnosed_as_when_every_row_is_read(long_run, monkeypatch):
+    whole = _result(long_run)
+    monkeypatch.setattr(series, "FULL_ROWS", 50_000)
+    monkeypatch.setattr(series, "COARSE_ROWS", 15_000)
+    monkeypatch.setattr(series, "FINE_STEPS", 400)
+    thin = _result(long_run)
+    assert whole["onset"]["step"] == 2900
+    for key in ("verdict", "onset", "first_nonfinite", "chain", "warnings"):
+        assert thin[key] == whole[key], key
+    assert [d["label"] for d in thin["diagnoses"]] == [d["label"] for d in whole["diagnoses"]]
+    assert thin["ranking"][:5] == whole["ranking"][:5]
+
+
+def test_a_thinned_run_names_only_its_real_holes(long_run, tmp_path, thinned):
+    import shutil
+    copy = tmp_path / "run"
+    shutil.copytree(long_run, copy)
+    segments = sorted((copy / "stats").glob("part-*.parquet"))
+    segments[3].unlink()  # steps 750-999
+    warnings = postmortem.analyze(copy).warnings
+    assert [w for w in warnings if "tensor statistics" in w] == [
+        "tensor statistics: steps 750–999 missing (250 steps in all): no readable segment holds them"]
+
+
+def test_stats_of_a_step_range_read_only_those_rows(long_run):
+    run = load_run(long_run)
+    whole = run.stats(roles=["grad"], columns=["norm"])
+    part = run.stats(roles=["grad"], columns=["norm"], steps=(1200, 1260))
+    expected = whole[(whole["step"] >= 1200) & (whole["step"] <= 1260)].reset_index(drop=True)
+    assert part.equals(expected)
