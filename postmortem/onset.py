@@ -72,16 +72,8 @@ def analyse_series(
     if len(y) < _MIN_POINTS:
         return None
     model, delta_bic = select_break(x, y)
-    # Only a precursor of this rise: no further back than the rise itself lasted.
-    bound = x[model.index_] - max(_PRECURSOR_REACH, len(y) - model.index_)
-    while earliest:
-        lo = int(np.searchsorted(x, bound)) - _MIN_STABLE
-        lo = max(0, lo)
-        earlier = _earlier_sharp_break(x[lo: model.index_], y[lo: model.index_])
-        if earlier is None or earlier[0].t0_ < bound:
-            break
-        x, y = x[lo:], y[lo:]
-        model, delta_bic = earlier
+    if earliest:
+        x, y, model, delta_bic = _earliest_break(x, y, model, delta_bic)
     k = model.index_
     onset_index = _visible_onset(y, k, model)
     at_first_step = int(x[0]) == first_step  # the window still starts at the series' start
@@ -112,6 +104,20 @@ def analyse_series(
         diverges=diverges,
         amplified=credible and rise >= AMPLIFIED_DECADES,
     )
+
+
+def _earliest_break(x: np.ndarray, y: np.ndarray, model, delta_bic: float):
+    """Binary segmentation to the left of `model`'s break: the earliest sharp sustained rise,
+    with the window (x, y) it was fitted on."""
+    # Only a precursor of this rise: no further back than the rise itself lasted.
+    bound = x[model.index_] - max(_PRECURSOR_REACH, len(y) - model.index_)
+    while True:
+        lo = max(0, int(np.searchsorted(x, bound)) - _MIN_STABLE)
+        earlier = _earlier_sharp_break(x[lo: model.index_], y[lo: model.index_])
+        if earlier is None or earlier[0].t0_ < bound:
+            return x, y, model, delta_bic
+        x, y = x[lo:], y[lo:]
+        model, delta_bic = earlier
 
 
 def _visible_onset(y: np.ndarray, k: int, model) -> int:
