@@ -421,10 +421,9 @@ def _input_hashes(batch: pa.RecordBatch) -> list[pa.Table]:
     column = batch.column("hash")
     if column.null_count == len(column):
         return []
-    table = pa.table({"step": batch.column("step"),
-                      "name": pc.cast(batch.column("name"), pa.string()),
-                      "hash": column})
-    return [table.filter(pc.is_valid(column))]
+    rows = pa.table({"step": batch.column("step"), "name": batch.column("name"), "hash": column}
+                    ).filter(pc.is_valid(column))  # then cast: a million names cost 30 ms
+    return [rows.set_column(1, "name", pc.cast(rows.column("name"), pa.string()))]
 
 
 def _input_kinds(batch: pa.RecordBatch) -> dict[tuple[str, str], str]:
@@ -432,7 +431,6 @@ def _input_kinds(batch: pa.RecordBatch) -> dict[tuple[str, str], str]:
     column = batch.column("kind")
     if column.null_count == len(column):
         return {}
-    rows = pa.table({"role": pc.cast(batch.column("role"), pa.string()),
-                     "name": pc.cast(batch.column("name"), pa.string()),
-                     "kind": pc.cast(column, pa.string())}).filter(pc.is_valid(column))
+    rows = pa.table({"role": batch.column("role"), "name": batch.column("name"), "kind": column}
+                    ).filter(pc.is_valid(column))
     return {(r, n): k for r, n, k in zip(*(rows.column(c).to_pylist() for c in ("role", "name", "kind")))}
