@@ -7,9 +7,9 @@ statistics, grouped by series (role, name, key) and sorted by step with duplicat
 
 A run of up to FULL_ROWS rows is kept whole. A longer one (a 7 B-parameter model: ~1 500
 series × 100 000 steps = 150 M rows, which would need ~4 GB here) is read in two passes. The
-coarse pass keeps every `stride`-th step (about COARSE_ROWS rows), every non-finite row and, per
-flush of each series, its first row and its largest and smallest magnitude (the history keeps
-its range and its spikes); the fine pass then re-reads whole the FINE_STEPS steps before the
+coarse pass keeps every `stride`-th step (about COARSE_ROWS rows), every non-finite row and,
+per batch of each series, its first row and its largest and smallest magnitude (the history
+keeps its range and its spikes); the fine pass then re-reads whole the FINE_STEPS steps before the
 end of the run and before its first non-finite steps, from the row groups whose step
 statistics reach them. The break fits are cut at the first non-finite step and fitted on the
 final rise (onset.py), so a divergence whose rise lasts up to ~FINE_STEPS / 5 steps is fitted
@@ -31,7 +31,7 @@ from .loading import Run
 __all__ = ["SeriesKey", "SeriesTable", "read_series", "AUX_COLUMNS", "READ_COLUMNS"]
 
 FULL_ROWS = 40_000_000  # kept whole up to here: ~1.1 GB of arrays
-COARSE_ROWS = 16_000_000
+COARSE_ROWS = 10_000_000
 FINE_STEPS = 10_000
 READ_STAGES = 8  # progress calls while reading
 
@@ -338,16 +338,20 @@ def _deduplicated(table: SeriesTable) -> SeriesTable:
 
 
 def _extremes(sid: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
-    """Rows a coarse pass keeps besides its stride: the first, the largest and the smallest
-    magnitude of each run of a series' rows (a flush's rows of one series), so that the
-    thinned history keeps its range (a healthy batch scale, a spike)."""
+    """Rows a coarse pass keeps besides its stride: the first row of each series in the batch
+    and one row of its largest and one of its smallest magnitude, so that the thinned history
+    keeps its range (a healthy batch scale, a spike). Vectorised over the batch's runs of
+    rows of one series (a flush's), not its million rows."""
     starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
-    lengths = np.diff(np.r_[starts, len(sid)])
+    run_sid = sid[starts]
     keep = np.zeros(len(sid), bool)
-    keep[starts] = True
+    keep[starts[np.unique(run_sid, return_index=True)[1]]] = True
     with np.errstate(invalid="ignore"):
         for reduce in (np.fmax, np.fmin):
-            keep |= magnitude == np.repeat(reduce.reduceat(magnitude, starts), lengths)
+            best = np.full(int(run_sid.max()) + 1, np.nan)
+            reduce.at(best, run_sid, reduce.reduceat(magnitude, starts))
+            hits = np.flatnonzero(magnitude == best[sid])  # a constant series ties at every row
+            keep[hits[np.unique(sid[hits], return_index=True)[1]]] = True
     return keep
 
 
