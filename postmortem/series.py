@@ -46,6 +46,7 @@ AUX_COLUMNS: dict[str, tuple[str, str]] = {
     "input": ("mean", "std"),
     "target": ("mean", "std"),
 }
+_AUX_READ = sorted({column for columns in AUX_COLUMNS.values() for column in columns})
 _PARTS = ("sid", "step", "mag", "nf", "a0", "a1")
 READ_COLUMNS = [
     "step", "role", "name", "key", "norm", "max_abs", "min", "max", "nonfinite",
@@ -189,9 +190,9 @@ class _Builder:
         elif self.stride > 1:
             self.steps_seen.append(_distinct(step))
             keep = (step % self.stride == 0) | (nf > 0) | _extremes(sid, mag)
-        if keep is not None:
-            batch, sid, step, nf, role_codes, mag = (batch.filter(pa.array(keep)), sid[keep], step[keep],
-                                                     nf[keep], role_codes[keep], mag[keep])
+        if keep is not None:  # the columns still to be read, of the rows kept
+            batch = batch.select(["numel", *_AUX_READ]).filter(pa.array(keep))
+            sid, step, nf, role_codes, mag = sid[keep], step[keep], nf[keep], role_codes[keep], mag[keep]
         self.parts["sid"].append(sid.astype(np.int32))
         self.parts["step"].append(step)
         self.parts["mag"].append(mag)
