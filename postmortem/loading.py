@@ -108,6 +108,19 @@ class Run:
         """Stat rows in the readable segments, from their footers (nothing decoded)."""
         return sum(pq.read_metadata(path).num_rows for path in self.segments["stats"])
 
+    def stats_last_step(self) -> int | None:
+        """The largest step the stats segments' row-group statistics give (the recorder writes
+        them), or None when a row group has none."""
+        last = None
+        for path in self.segments["stats"]:
+            meta = pq.read_metadata(path)
+            for index in range(meta.num_row_groups):
+                bounds = _step_bounds(meta.row_group(index))
+                if bounds is None:
+                    return None
+                last = bounds[1] if last is None else max(last, bounds[1])
+        return last
+
     @property
     def checkpoints(self) -> list[CheckpointInfo]:
         """Checkpoint files with the step and reason from their Parquet key-value metadata."""
@@ -334,14 +347,20 @@ def _row_groups(path: Path, schema: pa.Schema, columns: list[str], steps: tuple[
 def _may_hold(group: pq.RowGroupMetaData, steps: tuple[int, int]) -> bool:
     """Whether a row group's step statistics leave room for a step in `steps` (no statistics:
     it may)."""
+    bounds = _step_bounds(group)
+    return bounds is None or (bounds[1] >= steps[0] and bounds[0] <= steps[1])
+
+
+def _step_bounds(group: pq.RowGroupMetaData) -> tuple[int, int] | None:
+    """(smallest, largest) step of a row group from its statistics, if it has them."""
     for index in range(group.num_columns):
         column = group.column(index)
         if column.path_in_schema == "step":
             statistics = column.statistics
             if statistics is None or not statistics.has_min_max:
-                return True
-            return statistics.max >= steps[0] and statistics.min <= steps[1]
-    return True
+                return None
+            return int(statistics.min), int(statistics.max)
+    return None
 
 
 def _projected(table: pa.Table, schema: pa.Schema, columns: list[str], stored: set[str]) -> pa.Table:

@@ -9,11 +9,12 @@ A run of up to FULL_ROWS rows is kept whole. A longer one (a 7 B-parameter model
 series × 100 000 steps = 150 M rows, which would need ~4 GB here) is read in two passes. The
 coarse pass keeps every `stride`-th step (about COARSE_ROWS rows), every non-finite row and,
 per batch of each series, its first row and its largest and smallest magnitude (the history
-keeps its range and its spikes); the fine pass then re-reads whole the FINE_STEPS steps before the
-end of the run and before its first non-finite steps, from the row groups whose step
-statistics reach them. The break fits are cut at the first non-finite step and fitted on the
-final rise (onset.py), so a divergence whose rise lasts up to ~FINE_STEPS / 5 steps is fitted
-on every row, as in a short run; older history is seen thinned.
+keeps its range and its spikes), and every row of the last FINE_STEPS steps (the row groups'
+step statistics say where they begin); the fine pass then re-reads whole the FINE_STEPS steps
+before its first non-finite steps (and before the end, if the footers did not say), from the
+row groups whose step statistics reach them. The break fits are cut at the first non-finite
+step and fitted on the final rise (onset.py), so a divergence whose rise lasts up to
+~FINE_STEPS / 5 steps is fitted on every row, as in a short run; older history is thinned.
 """
 
 from __future__ import annotations
@@ -115,7 +116,10 @@ def read_series(run: Run, progress: Callable[[str], None] | None = None) -> Seri
     """
     total = run.stats_rows()
     stride = 1 if total <= FULL_ROWS else -(-total // COARSE_ROWS)
-    builder = _Builder(stride)
+    last = run.stats_last_step() if stride > 1 else None
+    # The coarse pass keeps the last FINE_STEPS steps whole when the footers say where they are.
+    tail = None if last is None else last - FINE_STEPS
+    builder = _Builder(stride, tail)
     shares = _Shares(progress, total)
     for batch in run.stats_batches(READ_COLUMNS):
         shares.read(batch.num_rows)
@@ -123,7 +127,7 @@ def read_series(run: Run, progress: Callable[[str], None] | None = None) -> Seri
         if batch.num_rows:
             builder.add(batch)
     if stride > 1 and builder.parts["step"]:
-        windows = builder.fine_windows()
+        windows = [w for w in builder.fine_windows() if tail is None or w[0] < tail]
         coarse = builder.split(windows)
         for index, window in enumerate(windows):
             builder.extend(coarse[index])
@@ -164,8 +168,8 @@ def _named_rows(batch: pa.RecordBatch, run: Run) -> pa.RecordBatch:
 class _Builder:
     """Accumulates per-row arrays batch by batch; finish() groups them by series."""
 
-    def __init__(self, stride: int = 1) -> None:
-        self.stride = stride
+    def __init__(self, stride: int = 1, tail: int | None = None) -> None:
+        self.stride, self.tail = stride, tail
         self.ids: dict[SeriesKey, int] = {}
         self.parts: dict[str, list[np.ndarray]] = {c: [] for c in _PARTS}
         self.hashes: list[pa.Table] = []
@@ -190,6 +194,8 @@ class _Builder:
         elif self.stride > 1:
             self.steps_seen.append(_distinct(step))
             keep = (step % self.stride == 0) | (nf > 0) | _extremes(sid, mag)
+            if self.tail is not None:
+                keep |= step >= self.tail
         if keep is not None:  # the columns still to be read, of the rows kept
             batch = batch.select(["numel", *_AUX_READ]).filter(pa.array(keep))
             sid, step, nf, role_codes, mag = sid[keep], step[keep], nf[keep], role_codes[keep], mag[keep]

@@ -56,6 +56,21 @@ def test_a_thinned_run_is_diagnosed_as_when_every_row_is_read(long_run, monkeypa
     assert thin["ranking"][:5] == whole["ranking"][:5]
 
 
+def test_without_step_statistics_the_fine_pass_reads_the_end_again(long_run, thinned, monkeypatch):
+    """The row groups' step statistics tell the coarse pass where the last steps begin; a
+    writer that leaves them out gets the same rows from a second, fine pass."""
+    with_statistics = _result(long_run)
+    read = []
+    batches = series.Run.stats_batches
+    monkeypatch.setattr(series.Run, "stats_last_step", lambda self: None)
+    monkeypatch.setattr(series.Run, "stats_batches",
+                        lambda self, *a, **k: read.append(k.get("steps")) or batches(self, *a, **k))
+    table = series.read_series(load_run(long_run))
+    assert read == [None, (2990 - 400, 2990)]
+    assert set(range(2990 - 400, 2991)) <= set(table.step[table.rows(table.find("grad", "layers.0.weight"))].tolist())
+    assert _result(long_run) == with_statistics
+
+
 def test_a_thinned_run_names_only_its_real_holes(long_run, tmp_path, thinned):
     import shutil
     copy = tmp_path / "run"
