@@ -26,7 +26,7 @@ from recorders.vocabulary import (EVENTS_SCHEMA, SCALARS_SCHEMA, SEGMENT_NAME, S
 from .exceptions import RunDirectoryError, SchemaVersionError
 from .findings import CheckpointInfo
 
-__all__ = ["Run", "load_run", "SUPPORTED_SCHEMA_VERSIONS", "STATS_SCHEMA", "MAX_STEP"]
+__all__ = ["Run", "load_run", "stats_frame", "SUPPORTED_SCHEMA_VERSIONS", "STATS_SCHEMA", "MAX_STEP"]
 
 # Steps beyond 2**53 are not exact in float64, where the growth models fit them.
 MAX_STEP = 2**53
@@ -89,8 +89,7 @@ class Run:
         if steps is not None:
             step = table.column("step")
             table = table.filter(pc.and_(pc.greater_equal(step, steps[0]), pc.less_equal(step, steps[1])))
-        frame = _to_frame(table, ["step", "role", "name", "key"])
-        return frame[list(dict.fromkeys(["step", "role", "name", "key", *wanted]))]
+        return stats_frame(table)
 
     def stats_batches(
         self,
@@ -404,6 +403,12 @@ def _allowed_rows(table: pa.Table, allowed: dict[str, list[str]]) -> pa.ChunkedA
         mask = pa.chunked_array(chunks, pa.bool_())
         keep = mask if keep is None else pc.and_(keep, mask)
     return keep
+
+
+def stats_frame(table: pa.Table) -> pd.DataFrame:
+    """Stats rows read through STATS_SCHEMA (step, role, name, key first) as `Run.stats`
+    returns them: tidy, the last occurrence of a (step, role, name, key) row kept."""
+    return _to_frame(table, ["step", "role", "name", "key"])
 
 
 def _to_frame(table: pa.Table, keys: list[str]) -> pd.DataFrame:

@@ -27,7 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .loading import Run
+from .loading import STATS_SCHEMA, Run, stats_frame
 
 __all__ = ["SeriesKey", "SeriesTable", "read_series", "AUX_COLUMNS", "READ_COLUMNS"]
 
@@ -48,10 +48,12 @@ AUX_COLUMNS: dict[str, tuple[str, str]] = {
     "target": ("mean", "std"),
 }
 _AUX_READ = sorted({column for columns in AUX_COLUMNS.values() for column in columns})
+INPUT_ROLES = ("input", "target")
+INPUT_COLUMNS = ["step", "role", "name", "key", "mean", "std", "min", "max", "nonfinite", "hash", "shape"]
 _PARTS = ("sid", "step", "mag", "nf", "a0", "a1")
 READ_COLUMNS = [
     "step", "role", "name", "key", "norm", "max_abs", "min", "max", "nonfinite",
-    "mean", "std", "zero_frac", "sat_frac", "ratio", "grad_none", "numel", "hash", "kind",
+    "mean", "std", "zero_frac", "sat_frac", "ratio", "grad_none", "numel", "hash", "kind", "shape",
 ]
 
 
@@ -83,6 +85,9 @@ class SeriesTable:
     input_kinds: dict[tuple[str, str], str] = field(default_factory=dict)
     # Every recorded step, ascending, when a long run's rows were thinned; None: `step` has them.
     thinned_steps: np.ndarray | None = None
+    # Every input/target row with INPUT_COLUMNS, as Run.stats(roles=INPUT_ROLES) gives them
+    # (ranges, shapes and hashes of the batches: a report shows them without reading the run).
+    input_rows: pd.DataFrame | None = None
 
     def recorded_steps(self) -> np.ndarray:
         """The steps the stats recorded (all of them, also where a long run was thinned)."""
@@ -176,6 +181,7 @@ class _Builder:
         self.kinds: dict[tuple[str, str], str] = {}
         self.numel: dict[int, int] = {}
         self.steps_seen: list[np.ndarray] = []  # distinct steps per batch, when thinned
+        self.inputs: list[pa.Table] = []
         self._dictionaries: tuple[pa.Array, ...] | None = None
         self._lut = np.zeros(0, np.int64)
 
@@ -188,6 +194,7 @@ class _Builder:
         if window is None:
             self.hashes.extend(_input_hashes(batch))
             self.kinds.update(_input_kinds(batch))
+            self.inputs.append(_input_rows(batch, role_codes))
         keep, mag = None, _magnitude(batch)
         if window is not None:
             keep = (step >= window[0]) & (step <= window[1])
@@ -280,6 +287,10 @@ class _Builder:
             self.parts[name].extend(parts[name])
             parts[name].clear()
 
+    def input_frame(self) -> pd.DataFrame:
+        schema = pa.schema([STATS_SCHEMA.field(c) for c in INPUT_COLUMNS])
+        return stats_frame(pa.concat_tables([schema.empty_table(), *self.inputs]))
+
     def finish(self) -> SeriesTable:
         keys = sorted(self.ids, key=self.ids.get)
         hashes = (pa.concat_tables(self.hashes).to_pandas() if self.hashes
@@ -288,7 +299,7 @@ class _Builder:
             empty = np.zeros(0)
             return SeriesTable([], np.zeros(1, np.int64), empty.astype(np.int64), empty,
                                empty.astype(np.int32), np.zeros((2, 0), np.float32),
-                               np.zeros(0, np.int64), hashes)
+                               np.zeros(0, np.int64), hashes, input_rows=self.input_frame())
         sid_parts = self.parts.pop("sid")
         counts = np.zeros(len(keys), np.int64)
         for sid in sid_parts:
@@ -318,7 +329,7 @@ class _Builder:
         sizes = np.array([self.numel.get(i, 0) for i in range(len(keys))], np.int64)
         thinned = np.unique(np.concatenate(self.steps_seen)) if self.steps_seen else None
         table = SeriesTable(keys, offsets, grouped["step"], grouped["mag"], grouped["nf"], aux,
-                            sizes, hashes, self.kinds, thinned)
+                            sizes, hashes, self.kinds, thinned, self.input_frame())
         return _deduplicated(table)
 
 
@@ -340,7 +351,7 @@ def _deduplicated(table: SeriesTable) -> SeriesTable:
     return SeriesTable(
         table.keys, np.concatenate([[0], np.cumsum(counts)]), table.step[order],
         table.magnitude[order], table.nonfinite[order], table.aux[:, order], table.numel,
-        table.input_hashes, table.input_kinds, table.thinned_steps,
+        table.input_hashes, table.input_kinds, table.thinned_steps, table.input_rows,
     )
 
 
@@ -435,6 +446,14 @@ def _input_hashes(batch: pa.RecordBatch) -> list[pa.Table]:
     rows = pa.table({"step": batch.column("step"), "name": batch.column("name"), "hash": column}
                     ).filter(pc.is_valid(column))  # then cast: a million names cost 30 ms
     return [rows.set_column(1, "name", pc.cast(rows.column("name"), pa.string()))]
+
+
+def _input_rows(batch: pa.RecordBatch, role_codes: np.ndarray) -> pa.Table:
+    """The batch's input/target rows, INPUT_COLUMNS of them."""
+    roles = _dictionary(batch.column("role")).dictionary.to_pylist()
+    wanted = np.array([r in INPUT_ROLES for r in roles] + [False])
+    rows = np.flatnonzero(wanted[np.where(role_codes >= 0, role_codes, len(roles))])
+    return pa.Table.from_batches([batch.select(INPUT_COLUMNS)]).take(rows)
 
 
 def _input_kinds(batch: pa.RecordBatch) -> dict[tuple[str, str], str]:

@@ -41,6 +41,9 @@ def test_a_thinned_run_keeps_a_fraction_of_the_rows_and_every_row_before_the_nan
     stride = -(-run.stats_rows() // 15_000)
     assert stride > 1 and np.all(np.diff(steps[steps < 2990 - 400]) <= stride)
     assert table.recorded_steps().tolist() == list(range(2991))
+    # Every input row, all its columns: a report shows the batches without reading the run.
+    inputs = run.stats(roles=list(series.INPUT_ROLES), columns=series.INPUT_COLUMNS[4:])
+    assert len(inputs) == 2991 and table.input_rows.equals(inputs)
 
 
 def test_a_thinned_run_is_diagnosed_as_when_every_row_is_read(long_run, monkeypatch):
