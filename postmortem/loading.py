@@ -11,6 +11,7 @@ import json
 import re
 import stat
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -333,14 +334,26 @@ def _row_groups(path: Path, schema: pa.Schema, columns: list[str], steps: tuple[
     """A segment's row groups projected onto `columns` of `schema` (missing columns read as
     nulls); with `steps`, only those whose `step` statistics may hold a step in that range.
 
-    Without a row filter this is about twice as fast as a one-file pyarrow dataset scan.
+    Without a row filter this is about twice as fast as a one-file pyarrow dataset scan. The
+    next row group is decoded on a second thread while the caller works on this one (pyarrow
+    releases the GIL): a compacted segment's row groups hold a million rows each.
     """
     file = pq.ParquetFile(path)
     stored = set(file.schema_arrow.names)
     present = [c for c in columns if c in stored]
-    for index in range(file.metadata.num_row_groups):
-        if steps is None or _may_hold(file.metadata.row_group(index), steps):
+    wanted = [i for i in range(file.metadata.num_row_groups)
+              if steps is None or _may_hold(file.metadata.row_group(i), steps)]
+    if len(wanted) <= 1:
+        for index in wanted:
             yield _projected(file.read_row_group(index, columns=present), schema, columns, stored)
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(file.read_row_group, wanted[0], columns=present)
+        for following in [*wanted[1:], None]:
+            table = pending.result()
+            if following is not None:
+                pending = pool.submit(file.read_row_group, following, columns=present)
+            yield _projected(table, schema, columns, stored)
 
 
 def _may_hold(group: pq.RowGroupMetaData, steps: tuple[int, int]) -> bool:
