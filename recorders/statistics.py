@@ -21,6 +21,7 @@ import math
 import struct
 import zlib
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import NamedTuple
 
 import numpy as np
@@ -34,6 +35,7 @@ except ImportError:  # installed without a C++ compiler: torch's kernels serve a
 __all__ = [
     "Moments",
     "MomentBatch",
+    "MomentColumn",
     "TensorStats",
     "combine",
     "content_hash",
@@ -69,6 +71,24 @@ class Moments(NamedTuple):
     zeros: int | None
     saturated: int | None
     nonfinite: int
+
+
+class MomentColumn(IntEnum):
+    """The columns of a moments array (:func:`moments_rows`), named as :class:`Moments`'
+    fields: ``rows[:, MomentColumn.SUMSQ]`` is every tensor's sum of squares."""
+
+    NUMEL = 0
+    FINITE = 1
+    SUM = 2
+    SUMSQ = 3
+    MIN = 4
+    MAX = 5
+    ZEROS = 6
+    SATURATED = 7
+    NONFINITE = 8
+
+
+assert [c.name.lower() for c in MomentColumn] == list(Moments._fields)
 
 
 class TensorStats(NamedTuple):
@@ -283,8 +303,10 @@ def _fused_measure(requests: list[_FusedRequest]
             moments[i] = exact_moments(r.tensor, sums=True, zeros=r.zeros)
     for i, r in enumerate(requests):
         if r.saturation:
-            moments[i, 7] = (_saturated_count(r.tensor, r.saturation, moments[i, 4],
-                                              moments[i, 5]) if moments[i, 1] else 0)
+            row = moments[i]
+            row[MomentColumn.SATURATED] = (
+                _saturated_count(r.tensor, r.saturation, row[MomentColumn.MIN],
+                                 row[MomentColumn.MAX]) if row[MomentColumn.FINITE] else 0)
     return moments, rows[:, width:2 * width], rows[:, 2 * width]
 
 
@@ -501,7 +523,7 @@ class MomentBatch:
             self._crcs = {i: int(crc) for i, crc in zip(self._fused_rows, crcs.tolist())
                           if not math.isnan(crc)}
             for i, original in self._widened.items():
-                lo, hi = rows[i, 4], rows[i, 5]
+                lo, hi = rows[i, MomentColumn.MIN], rows[i, MomentColumn.MAX]
                 if not original.is_floating_point() and max(-lo, hi) >= _EXACT_INTEGERS:
                     r = self._entries[i]
                     rows[i] = exact_moments(original, sums=r.sums, zeros=r.zeros,
@@ -587,9 +609,6 @@ class _Rereads:
             rows[row, column] = values[k][0]
 
 
-_ZEROS, _SATURATED = Moments._fields.index("zeros"), Moments._fields.index("saturated")
-
-
 def _checked_moments(t: torch.Tensor, sumsq: float, lo: float | None, hi: float | None,
                      total: float | None, nonzero: float | None, lowest: float | None,
                      saturation: str | None, rereads: _Rereads | None = None,
@@ -616,11 +635,11 @@ def _checked_moments(t: torch.Tensor, sumsq: float, lo: float | None, hi: float 
             if rereads is None:
                 zeros = int(torch.count_nonzero(t.reshape(-1) == 0))
             else:
-                rereads.count(row, _ZEROS, t.reshape(-1) == 0)
+                rereads.count(row, MomentColumn.ZEROS, t.reshape(-1) == 0)
         else:
             zeros = numel - int(nonzero)
     if saturation and rereads is not None and _may_saturate(saturation, lo, hi):
-        rereads.count(row, _SATURATED, _saturated_mask(t.reshape(-1), saturation))
+        rereads.count(row, MomentColumn.SATURATED, _saturated_mask(t.reshape(-1), saturation))
     elif saturation:
         saturated = _saturated_count(t, saturation, lo, hi)
     return Moments(numel=numel, finite=numel, sum=total, sumsq=sumsq, min=lo, max=hi,
