@@ -297,10 +297,13 @@ def _fused_measure(requests: list[_FusedRequest]
     rows = np.frombuffer(_kernel(requests), dtype=np.float64).reshape(len(requests), 2 * width + 2)
     moments = rows[:, :width]
     cancels = rows[:, 2 * width + 1]
-    if cancels.any():  # rare: those are measured again, exactly in float64
+    if cancels.any():  # those are measured again, exactly in float64
         for i in np.flatnonzero(cancels):
             r = requests[i]
-            moments[i] = exact_moments(r.tensor, sums=True, zeros=r.zeros)
+            if moments[i, MomentColumn.NONFINITE] == 0:  # only the sums need it
+                moments[i, [MomentColumn.SUM, MomentColumn.SUMSQ]] = _exact_sums(r.tensor)
+            else:
+                moments[i] = exact_moments(r.tensor, sums=True, zeros=r.zeros)
     for i, r in enumerate(requests):
         if r.saturation:
             row = moments[i]
@@ -308,6 +311,15 @@ def _fused_measure(requests: list[_FusedRequest]
                 _saturated_count(r.tensor, r.saturation, row[MomentColumn.MIN],
                                  row[MomentColumn.MAX]) if row[MomentColumn.FINITE] else 0)
     return moments, rows[:, width:2 * width], rows[:, 2 * width]
+
+
+def _exact_sums(t: torch.Tensor) -> list[float]:
+    """Sum and sum of squares of a tensor without a NaN or an inf, in float64: what
+    :func:`exact_moments` computes for them, bit for bit, in 3 kernels instead of 11 (its
+    count, extremes and zeros are exact in the fused kernel already). LayerNorm weights, whose
+    values sit near 1.0, take this path at every step."""
+    x = t.detach().reshape(-1).to(torch.float64)
+    return torch.stack([x.sum(), x.square().sum()]).tolist()
 
 
 def _cancels(mean: float, mean_sq: float) -> bool:
