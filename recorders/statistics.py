@@ -377,7 +377,7 @@ def params_and_updates(pairs: list[tuple[torch.Tensor, torch.Tensor]]
     params, updates = np.empty((len(pairs), width)), np.empty((len(pairs), width))
     fused, requests = [], []
     for i, (now, previous) in enumerate(pairs):
-        now = now.detach()
+        now = now.detach() if now.requires_grad else now
         if _fusable(now) and _fusable(previous) and previous.stride() == now.stride() \
                 and previous.numel() == now.numel():  # element i of one is element i of the other
             fused.append(i)
@@ -460,6 +460,10 @@ class MomentBatch:
         ``hashed=True``: :meth:`content_hash` will be asked for it (the fused kernel computes
         it in the same pass). A complex tensor is measured by its modulus |z|, hashed from
         its own bytes."""
+        if t.dtype is torch.float32 and _fused is not None and t.is_cpu \
+                and t.layout is torch.strided and t.is_contiguous():  # the common case, first
+            x = t.detach() if t.requires_grad else t  # the kernel reads its data, nothing else
+            return self._add_fused(_FusedRequest(x, sums, zeros, saturation, hash=hashed))
         x = t.detach()
         if x.is_complex():  # torch would drop the imaginary part, with a warning
             index = self.add(x.abs(), sums=sums, extremes=extremes, zeros=zeros,
