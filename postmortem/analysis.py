@@ -25,6 +25,7 @@ from .ranking import (
     rank,
     run_onset,
 )
+from .report_data import ReportData, report_data
 from .series import SeriesTable, read_series
 from .story import chain_sentences
 
@@ -33,7 +34,7 @@ __all__ = ["ANALYSIS_STAGES", "Analysis", "analyze", "JSON_SCHEMA_VERSION"]
 JSON_SCHEMA_VERSION = 1
 
 
-@dataclass
+@dataclass(frozen=True)
 class Analysis:
     run: Run
     verdict: str  # "diverged" | "not_learning" | "healthy"
@@ -42,7 +43,8 @@ class Analysis:
     ranking: list[RankedTensor]
     chain: list[str]
     findings: list[Finding]
-    warnings: list[str]
+    warnings: list[str]  # the run's own (unreadable files, ...) and the analysis's
+    data: ReportData  # what a report shows of the run: renderers read nothing else
 
     @property
     def significant(self) -> list[Finding]:
@@ -140,10 +142,13 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     advance("ranking and writing the story")
     ranking = _cause_first(rank(involved, first, table, onset), findings) if failed else []
     chain = chain_sentences(evidence, ranking) if failed else []
+    onset = onset if failed else None
+    data = report_data(run, onset=onset, first_nonfinite=first, ranking=ranking, findings=findings,
+                       table=table, scalars=scalars, events=events)
     return Analysis(
         run=run,
         verdict=verdict,
-        onset=onset if failed else None,
+        onset=onset,
         first_nonfinite=first,
         ranking=ranking,
         chain=chain,
@@ -152,6 +157,7 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
                   *missing_step_warnings("tensor statistics", table.step, run.manifest),
                   *missing_step_warnings("scalars", scalars["step"].to_numpy(np.int64), run.manifest),
                   *unmeasured_warnings(run.manifest)],
+        data=data,
     )
 
 
