@@ -453,6 +453,6 @@ def build_page(analysis, *, progress: Callable[[str], None] | None = None, versi
         facts=tuple(key_facts(analysis)),
         fix=shorten(clean(fixes[0]), 600) if fixes else "",
         sections=tuple(s for s in sections if s is not None),
-        warnings=tuple(_name(w) for w in [*analysis.run.warnings, *analysis.warnings]),
+        warnings=tuple(_name(w) for w in analysis.warnings),  # the run's own warnings are among them
         footer=f"postmortem {version}".strip(),
     )

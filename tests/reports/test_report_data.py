@@ -75,3 +75,13 @@ def test_report_renders_after_the_run_directory_is_gone(tmp_path):
     assert render_html(build_page(analysis, version="x")) == with_run
     assert render_markdown(analysis).startswith("### postmortem: run:")
     assert "Diverged" in render_summary(analysis)
+
+
+def test_each_warning_is_shown_once(tmp_path):
+    run_dir = write_run(tmp_path / "run", kind="diverged")
+    (run_dir / "stats" / "part-999999.parquet").write_bytes(b"not parquet")  # the loader warns and skips it
+    analysis = analyze(run_dir)
+    skipped = [w for w in analysis.warnings if "part-999999" in w]
+    assert len(skipped) == 1 and skipped[0] in analysis.run.warnings
+    assert sum("part-999999" in w for w in build_page(analysis).warnings) == 1
+    assert render_summary(analysis).count("skipped unreadable segment") == 1
