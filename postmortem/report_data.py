@@ -16,7 +16,10 @@ import pandas as pd
 from .findings import CheckpointInfo, Finding, FirstNonfinite, Onset, RankedTensor
 from .loading import Run
 from .manifest import manifest_order
+from .onset import _robust_sigma
+from .scalars import is_loss, recorder_scalar
 from .series import SeriesTable, read_series
+from .story import events_before
 
 __all__ = ["Curve", "StepBins", "Matrix", "Heatmap", "TensorCurves", "Activations", "EventLines",
            "InputRow", "InputTable", "InputHealth", "ReportData", "report_data", "binned_log_matrix"]
@@ -29,10 +32,6 @@ _MAX_ACTIVATIONS = 8
 _MAX_INPUT_PANELS = 2
 _INPUT_BASELINE_STEPS = 50
 _MAX_EVENT_LINES = 40  # one line per step with events, on every panel: beyond this, the rarest kinds
-# The recorder's own scalars (docs/run-format.md), never a loss to plot: `grad_norm` covers
-# `grad_norm_clipped` and `grad_norm.<model>`.
-_NOT_LOSSES = ("grad_norm", "lr", "grad_scale", "wall_time", "hp.", "clip_coef",
-               "optimizer_stepped.", "scaler_skipped")
 _TENSOR_ROLES = ("param", "grad", "update", "state")
 
 
@@ -159,6 +158,7 @@ class ReportData:
     model_order: dict[str, int]
     loss_names: tuple[str, ...]
     losses: tuple[Curve, ...]
+    metrics: tuple[Curve, ...]  # the other scalars passed to rec.step() (accuracy, ...)
     grad_norms: tuple[Curve, ...]
     lr: Curve | None
     median_update_ratio: float | None
@@ -183,7 +183,7 @@ def report_data(run: Run, *, onset: Onset | None, first_nonfinite: FirstNonfinit
     steps = steps if len(steps) else np.unique(table.step)
     window = _window(steps, onset, first_nonfinite) if len(steps) else (0, 0)
     by_name = _scalar_curves(scalars)
-    loss_names = tuple(n for n in by_name if _is_loss(n))
+    loss_names = tuple(n for n in by_name if is_loss(n))
     focus = _focus_tensors(table, ranking, findings, order)
     return ReportData(
         run_name=os.path.basename(os.path.normpath(str(run.path))),
@@ -194,6 +194,7 @@ def report_data(run: Run, *, onset: Onset | None, first_nonfinite: FirstNonfinit
         model_order=order,
         loss_names=loss_names,
         losses=tuple(by_name[n] for n in loss_names[:_MAX_LOSSES]),
+        metrics=tuple(c for n, c in by_name.items() if not is_loss(n) and not recorder_scalar(n))[:_MAX_LOSSES],
         grad_norms=tuple(c for n, c in by_name.items() if n == "grad_norm" or n.startswith("grad_norm.")),
         lr=by_name.get("lr"),
         median_update_ratio=_median_update_ratio(table),
@@ -204,10 +205,6 @@ def report_data(run: Run, *, onset: Onset | None, first_nonfinite: FirstNonfinit
         activations=_activations(table, ranking, order, window),
         inputs=_input_health(run, onset),
     )
-
-
-def _is_loss(name: str) -> bool:
-    return not name.startswith(_NOT_LOSSES)
 
 
 def _curve(label: str, steps: np.ndarray, values: np.ndarray) -> Curve:
@@ -397,10 +394,10 @@ def _event_lines(events: pd.DataFrame) -> EventLines:
 
 
 def _last_event(events: pd.DataFrame, onset: Onset | None) -> tuple[int, str] | None:
-    """The last recorded event at or before the onset interval: a likely trigger."""
+    """The last event recorded up to the onset: a likely trigger."""
     if onset is None:
         return None
-    before = events[events["step"] <= onset.interval[1]]
+    before = events_before(events, onset)
     if before.empty:
         return None
     row = before.iloc[-1]
@@ -445,11 +442,11 @@ def _input_table(role: str, name: str, group: pd.DataFrame, onset: Onset | None)
 
 
 def _robust(values: pd.Series) -> tuple[float, float]:
-    values = values.dropna().astype(float)
-    if values.empty:
+    """Median and robust σ (onset's rule: 1.4826 × MAD) of the recorded values."""
+    values = values.dropna().to_numpy(np.float64)
+    if not len(values):
         return float("nan"), float("nan")
-    centre = float(values.median())
-    return centre, 1.4826 * float((values - centre).abs().median())
+    return float(np.median(values)), _robust_sigma(values)
 
 
 def _z(value: float, centre: float, spread: float) -> float | None:

@@ -235,6 +235,8 @@ def _timeline(analysis, markers: Markers) -> Section | None:
     panels = []
     if data.losses:
         panels.append(Panel("Losses", "value", data.losses))
+    if data.metrics:
+        panels.append(Panel("Other metrics", "value", data.metrics))
     if data.grad_norms:
         panels.append(Panel("Global gradient norm", "L2 norm", data.grad_norms))
     if data.lr is not None and len(np.unique(data.lr.present())) > 1:  # a constant lr is in the metadata
@@ -244,7 +246,7 @@ def _timeline(analysis, markers: Markers) -> Section | None:
     png = figures.line_panels(panels, markers)
     left_out = "; ".join(f"{_name(kind)} ({count} events)" for kind, count in markers.events_left_out[:10])
     return Section("timeline", "Timeline", paragraphs=(
-        "Losses and global gradient norm per step (log scale). Orange: onset and its interval; red dashed: "
+        f"Losses{', other metrics' if data.metrics else ''} and global gradient norm per step (log scale). Orange: onset and its interval; red dashed: "
         "first non-finite value; dotted: recorded events; × on the top edge: non-finite values."
         + (f" Events too many to draw: {left_out}." if left_out else ""),),
         figures=(Figure("Timeline", png, "Losses, gradient norm and learning rate per step"),))
