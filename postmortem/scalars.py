@@ -6,17 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["RECORDER_SCALARS", "RECORDER_PREFIXES", "recorder_scalar", "is_loss", "is_eval_loss", "main_loss", "loss_curve"]
+from recorders.vocabulary import is_reserved_scalar
 
-# What the recorder writes itself (recorders/scalars.py RESERVED_SCALARS/RESERVED_PREFIXES, and the
-# learning rate), never a user metric.
-RECORDER_SCALARS = frozenset({"grad_norm", "grad_scale", "wall_time", "grad_norm_clipped", "clip_coef",
-                              "scaler_skipped", "lr"})
-RECORDER_PREFIXES = ("grad_norm.", "hp.", "optimizer_stepped.")
+__all__ = ["recorder_scalar", "is_loss", "is_eval_loss", "main_loss", "loss_curve"]
 
 
 def recorder_scalar(name: str) -> bool:
-    return name in RECORDER_SCALARS or name.startswith(RECORDER_PREFIXES)
+    """What the recorder writes itself (its reserved names, and the learning rate), never a metric."""
+    return name == "lr" or is_reserved_scalar(name)
 
 
 def is_loss(name: str) -> bool:
