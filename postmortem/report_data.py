@@ -22,7 +22,7 @@ from .series import SeriesTable, read_series
 from .story import events_before
 
 __all__ = ["Curve", "StepBins", "Matrix", "Heatmap", "TensorCurves", "Activations", "EventLines",
-           "InputRow", "InputTable", "InputHealth", "ReportData", "report_data", "binned_log_matrix"]
+           "InputRow", "InputSummary", "InputTable", "InputHealth", "ReportData", "report_data", "binned_log_matrix"]
 
 _MAX_LOSSES = 8
 _MAX_HEATMAP_ROWS = 40
@@ -132,6 +132,19 @@ class InputRow:
 
 
 @dataclass(frozen=True)
+class InputSummary:
+    """One input/target series over the whole run (a run without an onset)."""
+
+    steps: int
+    mean_range: tuple[float, float]
+    std_range: tuple[float, float]
+    min: float
+    max: float
+    nonfinite: int
+    repeated: int  # batches whose content hash was seen at an earlier step
+
+
+@dataclass(frozen=True)
 class InputTable:
     """One input/target series: its near-onset rows and baseline size, or (no onset) a summary."""
 
@@ -139,7 +152,7 @@ class InputTable:
     name: str
     rows: tuple[InputRow, ...] = ()
     baseline_steps: int = 0
-    summary: dict | None = None  # steps, mean/std ranges, min, max, nonfinite, repeated
+    summary: InputSummary | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -424,11 +437,9 @@ def _input_table(role: str, name: str, group: pd.DataFrame, onset: Onset | None)
     first_seen = group.groupby("hash")["step"].transform("min")
     repeated = (first_seen < group["step"]) & group["hash"].notna()
     if onset is None:
-        return InputTable(role, name, summary={
-            "steps": len(group), "mean": (group["mean"].min(), group["mean"].max()),
-            "std": (group["std"].min(), group["std"].max()), "min": group["min"].min(),
-            "max": group["max"].max(), "nonfinite": int(group["nonfinite"].fillna(0).sum()),
-            "repeated": int(repeated.sum())})
+        return InputTable(role, name, summary=InputSummary(
+            len(group), (group["mean"].min(), group["mean"].max()), (group["std"].min(), group["std"].max()),
+            group["min"].min(), group["max"].max(), int(group["nonfinite"].fillna(0).sum()), int(repeated.sum())))
     lo, hi = onset.interval
     before = group[group["step"] < lo - 3].tail(_INPUT_BASELINE_STEPS)  # recent: a domain switch moves the baseline
     centre_m, spread_m = _robust(before["mean"])

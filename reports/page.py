@@ -355,9 +355,9 @@ def _input_table(table) -> Table:
     role, name = table.role, table.name
     if table.summary is not None:
         s = table.summary
-        rows = ((f"{role} {_name(name)}", str(s["steps"]), f"{fmt_number(s['mean'][0])} … {fmt_number(s['mean'][1])}",
-                 f"{fmt_number(s['std'][0])} … {fmt_number(s['std'][1])}", fmt_number(s["min"]), fmt_number(s["max"]),
-                 fmt_number(s["nonfinite"]), str(s["repeated"])),)
+        rows = ((f"{role} {_name(name)}", str(s.steps), f"{fmt_number(s.mean_range[0])} … {fmt_number(s.mean_range[1])}",
+                 f"{fmt_number(s.std_range[0])} … {fmt_number(s.std_range[1])}", fmt_number(s.min), fmt_number(s.max),
+                 fmt_number(s.nonfinite), str(s.repeated)),)
         return Table(("series", "steps", "mean range", "std range", "min", "max", "non-finite values", "repeated batches"), rows)
     rows = tuple(
         (str(r.step), fmt_number(r.mean), _z(r.z_mean), fmt_number(r.std), _z(r.z_std),
