@@ -168,9 +168,7 @@ class ReportData:
     checkpoints: tuple[CheckpointInfo, ...]
     step_count: int
     window: tuple[int, int]  # steps shown around the onset (the whole run without one)
-    model_order: dict[str, int]
-    loss_names: tuple[str, ...]
-    losses: tuple[Curve, ...]
+    losses: tuple[Curve, ...]  # in order of first appearance (tensors and modules are in model order)
     metrics: tuple[Curve, ...]  # the other scalars passed to rec.step() (accuracy, ...)
     grad_norms: tuple[Curve, ...]
     lr: Curve | None
@@ -204,8 +202,6 @@ def report_data(run: Run, *, onset: Onset | None, first_nonfinite: FirstNonfinit
         checkpoints=tuple(run.checkpoints),
         step_count=len(steps),
         window=window,
-        model_order=order,
-        loss_names=loss_names,
         losses=tuple(by_name[n] for n in loss_names[:_MAX_LOSSES]),
         metrics=tuple(c for n, c in by_name.items() if not is_loss(n) and not recorder_scalar(n))[:_MAX_LOSSES],
         grad_norms=tuple(c for n, c in by_name.items() if n == "grad_norm" or n.startswith("grad_norm.")),
