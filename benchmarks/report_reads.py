@@ -28,9 +28,9 @@ _BATCHES = Run._batches
 
 
 def _counting(counts: collections.Counter):
-    def batches(self, kind, columns, filt):
+    def batches(self, kind, columns, filt, *steps):
         counts[kind] += 1
-        return _BATCHES(self, kind, columns, filt)
+        return _BATCHES(self, kind, columns, filt, *steps)
     return batches
 
 
