@@ -1,7 +1,7 @@
 """Field-like sample runs: the models and training code people run, healthy and with faults injected.
 
-A GPT-style causal LM, a `torch.nn.TransformerEncoder` classifier, a residual CNN with BatchNorm
-and a GRU character LM (`field_models`), each trained by nanoGPT's loop (`training.train_field`):
+A GPT-style causal LM, a `torch.nn.TransformerEncoder` classifier, a residual CNN with BatchNorm,
+a GRU character LM, a timm-style ViT and a tied-embedding LSTM LM (`field_models`), each trained by nanoGPT's loop (`training.train_field`):
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop. Faults come from `faults.py`, at a step t0 and on a
 tensor drawn per (family, arch, seed); the truth comes from the injection and from the losses the
@@ -51,8 +51,10 @@ RECIPES = {
     "transformer": Recipe(lr=2e-3, weight_decay=0.01, batch=32),
     "resnet": Recipe(lr=3e-3, weight_decay=5e-4, batch=32, clip=None),
     "gru": Recipe(lr=5e-3, weight_decay=0.0, batch=16, clip=0.25),
+    "vit": Recipe(lr=5e-3, weight_decay=0.05, batch=32),
+    "lstm_lm": Recipe(lr=1e-2, weight_decay=0.0, batch=16, clip=0.25, betas=(0.9, 0.98)),
 }
-LANGUAGE_MODELS = ("gpt", "gru")
+LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm")
 
 
 def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
@@ -130,10 +132,10 @@ FIELD_FAMILIES: dict[str, FieldFamily] = {
         ("diverged",), culprit="exposed", notes="weights of {culprit} multiplied by {factor:g} outside the optimizer at step {t0}"),
     "batch_scale": FieldFamily(
         lambda t0, **_: faults.BatchScale(t0=t0, factor=1e3), "diverged", ("diverged",),
-        archs=("transformer", "resnet"), notes="batch at step {t0} multiplied by 1e3"),
+        archs=("transformer", "resnet", "vit"), notes="batch at step {t0} multiplied by 1e3"),
     "batch_nan": FieldFamily(
         lambda t0, **_: faults.BatchNaN(t0=t0), "diverged", ("diverged", "nonfinite_input"),
-        archs=("transformer", "resnet"), notes="batch at step {t0} carries NaN"),
+        archs=("transformer", "resnet", "vit"), notes="batch at step {t0} carries NaN"),
     "adam_state": FieldFamily(
         lambda t0, **_: faults.AdamStateZeroed(t0=t0, layer=""), "diverged", ("diverged",),
         notes="AdamW exp_avg_sq of every tensor zeroed at step {t0}, exp_avg kept (a partial state restore)"),
@@ -168,12 +170,12 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         return (lm_batch_sampler(tokens[:split], micro, CONTEXT, seed),
                 lm_batch_sampler(tokens[split:], 32, CONTEXT, seed + 1), vocab)
     rows = digits("rows")
-    x = rows.x.unsqueeze(1) if arch == "resnet" else rows.x
+    x = rows.x.unsqueeze(1) if arch in ("resnet", "vit") else rows.x
     train, held = Dataset(x[:1500], rows.y[:1500]), Dataset(x[1500:], rows.y[1500:])
     return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10
 
 
-@lru_cache(maxsize=None)  # 12 twins; the catalogue visits them family by family
+@lru_cache(maxsize=None)  # 18 twins; the catalogue visits them family by family
 def _twin_losses(arch: str, seed: int) -> tuple[float, ...]:
     """The losses of the fault-free twin: the architecture's healthy recipe, same seed, unrecorded."""
     return tuple(_train(None, "healthy", arch, seed, {})[0].losses)

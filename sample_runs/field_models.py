@@ -6,6 +6,14 @@
 - `EncoderClassifier`: `torch.nn.TransformerEncoder` over the 8 rows of a digit, mean-pooled.
 - `ResNet`: a small residual CNN with BatchNorm (He et al.'s basic block) on 8×8 digits.
 - `GRULM`: pytorch/examples' word-language-model shape (embedding → GRU → linear) on characters.
+- `ViT`: a timm-style vision transformer on 8×8 digits (4×4 patches by a strided conv, a class
+  token, learned positions, pre-norm blocks with fused qkv attention and a GELU MLP, the class
+  token's features to a linear head).
+- `TiedLSTMLM`: pytorch/examples' word_language_model with `--tied`: embedding → dropout →
+  2-layer LSTM → dropout → decoder whose weight is the embedding's.
+
+`vit` and `lstm_lm` were added after every analyzer default was chosen and before any analysis
+of them was read: the never-seen families of the detection benchmark.
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; and its
@@ -22,7 +30,7 @@ from torch import nn
 
 from .models import TinyGPT
 
-__all__ = ["EncoderClassifier", "ResNet", "GRULM", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
+__all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
 
 
 def nanogpt_init(model: TinyGPT) -> TinyGPT:
@@ -110,7 +118,100 @@ class GRULM(nn.Module):
         return self.decoder(out)
 
 
-FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru")
+class PatchEmbed(nn.Module):
+    """timm's `PatchEmbed` with the class token and positions that follow it: (B, 1, 8, 8) → (B, 5, dim)."""
+
+    def __init__(self, dim: int, patch: int = 4, image: int = 8) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(1, dim, patch, stride=patch)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim) * 0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.proj(x).flatten(2).transpose(1, 2)
+        return torch.cat([self.cls_token.expand(len(x), -1, -1), tokens], dim=1) + self.pos_embed
+
+
+class Attention(nn.Module):
+    """timm's `Attention`: one fused qkv projection with biases, scaled dot-product, an output projection."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class ViTBlock(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential()
+        self.mlp.fc1 = nn.Linear(dim, 4 * dim)
+        self.mlp.act = nn.GELU()
+        self.mlp.fc2 = nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class ViT(nn.Module):
+    """A small vision transformer (timm's `VisionTransformer` layout) with timm's init: truncated
+    normal std 0.02 for linear weights, zero biases."""
+
+    def __init__(self, dim: int = 32, heads: int = 4, depth: int = 2) -> None:
+        super().__init__()
+        self.patch_embed = PatchEmbed(dim)
+        self.blocks = nn.Sequential(*(ViTBlock(dim, heads) for _ in range(depth)))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                nn.init.zeros_(module.bias)
+        nn.init.trunc_normal_(self.patch_embed.cls_token, std=0.02)
+        self.units = ["patch_embed", *(f"blocks.{i}" for i in range(depth)), "norm", "head"]
+        self.exposed = ["head"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.blocks(self.patch_embed(x)))[:, 0])
+
+
+class TiedLSTMLM(nn.Module):
+    """pytorch/examples' `RNNModel('LSTM', tie_weights=True)`: uniform(±0.1) init of the embedding
+    and decoder, zero decoder bias, dropout 0.2 around a 2-layer LSTM; the decoder's weight IS the
+    embedding's (named once, as `encoder.weight`)."""
+
+    def __init__(self, vocab: int, dim: int = 48, layers: int = 2, dropout: float = 0.2) -> None:
+        super().__init__()
+        self.drop = nn.Dropout(dropout)
+        self.encoder = nn.Embedding(vocab, dim)
+        self.rnn = nn.LSTM(dim, dim, layers, dropout=dropout, batch_first=True)
+        self.decoder = nn.Linear(dim, vocab)
+        self.decoder.weight = self.encoder.weight
+        nn.init.uniform_(self.encoder.weight, -0.1, 0.1)
+        nn.init.zeros_(self.decoder.bias)
+        self.units = ["encoder", "rnn", "decoder"]
+        self.exposed = ["rnn", "encoder"]  # the encoder's weight is also the decoder's
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(self.drop(self.encoder(idx)))
+        return self.decoder(self.drop(out))
+
+
+FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm")
+NEVER_SEEN_ARCHS = ("vit", "lstm_lm")
+"""Added after the analyzer's defaults were final for this session: no analysis of them was read
+while any detector was changed (the detection benchmark's headline)."""
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -124,4 +225,8 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         return ResNet()
     if arch == "gru":
         return GRULM(vocab)
+    if arch == "vit":
+        return ViT()
+    if arch == "lstm_lm":
+        return TiedLSTMLM(vocab)
     raise ValueError(f"unknown field architecture {arch!r}")
