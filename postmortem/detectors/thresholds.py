@@ -43,6 +43,7 @@ class DivergenceThresholds:
     sharp_update_jump: float = 10.0  # an update ×10 in one step while its gradient stays put
     grad_jump_share: float = 1 / 3  # ...its gradient did not jump ≥ ×(10/3)
     update_ratio_high: float = 1e-1  # CS231n target 1e-3 ×100: the first updates were far too big
+    update_ratio_erases_init: float = 0.5  # CS231n 1e-3 ×500: the first update is half the weights (init erased in two steps)
     from_start_steps: int = 3  # a divergence starting in the first 3 steps: the step size from the start
 
 
