@@ -2,7 +2,8 @@
 
 from .analysis import Analysis, analyze
 from .exceptions import PostmortemError, RunDirectoryError, SchemaVersionError
-from .findings import LABELS, VERDICTS, CheckpointInfo, Finding, FirstNonfinite, Onset, RankedTensor
+from .findings import (LABELS, VERDICTS, CheckpointInfo, Finding, FirstNonfinite, Label, Onset, RankedTensor,
+                       Severity, Verdict)
 from .loading import Run, load_run
 from .ranks import RankAnalysis, analyze_ranks
 
@@ -12,6 +13,7 @@ __all__ = [
     "Finding",
     "FirstNonfinite",
     "LABELS",
+    "Label",
     "Onset",
     "PostmortemError",
     "RankAnalysis",
@@ -19,7 +21,9 @@ __all__ = [
     "Run",
     "RunDirectoryError",
     "SchemaVersionError",
+    "Severity",
     "VERDICTS",
+    "Verdict",
     "analyze",
     "analyze_ranks",
     "load_run",

@@ -5,17 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Onset", "FirstNonfinite", "RankedTensor", "Finding", "CheckpointInfo", "LABELS", "VERDICTS"]
+from recorders.vocabulary import LABELS, VERDICTS, Label, Severity, Verdict
 
-# Every label a detector can emit (docs/diagnoses.md); tests/postmortem checks the detectors against it.
-LABELS = frozenset({
-    "diverged", "exploding_gradient", "lr_too_high", "nonfinite_input", "no_update",
-    "no_gradient", "stale_gradients", "vanishing_gradient", "dead_units", "saturated_units",
-    "lr_too_low", "unscaled_inputs", "poor_init", "loss_plateau", "recovered_incident", "healthy",
-    "hyperparameter_changed", "weights_changed_outside_optimizer", "batch_out_of_range", "log_of_zero",
-    "optimizer_state_changed",
-})
-VERDICTS = ("diverged", "not_learning", "healthy")
+__all__ = ["Onset", "FirstNonfinite", "RankedTensor", "Finding", "CheckpointInfo", "Label", "LABELS",
+           "Verdict", "VERDICTS", "Severity"]
 
 
 @dataclass(frozen=True)
@@ -59,14 +52,12 @@ class RankedTensor:
 class Finding:
     """One diagnosis: a label from docs/diagnoses.md, the numbers behind it and the fix."""
 
-    label: str
+    label: str  # a Label (its value or the member: they are equal)
     step: int | None
     tensors: list[str]
     evidence: dict[str, Any]
     fix: str
-    # "error": explains the verdict; "warning": a fault the run survived; "note": structure, or
-    # a mechanism seen in a run that learns (postmortem.detectors.base).
-    severity: str = "error"
+    severity: str = Severity.ERROR  # a Severity
 
 
 @dataclass(frozen=True)

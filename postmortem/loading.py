@@ -19,12 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from recorders.vocabulary import (EVENTS_SCHEMA, SCALARS_SCHEMA, SEGMENT_NAME, STATS_SCHEMA,
+                                  SUPPORTED_SCHEMA_VERSIONS)
+
 from .exceptions import RunDirectoryError, SchemaVersionError
 from .findings import CheckpointInfo
 
 __all__ = ["Run", "load_run", "SUPPORTED_SCHEMA_VERSIONS", "STATS_SCHEMA", "MAX_STEP"]
-
-SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2})
 
 # Steps beyond 2**53 are not exact in float64, where the growth models fit them.
 MAX_STEP = 2**53
@@ -37,42 +38,10 @@ _MAX_DECODED_PER_BYTE = 200
 _ROWS_ALWAYS_ALLOWED = 65_536
 _DECODED_ALWAYS_ALLOWED = 64 * 2**20
 
-_DICT = pa.dictionary(pa.int32(), pa.string())
-
-# The columns of schema version 2 (version 1 lacks dtype and kind). Segments are read through
-# this schema so that a column missing from one segment (or typed null because it was empty)
-# reads as nulls.
-STATS_SCHEMA = pa.schema(
-    [
-        ("step", pa.int64()),
-        ("role", _DICT),
-        ("name", _DICT),
-        ("key", _DICT),
-        ("numel", pa.int64()),
-        ("norm", pa.float64()),
-        ("max_abs", pa.float32()),
-        ("mean", pa.float32()),
-        ("std", pa.float32()),
-        ("min", pa.float32()),
-        ("max", pa.float32()),
-        ("zero_frac", pa.float32()),
-        ("sat_frac", pa.float32()),
-        ("ratio", pa.float32()),
-        ("nonfinite", pa.int64()),
-        ("grad_none", pa.bool_()),
-        ("shape", pa.string()),
-        ("hash", pa.string()),
-        ("dtype", _DICT),
-        ("kind", _DICT),
-    ]
-)
-SCALARS_SCHEMA = pa.schema([("step", pa.int64()), ("name", _DICT), ("value", pa.float64())])
-EVENTS_SCHEMA = pa.schema(
-    [("step", pa.int64()), ("kind", pa.string()), ("message", pa.string()), ("wall_time", pa.float64())]
-)
-_SEGMENT = re.compile(r"^part-(\d+)\.parquet$")
 _STEP_TEXT = re.compile(rb"[0-9]{1,19}")  # a checkpoint's step metadata: an int64 in ASCII digits
-_SERIES_KEYS = {"stats": ["role", "name", "key"], "scalars": ["name"], "events": []}
+# Segments are read through the run format's schemas (those of version 2; version 1 lacks dtype
+# and kind), so that a column missing from one segment (or typed null because it was empty)
+# reads as nulls.
 _SCHEMAS = {"stats": STATS_SCHEMA, "scalars": SCALARS_SCHEMA, "events": EVENTS_SCHEMA}
 # Without these a segment's rows cannot be placed in a series.
 _REQUIRED_COLUMNS = {"stats": ("step", "role", "name"), "scalars": ("step", "name", "value"),
@@ -289,7 +258,7 @@ def _valid_segments(root: Path, folder: Path, kind: str, warnings: list[str]) ->
         return []
     numbered = []
     for path in folder.iterdir():
-        match = _SEGMENT.match(path.name)
+        match = SEGMENT_NAME.match(path.name)
         if match and _inside_file(root, path, "segment", warnings) is not None:
             numbered.append((int(match.group(1)), path))
     valid = []

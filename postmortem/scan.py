@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from recorders.vocabulary import TABLES
+
 from .analysis import Analysis, analyze
 from .exceptions import PostmortemError, RunDirectoryError
 from .loading import Run, load_run
@@ -40,7 +42,6 @@ COLUMNS = ("run", "verdict", "onset_step", "first_nonfinite_step", "first_nonfin
            "path")
 _INTEGER_COLUMNS = ("onset_step", "first_nonfinite_step", "steps", "ranks", "first_rank")
 _FILE_COLUMNS = ("run", "rank", "kind", "file")
-_SEGMENT_KINDS = ("stats", "scalars", "events")
 _RUN_MARKERS = ("manifest.json", "stats", "scalars")
 DASK_HINT = "install it with `pip install 'postmortem[scan]'`, or pass --workers 0 to scan without it"
 _REPORT_NAME = re.compile(r"^\d{4,}-[A-Za-z0-9._-]*\.html$")
@@ -150,7 +151,7 @@ def _facts(analysis: Analysis) -> dict:
 
 
 def _files(run: Run, rank: int | None) -> list[tuple[int | None, str, str]]:
-    return [(rank, kind, str(path.resolve())) for kind in _SEGMENT_KINDS for path in run.segments[kind]]
+    return [(rank, kind, str(path.resolve())) for kind in TABLES for path in run.segments[kind]]
 
 
 def scan_runs(runs: Sequence[tuple[str, Path]], output: str | Path, *, workers: int | None = None,

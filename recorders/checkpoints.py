@@ -18,21 +18,11 @@ import pyarrow as pa
 import torch
 
 from .errors import RecorderMeasureError, RecorderWarning
+from .vocabulary import CHECKPOINT_SCHEMA
 from .writer import visible
 
-__all__ = ["CHECKPOINT_SCHEMA", "StateSource", "FlightRing", "Snapshot", "SkippedTensors",
+__all__ = ["StateSource", "FlightRing", "Snapshot", "SkippedTensors",
            "checkpoint_table", "tensor_bytes"]
-
-CHECKPOINT_SCHEMA = pa.schema([
-    ("step", pa.int64()),
-    ("owner", pa.string()),
-    ("kind", pa.string()),
-    ("name", pa.string()),
-    ("key", pa.string()),
-    ("dtype", pa.string()),
-    ("shape", pa.list_(pa.int64())),
-    ("data", pa.binary()),
-])
 
 TensorId = tuple[str, str, str, "str | None"]  # owner, kind, name, key
 

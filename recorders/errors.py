@@ -6,16 +6,10 @@ everything also derives from :class:`RecorderError` so one ``except`` catches al
 
 from __future__ import annotations
 
+from .vocabulary import RecorderError, RunDirectoryError
+
 __all__ = ["RecorderError", "RunDirectoryError", "RecorderWriteError", "RecorderMeasureError",
            "RecorderWarning"]
-
-
-class RecorderError(Exception):
-    """Base class of every error the recorder raises."""
-
-
-class RunDirectoryError(RecorderError, ValueError):
-    """The run directory cannot be used (not empty, not writable, not a run to append to)."""
 
 
 class RecorderWriteError(RecorderError, OSError):

@@ -14,11 +14,10 @@ from typing import Any
 import torch
 from torch.nn.parameter import is_lazy
 
+from .vocabulary import SCHEMA_VERSION
+
 __all__ = ["SCHEMA_VERSION", "new_manifest", "model_structure", "optimizer_structure",
            "utc_now", "hyperparameters"]
-
-SCHEMA_VERSION = 2
-
 
 
 def utc_now() -> str:

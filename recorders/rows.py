@@ -12,19 +12,10 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .statistics import summarize_rows
+from .vocabulary import ROLE_STATISTICS
 
-__all__ = ["ROLE_STATISTICS", "StatsBlock", "stats_columns"]
+__all__ = ["StatsBlock", "stats_columns"]
 
-# The statistics each role's rows carry (docs/run-format.md); the others are null.
-ROLE_STATISTICS = {
-    "param": ("norm", "max_abs", "mean", "std"),
-    "update": ("norm",),
-    "grad": ("norm", "max_abs", "zero_frac"),
-    "state": ("norm", "max_abs"),
-    "activation": ("max_abs", "mean", "std", "zero_frac", "sat_frac"),
-    "input": ("mean", "std", "min", "max"),
-    "target": ("mean", "std", "min", "max"),
-}
 _STATISTICS = ("norm", "max_abs", "mean", "std", "min", "max", "zero_frac", "sat_frac")
 # Columns some blocks bring along as they are: float (NaN = null) or Python values.
 _FLOAT_EXTRAS = ("ratio",)

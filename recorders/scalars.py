@@ -18,20 +18,9 @@ import numpy as np
 import torch
 
 from .errors import RecorderWarning
+from .vocabulary import USER_PREFIX, is_reserved_scalar
 
-__all__ = ["RESERVED_SCALARS", "RESERVED_PREFIXES", "USER_PREFIX", "ScalarReader"]
-
-# Scalars the recorder writes itself (docs/run-format.md), and the prefixes of its families.
-# `lr` is not among them: `rec.step(lr=...)` is how a loop without an optimizer supplies it.
-RESERVED_SCALARS = frozenset({"grad_norm", "grad_scale", "wall_time", "grad_norm_clipped",
-                              "clip_coef", "scaler_skipped"})
-RESERVED_PREFIXES = ("grad_norm.", "hp.", "optimizer_stepped.")
-USER_PREFIX = "user."
-
-
-def _reserved(name: str) -> bool:
-    return name in RESERVED_SCALARS or name.startswith(RESERVED_PREFIXES)
-
+__all__ = ["ScalarReader"]
 
 class ScalarReader:
     """Turns ``rec.step()``'s keyword scalars into name -> float or one-element tensor."""
@@ -52,7 +41,7 @@ class ScalarReader:
                     raise
                 left_out.append((name, exc))
                 continue
-            if _reserved(name):
+            if is_reserved_scalar(name):
                 self._warn_once("reserved", f"rec.step({name}=...): `{name}` is a scalar the "
                                 "recorder writes itself; yours is recorded as "
                                 f"`{USER_PREFIX}{name}` (so are other reserved names)")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Mapping
@@ -25,8 +24,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import RecorderWarning, RecorderWriteError
-from .manifest import SCHEMA_VERSION
 from .rows import stats_columns
+from . import vocabulary
+from .vocabulary import SCHEMA_VERSION, SEGMENT_NAME, segment_name
 
 __all__ = [
     "STATS_SCHEMA",
@@ -44,38 +44,13 @@ __all__ = [
 _DICT = pa.dictionary(pa.int32(), pa.string())
 _VERSION = {"schema_version": str(SCHEMA_VERSION)}
 
-STATS_SCHEMA = pa.schema([
-    ("step", pa.int64()),
-    ("role", _DICT),
-    ("name", _DICT),
-    ("key", _DICT),
-    ("numel", pa.int64()),
-    ("norm", pa.float64()),
-    ("max_abs", pa.float32()),
-    ("mean", pa.float32()),
-    ("std", pa.float32()),
-    ("min", pa.float32()),
-    ("max", pa.float32()),
-    ("zero_frac", pa.float32()),
-    ("sat_frac", pa.float32()),
-    ("ratio", pa.float32()),
-    ("nonfinite", pa.int64()),
-    ("grad_none", pa.bool_()),
-    ("shape", pa.string()),
-    ("hash", pa.string()),
-    ("dtype", _DICT),  # input/target rows: torch dtype name
-    ("kind", _DICT),  # input/target rows: float, index or mask
-], metadata=_VERSION)
-SCALARS_SCHEMA = pa.schema([("step", pa.int64()), ("name", _DICT), ("value", pa.float64())],
-                           metadata=_VERSION)
-EVENTS_SCHEMA = pa.schema([
-    ("step", pa.int64()), ("kind", pa.string()), ("message", pa.string()),
-    ("wall_time", pa.float64()),
-], metadata=_VERSION)
+# The run format's schemas (recorders.vocabulary), each segment stamped with its version.
+STATS_SCHEMA = vocabulary.STATS_SCHEMA.with_metadata(_VERSION)
+SCALARS_SCHEMA = vocabulary.SCALARS_SCHEMA.with_metadata(_VERSION)
+EVENTS_SCHEMA = vocabulary.EVENTS_SCHEMA.with_metadata(_VERSION)
 
 _SORT_KEYS = {"stats": ["role", "name", "key", "step"], "scalars": ["name", "step"],
               "events": ["step"]}
-_SEGMENT = re.compile(r"^part-(\d{6})\.parquet$")
 
 
 def _float32_precision(values: np.ndarray) -> pa.Array:
@@ -231,7 +206,7 @@ def atomic_write_parquet(path: Path, table: pa.Table,
 def next_segment(folder: Path) -> int:
     """First unused segment number in `folder` (continues numbering when appending)."""
     numbers = [int(m.group(1)) for p in folder.glob("part-*.parquet")
-               if (m := _SEGMENT.match(p.name))]
+               if (m := SEGMENT_NAME.match(p.name))]
     return max(numbers, default=-1) + 1
 
 
@@ -282,7 +257,7 @@ class RunWriter:
             return False
 
     def _segment_path(self, table_name: str, number: int) -> Path:
-        return self.run_dir / table_name / f"part-{number:06d}.parquet"
+        return self.run_dir / table_name / segment_name(number)
 
     def write_rows(self, table_name: str, rows: list) -> bool:
         """Build a segment from one flush's rows and write it."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from recorders.vocabulary import RESERVED_PREFIXES, RESERVED_SCALARS
 from reports import figures
 from reports.aggregate import StepBins, binned_log_matrix, column_values, names_of, peak_by_name
 from reports.figures import Markers, Panel
@@ -28,10 +29,8 @@ _MAX_ACTIVATIONS = 8
 _MAX_TABLE_ROWS = 500
 _INPUT_BASELINE_STEPS = 50
 _MAX_EVENT_LINES = 40  # one line per step with events, on every panel: beyond this, the rarest kinds
-# The recorder's own scalars (docs/run-format.md), never a loss to plot: `grad_norm` covers
-# `grad_norm_clipped` and `grad_norm.<model>`.
-_NOT_LOSSES = ("grad_norm", "lr", "grad_scale", "wall_time", "hp.", "clip_coef",
-               "optimizer_stepped.", "scaler_skipped")
+# The recorder's own scalars and `lr` (docs/run-format.md), never a loss to plot.
+_NOT_LOSSES = (*sorted(RESERVED_SCALARS), *RESERVED_PREFIXES, "lr")
 
 
 @dataclass(frozen=True)

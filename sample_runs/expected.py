@@ -9,10 +9,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from recorders.vocabulary import VERDICTS
+
 __all__ = ["Expected", "VERDICTS", "read_expected", "write_expected", "EXPECTED_FILE"]
 
 EXPECTED_FILE = "expected.json"
-VERDICTS = ("diverged", "not_learning", "healthy")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..findings import Finding, FirstNonfinite, Onset
+from ..findings import Finding, FirstNonfinite, Onset, Severity
 from ..ranking import TensorBreak, is_loss
 from ..series import AUX_COLUMNS, SeriesTable
 from .thresholds import OutcomeThresholds, Thresholds
@@ -44,8 +44,8 @@ __all__ = [
 # How much a finding matters: an error explains a verdict (the run diverged or does not learn),
 # a warning is a real fault the run survived (a recovered incident), a note is structure or a
 # mechanism seen in a run that learns. The headline and `--fail-on` read errors and warnings.
-ERROR, WARNING, NOTE = "error", "warning", "note"
-SEVERITIES = (ERROR, WARNING, NOTE)
+ERROR, WARNING, NOTE = Severity
+SEVERITIES = tuple(Severity)
 
 
 def layer_list(names: list[str], shown: int = 3) -> str:

@@ -1,4 +1,5 @@
-"""postmortem must work where torch cannot be imported."""
+"""postmortem and reports (and the run format, recorders.vocabulary, that they share) must work
+where torch cannot be imported."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from sample_runs.synthetic import SyntheticSpec, write_synthetic_run
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_postmortem_never_imports_torch(tmp_path):
+def test_analyzer_and_renderer_never_import_torch(tmp_path):
     # Written here: the sample_runs package itself imports torch.
     run = write_synthetic_run(tmp_path / "run", SyntheticSpec(steps=200, tensors=20, onset=150,
                                                               nan_at=160, steps_per_segment=50))
@@ -28,10 +29,15 @@ def test_postmortem_never_imports_torch(tmp_path):
 
         sys.meta_path.insert(0, BlockTorch())
         sys.path.insert(0, {str(ROOT)!r})
-        import postmortem
-        from postmortem import analysis, detectors, loading, models, onset, ranking, series, story
+        import importlib, pkgutil
+        import recorders.vocabulary, postmortem, reports
+        for package in (postmortem, reports):  # every module, not only what __init__ imports
+            for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+                if not module.name.endswith(".__main__"):  # that one runs the command line
+                    importlib.import_module(module.name)
         result = postmortem.analyze({str(run)!r})
         assert result.verdict == "diverged", result.verdict
+        assert "<html" in reports.render_html(reports.build_page(result))
         assert not any(name == "torch" or name.startswith("torch.") for name in sys.modules)
         print("ok")
         """
