@@ -100,6 +100,9 @@ class FieldFamily:
     labels: tuple[str, ...] = ()
     culprit: str | None = None
     """`unit` (the param group's block), `exposed` (the layer hit), `detached` or None."""
+    cause: str | None = None
+    """The direct cause the recorder can see (a raised lr, rescaled weights): tolerated, with the
+    mechanism labels, on a run that shrugged the fault off (a warning there, not a false alarm)."""
     lr_factor: float = 1.0
     recipe: dict = field(default_factory=dict)
     archs: tuple[str, ...] = FIELD_ARCHS
@@ -125,20 +128,21 @@ FIELD_FAMILIES: dict[str, FieldFamily] = {
         notes="two batches with wrong targets from step {t0}: a loss spike that recovers"),
     "lr_spike": FieldFamily(
         lambda t0, unit, factor, **_: faults.LrSpike(t0=t0, layer=unit, factor=factor), "diverged",
-        ("diverged", "lr_too_high"), culprit="unit",
+        ("diverged", "lr_too_high"), culprit="unit", cause="hyperparameter_changed",
         notes="lr of the param groups of {culprit} multiplied by {factor:g} at step {t0}"),
     "weight_scale": FieldFamily(
         lambda t0, exposed, factor, **_: faults.WeightScale(t0=t0, layer=exposed, factor=factor), "diverged",
-        ("diverged",), culprit="exposed", notes="weights of {culprit} multiplied by {factor:g} outside the optimizer at step {t0}"),
+        ("diverged",), culprit="exposed", cause="weights_changed_outside_optimizer",
+        notes="weights of {culprit} multiplied by {factor:g} outside the optimizer at step {t0}"),
     "batch_scale": FieldFamily(
-        lambda t0, **_: faults.BatchScale(t0=t0, factor=1e3), "diverged", ("diverged",),
+        lambda t0, **_: faults.BatchScale(t0=t0, factor=1e3), "diverged", ("diverged",), cause="batch_out_of_range",
         archs=("transformer", "resnet", "vit"), notes="batch at step {t0} multiplied by 1e3"),
     "batch_nan": FieldFamily(
         lambda t0, **_: faults.BatchNaN(t0=t0), "diverged", ("diverged", "nonfinite_input"),
         archs=("transformer", "resnet", "vit"), notes="batch at step {t0} carries NaN"),
     "adam_state": FieldFamily(
         lambda t0, **_: faults.AdamStateZeroed(t0=t0, layer=""), "diverged", ("diverged",),
-        notes="AdamW exp_avg_sq of every tensor zeroed at step {t0}, exp_avg kept (a partial state restore)"),
+        cause="optimizer_state_changed", notes="AdamW exp_avg_sq of every tensor zeroed at step {t0}, exp_avg kept (a partial state restore)"),
     "missing_zero_grad": FieldFamily(
         lambda t0, **_: faults.MissingZeroGrad(t0=t0), "diverged_or_stalled", ("stale_gradients",),
         notes="optimizer.zero_grad() no longer called from step {t0}"),
@@ -203,7 +207,9 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     outcome = train_field(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, fault=fault,
                           accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
                           eval_draw=eval_draw, config=config, recorder_options=recorder_options)
-    units = model.units
+    # Parameters outside every unit's module (the classifier's `pos`) sit before the first block.
+    units = [*(n for n, _ in model.named_parameters() if not any(n.startswith(u + ".") for u in model.units)),
+             *model.units]
     return outcome, t0, factor, picked, units, math.log(classes)
 
 
@@ -225,7 +231,8 @@ def field_run(run_dir: Path, family: str, arch: str, seed: int, recorder_options
     notes = spec.notes.format(t0=t0, culprit=picked.get(spec.culprit or "", ""), factor=factor)
     if shrugged:
         notes += "; training did not break (against its fault-free twin): the truth says healthy"
-    tolerated = [label for label in spec.labels if label != "diverged"] if shrugged else []
+    tolerated = [label for label in (*spec.labels, *([spec.cause] if spec.cause else [])) if label != "diverged"] \
+        if shrugged else []
     return {"verdict": verdict, "onset_step": onset, "culprit": culprit, "culprit_alternatives": alternatives,
             "labels": labels, "tolerated": tolerated, "first_nonfinite_loss_step": outcome.first_nonfinite_loss_step,
             "notes": notes,
