@@ -89,6 +89,7 @@ class Incident:
     causes: list[Finding]  # root causes found at the onset
     nonfinite_input: Finding | None
     log_of_zero: Finding | None
+    inputs_unscaled: bool = False  # unscaled_inputs fired: huge first updates are the data's doing
 
 
 def _incident(ev: Evidence) -> Incident:
@@ -129,6 +130,7 @@ def _incident(ev: Evidence) -> Incident:
         causes=causes,
         nonfinite_input=next((f for f in ev.found if f.label == "nonfinite_input"), None),
         log_of_zero=next((f for f in ev.found if f.label == "log_of_zero"), None),
+        inputs_unscaled=any(f.label == "unscaled_inputs" for f in ev.found),
     )
 
 
@@ -257,9 +259,10 @@ def _erased_init(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
     lr wiped the initialisation out and the run learns, if at all, from a worse start than a
     smaller lr (or a warm-up) gives (issue 12: lr ×100 without warm-up ends 1.3–1.6× above its
     healthy twin, its loss still falling). Read on weights of more than one element: a scalar
-    weight (seed 002's Linear(1, 1)) has no init scale to erase."""
+    weight (seed 002's Linear(1, 1)) has no init scale to erase; inputs in the thousands
+    (unscaled_inputs) make huge first updates at any lr, and their fix comes first."""
     ratio = incident.first_weight_update_ratio
-    if ratio is None or ratio < th.update_ratio_erases_init:
+    if ratio is None or ratio < th.update_ratio_erases_init or incident.inputs_unscaled:
         return []
     lr = incident.lr
     return [finding(
