@@ -732,8 +732,30 @@ NOTES = """Notes on the method rows:
   twin's; not learning when it ends ≥ 1.15× the twin's having gained at most half of what the
   twin gained since t0 (from step 0 for a wrong lr or a loop that never steps). By that yardstick
   `lr_too_high` (×100, no warm-up) is "not learning" although its loss still falls by its own
-  yardstick (it ends 1.3–1.6× the twin's): the analyzer, which sees no twin, may call it healthy.
+  yardstick (it ends 1.3–1.6× the twin's); the analyzer, which sees no twin, reads the first
+  update against the weights (`lr_too_high` on a finite run, docs/diagnoses.md). A shrugged
+  fault tolerates its direct cause (`hyperparameter_changed`, `weights_changed_outside_optimizer`,
+  `optimizer_state_changed`, `batch_out_of_range`): the analyzer rightly warns about it.
+- `detach` truths differ between the zoos: the original zoo calls every detached run not
+  learning (by construction), the field zoo judges it against its twin, and a GRU or ResNet whose
+  head still learns on frozen features is "healthy" there; the analyzer, which sees a whole layer
+  cut off from the gradient, says not learning (`no_gradient`) in both.
 - postmortem's findings of severity `note` are not counted (benign on any run)."""
+
+
+PROTOCOL = """1. Before any detector changed in this round (issue 12's quality work), two model families were
+   added to the zoo (`vit`: a timm-style ViT on digits; `lstm_lm`: pytorch/examples' tied-embedding
+   LSTM LM), with the field fault menu and healthy variants, truths from their fault-free twins,
+   and committed; their runs were generated but not analysed.
+2. Detectors were then changed by reading the failures of every other family (so the old field
+   families gpt, transformer, resnet, gru and the fault families adam_eps, fp16_overflow,
+   label_shuffle now informed defaults too: `INFORMED_DEFAULTS`).
+3. With the detectors final, this table was produced once: the never-seen families' scores are
+   the headline; nothing was changed after reading them.
+4. Lead time: "median lead (steps)" counts runs whose first non-finite value comes after the
+   truth's onset (a NaN batch, or a run that overflows on the injection step, has no lead to
+   give; the old all-runs median, "median lead, all", counted those as 0); `(n)` is how many runs
+   it is over."""
 
 
 HEADLINE_COLUMNS = ("runs", "verdict right", "false alarms (healthy)", "onset ±1", "culprit top-1", "culprit top-3",
@@ -803,6 +825,8 @@ def report(rows: list[Scored], command: str, runs_dir: Path, generated: tuple[in
         f"{made} Ground truth: `expected.json` from the injection "
         "(see benchmarks/detection.py for every method and how each column is scored). "
         "Methods that only watch for divergence cannot say \"not learning\" and score 0 there by design.", "",
+        "### Protocol", "",
+        PROTOCOL, "",
         "### Leave one model family out", "",
         left_out_section(rows, grid_text), "",
         "### Baselines and postmortem at its defaults", "",
