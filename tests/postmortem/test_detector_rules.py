@@ -193,6 +193,8 @@ def test_lr_too_low():
     outcome = measure_outcome(STEPS, slow, {}, TH.outcome)
     found = lr_too_low(LossPace(slow, 1e-3, 1e-3, outcome, False), TH.updates)
     assert found and "lr 0.001 → 0.01" in found[0].fix
+    # Updates above the CS231n ratio are not said to be below it.
+    assert "below" not in lr_too_low(LossPace(slow, 1e-2, 1e-3, outcome, False), TH.updates)[0].fix
     flat = np.full(N, 2.3)
     assert lr_too_low(LossPace(flat, 1e-7, 1e-7, FLAT, False), TH.updates)
     converging = 2.0 * np.exp(-STEPS / 20) + 0.1
