@@ -1,7 +1,8 @@
 """Field-like sample runs: the models and training code people run, healthy and with faults injected.
 
 A GPT-style causal LM, a `torch.nn.TransformerEncoder` classifier, a residual CNN with BatchNorm,
-a GRU character LM, a timm-style ViT and a tied-embedding LSTM LM (`field_models`), each trained by nanoGPT's loop (`training.train_field`):
+a GRU character LM, a timm-style ViT, a tied-embedding LSTM LM, an MLP-Mixer and a TCN
+(`field_models`), each trained by nanoGPT's loop (`training.train_field`):
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop. Faults come from `faults.py`, at a step t0 and on a
 tensor drawn per (family, arch, seed); the truth comes from the injection and from the losses the
@@ -53,6 +54,8 @@ RECIPES = {
     "gru": Recipe(lr=5e-3, weight_decay=0.0, batch=16, clip=0.25),
     "vit": Recipe(lr=5e-3, weight_decay=0.05, batch=32),
     "lstm_lm": Recipe(lr=1e-2, weight_decay=0.0, batch=16, clip=0.25, betas=(0.9, 0.98)),
+    "mixer": Recipe(lr=3e-3, weight_decay=0.05, batch=32),
+    "tcn": Recipe(lr=3e-3, weight_decay=1e-4, batch=32, clip=None),
 }
 LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm")
 
@@ -136,10 +139,10 @@ FIELD_FAMILIES: dict[str, FieldFamily] = {
         notes="weights of {culprit} multiplied by {factor:g} outside the optimizer at step {t0}"),
     "batch_scale": FieldFamily(
         lambda t0, **_: faults.BatchScale(t0=t0, factor=1e3), "diverged", ("diverged",), cause="batch_out_of_range",
-        archs=("transformer", "resnet", "vit"), notes="batch at step {t0} multiplied by 1e3"),
+        archs=("transformer", "resnet", "vit", "mixer", "tcn"), notes="batch at step {t0} multiplied by 1e3"),
     "batch_nan": FieldFamily(
         lambda t0, **_: faults.BatchNaN(t0=t0), "diverged", ("diverged", "nonfinite_input"),
-        archs=("transformer", "resnet", "vit"), notes="batch at step {t0} carries NaN"),
+        archs=("transformer", "resnet", "vit", "mixer", "tcn"), notes="batch at step {t0} carries NaN"),
     "adam_state": FieldFamily(
         lambda t0, **_: faults.AdamStateZeroed(t0=t0, layer=""), "diverged", ("diverged",),
         cause="optimizer_state_changed", notes="AdamW exp_avg_sq of every tensor zeroed at step {t0}, exp_avg kept (a partial state restore)"),
@@ -174,12 +177,12 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         return (lm_batch_sampler(tokens[:split], micro, CONTEXT, seed),
                 lm_batch_sampler(tokens[split:], 32, CONTEXT, seed + 1), vocab)
     rows = digits("rows")
-    x = rows.x.unsqueeze(1) if arch in ("resnet", "vit") else rows.x
+    x = rows.x.unsqueeze(1) if arch in ("resnet", "vit", "mixer") else rows.x
     train, held = Dataset(x[:1500], rows.y[:1500]), Dataset(x[1500:], rows.y[1500:])
     return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10
 
 
-@lru_cache(maxsize=None)  # 18 twins; the catalogue visits them family by family
+@lru_cache(maxsize=None)  # 24 twins; the catalogue visits them family by family
 def _twin_losses(arch: str, seed: int) -> tuple[float, ...]:
     """The losses of the fault-free twin: the architecture's healthy recipe, same seed, unrecorded."""
     return tuple(_train(None, "healthy", arch, seed, {})[0].losses)

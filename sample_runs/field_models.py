@@ -12,8 +12,14 @@
 - `TiedLSTMLM`: pytorch/examples' word_language_model with `--tied`: embedding → dropout →
   2-layer LSTM → dropout → decoder whose weight is the embedding's.
 
-`vit` and `lstm_lm` were added after every analyzer default was chosen and before any analysis
-of them was read: the never-seen families of the detection benchmark.
+- `Mixer`: an MLP-Mixer (Tolstikhin et al. 2021) on 4×4 patches of the digits: token-mixing and
+  channel-mixing MLPs behind LayerNorms, mean pooling, a linear head.
+- `TCN`: a temporal convolutional net (Bai et al. 2018) over the 8 rows of a digit as a sequence:
+  dilated `Conv1d` residual blocks with ReLU and dropout, no normalisation, mean pooling.
+
+`vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
+once before any of their analyses was read; `mixer` and `tcn` likewise before the second round
+(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; and its
@@ -30,7 +36,7 @@ from torch import nn
 
 from .models import TinyGPT
 
-__all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
+__all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
 
 
 def nanogpt_init(model: TinyGPT) -> TinyGPT:
@@ -208,10 +214,66 @@ class TiedLSTMLM(nn.Module):
         return self.decoder(self.drop(out))
 
 
-FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm")
-NEVER_SEEN_ARCHS = ("vit", "lstm_lm")
-"""Added after the analyzer's defaults were final for this session: no analysis of them was read
-while any detector was changed (the detection benchmark's headline)."""
+class MixerBlock(nn.Module):
+    def __init__(self, tokens: int, dim: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.token_mlp = nn.Sequential(nn.Linear(tokens, 2 * tokens), nn.GELU(), nn.Linear(2 * tokens, tokens))
+        self.norm2 = nn.LayerNorm(dim)
+        self.channel_mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.token_mlp(self.norm1(x).transpose(1, 2)).transpose(1, 2)
+        return x + self.channel_mlp(self.norm2(x))
+
+
+class Mixer(nn.Module):
+    """MLP-Mixer on (B, 1, 8, 8) digits: 4 patches of 4×4 pixels, `depth` mixer blocks."""
+
+    def __init__(self, dim: int = 32, depth: int = 2, patch: int = 4) -> None:
+        super().__init__()
+        self.patch = patch
+        self.stem = nn.Linear(patch * patch, dim)
+        self.blocks = nn.Sequential(*(MixerBlock((8 // patch) ** 2, dim) for _ in range(depth)))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+        self.units = ["stem", *(f"blocks.{i}" for i in range(depth)), "norm", "head"]
+        self.exposed = ["head"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.patch
+        patches = x.unfold(2, p, p).unfold(3, p, p).reshape(len(x), -1, p * p)
+        return self.head(self.norm(self.blocks(self.stem(patches))).mean(dim=1))
+
+
+class TemporalBlock(nn.Module):
+    def __init__(self, channels: int, dilation: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(channels, channels, 3, padding=dilation, dilation=dilation)
+        self.relu = nn.ReLU()
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.drop(self.relu(self.conv(x)))
+
+
+class TCN(nn.Module):
+    """A digit's 8 rows as 8 time steps of 8 features: a Conv1d stem, dilated residual blocks
+    (dilation 1, 2), mean over time, a linear head."""
+
+    def __init__(self, channels: int = 32, depth: int = 2) -> None:
+        super().__init__()
+        self.stem = nn.Conv1d(8, channels, 3, padding=1)
+        self.blocks = nn.Sequential(*(TemporalBlock(channels, 2 ** i) for i in range(depth)))
+        self.head = nn.Linear(channels, 10)
+        self.units = ["stem", *(f"blocks.{i}" for i in range(depth)), "head"]
+        self.exposed = ["stem", "head"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x.transpose(1, 2))).mean(dim=2))
+
+
+FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -229,4 +291,8 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         return ViT()
     if arch == "lstm_lm":
         return TiedLSTMLM(vocab)
+    if arch == "mixer":
+        return Mixer()
+    if arch == "tcn":
+        return TCN()
     raise ValueError(f"unknown field architecture {arch!r}")
