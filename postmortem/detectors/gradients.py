@@ -253,10 +253,11 @@ class LayerGradients:
 
 def _networks(manifest: dict) -> dict[str, tuple[str, tuple[str, ...]]]:
     models = manifest.get("models") or {}
-    if len(models) < 2:
+    if not isinstance(models, dict) or len(models) < 2:  # a hostile manifest is read as none
         return {}
-    return {name: (str(m.get("class", "")), tuple(str(mod.get("type", "")) for mod in m.get("modules") or []))
-            for name, m in models.items() if isinstance(m, dict)}
+    return {str(name): (str(m.get("class", "")),
+                        tuple(str(mod.get("type", "")) for mod in (m.get("modules") or []) if isinstance(mod, dict)))
+            for name, m in models.items() if isinstance(m, dict) and isinstance(m.get("modules") or [], list)}
 
 
 def _layer_gradients(ev: Evidence) -> LayerGradients:
