@@ -27,8 +27,9 @@ Leave one model family out (the headline)
 - For each model family (`arch` in expected.json: mlp, cnn, lstm, gan, linear, deep_mlp, and the
   field families gpt, transformer, resnet, gru), the configuration with the best `objective` on
   every OTHER family is chosen, and the family is scored with it.
-- Headline: those scores on the runs never used for choosing defaults (`held_out`: the field
-  families and the held-out fault families), overall and per family.
+- Headline: those scores on the families nobody has tuned on (`NEVER_SEEN_ARCHS`: added to the
+  zoo before the detectors' last changes and not analysed until those changes were final),
+  overall and per family. Every other family informed some default (`INFORMED_DEFAULTS`).
 
 Scoring (one row per method; held-out families in their own rows)
 - detection: share of runs whose truth is `diverged` that the method calls diverged, and the same
@@ -46,7 +47,10 @@ Scoring (one row per method; held-out families in their own rows)
   ones (the mechanism of a fault the run survived), and verdict healthy.
   postmortem's findings of severity `note` are not counted (benign on any run).
 - verdict right: the method's verdict is the truth's.
-- lead time: first non-finite step − t̂, median over detected runs that reach a non-finite value.
+- lead time: first non-finite step − t̂, median over detected runs that reach a non-finite value
+  ("median lead, all"); and the same over the runs whose first non-finite value comes AFTER the
+  truth's onset ("median lead (steps)", the target's yardstick): a fault that is itself
+  non-finite (a NaN batch) or that overflows on its own step has no lead to give.
 """
 from __future__ import annotations
 
@@ -71,6 +75,18 @@ SECTION = "## Detection"
 BENIGN_LABELS = {"healthy", "loss_spike_recovered", "recovered_incident"}
 DEFAULT = "default"
 GENERATED_FILE = ".generated.json"
+NEVER_SEEN_ARCHS = ("mixer", "tcn")
+"""Model families added to the zoo before the detectors' last changes and never analysed while any
+detector changed: the headline's runs."""
+INFORMED_DEFAULTS = {
+    "mlp, cnn, lstm, gan, linear, deep_mlp": "the original zoo's tuning set (issues 11-12 and before)",
+    "gpt, transformer, resnet, gru and the fault families adam_eps, fp16_overflow, label_shuffle":
+        "held out until issue 12's first scoring; their failures were read while changing detectors "
+        "in issue 12's quality work, so they informed defaults since",
+    "vit, lstm_lm": "added never-seen for round 1 of that work and scored once as its headline (see the "
+                    "protocol); their failures were read afterwards and informed round 2",
+}
+"""Which families informed the defaults, and since when."""
 
 
 # ---------------------------------------------------------------- reading a run (no postmortem code)
@@ -454,7 +470,7 @@ def score(run: Path, expected: dict, method: str, pred: Prediction, nan_at: int 
         culprits = list(dict.fromkeys([*mechanism, *pred.culprits]))
         top1 = any(_matches(t, layers) for t in culprits[:1])
         top3 = any(_matches(t, layers) for t in culprits[:3])
-    return Scored(run.name, expected["family"], expected["arch"], expected["held_out"], method, expected["verdict"],
+    return Scored(run.name, expected["family"], expected["arch"], expected["arch"] in NEVER_SEEN_ARCHS, method, expected["verdict"],
                   pred.verdict, expected["onset_step"], pred.onset, nan_at, expected["culprit"], top1, top3,
                   _labels_ok(expected, pred), seconds, config)
 
@@ -472,6 +488,9 @@ def summarize(rows: list[Scored]) -> dict[str, str]:
     culprit = [r for r in rows if r.top1 is not None and r.truth != "healthy"]
     leads = [r.first_nonfinite - r.onset for r in diverged
              if r.verdict == "diverged" and r.onset is not None and r.first_nonfinite is not None]
+    lead_room = [r.first_nonfinite - r.onset for r in diverged
+                 if r.verdict == "diverged" and r.onset is not None and r.first_nonfinite is not None
+                 and r.onset_truth is not None and r.first_nonfinite > r.onset_truth]
     return {
         "runs": str(len(rows)),
         "detected (diverged)": _share([r.verdict == "diverged" for r in diverged]),
@@ -483,7 +502,8 @@ def summarize(rows: list[Scored]) -> dict[str, str]:
         "culprit top-1": _share([bool(r.top1) for r in culprit]),
         "culprit top-3": _share([bool(r.top3) for r in culprit]),
         "labels": _share([r.labels_ok for r in rows]),
-        "median lead (steps)": f"{statistics.median(leads):g}" if leads else "—",
+        "median lead (steps)": f"{statistics.median(lead_room):g} ({len(lead_room)})" if lead_room else "—",
+        "median lead, all": f"{statistics.median(leads):g} ({len(leads)})" if leads else "—",
     }
 
 
@@ -652,7 +672,7 @@ def family_table(rows: list[Scored], method: str = "postmortem") -> str:
         timed = [r for r in group if r.truth == "diverged" and r.onset_truth is not None]
         named = [r for r in group if r.top1 is not None and r.truth != "healthy"]
         onset = [r.onset is not None and abs(r.onset - r.onset_truth) <= 1 for r in timed]
-        lines.append(f"| {family}{' (held out)' if group[0].held_out else ''} | {len(group)} | {truths} | "
+        lines.append(f"| {family}{' (never seen)' if group[0].held_out else ''} | {len(group)} | {truths} | "
                      f"{sum(r.verdict == r.truth for r in group)}/{len(group)} | "
                      f"{f'{sum(onset)}/{len(onset)}' if timed else '—'} | "
                      f"{f'{sum(bool(r.top1) for r in named)}/{len(named)}' if named else '—'} | "
@@ -714,12 +734,41 @@ NOTES = """Notes on the method rows:
   twin's; not learning when it ends ≥ 1.15× the twin's having gained at most half of what the
   twin gained since t0 (from step 0 for a wrong lr or a loop that never steps). By that yardstick
   `lr_too_high` (×100, no warm-up) is "not learning" although its loss still falls by its own
-  yardstick (it ends 1.3–1.6× the twin's): the analyzer, which sees no twin, may call it healthy.
+  yardstick (it ends 1.3–1.6× the twin's); the analyzer, which sees no twin, reads the first
+  update against the weights (`lr_too_high` on a finite run, docs/diagnoses.md). A shrugged
+  fault tolerates its direct cause (`hyperparameter_changed`, `weights_changed_outside_optimizer`,
+  `optimizer_state_changed`, `batch_out_of_range`): the analyzer rightly warns about it.
+- `detach` truths differ between the zoos: the original zoo calls every detached run not
+  learning (by construction), the field zoo judges it against its twin, and a GRU or ResNet whose
+  head still learns on frozen features is "healthy" there; the analyzer, which sees a whole layer
+  cut off from the gradient, says not learning (`no_gradient`) in both.
 - postmortem's findings of severity `note` are not counted (benign on any run)."""
 
 
+PROTOCOL = """Two rounds, each: add never-seen model families to the zoo (field fault menu, healthy
+variants, truths from fault-free twins), commit them and generate their runs without analysing
+them; change detectors by reading the failures of the families already seen; then score once,
+the never-seen families' scores being the headline, and change nothing after reading them.
+
+1. Round 1 (issue 12's quality work): new `vit` (a timm-style ViT on digits) and `lstm_lm`
+   (pytorch/examples' tied-embedding LSTM LM); detectors changed on every other family (the old
+   field families gpt, transformer, resnet, gru and the fault families adam_eps, fp16_overflow,
+   label_shuffle thus informed defaults too). Scored once at efa0efd (committed in 4eb8bfe): on
+   the 78 never-seen runs verdict right 56/78 (72 %), false alarms 18/45 (40 %: every healthy
+   `lstm_lm` run called not learning, `lr_too_low` reading its steady minibatch descent as a
+   too-small step), onset ±1 9/13, culprit top-1 9/11, labels 56/78; on the 331 others verdict
+   right 324/331 (98 %), false alarms 6/146, onset ±1 85/88, culprit top-1 75/77.
+2. Round 2: new `mixer` (an MLP-Mixer on digit patches) and `tcn` (a dilated Conv1d residual net,
+   no normalisation); vit and lstm_lm's failures were then read, and one default moved on them
+   (`updates.slow_linear_r2` 0.9 → 0.99, docs/diagnoses.md). This table is round 2's single scoring.
+3. Lead time: "median lead (steps)" counts runs whose first non-finite value comes after the
+   truth's onset (a NaN batch, or a run that overflows on the injection step, has no lead to
+   give; the old all-runs median, "median lead, all", counted those as 0); `(n)` is how many runs
+   it is over."""
+
+
 HEADLINE_COLUMNS = ("runs", "verdict right", "false alarms (healthy)", "onset ±1", "culprit top-1", "culprit top-3",
-                    "labels", "median lead (steps)")
+                    "labels", "median lead (steps)", "median lead, all")
 
 
 def _headline_row(name: str, rows: list[Scored], config: str = "") -> str:
@@ -735,7 +784,8 @@ def left_out_section(rows: list[Scored], grid_text: str = "") -> str:
     defaults = [r for r in rows if r.method == "postmortem" and r.config == DEFAULT]
     configs = list(dict.fromkeys(r.config for r in rows if r.method == "postmortem"))
     held = [r for r in left if r.held_out]
-    field_archs = sorted({r.arch for r in held if all(x.held_out for x in left if x.arch == r.arch)})
+    seen = [r for r in left if not r.held_out]
+    informed = "; ".join(f"{families} ({why})" for families, why in INFORMED_DEFAULTS.items())
     lines = [
         f"Configurations ({len(configs)}): {grid_text or ', '.join(configs)}"
         + ("" if len(configs) > 1 else " (one configuration only)")
@@ -743,26 +793,26 @@ def left_out_section(rows: list[Scored], grid_text: str = "") -> str:
         "Every run is analysed once per configuration; for each model family (`arch`) the configuration "
         "with the best mean of verdict, onset ±1, culprit top-1, labels and no-false-alarm shares on all "
         "OTHER families is chosen and that family is scored with it.", "",
-        "Defaults (`Thresholds()`) were informed by the original zoo's tuning set only: models mlp, cnn, "
-        "lstm, gan, linear, deep_mlp, without the held-out fault families adam_eps, fp16_overflow, "
-        f"label_shuffle. Never used for choosing defaults: the field families {', '.join(field_archs)} "
-        "(every run) and those three fault families: the **headline** is the score on them "
-        "(docs/diagnoses.md says, per threshold, which families informed its default).", "",
-        "| held out from defaults (left-out choice) | " + " | ".join(HEADLINE_COLUMNS) + " |",
+        f"Families that informed the defaults (`INFORMED_DEFAULTS`): {informed}. Never seen: "
+        f"{', '.join(NEVER_SEEN_ARCHS)} (`NEVER_SEEN_ARCHS`), added to the zoo before the detectors' last "
+        "changes and not analysed until they were final: the **headline** is the score on them. "
+        "Leave-one-family-out guards the grid's choice only; a family that informed a default is "
+        "not held out by it (docs/diagnoses.md says, per threshold, which families informed it).", "",
+        "| runs (left-out choice) | " + " | ".join(HEADLINE_COLUMNS) + " |",
         "|" + " --- |" * (len(HEADLINE_COLUMNS) + 1),
-        _headline_row(f"all ({len({r.run for r in held})} runs)", held),
-        _headline_row(f"field families only ({', '.join(field_archs)})", [r for r in held if r.arch in field_archs]),
-        _headline_row("same runs, defaults", [r for r in defaults if r.held_out]), "",
+        _headline_row(f"**never seen ({', '.join(NEVER_SEEN_ARCHS)}; {len({r.run for r in held})} runs)**", held),
+        _headline_row("never seen, defaults", [r for r in defaults if r.held_out]),
+        _headline_row(f"families that informed defaults ({len({r.run for r in seen})} runs)", seen), "",
         "Per model family, each with the configuration chosen without it:", "",
         "| family | configuration | " + " | ".join(HEADLINE_COLUMNS) + " |",
         "|" + " --- |" * (len(HEADLINE_COLUMNS) + 2),
     ]
     for arch in sorted(chosen):
-        name = arch + (" (held out)" if arch in field_archs else "")
+        name = arch + (" (never seen)" if arch in NEVER_SEEN_ARCHS else "")
         lines.append(_headline_row(name, [r for r in left if r.arch == arch], chosen[arch]))
     mine = [r for r in rows if r.method == "postmortem"]
     lines += ["", "Each configuration's objective (what the choice maximises), for reference:", "",
-              "| configuration | tuning set | held out |", "| --- | --- | --- |"]
+              "| configuration | families that informed defaults | never seen |", "| --- | --- | --- |"]
     for config in configs:
         of = [r for r in mine if r.config == config]
         lines.append(f"| {config} | {objective([r for r in of if not r.held_out]):.3f} | "
@@ -780,15 +830,17 @@ def report(rows: list[Scored], command: str, runs_dir: Path, generated: tuple[in
     return "\n".join([
         SECTION, "",
         f"Measured with `{command}` on {len({r.run for r in plain})} recorded runs "
-        f"({len({r.run for r in tuned})} in the tuning set, {len({r.run for r in held})} held out)."
+        f"({len({r.run for r in tuned})} of families that informed defaults, {len({r.run for r in held})} never seen)."
         f"{made} Ground truth: `expected.json` from the injection "
         "(see benchmarks/detection.py for every method and how each column is scored). "
         "Methods that only watch for divergence cannot say \"not learning\" and score 0 there by design.", "",
+        "### Protocol", "",
+        PROTOCOL, "",
         "### Leave one model family out", "",
         left_out_section(rows, grid_text), "",
         "### Baselines and postmortem at its defaults", "",
-        "Runs available for tuning:", "", table(rows, held_out=False), "",
-        "Held out (the field families and adam_eps, fp16_overflow, label_shuffle; never used for tuning):", "",
+        "Families that informed defaults:", "", table(rows, held_out=False), "",
+        f"Never seen ({', '.join(NEVER_SEEN_ARCHS)}):", "",
         table(rows, held_out=True), "",
         NOTES, "",
         seed_000_section(rows, runs_dir), "",

@@ -112,10 +112,11 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     first = first_nonfinite(table, scalars, tie_order, ignore_grads=scaled)
     advance(f"fitting {len(table.keys):,} series")
     breaks = fit_breaks(table, scalars, first.step if first else None)
-    leaders = diverging(breaks, scalars)
+    nonfinite = nonfinite_beyond_inputs(table, scalars, ignore_grads=scaled)
+    leaders = diverging(breaks, scalars, stayed_finite=not nonfinite)
     onset, involved = run_onset(breaks, leaders, first, tie_order,
                                 robust_floor=thresholds.root_causes.robust_floor)
-    diverged = bool(leaders) or nonfinite_beyond_inputs(table, scalars, ignore_grads=scaled)
+    diverged = bool(leaders) or nonfinite
     advance("diagnosing")
     loss_steps, loss = loss_curve(scalars)
     outcome = measure_outcome(loss_steps, loss, metric_curves(scalars), thresholds.outcome,
@@ -128,7 +129,10 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
                         manifest=run.manifest, first_nonfinite=first, onset=onset if diverged else None,
                         diverged=diverged, recovered=False, breaks=breaks, outcome=outcome)
     if diverged and onset is not None:
-        onset = _cause_onset(onset, _root_causes(evidence, thresholds), first)
+        # log(0) dates the failure where the sigmoid reached its bound (seed 001), not where the
+        # NaN it made first showed.
+        precomputed["log_of_zero"] = REGISTRY["log_of_zero"].run(evidence, thresholds)
+        onset = _cause_onset(onset, [*_root_causes(evidence, thresholds), *precomputed["log_of_zero"]], first)
     elif not diverged:
         onset = _regression_onset(evidence, thresholds, first)
         diverged = onset is not None
@@ -166,15 +170,17 @@ def _root_causes(ev: Evidence, thresholds: Thresholds) -> list[Finding]:
 
 def _cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | None) -> Onset:
     """The earliest direct cause the recorder saw (searched from 40 steps before the fitted
-    break to one after it) is the onset: the break may see only the explosion that follows (a
-    param group's lr raised ×30), or a tensor that moved a step before the rescaled one."""
+    break to one after it; a sigmoid at its bounds before the log(0) it fed, however early) is
+    the onset: the break may see only the explosion that follows (a param group's lr raised
+    ×30), or a tensor that moved a step before the rescaled one."""
     found = [f for f in causes if f.label != "batch_out_of_range" and f.step is not None]
     if not found:
         return onset
     cause = min(found, key=lambda f: f.step)
     return Onset(
         step=cause.step, interval=(cause.step, cause.step),
-        series=f"{cause.label}: {cause.evidence.get('hyperparameter') or ', '.join(cause.tensors[:3])}",
+        series=(f"activation {cause.tensors[0]} at exactly 0/1" if cause.label == "log_of_zero" else
+                f"{cause.label}: {cause.evidence.get('hyperparameter') or ', '.join(cause.tensors[:3])}"),
         growth_per_step=None, doubling_steps=None, jump=None,
         lead_steps=(first.step - cause.step) if first is not None else None,
     )

@@ -22,6 +22,7 @@ __all__ = [
     "BATCH_RANGE_FACTOR",
     "healthy_range",
     "out_of_range",
+    "clips_recorded",
     "diverging",
     "nonfinite_beyond_inputs",
 ]
@@ -126,16 +127,29 @@ def _fit_before(label, steps, values, nonfinite, cut, *, earliest=False) -> Seri
     return analyse_series(label, steps[keep], values[keep], earliest=earliest)
 
 
-def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame) -> list[TensorBreak]:
+def clips_recorded(scalars: pd.DataFrame) -> bool:
+    """The recorder saw the optimizer consume clipped gradients (`clip_coef`/`grad_norm_clipped`)."""
+    return bool(scalars["name"].isin(("clip_coef", "grad_norm_clipped")).any())
+
+
+def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite: bool = False) -> list[TensorBreak]:
     """Series whose break makes the run diverged.
 
     Either a loss, gradient or parameter series ends ≥ 100× above its stable level after a
     sharp rise, or a parameter jumped ≥ 10× in one step and stayed there while the loss never
     came back to its level before the jump (a destroyed model that stays finite).
+
+    In a run that `stayed_finite` and clips its gradients, the (pre-clip) gradients growing is
+    not a divergence on its own: every step was bounded, so only a loss or a parameter running
+    away says the run broke (seed 003's GAN: the discriminator wins, its gradient grows ×100
+    while the generator, badly initialised, never learns).
     """
     found = []
+    bounded = stayed_finite and clips_recorded(scalars)
     for b in breaks:
         if not b.fit.credible:
+            continue
+        if bounded and (b.role == "grad" or (b.role == "scalar" and b.name.startswith("grad_norm"))):
             continue
         # Updates follow the LR schedule (a warm-up is no divergence), Adam's moments start
         # from zero and grow for hundreds of steps by design, and activations count through

@@ -13,11 +13,14 @@ from .ranking import healthy_range, out_of_range
 if TYPE_CHECKING:
     from .detectors import Evidence
 
-__all__ = ["chain_sentences", "batch_at", "events_near", "events_before"]
+__all__ = ["chain_sentences", "batch_at", "carriers", "events_near", "events_before"]
 
 _CHAIN_LENGTH = 6
 _EVENT_WINDOW = 3
 _EVENT_KINDS = 3  # sentences about events: one per kind, the latest of it (floods are common)
+_CARRIED = 1e3  # a tensor grown ×1000 over its healthy median carried the blow-up
+_OVERFLOW = 1e6  # ...and one ×1e6 above it when it turned non-finite had overflowed
+_FITTED_ROLES_FOR_OVERFLOW = ("param", "grad", "update", "state", "activation")
 
 
 def _what(r: RankedTensor) -> str:
@@ -44,23 +47,88 @@ def _how(r: RankedTensor) -> str:
 
 
 def chain_sentences(ev: Evidence, ranking: list[RankedTensor]) -> list[str]:
-    sentences = []
-    for event in events_near(ev):
-        sentences.append(event)
+    """The story in order: the events before the onset, an unusual batch, what amplified first,
+    what carried it to the first non-finite value (seed 000: momentum buffers ~1e14, activations
+    ~1e15) and how that value came (a float32 overflow); an ordinary batch last."""
+    sentences = list(events_near(ev))
     batch = batch_at(ev)
-    if batch:
+    ordinary = batch is not None and " looked ordinary" in batch
+    if batch and not ordinary:
         sentences.append(batch)
     for i, r in enumerate(ranking[:_CHAIN_LENGTH]):
         verb = _how(r) if i == 0 or r.jump or r.growth_per_step else "followed"
         sentences.append(f"{_what(r)} {verb} at step {r.onset_step}")
+        if i == 0:
+            sentences += carriers(ev)
     first = ev.first_nonfinite
     if first is not None:
         name = f"`{first.tensor}`" + (f" [{first.key}]" if first.key else "")
         lead = ""
         if ev.onset is not None and ev.onset.step < first.step:
             lead = f", {first.step - ev.onset.step} steps after the onset"
-        sentences.append(f"the first non-finite value appeared in {first.role} {name} at step {first.step}{lead}")
+        sentences.append(f"the first non-finite value appeared in {first.role} {name} at step {first.step}{lead}"
+                         + _overflow(ev))
+    if ordinary:
+        sentences.append(batch)
     return sentences
+
+
+def _peaks(ev: Evidence, role: str, until: int) -> list[tuple[float, float, str, str | None]]:
+    """(largest finite magnitude in [onset, until), its median before the onset, name, key) per series."""
+    table, onset = ev.table, ev.onset.step
+    found = []
+    for index in table.indices(role):
+        sl = table.rows(index)
+        steps, mag, bad = table.step[sl], table.magnitude[sl], table.nonfinite[sl]
+        ok = np.isfinite(mag) & (bad == 0)
+        during, before = ok & (steps >= onset) & (steps < until), ok & (steps < onset)
+        if during.any() and before.any():
+            key = table.keys[index]
+            found.append((float(np.max(mag[during])), float(np.median(mag[before])), key.name, key.key))
+    return sorted(found, key=lambda f: f[0], reverse=True)
+
+
+def carriers(ev: Evidence) -> list[str]:
+    """What carried the blow-up from the onset to the first non-finite value: per role (optimizer
+    state, activations, parameters) the tensor that grew most, when it grew ≥ ×1000 its healthy level."""
+    first = ev.first_nonfinite
+    if ev.onset is None or first is None or first.step <= ev.onset.step:
+        return []
+    parts = []
+    for role in ("state", "activation", "param"):
+        if role == "param" and parts:
+            break  # the weights only when neither the optimizer state nor activations carried it
+        grown = [(peak, level, name, key) for peak, level, name, key in _peaks(ev, role, first.step)
+                 if level > 0 and peak >= _CARRIED * level]
+        if grown:
+            peak, level, name, key = grown[0]
+            what = {"state": f"the {key or 'optimizer state'} of", "activation": "the activations of",
+                    "param": "the weights of"}[role]
+            parts.append(f"{what} `{name}` reached {peak:.2g} (×{peak / level:.2g} the healthy level)")
+    if not parts:
+        return []
+    return [f"it was carried by: {'; '.join(parts)}, before step {first.step}"]
+
+
+def _overflow(ev: Evidence) -> str:
+    """A tensor that went non-finite from a finite value already ≥ 1e6× its healthy level
+    overflowed (float32 tops out at 3.4e38; a norm of such values squares them), it was no 0/0."""
+    first = ev.first_nonfinite
+    if ev.onset is None or first is None or first.role not in _FITTED_ROLES_FOR_OVERFLOW:
+        return ""
+    table = ev.table
+    for index in table.indices(first.role):
+        if table.keys[index].name != first.tensor:
+            continue
+        sl = table.rows(index)
+        steps, mag, bad = table.step[sl], table.magnitude[sl], table.nonfinite[sl]
+        ok = np.isfinite(mag) & (bad == 0)
+        last = mag[ok & (steps < first.step)]
+        healthy = mag[ok & (steps < ev.onset.step)]
+        if len(last) and len(healthy) and np.median(healthy) > 0 and last[-1] >= _OVERFLOW * np.median(healthy):
+            return (f": a float32 overflow (it was {last[-1]:.2g} the step before, "
+                    f"×{last[-1] / np.median(healthy):.2g} its healthy level)")
+    return ""
 
 
 def events_near(ev: Evidence) -> list[str]:

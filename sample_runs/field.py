@@ -1,7 +1,8 @@
 """Field-like sample runs: the models and training code people run, healthy and with faults injected.
 
-A GPT-style causal LM, a `torch.nn.TransformerEncoder` classifier, a residual CNN with BatchNorm
-and a GRU character LM (`field_models`), each trained by nanoGPT's loop (`training.train_field`):
+A GPT-style causal LM, a `torch.nn.TransformerEncoder` classifier, a residual CNN with BatchNorm,
+a GRU character LM, a timm-style ViT, a tied-embedding LSTM LM, an MLP-Mixer and a TCN
+(`field_models`), each trained by nanoGPT's loop (`training.train_field`):
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop. Faults come from `faults.py`, at a step t0 and on a
 tensor drawn per (family, arch, seed); the truth comes from the injection and from the losses the
@@ -51,8 +52,12 @@ RECIPES = {
     "transformer": Recipe(lr=2e-3, weight_decay=0.01, batch=32),
     "resnet": Recipe(lr=3e-3, weight_decay=5e-4, batch=32, clip=None),
     "gru": Recipe(lr=5e-3, weight_decay=0.0, batch=16, clip=0.25),
+    "vit": Recipe(lr=5e-3, weight_decay=0.05, batch=32),
+    "lstm_lm": Recipe(lr=1e-2, weight_decay=0.0, batch=16, clip=0.25, betas=(0.9, 0.98)),
+    "mixer": Recipe(lr=3e-3, weight_decay=0.05, batch=32),
+    "tcn": Recipe(lr=3e-3, weight_decay=1e-4, batch=32, clip=None),
 }
-LANGUAGE_MODELS = ("gpt", "gru")
+LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm")
 
 
 def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
@@ -98,6 +103,9 @@ class FieldFamily:
     labels: tuple[str, ...] = ()
     culprit: str | None = None
     """`unit` (the param group's block), `exposed` (the layer hit), `detached` or None."""
+    cause: str | None = None
+    """The direct cause the recorder can see (a raised lr, rescaled weights): tolerated, with the
+    mechanism labels, on a run that shrugged the fault off (a warning there, not a false alarm)."""
     lr_factor: float = 1.0
     recipe: dict = field(default_factory=dict)
     archs: tuple[str, ...] = FIELD_ARCHS
@@ -123,20 +131,21 @@ FIELD_FAMILIES: dict[str, FieldFamily] = {
         notes="two batches with wrong targets from step {t0}: a loss spike that recovers"),
     "lr_spike": FieldFamily(
         lambda t0, unit, factor, **_: faults.LrSpike(t0=t0, layer=unit, factor=factor), "diverged",
-        ("diverged", "lr_too_high"), culprit="unit",
+        ("diverged", "lr_too_high"), culprit="unit", cause="hyperparameter_changed",
         notes="lr of the param groups of {culprit} multiplied by {factor:g} at step {t0}"),
     "weight_scale": FieldFamily(
         lambda t0, exposed, factor, **_: faults.WeightScale(t0=t0, layer=exposed, factor=factor), "diverged",
-        ("diverged",), culprit="exposed", notes="weights of {culprit} multiplied by {factor:g} outside the optimizer at step {t0}"),
+        ("diverged",), culprit="exposed", cause="weights_changed_outside_optimizer",
+        notes="weights of {culprit} multiplied by {factor:g} outside the optimizer at step {t0}"),
     "batch_scale": FieldFamily(
-        lambda t0, **_: faults.BatchScale(t0=t0, factor=1e3), "diverged", ("diverged",),
-        archs=("transformer", "resnet"), notes="batch at step {t0} multiplied by 1e3"),
+        lambda t0, **_: faults.BatchScale(t0=t0, factor=1e3), "diverged", ("diverged",), cause="batch_out_of_range",
+        archs=("transformer", "resnet", "vit", "mixer", "tcn"), notes="batch at step {t0} multiplied by 1e3"),
     "batch_nan": FieldFamily(
         lambda t0, **_: faults.BatchNaN(t0=t0), "diverged", ("diverged", "nonfinite_input"),
-        archs=("transformer", "resnet"), notes="batch at step {t0} carries NaN"),
+        archs=("transformer", "resnet", "vit", "mixer", "tcn"), notes="batch at step {t0} carries NaN"),
     "adam_state": FieldFamily(
         lambda t0, **_: faults.AdamStateZeroed(t0=t0, layer=""), "diverged", ("diverged",),
-        notes="AdamW exp_avg_sq of every tensor zeroed at step {t0}, exp_avg kept (a partial state restore)"),
+        cause="optimizer_state_changed", notes="AdamW exp_avg_sq of every tensor zeroed at step {t0}, exp_avg kept (a partial state restore)"),
     "missing_zero_grad": FieldFamily(
         lambda t0, **_: faults.MissingZeroGrad(t0=t0), "diverged_or_stalled", ("stale_gradients",),
         notes="optimizer.zero_grad() no longer called from step {t0}"),
@@ -168,12 +177,12 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         return (lm_batch_sampler(tokens[:split], micro, CONTEXT, seed),
                 lm_batch_sampler(tokens[split:], 32, CONTEXT, seed + 1), vocab)
     rows = digits("rows")
-    x = rows.x.unsqueeze(1) if arch == "resnet" else rows.x
+    x = rows.x.unsqueeze(1) if arch in ("resnet", "vit", "mixer") else rows.x
     train, held = Dataset(x[:1500], rows.y[:1500]), Dataset(x[1500:], rows.y[1500:])
     return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10
 
 
-@lru_cache(maxsize=None)  # 12 twins; the catalogue visits them family by family
+@lru_cache(maxsize=None)  # 24 twins; the catalogue visits them family by family
 def _twin_losses(arch: str, seed: int) -> tuple[float, ...]:
     """The losses of the fault-free twin: the architecture's healthy recipe, same seed, unrecorded."""
     return tuple(_train(None, "healthy", arch, seed, {})[0].losses)
@@ -201,7 +210,9 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     outcome = train_field(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, fault=fault,
                           accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
                           eval_draw=eval_draw, config=config, recorder_options=recorder_options)
-    units = model.units
+    # Parameters outside every unit's module (the classifier's `pos`) sit before the first block.
+    units = [*(n for n, _ in model.named_parameters() if not any(n.startswith(u + ".") for u in model.units)),
+             *model.units]
     return outcome, t0, factor, picked, units, math.log(classes)
 
 
@@ -223,7 +234,8 @@ def field_run(run_dir: Path, family: str, arch: str, seed: int, recorder_options
     notes = spec.notes.format(t0=t0, culprit=picked.get(spec.culprit or "", ""), factor=factor)
     if shrugged:
         notes += "; training did not break (against its fault-free twin): the truth says healthy"
-    tolerated = [label for label in spec.labels if label != "diverged"] if shrugged else []
+    tolerated = [label for label in (*spec.labels, *([spec.cause] if spec.cause else [])) if label != "diverged"] \
+        if shrugged else []
     return {"verdict": verdict, "onset_step": onset, "culprit": culprit, "culprit_alternatives": alternatives,
             "labels": labels, "tolerated": tolerated, "first_nonfinite_loss_step": outcome.first_nonfinite_loss_step,
             "notes": notes,

@@ -6,6 +6,20 @@
 - `EncoderClassifier`: `torch.nn.TransformerEncoder` over the 8 rows of a digit, mean-pooled.
 - `ResNet`: a small residual CNN with BatchNorm (He et al.'s basic block) on 8×8 digits.
 - `GRULM`: pytorch/examples' word-language-model shape (embedding → GRU → linear) on characters.
+- `ViT`: a timm-style vision transformer on 8×8 digits (4×4 patches by a strided conv, a class
+  token, learned positions, pre-norm blocks with fused qkv attention and a GELU MLP, the class
+  token's features to a linear head).
+- `TiedLSTMLM`: pytorch/examples' word_language_model with `--tied`: embedding → dropout →
+  2-layer LSTM → dropout → decoder whose weight is the embedding's.
+
+- `Mixer`: an MLP-Mixer (Tolstikhin et al. 2021) on 4×4 patches of the digits: token-mixing and
+  channel-mixing MLPs behind LayerNorms, mean pooling, a linear head.
+- `TCN`: a temporal convolutional net (Bai et al. 2018) over the 8 rows of a digit as a sequence:
+  dilated `Conv1d` residual blocks with ReLU and dropout, no normalisation, mean pooling.
+
+`vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
+once before any of their analyses was read; `mixer` and `tcn` likewise before the second round
+(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; and its
@@ -22,7 +36,7 @@ from torch import nn
 
 from .models import TinyGPT
 
-__all__ = ["EncoderClassifier", "ResNet", "GRULM", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
+__all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
 
 
 def nanogpt_init(model: TinyGPT) -> TinyGPT:
@@ -110,7 +124,156 @@ class GRULM(nn.Module):
         return self.decoder(out)
 
 
-FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru")
+class PatchEmbed(nn.Module):
+    """timm's `PatchEmbed` with the class token and positions that follow it: (B, 1, 8, 8) → (B, 5, dim)."""
+
+    def __init__(self, dim: int, patch: int = 4, image: int = 8) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(1, dim, patch, stride=patch)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim) * 0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.proj(x).flatten(2).transpose(1, 2)
+        return torch.cat([self.cls_token.expand(len(x), -1, -1), tokens], dim=1) + self.pos_embed
+
+
+class Attention(nn.Module):
+    """timm's `Attention`: one fused qkv projection with biases, scaled dot-product, an output projection."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class ViTBlock(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential()
+        self.mlp.fc1 = nn.Linear(dim, 4 * dim)
+        self.mlp.act = nn.GELU()
+        self.mlp.fc2 = nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class ViT(nn.Module):
+    """A small vision transformer (timm's `VisionTransformer` layout) with timm's init: truncated
+    normal std 0.02 for linear weights, zero biases."""
+
+    def __init__(self, dim: int = 32, heads: int = 4, depth: int = 2) -> None:
+        super().__init__()
+        self.patch_embed = PatchEmbed(dim)
+        self.blocks = nn.Sequential(*(ViTBlock(dim, heads) for _ in range(depth)))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                nn.init.zeros_(module.bias)
+        nn.init.trunc_normal_(self.patch_embed.cls_token, std=0.02)
+        self.units = ["patch_embed", *(f"blocks.{i}" for i in range(depth)), "norm", "head"]
+        self.exposed = ["head"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.blocks(self.patch_embed(x)))[:, 0])
+
+
+class TiedLSTMLM(nn.Module):
+    """pytorch/examples' `RNNModel('LSTM', tie_weights=True)`: uniform(±0.1) init of the embedding
+    and decoder, zero decoder bias, dropout 0.2 around a 2-layer LSTM; the decoder's weight IS the
+    embedding's (named once, as `encoder.weight`)."""
+
+    def __init__(self, vocab: int, dim: int = 48, layers: int = 2, dropout: float = 0.2) -> None:
+        super().__init__()
+        self.drop = nn.Dropout(dropout)
+        self.encoder = nn.Embedding(vocab, dim)
+        self.rnn = nn.LSTM(dim, dim, layers, dropout=dropout, batch_first=True)
+        self.decoder = nn.Linear(dim, vocab)
+        self.decoder.weight = self.encoder.weight
+        nn.init.uniform_(self.encoder.weight, -0.1, 0.1)
+        nn.init.zeros_(self.decoder.bias)
+        self.units = ["encoder", "rnn", "decoder"]
+        self.exposed = ["rnn", "encoder"]  # the encoder's weight is also the decoder's
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(self.drop(self.encoder(idx)))
+        return self.decoder(self.drop(out))
+
+
+class MixerBlock(nn.Module):
+    def __init__(self, tokens: int, dim: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.token_mlp = nn.Sequential(nn.Linear(tokens, 2 * tokens), nn.GELU(), nn.Linear(2 * tokens, tokens))
+        self.norm2 = nn.LayerNorm(dim)
+        self.channel_mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.token_mlp(self.norm1(x).transpose(1, 2)).transpose(1, 2)
+        return x + self.channel_mlp(self.norm2(x))
+
+
+class Mixer(nn.Module):
+    """MLP-Mixer on (B, 1, 8, 8) digits: 4 patches of 4×4 pixels, `depth` mixer blocks."""
+
+    def __init__(self, dim: int = 32, depth: int = 2, patch: int = 4) -> None:
+        super().__init__()
+        self.patch = patch
+        self.stem = nn.Linear(patch * patch, dim)
+        self.blocks = nn.Sequential(*(MixerBlock((8 // patch) ** 2, dim) for _ in range(depth)))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+        self.units = ["stem", *(f"blocks.{i}" for i in range(depth)), "norm", "head"]
+        self.exposed = ["head"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.patch
+        patches = x.unfold(2, p, p).unfold(3, p, p).reshape(len(x), -1, p * p)
+        return self.head(self.norm(self.blocks(self.stem(patches))).mean(dim=1))
+
+
+class TemporalBlock(nn.Module):
+    def __init__(self, channels: int, dilation: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(channels, channels, 3, padding=dilation, dilation=dilation)
+        self.relu = nn.ReLU()
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.drop(self.relu(self.conv(x)))
+
+
+class TCN(nn.Module):
+    """A digit's 8 rows as 8 time steps of 8 features: a Conv1d stem, dilated residual blocks
+    (dilation 1, 2), mean over time, a linear head."""
+
+    def __init__(self, channels: int = 32, depth: int = 2) -> None:
+        super().__init__()
+        self.stem = nn.Conv1d(8, channels, 3, padding=1)
+        self.blocks = nn.Sequential(*(TemporalBlock(channels, 2 ** i) for i in range(depth)))
+        self.head = nn.Linear(channels, 10)
+        self.units = ["stem", *(f"blocks.{i}" for i in range(depth)), "head"]
+        self.exposed = ["stem", "head"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x.transpose(1, 2))).mean(dim=2))
+
+
+FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -124,4 +287,12 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         return ResNet()
     if arch == "gru":
         return GRULM(vocab)
+    if arch == "vit":
+        return ViT()
+    if arch == "lstm_lm":
+        return TiedLSTMLM(vocab)
+    if arch == "mixer":
+        return Mixer()
+    if arch == "tcn":
+        return TCN()
     raise ValueError(f"unknown field architecture {arch!r}")

@@ -83,7 +83,7 @@ INFORMATIONAL = frozenset({"healthy", "recovered_incident"})
 NOT_LEARNING = frozenset({
     "no_update", "no_gradient", "stale_gradients", "vanishing_gradient", "dead_units",
     "saturated_units", "lr_too_low", "unscaled_inputs", "poor_init", "loss_plateau",
-    "nonfinite_input",
+    "nonfinite_input", "lr_too_high",
 })
 
 

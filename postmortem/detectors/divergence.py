@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..findings import Finding, FirstNonfinite, Onset
-from ..ranking import PRECURSOR_STEPS, TensorBreak
+from ..ranking import PRECURSOR_STEPS, TensorBreak, clips_recorded
 from ..scalars import is_loss
 from .base import ERROR, NOTE, WARNING, Evidence, finding, loss_curve, register, role, scalar
 from .gradients import grad_norm_series
@@ -43,8 +43,7 @@ def clipping(scalars: pd.DataFrame, grad_norm: np.ndarray) -> Clipping:
     one maximum (a recorder that reads gradients after clip_grad_norm_ sees max_norm often)."""
     clipped = scalar(scalars, "grad_norm_clipped")
     clipped = clipped[np.isfinite(clipped)]
-    coef = scalar(scalars, "clip_coef")
-    if len(coef) or len(clipped):
+    if clips_recorded(scalars):
         return Clipping(True, float(np.median(clipped)) if len(clipped) else None, "clip_coef recorded")
     finite = grad_norm[np.isfinite(grad_norm) & (grad_norm > 0)]
     if len(finite) >= 20:
@@ -84,12 +83,14 @@ class Incident:
     healthy_max_grad_norm: float | None
     lr: float | None  # at the onset
     first_update_ratio: float | None  # median over parameters of the first update/param ratio
+    first_weight_update_ratio: float | None  # ...over weights of > 1 element (an init has a scale)
     from_start: bool  # the divergence began in the first steps
     loss_first_alone: bool  # the loss was the first NaN while no tensor amplified
     clipping: Clipping
     causes: list[Finding]  # root causes found at the onset
     nonfinite_input: Finding | None
     log_of_zero: Finding | None
+    inputs_unscaled: bool = False  # unscaled_inputs fired: huge first updates are the data's doing
 
 
 def _incident(ev: Evidence) -> Incident:
@@ -97,9 +98,11 @@ def _incident(ev: Evidence) -> Incident:
     steps, norms = grad_norm_series(ev.table, ev.scalars)
     healthy = np.isfinite(norms) & ((steps < onset_step) if onset_step is not None else True)
     updates = role(ev.summary, "update")
-    first_ratio = None
+    first_ratio = weight_ratio = None
     if not updates.empty and updates["ratio_first"].notna().any():
         first_ratio = float(np.nanmedian(updates["ratio_first"]))
+        weights = updates[updates["name"].str.endswith("weight") & (updates["numel"] > 1)]["ratio_first"]
+        weight_ratio = float(np.nanmedian(weights)) if weights.notna().any() else None
     start = int(ev.table.step.min()) if len(ev.table.step) else None
     first = ev.first_nonfinite
     amplified = sorted((b for b in ev.breaks if b.fit.amplified and b.role != "scalar"),
@@ -120,6 +123,7 @@ def _incident(ev: Evidence) -> Incident:
         healthy_max_grad_norm=float(np.max(norms[healthy])) if healthy.any() else None,
         lr=lr_at(ev.scalars, onset_step),
         first_update_ratio=first_ratio,
+        first_weight_update_ratio=weight_ratio,
         from_start=onset_step is not None and start is not None and onset_step <= start + 3,
         loss_first_alone=(first is not None and first.role == "scalar" and is_loss(first.tensor)
                           and not any(b.fit.amplified for b in ev.breaks if b.role != "scalar")),
@@ -127,6 +131,7 @@ def _incident(ev: Evidence) -> Incident:
         causes=causes,
         nonfinite_input=next((f for f in ev.found if f.label == "nonfinite_input"), None),
         log_of_zero=next((f for f in ev.found if f.label == "log_of_zero"), None),
+        inputs_unscaled=any(f.label == "unscaled_inputs" for f in ev.found),
     )
 
 
@@ -209,7 +214,7 @@ def lr_too_high(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
     a param group's lr was raised at the onset, the first updates were already ≫ the CS231n
     ratio, or the run diverged from its start."""
     if not incident.diverged or incident.onset is None:
-        return []
+        return _erased_init(incident, th)
     onset_step = incident.onset.step
     raised = [f for f in incident.causes if f.label == "hyperparameter_changed"
               and f.evidence["hyperparameter"].endswith(".lr")]
@@ -248,6 +253,27 @@ def lr_too_high(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
                     + " jumped while its gradient did not: check the LR schedule / param-group LR")
     return [finding("lr_too_high", raised[0].step if raised else onset_step, tensors, evidence, fix,
                     NOTE if incident.recovered else ERROR)]
+
+
+def _erased_init(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
+    """A run that stayed finite although its first updates were as large as its weights: the
+    lr wiped the initialisation out and the run learns, if at all, from a worse start than a
+    smaller lr (or a warm-up) gives (issue 12: lr ×100 without warm-up ends 1.3–1.6× above its
+    healthy twin, its loss still falling). Read on weights of more than one element: a scalar
+    weight (seed 002's Linear(1, 1)) has no init scale to erase; inputs in the thousands
+    (unscaled_inputs) make huge first updates at any lr, and their fix comes first."""
+    ratio = incident.first_weight_update_ratio
+    if ratio is None or ratio < th.update_ratio_erases_init or incident.inputs_unscaled:
+        return []
+    lr = incident.lr
+    return [finding(
+        "lr_too_high", None, [],
+        {"first_update_ratio_median": ratio, "cs231n_target_ratio": 1e-3, "first_lr": lr},
+        f"the first update moved the weights by {ratio:.2g}× their norm (CS231n: ~1e-3), erasing the "
+        "initialisation: " + (f"lower the learning rate ×10 (lr {lr:.3g} → {lr / 10:.3g})" if lr else
+                              "lower the learning rate ×10") + " or warm it up from ~0 over the first "
+        "hundreds of steps; sweep 0.1, 0.01, 0.001",
+    )]
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -248,17 +248,29 @@ class LayerGradients:
 
     rms: list[tuple[str, float]]
     outcome: Outcome
+    networks: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """Recorded model name → (its class, the module types it holds), when a run has several."""
+
+
+def _networks(manifest: dict) -> dict[str, tuple[str, tuple[str, ...]]]:
+    models = manifest.get("models") or {}
+    if not isinstance(models, dict) or len(models) < 2:  # a hostile manifest is read as none
+        return {}
+    return {str(name): (str(m.get("class", "")),
+                        tuple(str(mod.get("type", "")) for mod in (m.get("modules") or []) if isinstance(mod, dict)))
+            for name, m in models.items() if isinstance(m, dict) and isinstance(m.get("modules") or [], list)}
 
 
 def _layer_gradients(ev: Evidence) -> LayerGradients:
     grads = role(ev.summary, "grad")
+    networks = _networks(ev.manifest)
     if grads.empty:
-        return LayerGradients([], ev.outcome)
+        return LayerGradients([], ev.outcome, networks)
     grads = grads[(grads["median"] > 0) & (grads["numel"] > 0)]
     order = manifest_order(ev.manifest)
     grads = grads.assign(rms=grads["median"] / np.sqrt(grads["numel"]),
                          pos=grads["name"].map(lambda n: order.get(n, 10**6))).sort_values("pos", kind="stable")
-    return LayerGradients([(n, float(r)) for n, r in zip(grads["name"], grads["rms"])], ev.outcome)
+    return LayerGradients([(n, float(r)) for n, r in zip(grads["name"], grads["rms"])], ev.outcome, networks)
 
 
 @register("vanishing_gradient", "gradients", _layer_gradients)
@@ -284,13 +296,28 @@ def vanishing_gradient(layers: LayerGradients, th: GradientThresholds) -> list[F
     small = ratio < th.vanishing_layer_ratio or (len(tiny) >= len(weights) / 2 and rms[0] < th.vanishing_rms)
     if not (small and shrinking >= th.vanishing_monotone_share):
         return []
-    layers = (tiny or [weights[0][0]])[:10]
+    vanished = (tiny or [weights[0][0]])[:10]
+    network = next((n for n in layers.networks if all(x.startswith(n + ".") for x in vanished)), None)
+    where = "the input"
+    init = "kaiming_normal_ (nonlinearity='relu', or 'leaky_relu' with a= its slope, e.g. 0.2)"
+    if network is not None:
+        cls, types = layers.networks[network]
+        where = f"the input of `{network}`" + (f" ({cls})" if cls else "")
+        init = _init_for(types)
     return [finding(
-        "vanishing_gradient", None, layers,
+        "vanishing_gradient", None, vanished,
         {"smallest_grad_rms": float(rms.min()), "first_to_last_layer_grad_ratio": ratio,
          "share_of_layers_shrinking_toward_the_input": shrinking,
-         "threshold_grad_rms": th.vanishing_rms},
-        f"gradients vanish toward the input ({layer_list(layers)}): re-initialise the weights with "
-        "torch.nn.init.kaiming_normal_ (nonlinearity='relu', or 'leaky_relu' with a= its slope, "
-        "e.g. 0.2), or normalise between layers",
+         "threshold_grad_rms": th.vanishing_rms, "network": network},
+        f"gradients vanish toward {where} ({layer_list(vanished)}): re-initialise "
+        f"{'its' if network else 'the'} weights with torch.nn.init.{init}, or normalise between layers",
     )]
+
+
+def _init_for(types: tuple[str, ...]) -> str:
+    """The init that keeps a signal's variance through the network's activations (seed 003)."""
+    if "LeakyReLU" in types:
+        return "kaiming_normal_(w, a=0.2, nonlinearity='leaky_relu') (a = its LeakyReLU slope)"
+    if any(t in types for t in ("Tanh", "Sigmoid")) and not any(t in types for t in ("ReLU", "GELU", "SiLU")):
+        return "xavier_uniform_(w, gain=calculate_gain('tanh')) (its activations are Tanh/Sigmoid)"
+    return "kaiming_normal_(w, nonlinearity='relu')"

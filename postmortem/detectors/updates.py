@@ -50,6 +50,13 @@ def first_lr(scalars) -> float | None:
     return float(values[0]) if len(values) else None
 
 
+def peak_lr(scalars) -> float | None:
+    """The largest recorded lr: the schedule's peak, not a warm-up's first value."""
+    values = scalar(scalars, "lr")
+    values = values[np.isfinite(values)]
+    return float(values.max()) if len(values) else None
+
+
 @register("no_update", None, _update_activity)
 def no_update(activity: UpdateActivity, th: Thresholds) -> list[Finding]:
     """Gradients arrive but the parameters do not move: a missing optimizer.step(), or lr 0."""
@@ -87,7 +94,7 @@ def no_update(activity: UpdateActivity, th: Thresholds) -> list[Finding]:
 
 @dataclass(frozen=True)
 class LossPace:
-    """The training loss (finite, step order), the median update/param ratio, the first lr."""
+    """The training loss (finite, step order), the median update/param ratio, the peak lr."""
 
     loss: np.ndarray
     update_ratio: float | None
@@ -100,7 +107,7 @@ def _loss_pace(ev: Evidence) -> LossPace:
     updates = role(ev.summary, "update")
     ratios = updates["ratio_median"].replace(0, np.nan).dropna() if not updates.empty else []
     _, loss = loss_curve(ev.scalars)
-    return LossPace(loss, float(np.median(ratios)) if len(ratios) else None, first_lr(ev.scalars),
+    return LossPace(loss, float(np.median(ratios)) if len(ratios) else None, peak_lr(ev.scalars),
                     ev.outcome, ev.diverged and not ev.recovered)
 
 
@@ -119,7 +126,7 @@ def lr_too_low(pace: LossPace, th: UpdateThresholds) -> list[Finding]:
     fix = "raise the learning rate ×10"
     if pace.lr is not None:
         fix += f" (lr {pace.lr:.3g} → {pace.lr * 10:.3g})"
-    if pace.update_ratio:
+    if pace.update_ratio and pace.update_ratio < th.ratio_target:
         fix += f"; updates are {th.ratio_target / pace.update_ratio:.3g}× below the ~1e-3 update/parameter ratio"
     return [finding(
         "lr_too_low", None, [],

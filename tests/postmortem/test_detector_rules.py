@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from postmortem.detectors import REGISTRY, Outcome, Thresholds, measure_outcome
@@ -49,7 +50,7 @@ from postmortem.detectors.root_causes import (
 from postmortem.detectors.updates import LossPace, UpdateActivity, lr_too_low, no_update
 from postmortem.findings import LABELS, Finding, Onset
 from postmortem.onset import SeriesBreak
-from postmortem.ranking import TensorBreak
+from postmortem.ranking import TensorBreak, diverging
 
 TH = Thresholds()
 LEARNS = Outcome(True, 0.8, 0.01)
@@ -192,6 +193,8 @@ def test_lr_too_low():
     outcome = measure_outcome(STEPS, slow, {}, TH.outcome)
     found = lr_too_low(LossPace(slow, 1e-3, 1e-3, outcome, False), TH.updates)
     assert found and "lr 0.001 → 0.01" in found[0].fix
+    # Updates above the CS231n ratio are not said to be below it.
+    assert "below" not in lr_too_low(LossPace(slow, 1e-2, 1e-3, outcome, False), TH.updates)[0].fix
     flat = np.full(N, 2.3)
     assert lr_too_low(LossPace(flat, 1e-7, 1e-7, FLAT, False), TH.updates)
     converging = 2.0 * np.exp(-STEPS / 20) + 0.1
@@ -321,7 +324,8 @@ def _incident(**changes) -> Incident:
     onset = Onset(60, (60, 60), "grad fc2.weight", 2.0, 1.0, 50.0, 6)
     base = dict(diverged=True, recovered=False, onset=onset, first_nonfinite=None, culprits=["fc2.weight"],
                 grad_breaks=[_break("grad", "fc2.weight", 60)], update_breaks=[], healthy_max_grad_norm=9.1,
-                lr=0.05, first_update_ratio=1e-3, from_start=False, loss_first_alone=False,
+                lr=0.05, first_update_ratio=1e-3, first_weight_update_ratio=1e-3, from_start=False,
+                loss_first_alone=False,
                 clipping=Clipping(False, None, ""), causes=[], nonfinite_input=None, log_of_zero=None)
     base.update(changes)
     return Incident(**base)
@@ -352,6 +356,25 @@ def test_lr_too_high():
     update_jump = _incident(update_breaks=[_break("update", "fc2.weight", 60)])
     assert lr_too_high(update_jump, TH.divergence)[0].tensors == ["fc2.weight"]
     assert lr_too_high(_incident(), TH.divergence) == []
+
+
+def test_lr_too_high_in_a_run_that_stayed_finite_reads_the_first_update_against_the_weights():
+    erased = _incident(diverged=False, onset=None, first_weight_update_ratio=0.7, lr=0.3)
+    found = lr_too_high(erased, TH.divergence)
+    assert found[0].severity == "error" and "0.7× their norm" in found[0].fix and "lr 0.3 → 0.03" in found[0].fix
+    # A warm-up's (or any sane lr's) first update is a small share of the weights.
+    assert lr_too_high(_incident(diverged=False, onset=None, first_weight_update_ratio=0.02), TH.divergence) == []
+    assert lr_too_high(_incident(diverged=False, onset=None, first_update_ratio=0.7), TH.divergence) == []
+    assert lr_too_high(replace(erased, inputs_unscaled=True), TH.divergence) == []  # the data's doing
+
+
+def test_clipped_gradients_growing_in_a_finite_run_are_no_divergence():
+    grows = [_break("grad", "G.head.weight", 16), _break("scalar", "grad_norm.G", 20)]
+    clipped = pd.DataFrame({"step": [0, 1], "name": ["clip_coef", "clip_coef"], "value": [0.5, 0.5]})
+    assert diverging(grows, clipped, stayed_finite=True) == []
+    assert len(diverging(grows, clipped, stayed_finite=False)) == 2  # NaN followed: the growth is its story
+    unclipped = pd.DataFrame({"step": [0], "name": ["loss"], "value": [1.0]})
+    assert len(diverging(grows, unclipped, stayed_finite=True)) == 2
 
 
 def test_recovered_incident():

@@ -72,19 +72,20 @@ def _row(detection, arch, config, right, held_out=False):
 
 
 def test_each_family_is_scored_with_the_configuration_chosen_on_the_others(detection):
-    # "b" is right on mlp, cnn and lstm, "a" only on gpt: gpt gets "b", chosen without it.
+    # "b" is right on mlp, cnn and lstm, "a" only on tcn: tcn gets "b", chosen without it.
     results = {"mlp": {"a": False, "b": True}, "cnn": {"a": False, "b": True}, "lstm": {"a": False, "b": True},
-               "gpt": {"a": True, "b": False}}
-    rows = [_row(detection, arch, config, right, arch == "gpt")
+               "tcn": {"a": True, "b": False}}
+    rows = [_row(detection, arch, config, right, arch in detection.NEVER_SEEN_ARCHS)
             for arch, by_config in results.items() for config, right in by_config.items()]
     chosen = detection.choose_per_family(rows)
-    assert chosen == {"cnn": "b", "gpt": "b", "lstm": "b", "mlp": "b"}
+    assert chosen == {"cnn": "b", "tcn": "b", "lstm": "b", "mlp": "b"}
     left = detection.left_out_rows(rows, chosen)
-    assert sorted(r.run for r in left) == ["cnn-b", "gpt-b", "lstm-b", "mlp-b"]
-    # With gpt's runs alone deciding, "a" would win: the choice for a family never reads its runs.
-    assert detection.choose_per_family([r for r in rows if r.arch in ("gpt", "mlp")]) == {"gpt": "b", "mlp": "a"}
+    assert sorted(r.run for r in left) == ["cnn-b", "lstm-b", "mlp-b", "tcn-b"]
+    # With tcn's runs alone deciding, "a" would win: the choice for a family never reads its runs.
+    assert detection.choose_per_family([r for r in rows if r.arch in ("tcn", "mlp")]) == {"tcn": "b", "mlp": "a"}
     text = detection.left_out_section(rows)
-    assert "| gpt (held out) | b | 1 | 0/1 (0 %)" in text
+    assert "| tcn (never seen) | b | 1 | 0/1 (0 %)" in text
+    assert "| **never seen (mixer, tcn; 1 runs)** | 1 | 0/1 (0 %)" in text
 
 
 def test_a_grid_analyses_each_run_once_per_configuration_and_caches_it(detection, runs):
@@ -97,3 +98,12 @@ def test_a_grid_analyses_each_run_once_per_configuration_and_caches_it(detection
     assert len(cache.entries) == 2 and cache.path.exists()
     again = detection.evaluate(runs, ["linear_lr_10-s0"], two, detection.PredictionCache(runs))
     assert [(r.config, r.verdict, r.onset) for r in again] == [(r.config, r.verdict, r.onset) for r in rows]
+
+
+def test_lead_counts_only_runs_whose_first_nonfinite_value_follows_the_true_onset(detection):
+    def diverged(onset_truth, onset, nan_at):
+        return detection.Scored("r", "f", "mlp", False, "postmortem", "diverged", "diverged", onset_truth, onset,
+                                nan_at, None, None, None, True, 0.0, "default")
+    # A NaN batch at its own step has no lead to give; a blow-up 6 steps after its onset does.
+    summary = detection.summarize([diverged(50, 50, 50), diverged(50, 50, 50), diverged(40, 41, 47)])
+    assert summary["median lead (steps)"] == "6 (1)" and summary["median lead, all"] == "0 (3)"
