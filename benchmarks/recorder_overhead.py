@@ -13,15 +13,19 @@ time); medians and quartiles over rounds are reported. Everything is at defaults
     .venv/bin/python benchmarks/recorder_overhead.py --torch-kernels   # without recorders/_fused
     .venv/bin/python benchmarks/recorder_overhead.py --without activations hash flight
     .venv/bin/python benchmarks/recorder_overhead.py --floor   # the cost of reading, alone
+    .venv/bin/python benchmarks/recorder_overhead.py --no-floor   # the recorder, alone
 
 (c) is nanoGPT's loop (`sample_runs/nanogpt.py`) on `sample_runs.models.TinyGPT` (vocabulary
 256, context 32, width 64, 2 blocks, tied head): AdamW, warm-up + cosine, two micro-batches
 of 8 sequences per step, `clip_grad_norm_(..., 1.0)`, `zero_grad(set_to_none=True)`, and an
 eval loop (2 batches under `torch.no_grad()` / `model.eval()`) every 20 steps, on both sides.
 
-`--floor` replaces the recorder by `FloorReader`, which reads every tensor the recorder reads,
-once, with the same kernel, and keeps nothing: no statistics, rows, hash, scalars or files. Its
-ratio is the least any recorder of every tensor at every step can cost on this machine.
+`FloorReader` reads every tensor the recorder reads, once, with the same kernel, and keeps
+nothing: no statistics, rows, hash, scalars or files. Its ratio is the least any recorder of
+every tensor at every step can cost on this machine. By default a third copy of the model runs
+with it in the same rounds (plain, floor, recorder, one step each, which goes first rotating),
+so that the recorder's ratio and the floor's are measured together and their per-round
+difference is printed; `--floor` times the floor alone, `--no-floor` the recorder alone.
 """
 
 from __future__ import annotations
@@ -206,80 +210,99 @@ def train_step(model, opt, batch, loss_fn, rec=None) -> tuple[float, float]:
 
 
 def measure(name: str, rounds: int, block: int, warmup: int, options: dict,
-            floor: bool = False) -> dict:
+            floor: bool = False, recorder: bool = True) -> dict:
+    """Times plain steps against `FloorReader` (``floor``) and `Recorder` (``recorder``) on
+    fresh copies of one model, a step of each in turn (which goes first rotates), so that each
+    ratio and the floor's come from the same rounds of the same process."""
     torch.manual_seed(0)
     base_model, batches, loss_fn = workload(name)
-    # Both are fresh copies: keeping the original for one side made that side's step time differ
-    # by up to 30 % (allocation layout), recorder or not.
-    plain, recorded = copy.deepcopy(base_model), copy.deepcopy(base_model)
-    # lr small enough that neither copy diverges during the benchmark.
+    sides = ["plain"] + (["floor"] if floor else []) + (["recorder"] if recorder else [])
+    # Every side is a fresh copy: keeping the original for one side made that side's step time
+    # differ by up to 30 % (allocation layout), recorder or not.
+    models = {side: copy.deepcopy(base_model) for side in sides}
+    # lr small enough that no copy diverges during the benchmark.
     if name == "c":
-        opt_plain, opt_rec = (nanogpt.make_optimizer(m, GPT) for m in (plain, recorded))
+        opts = {side: nanogpt.make_optimizer(m, GPT) for side, m in models.items()}
     else:
-        opt_plain = torch.optim.SGD(plain.parameters(), lr=1e-3, momentum=0.9)
-        opt_rec = torch.optim.SGD(recorded.parameters(), lr=1e-3, momentum=0.9)
-    n_params = sum(p.numel() for p in plain.parameters())
-    with tempfile.TemporaryDirectory() as tmp:
+        opts = {side: torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
+                for side, m in models.items()}
+    n_params = sum(p.numel() for p in base_model.parameters())
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         run_dir = Path(tmp) / "run"
-        with (contextlib.nullcontext(FloorReader(recorded, opt_rec)) if floor
-              else Recorder(run_dir, recorded, opt_rec, **options)) as rec:
-            for i in range(warmup):
-                train_step(plain, opt_plain, batches[i % len(batches)], loss_fn)
-                train_step(recorded, opt_rec, batches[i % len(batches)], loss_fn, rec)
-            ratios, cpu_ratios, with_ms, without_ms = [], [], [], []
-            for r in range(rounds):
-                # Steps alternate one by one (which goes first alternates too), so that the
-                # machine's slow phases, which last seconds on a shared VM, hit both sides.
-                wall = {False: 0.0, True: 0.0}
-                cpu = {False: 0.0, True: 0.0}
-                for i in range(block):
-                    batch = batches[(r * block + i) % len(batches)]
-                    for recorded_step in ((False, True) if (r + i) % 2 == 0 else (True, False)):
-                        if recorded_step:
-                            w, c = train_step(recorded, opt_rec, batch, loss_fn, rec)
-                        else:
-                            w, c = train_step(plain, opt_plain, batch, loss_fn)
-                        wall[recorded_step] += w
-                        cpu[recorded_step] += c
-                ratios.append(wall[True] / wall[False])
-                cpu_ratios.append(cpu[True] / cpu[False])
-                with_ms.append(wall[True] / block * 1e3)
-                without_ms.append(wall[False] / block * 1e3)
+        recs = {"plain": None}
         if floor:
-            rec.close()
-            return summary(name, options, n_params, rounds, block, ratios, cpu_ratios, with_ms,
-                           without_ms)
-        stats_files = list((run_dir / "stats").glob("part-*.parquet"))
-        stats_bytes = sum(f.stat().st_size for f in stats_files)
-        import pyarrow.parquet as pq
-        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in stats_files)
-        other_bytes = sum(f.stat().st_size for sub in ("scalars", "events")
-                          for f in (run_dir / sub).glob("part-*.parquet"))
-        steps = rec.current_step
-    return {
-        **summary(name, options, n_params, rounds, block, ratios, cpu_ratios, with_ms, without_ms),
-        "recorded_steps": steps,
-        "stats_rows": rows, "stats_bytes": stats_bytes,
-        "bytes_per_row": stats_bytes / rows, "rows_per_step": rows / steps,
-        "scalar_event_bytes_per_step": other_bytes / steps,
-    }
+            recs["floor"] = FloorReader(models["floor"], opts["floor"])
+            stack.callback(recs["floor"].close)
+        if recorder:
+            recs["recorder"] = stack.enter_context(
+                Recorder(run_dir, models["recorder"], opts["recorder"], **options))
+        for i in range(warmup):
+            for side in sides:
+                train_step(models[side], opts[side], batches[i % len(batches)], loss_fn,
+                           recs[side])
+        wall = {side: [] for side in sides}
+        cpu = {side: [] for side in sides}
+        for r in range(rounds):
+            # Steps alternate one by one (which goes first rotates too), so that the machine's
+            # slow phases, which last seconds on a shared VM, hit every side.
+            round_wall, round_cpu = dict.fromkeys(sides, 0.0), dict.fromkeys(sides, 0.0)
+            for i in range(block):
+                batch = batches[(r * block + i) % len(batches)]
+                first = (r * block + i) % len(sides)
+                for side in sides[first:] + sides[:first]:
+                    w, c = train_step(models[side], opts[side], batch, loss_fn, recs[side])
+                    round_wall[side] += w
+                    round_cpu[side] += c
+            for side in sides:
+                wall[side].append(round_wall[side])
+                cpu[side].append(round_cpu[side])
+        result = {"model": name, "options": options, "params": n_params, "rounds": rounds,
+                  "block_steps": block,
+                  "step_ms_without": statistics.median(wall["plain"]) / block * 1e3}
+        for side in sides[1:]:
+            result[side] = summary(wall[side], cpu[side], wall["plain"], cpu["plain"], block)
+        if floor and recorder:
+            result["recorder_minus_floor"] = _spread([(w - f) / p for w, f, p in zip(
+                wall["recorder"], wall["floor"], wall["plain"])])
+        if recorder:
+            result["recorder"].update(_disk_use(run_dir, recs["recorder"].current_step))
+    return result
 
 
-def summary(name: str, options: dict, n_params: int, rounds: int, block: int,
-            ratios: list[float], cpu_ratios: list[float], with_ms: list[float],
-            without_ms: list[float]) -> dict:
-    q = statistics.quantiles(ratios, n=4)
-    cq = statistics.quantiles(cpu_ratios, n=4)
-    return {
-        "model": name, "options": options, "params": n_params, "rounds": rounds, "block_steps": block,
-        "ratio_median": statistics.median(ratios), "ratio_q1": q[0], "ratio_q3": q[2],
-        "ratio_min": min(ratios), "ratio_max": max(ratios),
-        "ratio_of_medians": statistics.median(with_ms) / statistics.median(without_ms),
-        "cpu_ratio_median": statistics.median(cpu_ratios), "cpu_ratio_q1": cq[0],
-        "cpu_ratio_q3": cq[2],
-        "step_ms_without": statistics.median(without_ms),
-        "step_ms_with": statistics.median(with_ms),
-    }
+def _disk_use(run_dir: Path, steps: int) -> dict:
+    import pyarrow.parquet as pq
+    stats_files = list((run_dir / "stats").glob("part-*.parquet"))
+    stats_bytes = sum(f.stat().st_size for f in stats_files)
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in stats_files)
+    other_bytes = sum(f.stat().st_size for sub in ("scalars", "events")
+                      for f in (run_dir / sub).glob("part-*.parquet"))
+    return {"recorded_steps": steps, "stats_rows": rows, "stats_bytes": stats_bytes,
+            "bytes_per_row": stats_bytes / rows, "rows_per_step": rows / steps,
+            "scalar_event_bytes_per_step": other_bytes / steps}
+
+
+def _spread(values: list[float]) -> dict:
+    q = statistics.quantiles(values, n=4)
+    return {"median": statistics.median(values), "q1": q[0], "q3": q[2], "min": min(values),
+            "max": max(values)}
+
+
+def summary(wall: list[float], cpu: list[float], plain_wall: list[float],
+            plain_cpu: list[float], block: int) -> dict:
+    """One side's per-round ratios to the plain steps of the same rounds."""
+    return {"ratio": _spread([w / p for w, p in zip(wall, plain_wall)]),
+            "cpu_ratio": _spread([c / p for c, p in zip(cpu, plain_cpu)]),
+            "step_ms": statistics.median(wall) / block * 1e3}
+
+
+def _table_row(r: dict, side: str) -> str:
+    s = r[side]
+    ratio, cpu = s["ratio"], s["cpu_ratio"]
+    return (f"| ({r['model']}) | {side} | {r['step_ms_without']:.2f} | {s['step_ms']:.2f} | "
+            f"{ratio['median']:.3f} [{ratio['q1']:.3f}, {ratio['q3']:.3f}] "
+            f"({ratio['min']:.3f}-{ratio['max']:.3f}) | {cpu['median']:.3f} [{cpu['q1']:.3f}, "
+            f"{cpu['q3']:.3f}] | {s.get('bytes_per_row', math.nan):.1f} | "
+            f"{s.get('rows_per_step', math.nan):.0f} |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -297,8 +320,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--without", nargs="+", default=[], choices=sorted(ABLATIONS),
                         help="switch parts of the recorder off, to see what they cost")
     parser.add_argument("--floor", action="store_true",
-                        help="time FloorReader (reading every tensor once, nothing else) "
-                             "instead of the recorder")
+                        help="time FloorReader (reading every tensor once, nothing else) alone, "
+                             "without the recorder")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="time the recorder alone, without FloorReader alongside")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     if args.torch_kernels:
@@ -313,26 +338,28 @@ def main(argv: list[str] | None = None) -> None:
         recorder_statistics.MomentBatch.add = \
             lambda self, t, **kw: add(self, t, **{**kw, "hashed": False})
         recorder_statistics.MomentBatch.content_hash = lambda self, index: "00000000"
-    results = [measure(n, args.rounds, args.block, args.warmup, options, args.floor)
-               for n in names]
+    results = [measure(n, args.rounds, args.block, args.warmup, options,
+                       floor=not args.no_floor, recorder=not args.floor) for n in names]
     if args.json:
         print(json.dumps(results, indent=2))
         return
     kernels = "torch kernels only" if recorder_statistics._fused is None else "fused kernel"
     print(f"torch {torch.__version__}, python {platform.python_version()}, "
           f"{platform.processor() or platform.machine()}, threads={args.threads}, "
-          + ("FloorReader (reads only)" if args.floor
-             else f"recorder options {options or 'defaults'}")
-          + f", {kernels}" + (f", without {' '.join(args.without)}" if args.without else ""))
-    print("| model | params | step ms without | with | wall ratio median [q1, q3] (min-max) | "
+          f"recorder options {options or 'defaults'}, {kernels}"
+          + (f", without {' '.join(args.without)}" if args.without else ""))
+    print("| model | what | step ms without | with | wall ratio median [q1, q3] (min-max) | "
           "CPU-time ratio median [q1, q3] | bytes/row | rows/step |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
-        print(f"| ({r['model']}) | {r['params']:,} | {r['step_ms_without']:.2f} | "
-              f"{r['step_ms_with']:.2f} | {r['ratio_median']:.3f} [{r['ratio_q1']:.3f}, "
-              f"{r['ratio_q3']:.3f}] ({r['ratio_min']:.3f}-{r['ratio_max']:.3f}) | "
-              f"{r['cpu_ratio_median']:.3f} [{r['cpu_ratio_q1']:.3f}, {r['cpu_ratio_q3']:.3f}] | "
-              f"{r.get('bytes_per_row', math.nan):.1f} | {r.get('rows_per_step', math.nan):.0f} |")
+        for side in ("floor", "recorder"):
+            if side in r:
+                print(_table_row(r, side))
+    for r in results:
+        if "recorder_minus_floor" in r:
+            d = r["recorder_minus_floor"]
+            print(f"({r['model']}) recorder ratio - floor ratio, per round: median "
+                  f"{d['median']:+.3f} [{d['q1']:+.3f}, {d['q3']:+.3f}]")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from .gaps import missing_step_warnings, unmeasured_warnings
 from .loading import Run, load_run
 from .manifest import manifest_order
 from .ranking import (
+    TensorBreak,
     diverging,
     first_nonfinite,
     fit_breaks,
@@ -25,6 +26,7 @@ from .ranking import (
     rank,
     run_onset,
 )
+from .report_data import ReportData, report_data
 from .series import SeriesTable, read_series
 from .story import chain_sentences
 
@@ -33,7 +35,7 @@ __all__ = ["ANALYSIS_STAGES", "Analysis", "analyze", "JSON_SCHEMA_VERSION"]
 JSON_SCHEMA_VERSION = 1
 
 
-@dataclass
+@dataclass(frozen=True)
 class Analysis:
     run: Run
     verdict: str  # "diverged" | "not_learning" | "healthy"
@@ -42,7 +44,8 @@ class Analysis:
     ranking: list[RankedTensor]
     chain: list[str]
     findings: list[Finding]
-    warnings: list[str]
+    warnings: list[str]  # the run's own (unreadable files, ...) and the analysis's
+    data: ReportData  # what a report shows of the run: renderers read nothing else
 
     @property
     def significant(self) -> list[Finding]:
@@ -135,24 +138,26 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
         evidence, onset=onset if diverged else None, recovered=recovered,
         summary=summarize(table, before=_healthy_until(table, onset, thresholds) if diverged else None))
     findings = diagnose(evidence, thresholds, precomputed)
+    advance("ranking and writing the story")
+    return _concluded(run, evidence, findings, involved, onset)
+
+
+def _concluded(run: Run, ev: Evidence, findings: list[Finding], involved: list[TensorBreak], onset: Onset | None) -> Analysis:
+    """The verdict `findings` give; for a divergence, what amplified first and the story of it."""
     verdict = diagnoses_verdict(findings)
     failed = verdict == "diverged"
-    advance("ranking and writing the story")
+    first, table, scalars = ev.first_nonfinite, ev.table, ev.scalars
     ranking = _cause_first(rank(involved, first, table, onset), findings) if failed else []
-    chain = chain_sentences(evidence, ranking) if failed else []
-    return Analysis(
-        run=run,
-        verdict=verdict,
-        onset=onset if failed else None,
-        first_nonfinite=first,
-        ranking=ranking,
-        chain=chain,
-        findings=findings,
-        warnings=[*run.warnings,
-                  *missing_step_warnings("tensor statistics", table.step, run.manifest),
-                  *missing_step_warnings("scalars", scalars["step"].to_numpy(np.int64), run.manifest),
-                  *unmeasured_warnings(run.manifest)],
-    )
+    chain = chain_sentences(ev, ranking) if failed else []
+    onset = onset if failed else None
+    data = report_data(run, onset=onset, first_nonfinite=first, ranking=ranking, findings=findings,
+                       table=table, scalars=scalars, events=ev.events)
+    warnings = [*run.warnings,
+                *missing_step_warnings("tensor statistics", table.step, run.manifest),
+                *missing_step_warnings("scalars", scalars["step"].to_numpy(np.int64), run.manifest),
+                *unmeasured_warnings(run.manifest)]
+    return Analysis(run=run, verdict=verdict, onset=onset, first_nonfinite=first, ranking=ranking,
+                    chain=chain, findings=findings, warnings=warnings, data=data)
 
 
 def _root_causes(ev: Evidence, thresholds: Thresholds) -> list[Finding]:

@@ -9,6 +9,7 @@ import pandas as pd
 
 from .findings import FirstNonfinite, Onset, RankedTensor
 from .onset import SeriesBreak, analyse_series
+from .scalars import is_loss, main_loss
 from .series import SeriesTable
 
 __all__ = [
@@ -18,7 +19,9 @@ __all__ = [
     "fit_breaks",
     "run_onset",
     "rank",
-    "is_loss",
+    "BATCH_RANGE_FACTOR",
+    "healthy_range",
+    "out_of_range",
     "diverging",
     "nonfinite_beyond_inputs",
 ]
@@ -39,7 +42,9 @@ SHARP_JUMP = 2.0  # a visible jump at the break...
 SHARP_GROWTH = 1.1  # ...or growth doubling in ≤ 7 steps
 PRECURSOR_STEPS = 3
 NOISE_SIGMAS = 3.0
-EXTREME_BATCH_FACTOR = 100.0
+# A batch is unusual when its largest |x| lies this far outside the range of every batch before
+# it (the story, the batch_out_of_range detector and the ranking read it alike).
+BATCH_RANGE_FACTOR = 10.0
 
 
 @dataclass(frozen=True)
@@ -50,10 +55,6 @@ class TensorBreak:
     name: str
     key: str | None
     fit: SeriesBreak
-
-
-def is_loss(name: str) -> bool:
-    return "loss" in name
 
 
 def _divergence_scalar(name: str) -> bool:
@@ -160,10 +161,10 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame) -> list[TensorBr
 
 def _loss_recovered(scalars: pd.DataFrame, step: int) -> bool:
     """Is the loss at the end of the run within 2× of its level just before `step`?"""
-    names = [n for n in scalars["name"].unique() if is_loss(str(n))]
-    if not names:
+    name = main_loss(scalars)
+    if name is None:
         return True  # nothing says the model was hurt
-    loss = scalars[scalars["name"] == ("loss" if "loss" in names else sorted(names)[0])]
+    loss = scalars[scalars["name"] == name]
     before = loss.loc[loss["step"] < step, "value"].tail(_LOSS_WINDOW).to_numpy(np.float64)
     after = loss.loc[loss["step"] >= step, "value"].to_numpy(np.float64)
     after = after[np.isfinite(after)][-_LOSS_WINDOW:]
@@ -248,17 +249,28 @@ def _rank_key(b: TensorBreak, tie_order: dict[str, int], robust_floor: float):
     )
 
 
+def healthy_range(before: np.ndarray) -> tuple[float, float] | None:
+    """Smallest and largest max |x| of the batches before (finite, non-zero), None under three."""
+    before = before[np.isfinite(before) & (before > 0)]
+    return (float(np.min(before)), float(np.max(before))) if len(before) >= 3 else None
+
+
+def out_of_range(value: float, bounds: tuple[float, float], factor: float = BATCH_RANGE_FACTOR) -> bool:
+    low, high = bounds
+    return value > factor * high or value * factor < low
+
+
 def extreme_batch(table: SeriesTable, step: int) -> tuple[str, float] | None:
-    """An input batch at `step` whose largest |x| is ≥ 100× anything in the steps before it."""
+    """An input batch at `step` whose largest |x| is far above anything in the steps before it
+    (out of range, upwards: a batch that shrank did not amplify anything)."""
     for index in table.indices("input"):
         rows = table.rows(index)
         steps, magnitude = table.step[rows], table.magnitude[rows]
-        before = magnitude[(steps < step) & np.isfinite(magnitude) & (magnitude > 0)]
+        bounds = healthy_range(magnitude[steps < step])
         now = magnitude[steps == step]
-        if len(before) >= 3 and len(now) and np.isfinite(now[0]):
-            factor = float(now[0] / np.max(before))
-            if factor >= EXTREME_BATCH_FACTOR:
-                return table.keys[index].name, factor
+        if bounds is not None and len(now) and np.isfinite(now[0]) and now[0] > bounds[1] \
+                and out_of_range(float(now[0]), bounds):
+            return table.keys[index].name, float(now[0] / bounds[1])
     return None
 
 
@@ -266,8 +278,8 @@ def rank(involved: list[TensorBreak], first: FirstNonfinite | None,
          table: SeriesTable, onset: Onset | None) -> list[RankedTensor]:
     """Tensors in the order they began to amplify (scalars are summaries, not tensors).
 
-    An input batch far outside anything seen before (×100) at the onset step leads: the data
-    came first in that step.
+    An input batch far above anything seen before (×BATCH_RANGE_FACTOR) at the onset step leads:
+    the data came first in that step.
     """
     ranked = [
         RankedTensor(b.name, b.role, b.key, b.fit.onset_step, b.fit.growth_per_step, b.fit.jump)

@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 from .analysis import JSON_SCHEMA_VERSION, Analysis, analyze
 from .exceptions import PostmortemError, RunDirectoryError
 from .loading import Run, load_run
-from .ranking import CAUSAL_ORDER, is_loss
+from .ranking import CAUSAL_ORDER
+from .scalars import is_loss
 
 __all__ = ["Origin", "RankAnalysis", "RankResult", "Spread", "analyze_ranks", "is_multi_rank",
            "one_line_error", "rank_dirs", "rank_run_dir", "recorded_steps", "worst_verdict"]

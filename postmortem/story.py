@@ -5,16 +5,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 
-from .findings import RankedTensor
+from .findings import Onset, RankedTensor
+from .ranking import healthy_range, out_of_range
 
 if TYPE_CHECKING:
     from .detectors import Evidence
 
-__all__ = ["chain_sentences", "batch_at", "events_near"]
+__all__ = ["chain_sentences", "batch_at", "events_near", "events_before"]
 
 _CHAIN_LENGTH = 6
-_UNUSUAL_FACTOR = 10.0  # a batch whose largest |x| is 10× outside the healthy range
 _EVENT_WINDOW = 3
 _EVENT_KINDS = 3  # sentences about events: one per kind, the latest of it (floods are common)
 
@@ -67,7 +68,7 @@ def events_near(ev: Evidence) -> list[str]:
     step before"), else the latest one, with its distance."""
     if ev.onset is None or ev.events.empty:
         return []
-    before = ev.events[ev.events["step"] <= ev.onset.step]
+    before = events_before(ev.events, ev.onset)
     near = before[before["step"] >= ev.onset.step - _EVENT_WINDOW]
     if near.empty:
         near = before.tail(1)
@@ -84,6 +85,12 @@ def events_near(ev: Evidence) -> list[str]:
     return sentences
 
 
+def events_before(events: pd.DataFrame, onset: Onset) -> pd.DataFrame:
+    """The events recorded up to the onset step, in the order they were recorded (an event
+    later in the onset interval came after the onset, not before it)."""
+    return events[events["step"] <= onset.step]
+
+
 def batch_at(ev: Evidence) -> str | None:
     """Was the batch at the onset unusual compared with the healthy phase?"""
     if ev.onset is None:
@@ -93,13 +100,13 @@ def batch_at(ev: Evidence) -> str | None:
         key = table.keys[index]
         sl = table.rows(index)
         steps, mag = table.step[sl], table.magnitude[sl]
-        healthy = mag[(steps < step) & np.isfinite(mag)]
+        healthy = healthy_range(mag[steps < step])
         now = mag[steps == step]
         if np.any(table.nonfinite[sl][steps == step] > 0):
             now = np.array([np.nan])
-        if len(healthy) < 3 or len(now) == 0:
+        if healthy is None or len(now) == 0:
             continue
-        low, high = float(np.min(healthy)), float(np.max(healthy))
+        low, high = healthy
         value = float(now[0])
         hashes = table.input_hashes[table.input_hashes["name"] == key.name]
         current = hashes.loc[hashes["step"] == step, "hash"]
@@ -108,7 +115,7 @@ def batch_at(ev: Evidence) -> str | None:
         repeat = " It is a batch already seen in the healthy phase." if seen else ""
         if not np.isfinite(value):
             return f"the batch `{key.name}` at step {step} holds non-finite values.{repeat}"
-        if value > _UNUSUAL_FACTOR * high or value * _UNUSUAL_FACTOR < low:
+        if out_of_range(value, healthy):
             return (f"the batch `{key.name}` at step {step} was unusual: max |x| {value:.3g} "
                     f"vs {low:.3g}–{high:.3g} in the healthy phase.{repeat}")
         return (f"the batch `{key.name}` at step {step} looked ordinary: max |x| {value:.3g} "

@@ -7,17 +7,16 @@ escaped, so a module named `a$b$` is drawn as text and cannot switch on (or brea
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import matplotlib
 import numpy as np
-import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
-from reports.aggregate import Matrix
+from postmortem.report_data import Curve, Matrix
 from reports.text import clean, shorten
 
 __all__ = ["Markers", "Panel", "line_panels", "heatmap", "DPI"]
@@ -63,11 +62,11 @@ class Markers:
 
 @dataclass(frozen=True)
 class Panel:
-    """One axes of stacked line plots: label -> series indexed by step."""
+    """One axes of stacked line plots, one line per curve."""
 
     title: str
     ylabel: str
-    series: dict[str, pd.Series] = field(default_factory=dict)
+    curves: tuple[Curve, ...] = ()
     log: bool = True
 
 
@@ -118,9 +117,8 @@ def _mark(ax, markers: Markers, *, first: bool) -> None:
                     ha="right", fontsize=7, color=_EVENT_COLOUR)
 
 
-def _plot_series(ax, name: str, series: pd.Series, log: bool) -> None:
-    steps = series.index.to_numpy()
-    values = series.to_numpy(dtype=float)
+def _plot_curve(ax, curve: Curve, log: bool) -> None:
+    steps, values, name = curve.steps, curve.values, curve.label
     finite = np.isfinite(values)
     if log:
         finite &= values > 0
@@ -147,9 +145,9 @@ def line_panels(panels: list[Panel], markers: Markers, *, panel_height: float = 
         axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
         _margins(fig, left_in=0.8, axes_height_in=panel_height - 0.45, right_in=_LEGEND_IN)
         for index, (ax, panel) in enumerate(zip(axes, panels)):
-            log = panel.log and _loggable([s.to_numpy(dtype=float) for s in panel.series.values()])
-            for name, series in panel.series.items():
-                _plot_series(ax, name, series, log)
+            log = panel.log and _loggable([c.values for c in panel.curves])
+            for curve in panel.curves:
+                _plot_curve(ax, curve, log)
             if log:
                 ax.set_yscale("log")
             ax.set_title(_label(panel.title, 110), loc="left")

@@ -1,7 +1,6 @@
 """Markdown summary for pasting into a ticket: at most 30 lines, no raw HTML from the run."""
 from __future__ import annotations
 
-import os
 import re
 
 from reports.page import headline, key_facts
@@ -65,8 +64,7 @@ def _md(text: str, *, in_table: bool = False) -> str:
 
 def render_markdown(analysis, *, report_name: str = "report.html") -> str:
     """The verdict, key facts, chain and diagnoses in at most MAX_LINES lines."""
-    run_name = os.path.basename(os.path.normpath(str(analysis.run.path)))
-    lines = [f"### postmortem: {_md(shorten(run_name, 80))}: {analysis.verdict.replace('_', ' ')}", "",
+    lines = [f"### postmortem: {_md(shorten(analysis.data.run_name, 80))}: {analysis.verdict.replace('_', ' ')}", "",
              _md(headline(analysis)), "", "| | |", "|---|---|"]
     # The chain below says what amplified; the spread and step count are detail for the report.
     facts = [f for f in key_facts(analysis) if f.label not in ("Amplified first", "Non-finite tensors per step", "Steps recorded")]

@@ -25,7 +25,6 @@ def render_summary(analysis, *, width: int = 100) -> str:
             if finding.fix:
                 lines += textwrap.wrap(f"fix: {clean(finding.fix)}", width, initial_indent="    ",
                                        subsequent_indent="      ")
-    warnings = [*analysis.run.warnings, *analysis.warnings]
-    if warnings:
-        lines += ["", "Warnings:"] + [f"  {shorten(clean(w), width)}" for w in warnings[:10]]
+    if analysis.warnings:  # the run's own warnings are among them
+        lines += ["", "Warnings:"] + [f"  {shorten(clean(w), width)}" for w in analysis.warnings[:10]]
     return "\n".join(lines) + "\n"

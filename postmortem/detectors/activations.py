@@ -8,7 +8,7 @@ import numpy as np
 
 from ..findings import Finding
 from ..manifest import module_types
-from ..ranking import is_loss
+from ..scalars import is_loss
 from .base import ERROR, NOTE, Evidence, Outcome, finding, layer_list, register, role
 from .thresholds import ActivationThresholds
 

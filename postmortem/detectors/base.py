@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from ..findings import Finding, FirstNonfinite, Onset, Severity
-from ..ranking import TensorBreak, is_loss
+from ..ranking import TensorBreak
+from ..scalars import is_eval_loss, loss_curve, main_loss, recorder_scalar
 from ..series import AUX_COLUMNS, SeriesTable
 from .thresholds import OutcomeThresholds, Thresholds
 
@@ -210,44 +211,16 @@ def role(summary: pd.DataFrame, name: str) -> pd.DataFrame:
     return summary[summary["role"] == name]
 
 
-def main_loss(scalars: pd.DataFrame) -> str | None:
-    """The main loss (`loss`, or the only loss-like name).
-
-    Several losses and none called `loss` means adversarial training (loss_d, loss_g): those
-    losses are not meant to go down, so no detector reads progress from them.
-    """
-    names = [str(n) for n in scalars["name"].unique() if is_loss(str(n)) and not _is_eval(str(n))]
-    if "loss" in names:
-        return "loss"
-    return names[0] if len(names) == 1 else None
-
-
-def _is_eval(name: str) -> bool:
-    return name.startswith(("val", "eval", "test"))
-
-
-def loss_curve(scalars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Steps and finite values of the main loss (empty when there is none)."""
-    name = main_loss(scalars)
-    if name is None:
-        return np.zeros(0, np.int64), np.zeros(0)
-    rows = scalars[scalars["name"] == name]
-    steps, values = rows["step"].to_numpy(np.int64), rows["value"].to_numpy(np.float64)
-    keep = np.isfinite(values)
-    return steps[keep], values[keep]
-
-
 def metric_curves(scalars: pd.DataFrame) -> dict[str, tuple[np.ndarray, bool]]:
     """Metrics passed to `rec.step()`: evaluation losses (lower is better) and accuracies/scores."""
     found = {}
     main = main_loss(scalars)
     for name in scalars["name"].unique():
         name = str(name)
-        if name == main or name.startswith(("hp.", "grad_", "lr", "wall_time", "clip_", "optimizer_stepped",
-                                             "scaler_")):
+        if name == main or recorder_scalar(name):
             continue
         higher = any(word in name for word in ("acc", "f1", "auc", "score", "bleu"))
-        if higher or (is_loss(name) and _is_eval(name)):
+        if higher or is_eval_loss(name):
             found[name] = (scalar(scalars, name), higher)
     return found
 

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from ..findings import Finding, FirstNonfinite, Onset
-from ..ranking import PRECURSOR_STEPS, TensorBreak, is_loss
+from ..ranking import PRECURSOR_STEPS, TensorBreak
+from ..scalars import is_loss
 from .base import ERROR, NOTE, WARNING, Evidence, finding, loss_curve, register, role, scalar
 from .gradients import grad_norm_series
 from .root_causes import CAUSES

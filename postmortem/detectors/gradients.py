@@ -10,6 +10,7 @@ import pandas as pd
 from ..accumulation import PRE, accumulation_onset
 from ..findings import Finding
 from ..manifest import frozen_parameters, manifest_order
+from ..scalars import main_loss
 from ..series import SeriesTable
 from .base import ERROR, NOTE, Evidence, Outcome, finding, layer_list, register, role
 from .thresholds import GradientThresholds
@@ -163,7 +164,7 @@ def gradient_history(table: SeriesTable, scalars: pd.DataFrame) -> GradientHisto
     steps, values = grad_norm_series(table, scalars)
     finite = np.isfinite(values)
     per_tensor = [(table.step[table.rows(i)], table.magnitude[table.rows(i)]) for i in table.indices("grad")]
-    loss = scalars[scalars["name"] == "loss"]
+    loss = scalars[scalars["name"] == main_loss(scalars)]  # non-finite values too: _loss_change drops them
     return GradientHistory(steps[finite], values[finite], per_tensor,
                            loss["step"].to_numpy(np.int64), loss["value"].to_numpy(np.float64))
 

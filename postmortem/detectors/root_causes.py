@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..findings import Finding
+from ..ranking import healthy_range, out_of_range
 from .base import ERROR, WARNING, Evidence, finding, register
 from .thresholds import RootCauseThresholds
 
@@ -294,12 +295,11 @@ def batch_out_of_range(window: OnsetWindow, th: RootCauseThresholds) -> list[Fin
     for name, batch in window.batches.items():
         for step in range(low, high + 1):
             now = batch.at(step)
-            healthy = batch.before(step)
-            healthy = healthy[np.isfinite(healthy) & (healthy > 0)]
-            if now is None or not math.isfinite(now) or len(healthy) < 3:
+            healthy = healthy_range(batch.before(step))
+            if now is None or not math.isfinite(now) or healthy is None:
                 continue
-            lo, hi = float(np.min(healthy)), float(np.max(healthy))
-            if now > th.batch_range_factor * hi or now * th.batch_range_factor < lo:
+            lo, hi = healthy
+            if out_of_range(now, healthy, th.batch_range_factor):
                 hits.append((step, name, now, lo, hi))
                 break
     if not hits:

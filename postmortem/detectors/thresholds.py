@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..ranking import BATCH_RANGE_FACTOR
+
 __all__ = [
     "ActivationThresholds",
     "DivergenceThresholds",
@@ -58,7 +60,7 @@ class RootCauseThresholds:
     outside_update_ratio: float = 0.5  # ...with an update at least half the parameter (a rescale)
     update_over_grad_jump: float = 10 / 3  # ...its update jumped ×3.3 more than its gradient (lr_too_high's 10 vs 3.3)
     state_jump_factor: float = 10.0  # an optimizer state norm ÷10 in one step (an EMA decays by β at most)
-    batch_range_factor: float = 10.0  # a batch 10× outside the healthy range (story._UNUSUAL_FACTOR)
+    batch_range_factor: float = BATCH_RANGE_FACTOR  # a batch 10× outside the healthy range (the story's and the ranking's)
     robust_floor: float = 0.05  # decades: floor of a tensor's robust σ when ranking jumps
 
 

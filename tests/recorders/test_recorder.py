@@ -378,15 +378,15 @@ def test_a_tensor_that_cannot_be_measured_never_stops_training(tmp_path, monkeyp
     """A bug or an unsupported tensor inside the recorder's measuring (in a forward hook, the
     optimizer's pre-step hook or rec.step) warns once, names the place in the manifest and
     leaves training and the rest of the record alone; strict=True raises instead."""
-    import recorders.recorder as recorder_module
+    import recorders.measurer as measurer_module
 
     def fail(*args, **kwargs):
         raise RuntimeError("unsupported tensor")
 
     if broken == "grads":
-        monkeypatch.setattr(recorder_module.Recorder, "_measure_grads", fail)
+        monkeypatch.setattr(measurer_module.StepMeasurer, "_measure_grads", fail)
     else:
-        monkeypatch.setattr(recorder_module, broken, fail)
+        monkeypatch.setattr(measurer_module, broken, fail)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []

@@ -329,3 +329,26 @@ def test_content_hash_is_the_crc32_of_the_bytes_in_c_order(threads):
     assert [content_hash(t) for t in tensors] == expected
     assert_matches(summarize(moments[indices[0]]), reference(tensors[0].numpy()))
     assert summarize(moments[unhashed]).numel == 100_000
+
+
+@pytest.mark.parametrize("zeros", [False, True])
+def test_cancelling_variance_is_measured_exactly_in_float64(zeros):
+    """Values near a large mean (a LayerNorm weight near 1.0) lose the variance in float32
+    sums: what is re-measured gives the float64 reference's moments bit for bit, a NaN among
+    them or not."""
+    rng = np.random.default_rng(3)
+    values = (1.0 + 1e-4 * rng.standard_normal(3_000)).astype(np.float32)
+    values[::7] = 1.0
+    with_nan = values.copy()
+    with_nan[5] = np.nan
+    for x in (values, with_nan):
+        t = torch.from_numpy(x)
+        batch = MomentBatch()
+        batch.add(t, sums=True, zeros=zeros)
+        got = batch.read()[0][0]
+        exact = exact_moments(t, sums=True, zeros=zeros)
+        assert np.array_equal(got, np.array(exact, dtype=np.float64), equal_nan=True)
+        finite = x[np.isfinite(x)].astype(np.float64)
+        assert exact.sumsq == pytest.approx(float(np.sum(finite ** 2)), rel=1e-12)
+        std = summarize(got).std
+        assert std == pytest.approx(float(finite.std()), rel=1e-3)

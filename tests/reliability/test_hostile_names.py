@@ -24,12 +24,12 @@ from markdown_it import MarkdownIt
 from torch import nn
 
 import postmortem
+from postmortem.report_data import _MAX_EVENT_LINES, _event_lines
 from recorders import Recorder
 from recorders.errors import RecorderWarning
 from recorders.writer import manifest_bytes, segment_table, visible
 from reports import build_page, render_html, render_markdown
 from reports.markdown import _md, _spans
-from reports.page import _MAX_EVENT_LINES, _event_lines
 from reports.text import clean
 
 SURROGATES = st.integers(0xD800, 0xDFFF).map(chr)
@@ -113,7 +113,8 @@ def test_event_floods_draw_a_bounded_number_of_lines(n, steps, kinds, seed):
     kind = rng.zipf(1.5, n) % kinds  # a few kinds flood, most are rare
     events = pd.DataFrame({"step": rng.integers(0, steps, n), "kind": [f"k{k}" for k in kind],
                            "message": ""})
-    lines, left_out = _event_lines(events)
+    drawn_lines = _event_lines(events)
+    lines, left_out = drawn_lines.lines, drawn_lines.left_out
     assert len(lines) <= _MAX_EVENT_LINES
     assert [s for s, _ in lines] == sorted({s for s, _ in lines})
     drawn = {k for _, label in lines for k in label.split(", ")}

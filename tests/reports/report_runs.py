@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from postmortem import Analysis, Finding, FirstNonfinite, Onset, RankedTensor, load_run
 from postmortem.loading import EVENTS_SCHEMA, SCALARS_SCHEMA, STATS_SCHEMA
+from postmortem.report_data import report_data
 
 _META = {b"schema_version": b"1"}
 _SAMPLE_RUNS = Path(__file__).resolve().parents[2] / "sample_runs"
@@ -110,9 +111,17 @@ def write_run(path: Path, *, kind: str = "diverged", steps: int = 60, onset: int
     return path
 
 
+def _analysis(run_dir, **decided) -> Analysis:
+    """An Analysis of the run at `run_dir` with the findings `decided` by hand, and what a report
+    shows of the run for them."""
+    run = load_run(run_dir)
+    data = report_data(run, **{k: decided[k] for k in ("onset", "first_nonfinite", "ranking", "findings")})
+    return Analysis(run=run, **decided, data=data)
+
+
 def diverged_analysis(run_dir) -> Analysis:
-    return Analysis(
-        run=load_run(run_dir), verdict="diverged",
+    return _analysis(
+        run_dir, verdict="diverged",
         onset=Onset(step=40, interval=(39, 41), series="grad fc2.weight", growth_per_step=2.5,
                     doubling_steps=0.76, jump=40.0, lead_steps=12),
         first_nonfinite=FirstNonfinite(step=52, tensor="fc2", role="activation", key=None, spread=[(52, 21), (53, 21)]),
@@ -127,12 +136,12 @@ def diverged_analysis(run_dir) -> Analysis:
 
 
 def healthy_analysis(run_dir) -> Analysis:
-    return Analysis(run=load_run(run_dir), verdict="healthy", onset=None, first_nonfinite=None, ranking=[], chain=[],
+    return _analysis(run_dir, verdict="healthy", onset=None, first_nonfinite=None, ranking=[], chain=[],
                     findings=[Finding("healthy", None, [], {"final_loss": 0.7}, "")], warnings=[])
 
 
 def not_learning_analysis(run_dir) -> Analysis:
-    return Analysis(run=load_run(run_dir), verdict="not_learning", onset=None, first_nonfinite=None, ranking=[], chain=[],
+    return _analysis(run_dir, verdict="not_learning", onset=None, first_nonfinite=None, ranking=[], chain=[],
                     findings=[Finding("no_update", 0, ["conv1.weight", "fc1.weight"],
                                       {"median_update_ratio": 0.0, "grad_norm_median": 0.5},
                                       "Call optimizer.step() after loss.backward(), and check that the LR is not 0.")],

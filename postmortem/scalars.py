@@ -1,0 +1,53 @@
+"""Which scalar is what: the recorder's own, a loss, the main loss. One rule each, used by the
+detectors, the ranking and the report alike."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from recorders.vocabulary import is_reserved_scalar
+
+__all__ = ["recorder_scalar", "is_loss", "is_eval_loss", "main_loss", "loss_curve"]
+
+
+def recorder_scalar(name: str) -> bool:
+    """What the recorder writes itself (its reserved names, and the learning rate), never a metric."""
+    return name == "lr" or is_reserved_scalar(name)
+
+
+def is_loss(name: str) -> bool:
+    """A loss passed to `rec.step()`: its name says so (`loss`, `loss_d`, `val_loss`, `user.loss`);
+    an accuracy or a score is not one."""
+    return "loss" in name and not recorder_scalar(name)
+
+
+def _is_eval(name: str) -> bool:
+    return name.startswith(("val", "eval", "test"))
+
+
+def main_loss(scalars: pd.DataFrame) -> str | None:
+    """The main loss (`loss`, or the only training loss).
+
+    Several losses and none called `loss` means adversarial training (loss_d, loss_g): those
+    losses are not meant to go down, so no detector reads progress from them.
+    """
+    names = [str(n) for n in scalars["name"].unique() if is_loss(str(n)) and not _is_eval(str(n))]
+    if "loss" in names:
+        return "loss"
+    return names[0] if len(names) == 1 else None
+
+
+def is_eval_loss(name: str) -> bool:
+    return is_loss(name) and _is_eval(name)
+
+
+def loss_curve(scalars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Steps and finite values of the main loss (empty when there is none)."""
+    name = main_loss(scalars)
+    if name is None:
+        return np.zeros(0, np.int64), np.zeros(0)
+    rows = scalars[scalars["name"] == name]
+    steps, values = rows["step"].to_numpy(np.int64), rows["value"].to_numpy(np.float64)
+    keep = np.isfinite(values)
+    return steps[keep], values[keep]
