@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 _MEASURE = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from postmortem.scan import find_runs, scan_runs
+from postmortem.scan import find_runs
+from postmortem_cli.scan import scan_runs
 
 def main():
     sweep, output, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])

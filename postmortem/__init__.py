@@ -1,6 +1,7 @@
 """postmortem: load a recorded training run, find when and where it went wrong, and why."""
 
 from .analysis import Analysis, analyze
+from .compare import Comparison, compare_runs
 from .exceptions import PostmortemError, RunDirectoryError, SchemaVersionError
 from .findings import (LABELS, VERDICTS, CheckpointInfo, Finding, FirstNonfinite, Label, Onset, RankedTensor,
                        Severity, Verdict)
@@ -10,6 +11,7 @@ from .ranks import RankAnalysis, analyze_ranks
 __all__ = [
     "Analysis",
     "CheckpointInfo",
+    "Comparison",
     "Finding",
     "FirstNonfinite",
     "LABELS",
@@ -26,5 +28,6 @@ __all__ = [
     "Verdict",
     "analyze",
     "analyze_ranks",
+    "compare_runs",
     "load_run",
 ]

@@ -9,7 +9,6 @@ variance is shared by both phases.
 
 from __future__ import annotations
 
-from functools import lru_cache
 
 import numpy as np
 from scipy.stats import chi2
@@ -59,18 +58,16 @@ class NoBreak(_Model):
         return self
 
 
-@lru_cache(maxsize=None)
-def _deviance_bound(confidence: float) -> float:
-    """The chi-square(1) quantile (scipy's ppf costs more than a whole fit: once per level)."""
-    return float(chi2.ppf(confidence, df=1))
+# Candidates t0 whose profile deviance is within the 95% chi-square(1) quantile of the best one
+# form the likelihood-ratio interval of t0 (computed once: scipy's ppf costs more than a fit).
+_DEVIANCE_BOUND = float(chi2.ppf(0.95, df=1))
 
 
 class _BreakModel(_Model):
     """Stable level before t0, a model-specific shape from t0 on; t0 by profile likelihood."""
 
-    def __init__(self, *, min_pre: int = 3, confidence: float = 0.95) -> None:
+    def __init__(self, *, min_pre: int = 3) -> None:
         self.min_pre = min_pre
-        self.confidence = confidence
 
     def fit(self, x, y) -> "_BreakModel":
         x, y = _validate(x, y)
@@ -84,14 +81,11 @@ class _BreakModel(_Model):
         best = int(np.argmin(sse))
         k = int(candidates[best])
         self._score(sse[best], n)
-        # Likelihood-ratio bound for t0: candidates whose profile deviance is within the
-        # chi-square(1) quantile of the best one.
         deviance = n * np.log(sse / sse[best])
-        inside = candidates[deviance <= _deviance_bound(self.confidence)]
+        inside = candidates[deviance <= _DEVIANCE_BOUND]
         self.index_ = k
         self.t0_ = float(x[k])
         self.interval_ = (float(x[inside.min()]), float(x[inside.max()]))
-        self.profile_ = deviance
         self._parameters(x, y, k)
         return self
 

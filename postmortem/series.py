@@ -107,12 +107,6 @@ class SeriesTable:
     def indices(self, role: str | None = None) -> list[int]:
         return [i for i, k in enumerate(self.keys) if role is None or k.role == role]
 
-    def find(self, role: str, name: str, key: str | None = None) -> int | None:
-        for i, k in enumerate(self.keys):
-            if (k.role, k.name, k.key) == (role, name, key):
-                return i
-        return None
-
 
 def read_series(run: Run, progress: Callable[[str], None] | None = None) -> SeriesTable:
     """Stream the stats segments once (twice for a long run, see above) and group them by series.

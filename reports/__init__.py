@@ -1,6 +1,6 @@
 """Render an analysis as a self-contained HTML incident report, a Markdown summary or terminal
-text, and compare two runs step by step. Never imports torch."""
-from reports.compare import Comparison, Difference, compare_runs
+text, and where two runs part ways. Never imports torch."""
+from reports.compare import render_comparison
 from reports.markdown import render_markdown
 from reports.page import Page, build_page
 from reports.progress import Progress
@@ -9,13 +9,11 @@ from reports.template import render_html
 from reports.terminal import render_summary
 
 __all__ = [
-    "Comparison",
-    "Difference",
     "Page",
     "Progress",
     "build_page",
     "build_ranks_page",
-    "compare_runs",
+    "render_comparison",
     "render_html",
     "render_markdown",
     "render_ranks_markdown",

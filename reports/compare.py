@@ -1,129 +1,41 @@
-"""Where do two runs part ways? The first step with a different batch or different numbers.
-
-Two runs fed the same batch (same input hash) from the same state should produce the same loss and
-gradients; the first step where they do not is where nondeterminism or a code change entered.
-A different batch hash at a step means the data order differs, which explains every later gap.
-"""
+"""`postmortem compare` in words: where two runs part ways (postmortem.compare finds it)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
-import pandas as pd
+from postmortem.compare import Comparison, Difference
 
 from reports.text import clean, fmt_number, shorten
 
-__all__ = ["Difference", "Comparison", "compare_runs"]
+__all__ = ["render_comparison", "difference_details"]
 
-_IGNORED_SCALARS = ("wall_time",)  # differs on every rerun by design
 _MAX_DETAILS = 6
+_WHAT = {"different_batch": "different batches",
+         "different_values": "same batch, different numbers",
+         "missing_step": "a step recorded in only one run"}
 
 
-@dataclass(frozen=True)
-class Difference:
-    step: int
-    reason: str  # "different_batch", "different_values" or "missing_step"
-    details: tuple[str, ...]
+def render_comparison(comparison: Comparison) -> str:
+    """Human-readable lines for the terminal."""
+    if comparison.first_difference is None:
+        text = f"The runs agree on all {comparison.common_steps} common steps (same batches, same losses and gradients)."
+        if comparison.last_step_a != comparison.last_step_b:
+            text += f"\nRun A ends at step {comparison.last_step_a}, run B at step {comparison.last_step_b}."
+        return text
+    diff = comparison.first_difference
+    return "\n".join([f"First difference at step {diff.step}: {_WHAT[diff.reason]}."]
+                     + [f"  {d}" for d in difference_details(diff)])
 
 
-@dataclass(frozen=True)
-class Comparison:
-    common_steps: int
-    last_step_a: int | None
-    last_step_b: int | None
-    first_difference: Difference | None
-
-    def describe(self) -> str:
-        """Human-readable lines for the terminal."""
-        if self.first_difference is None:
-            text = f"The runs agree on all {self.common_steps} common steps (same batches, same losses and gradients)."
-            if self.last_step_a != self.last_step_b:
-                text += f"\nRun A ends at step {self.last_step_a}, run B at step {self.last_step_b}."
-            return text
-        diff = self.first_difference
-        what = {"different_batch": "different batches",
-                "different_values": "same batch, different numbers",
-                "missing_step": "a step recorded in only one run"}[diff.reason]
-        return "\n".join([f"First difference at step {diff.step}: {what}."] + [f"  {d}" for d in diff.details])
-
-
-def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Element-wise exact equality where NaN equals NaN (a rerun must reproduce NaNs too)."""
-    return (a == b) | (pd.isna(a) & pd.isna(b))
-
-
-def _wide(frame: pd.DataFrame, columns: list[str], value: str) -> pd.DataFrame:
-    if frame.empty:
-        return pd.DataFrame()
-    frame = frame.assign(series=frame[columns].astype(str).agg(" ".join, axis=1))
-    return frame.drop_duplicates(["step", "series"], keep="last").pivot(index="step", columns="series", values=value)
-
-
-def _first_mismatch(a: pd.DataFrame, b: pd.DataFrame, steps: pd.Index) -> tuple[int | None, list[str]]:
-    """First step in `steps` where the wide frames disagree, and the series that disagree there."""
-    series = a.columns.union(b.columns)
-    if series.empty:
-        return None, []
-    a, b = a.reindex(index=steps, columns=series), b.reindex(index=steps, columns=series)
-    same = _same(a.to_numpy(dtype=object), b.to_numpy(dtype=object))
-    rows = np.flatnonzero(~same.all(axis=1))
-    if not len(rows):
-        return None, []
-    row = rows[0]
-    return int(steps[row]), [str(series[c]) for c in np.flatnonzero(~same[row])]
-
-
-def compare_runs(run_a, run_b) -> Comparison:
-    """The first step (of those both runs recorded) where the runs differ, and why."""
-    scalars_a, scalars_b = (r.scalars() for r in (run_a, run_b))
-    scalars_a = scalars_a[~scalars_a["name"].isin(_IGNORED_SCALARS)]
-    scalars_b = scalars_b[~scalars_b["name"].isin(_IGNORED_SCALARS)]
-    steps_a, steps_b = pd.Index(scalars_a["step"].unique()), pd.Index(scalars_b["step"].unique())
-    last_a = int(steps_a.max()) if len(steps_a) else None
-    last_b = int(steps_b.max()) if len(steps_b) else None
-    horizon = min(last_a, last_b) if last_a is not None and last_b is not None else -1
-    union = steps_a.union(steps_b)
-    union = union[union <= horizon].sort_values()
-    common = steps_a.intersection(steps_b).sort_values()
-
-    candidates: list[Difference] = []
-    missing = union.difference(common)
-    if len(missing):
-        step = int(missing[0])
-        candidates.append(Difference(step, "missing_step", (f"step {step} is recorded in run "
-                                                             f"{'A' if step in steps_a else 'B'} only",)))
-    # Batch tensors are named `input`, `target` or `input.<key>`: the name alone identifies them.
-    batches_a, batches_b = (_wide(r.stats(roles=["input", "target"], columns=["step", "role", "name", "key", "hash"]),
-                                  ["name"], "hash") for r in (run_a, run_b))
-    step, names = _first_mismatch(batches_a, batches_b, common)
-    if step is not None:
-        details = [f"{shorten(clean(n), 80)}: hash {shorten(clean(_at(batches_a, step, n)), 16)} vs "
-                   f"{shorten(clean(_at(batches_b, step, n)), 16)}" for n in names[:_MAX_DETAILS]]
-        candidates.append(Difference(step, "different_batch", tuple(details)))
-    values_a, values_b = (_wide(s, ["name"], "value") for s in (scalars_a, scalars_b))
-    step, names = _first_mismatch(values_a, values_b, common)
-    if step is not None:
-        details = [f"{shorten(clean(n), 80)}: {fmt_number(_at(values_a, step, n), 8)} vs {fmt_number(_at(values_b, step, n), 8)}"
-                   for n in names[:_MAX_DETAILS]]
-        details += _grad_details(run_a, run_b, step)
-        candidates.append(Difference(step, "different_values", tuple(details)))
-    # At one step a batch difference explains a value difference, so it wins the tie.
-    order = {"missing_step": 0, "different_batch": 1, "different_values": 2}
-    first = min(candidates, key=lambda d: (d.step, order[d.reason]), default=None)
-    return Comparison(len(common), last_a, last_b, first)
-
-
-def _at(frame: pd.DataFrame, step: int, column: str) -> object:
-    return frame[column].get(step) if column in frame.columns else None
-
-
-def _grad_details(run_a, run_b, step: int) -> list[str]:
-    """Which tensors' gradients differ at `step`, to say where in the model the runs split."""
-    grads_a, grads_b = (_wide(r.stats(roles=["grad"], columns=["step", "role", "name", "key", "norm"]), ["name"], "norm")
-                        for r in (run_a, run_b))
-    _, names = _first_mismatch(grads_a, grads_b, pd.Index([step]))
-    if not names:
-        return []
-    shown = ", ".join(shorten(clean(n), 60) for n in names[:_MAX_DETAILS])
-    more = f" and {len(names) - _MAX_DETAILS} more" if len(names) > _MAX_DETAILS else ""
-    return [f"gradient norms differ for: {shown}{more}"]
+def difference_details(diff: Difference) -> list[str]:
+    """One line per series that differs (at most six), then the tensors whose gradients do."""
+    if diff.reason == "missing_step":
+        return [f"step {diff.step} is recorded in run {diff.only_in} only"]
+    shown = diff.mismatches[:_MAX_DETAILS]
+    if diff.reason == "different_batch":
+        return [f"{shorten(clean(m.series), 80)}: hash {shorten(clean(m.a), 16)} vs {shorten(clean(m.b), 16)}"
+                for m in shown]
+    details = [f"{shorten(clean(m.series), 80)}: {fmt_number(m.a, 8)} vs {fmt_number(m.b, 8)}" for m in shown]
+    if diff.gradients:
+        names = ", ".join(shorten(clean(n), 60) for n in diff.gradients[:_MAX_DETAILS])
+        more = f" and {len(diff.gradients) - _MAX_DETAILS} more" if len(diff.gradients) > _MAX_DETAILS else ""
+        details.append(f"gradient norms differ for: {names}{more}")
+    return details

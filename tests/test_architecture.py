@@ -34,3 +34,19 @@ def test_imported_packages_sees_imports_inside_functions(tmp_path):
     source = tmp_path / "module.py"
     source.write_text("import os\nfrom . import sibling\ndef f():\n    from reports.page import Page\n")
     assert imported_packages(source) == {"os", "reports"}
+
+
+def test_the_analysis_library_never_imports_its_renderer_or_its_command_line():
+    # postmortem/__main__.py is exempt: `python -m postmortem` must start the command line, and
+    # the library never imports that file (docs/architecture.md).
+    modules = [p for p in (ROOT / "postmortem").rglob("*.py") if p.name != "__main__.py"]
+    assert len(modules) > 10
+    wrong = {str(p.relative_to(ROOT)): sorted(imported_packages(p) & {"reports", "postmortem_cli"})
+             for p in modules}
+    assert not {path: names for path, names in wrong.items() if names}
+
+
+def test_the_renderer_never_imports_the_command_line():
+    wrong = [str(p.relative_to(ROOT)) for p in (ROOT / "reports").rglob("*.py")
+             if "postmortem_cli" in imported_packages(p)]
+    assert not wrong

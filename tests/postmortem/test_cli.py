@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import postmortem
-from postmortem import cli
+from postmortem_cli import cli
 
 _spec = importlib.util.spec_from_file_location("report_runs", Path(__file__).parents[1] / "reports" / "report_runs.py")
 report_runs = importlib.util.module_from_spec(_spec)

@@ -1,5 +1,5 @@
-"""postmortem and reports (and the run format, recorders.vocabulary, that they share) must work
-where torch cannot be imported."""
+"""postmortem, reports and the command line (and recorders.vocabulary, the run format they share)
+must work where torch cannot be imported."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def test_analyzer_and_renderer_never_import_torch(tmp_path):
         sys.meta_path.insert(0, BlockTorch())
         sys.path.insert(0, {str(ROOT)!r})
         import importlib, pkgutil
-        import recorders.vocabulary, postmortem, reports
-        for package in (postmortem, reports):  # every module, not only what __init__ imports
+        import recorders.vocabulary, postmortem, postmortem_cli, reports
+        for package in (postmortem, reports, postmortem_cli):  # every module, not only __init__.py's
             for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
                 if not module.name.endswith(".__main__"):  # that one runs the command line
                     importlib.import_module(module.name)

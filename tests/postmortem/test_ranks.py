@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from postmortem import cli
+from postmortem_cli import cli
 from postmortem.ranks import analyze_ranks, is_multi_rank, rank_dirs
 from reports.ranks import origin_sentence, spread_sentence
 from sample_runs.synthetic import SyntheticSpec, write_synthetic_run

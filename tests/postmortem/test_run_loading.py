@@ -12,7 +12,7 @@ import pytest
 from pm_runs import make_run, scalar_rows, series_rows
 from postmortem import RunDirectoryError, SchemaVersionError, analyze, load_run
 from postmortem.exceptions import PostmortemError
-from postmortem.series import read_series
+from postmortem.series import SeriesKey, read_series
 
 
 def _run(tmp_path, segments=3, steps=30):
@@ -72,7 +72,7 @@ def test_duplicated_steps_keep_the_last_occurrence(tmp_path):
     assert grad["step"].tolist() == list(range(30))
     assert grad.loc[grad["step"] == 15, "norm"].item() == 7.0
     table = read_series(run)
-    index = table.find("grad", "fc.weight")
+    index = table.keys.index(SeriesKey("grad", "fc.weight", None))
     assert table.step[table.rows(index)].tolist() == list(range(30))
     assert table.magnitude[table.rows(index)][15] == 7.0
 
@@ -152,7 +152,7 @@ def test_segments_not_sorted_by_series_are_grouped(tmp_path):
                   STATS_SCHEMA)
     table = read_series(load_run(root))
     for name, first in (("a", 1.0), ("b", 101.0)):
-        rows = table.rows(table.find("grad", name))
+        rows = table.rows(table.keys.index(SeriesKey("grad", name, None)))
         assert table.step[rows].tolist() == list(range(30))
         assert table.magnitude[rows].tolist() == list(np.arange(first, first + 30))
 

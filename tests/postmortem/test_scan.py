@@ -10,8 +10,9 @@ import duckdb
 import pandas as pd
 import pytest
 
-from postmortem import cli
-from postmortem.scan import COLUMNS, find_runs, scan, scan_runs
+from postmortem_cli import cli
+from postmortem.scan import COLUMNS, find_runs
+from postmortem_cli.scan import scan, scan_runs
 from sample_runs.synthetic import SyntheticSpec, write_synthetic_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,7 +161,7 @@ def test_without_dask_the_error_names_the_extra(tmp_path, capsys, monkeypatch):
 
 
 def test_unreachable_scheduler_is_one_line(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("postmortem.scan._SCHEDULER_TIMEOUT", "1s")
+    monkeypatch.setattr("postmortem_cli.scan._SCHEDULER_TIMEOUT", "1s")
     write_synthetic_run(tmp_path / "sweep" / "a", SyntheticSpec(**_SMALL))
     assert cli.main(["scan", str(tmp_path / "sweep"), "--scheduler", "tcp://127.0.0.1:9"]) == 2
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in capsys.readouterr().err
@@ -181,8 +182,8 @@ def test_scan_and_multi_rank_analysis_never_import_torch(tmp_path):
 
         sys.meta_path.insert(0, BlockTorch())
         sys.path.insert(0, {str(ROOT)!r})
-        from postmortem import cli
-        from postmortem.scan import scan
+        from postmortem_cli import cli
+        from postmortem_cli.scan import scan
         result = scan([{str(root)!r}], {str(tmp_path / "out")!r}, workers=0)
         assert result.runs["verdict"].tolist() == ["diverged", "healthy"], result.runs
         assert not any(name.split(".")[0] == "torch" for name in sys.modules)

@@ -26,7 +26,7 @@ from markdown_it import MarkdownIt
 from torch import nn
 
 import postmortem
-from postmortem.cli import main
+from postmortem_cli.cli import main
 from recorders import Recorder
 from recorders.errors import RecorderMeasureError, RecorderWarning, RunDirectoryError
 from reliability_cases import copy_run, load_manifest, time_limit, write_manifest

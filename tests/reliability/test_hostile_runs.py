@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import postmortem
-from postmortem.cli import main
+from postmortem_cli.cli import main
 from reliability_cases import (HOSTILE_TEXTS, KINDS, TABLES, Mutation, copy_run, load_manifest,
                                pick_segment, time_limit, write_manifest)
 
@@ -106,7 +106,7 @@ def check_case(tiny_run: Path, mutation: Mutation, hostile_dir: bool) -> None:
         mutation.apply(run_dir, outside)
 
         recording = Recording()
-        with time_limit(CASE_SECONDS), mock.patch("postmortem.cli.analyze", recording):
+        with time_limit(CASE_SECONDS), mock.patch("postmortem_cli.cli.analyze", recording):
             code, out, err = run_main(["summary", str(run_dir)])
 
     assert "unexpected" not in err, f"the library raised a non-PostmortemError: {err}"

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import torch
 
 import postmortem
-from postmortem.cli import main
+from postmortem_cli.cli import main
 from reliability_cases import copy_run, pick_segment
 
 

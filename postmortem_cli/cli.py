@@ -13,12 +13,13 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from postmortem import LABELS, VERDICTS, analyze, load_run
+from postmortem import LABELS, VERDICTS, analyze, compare_runs, load_run
 from postmortem.analysis import ANALYSIS_STAGES
 from postmortem.exceptions import PostmortemError
 from postmortem.ranks import analyze_ranks, is_multi_rank, rank_run_dir
-from postmortem.scan import find_runs, scan_dask, scan_runs
-from reports import (Progress, build_page, build_ranks_page, compare_runs, render_html, render_markdown,
+from postmortem.scan import find_runs
+from postmortem_cli.scan import scan_dask, scan_runs
+from reports import (Progress, build_page, build_ranks_page, render_comparison, render_html, render_markdown,
                      render_ranks_markdown, render_ranks_summary, render_summary)
 from reports.scan import render_scan_table
 from reports.text import clean, shorten
@@ -251,7 +252,7 @@ def _compare(args: argparse.Namespace) -> int:
         comparison = compare_runs(run_a, run_b)
     finally:
         progress.close()
-    print(comparison.describe())
+    print(render_comparison(comparison))
     return EXIT_OK
 
 
