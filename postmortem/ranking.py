@@ -206,11 +206,14 @@ def run_onset(
     # their start; the onset is where amplification became sharp, if any series shows it.
     sharp = [b for b in leaders if _sharp(b)] or leaders
     earliest = min(b.fit.onset_step for b in sharp)
+    # Membership by identity: dataclass equality would compare every fit field, and a 7 B
+    # model's 1 500 series made these tests quadratic.
+    sharp_ids, leader_ids = {id(b) for b in sharp}, {id(b) for b in leaders}
     involved = [
         b for b in breaks
-        if b.fit.amplified and (_sharp(b) or b in sharp)
+        if b.fit.amplified and (_sharp(b) or id(b) in sharp_ids)
         and b.fit.onset_step >= earliest - PRECURSOR_STEPS
-        and (b in leaders or b.role != "scalar")
+        and (id(b) in leader_ids or b.role != "scalar")
     ]
     involved.sort(key=lambda b: _rank_key(b, tie_order, robust_floor))
     top = involved[0]
