@@ -72,7 +72,6 @@ class Outcome:
     improvement: float | None  # relative loss decrease, first → last quarter
     noise: float | None  # robust σ of that decrease, from the loss's own step-to-step noise
     loss: str | None = None
-    metrics_improved: tuple[str, ...] = ()
 
 
 def measure_outcome(steps: np.ndarray, values: np.ndarray, metrics: dict[str, tuple[np.ndarray, bool]],
@@ -81,13 +80,13 @@ def measure_outcome(steps: np.ndarray, values: np.ndarray, metrics: dict[str, tu
     improved = tuple(sorted(n for n, (v, higher) in metrics.items()
                             if _improves(v if higher else -v, th)))
     if len(values) < th.min_steps:
-        return Outcome(bool(improved) if improved else None, None, None, loss, improved)
+        return Outcome(bool(improved) if improved else None, None, None, loss)
     quarter = max(1, len(values) // 4)
     early, late = float(np.median(values[:quarter])), float(np.median(values[-quarter:]))
     improvement = 0.0 if early == 0 else (early - late) / abs(early)
     noise = _median_difference_sigma(values, quarter)
     learns = (early - late > th.noise_sigmas * noise and improvement >= th.plateau_improvement)
-    return Outcome(bool(learns or improved), improvement, noise / abs(early) if early else None, loss, improved)
+    return Outcome(bool(learns or improved), improvement, noise / abs(early) if early else None, loss)
 
 
 def _improves(values: np.ndarray, th: OutcomeThresholds) -> bool:

@@ -11,7 +11,7 @@ import pandas as pd
 from ..findings import Finding, FirstNonfinite, Onset
 from ..ranking import PRECURSOR_STEPS, TensorBreak, clips_recorded
 from ..scalars import is_loss
-from .base import ERROR, NOTE, WARNING, Evidence, finding, loss_curve, register, role, scalar
+from .base import ERROR, NOTE, WARNING, Evidence, finding, loss_curve, register, role
 from .gradients import grad_norm_series
 from .root_causes import CAUSES
 from .thresholds import DivergenceThresholds, OutcomeThresholds
@@ -31,27 +31,24 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Clipping:
-    """Does the run already clip its gradients, and at what norm (None: unknown)."""
+    """Does the run already clip its gradients, and how we know."""
 
     clips: bool
-    max_norm: float | None
     how: str  # "clip_coef recorded" | "grad_norm capped" | ""
 
 
 def clipping(scalars: pd.DataFrame, grad_norm: np.ndarray) -> Clipping:
     """`clip_coef` / `grad_norm_clipped` recorded (schema 2), or a grad norm that piles up at
     one maximum (a recorder that reads gradients after clip_grad_norm_ sees max_norm often)."""
-    clipped = scalar(scalars, "grad_norm_clipped")
-    clipped = clipped[np.isfinite(clipped)]
     if clips_recorded(scalars):
-        return Clipping(True, float(np.median(clipped)) if len(clipped) else None, "clip_coef recorded")
+        return Clipping(True, "clip_coef recorded")
     finite = grad_norm[np.isfinite(grad_norm) & (grad_norm > 0)]
     if len(finite) >= 20:
         top = float(np.max(finite))
         capped = int(np.sum(finite >= top * (1 - 1e-3)))
         if capped >= max(5, len(finite) // 10):
-            return Clipping(True, top, "grad_norm capped")
-    return Clipping(False, None, "")
+            return Clipping(True, "grad_norm capped")
+    return Clipping(False, "")
 
 
 def lr_at(scalars: pd.DataFrame, step: int | None) -> float | None:
@@ -84,7 +81,7 @@ class Incident:
     lr: float | None  # at the onset
     first_update_ratio: float | None  # median over parameters of the first update/param ratio
     first_weight_update_ratio: float | None  # ...over weights of > 1 element (an init has a scale)
-    from_start: bool  # the divergence began in the first steps
+    steps_from_start: int | None  # onset step − the run's first recorded step
     loss_first_alone: bool  # the loss was the first NaN while no tensor amplified
     clipping: Clipping
     causes: list[Finding]  # root causes found at the onset
@@ -124,7 +121,7 @@ def _incident(ev: Evidence) -> Incident:
         lr=lr_at(ev.scalars, onset_step),
         first_update_ratio=first_ratio,
         first_weight_update_ratio=weight_ratio,
-        from_start=onset_step is not None and start is not None and onset_step <= start + 3,
+        steps_from_start=onset_step - start if onset_step is not None and start is not None else None,
         loss_first_alone=(first is not None and first.role == "scalar" and is_loss(first.tensor)
                           and not any(b.fit.amplified for b in ev.breaks if b.role != "scalar")),
         clipping=clipping(ev.scalars, norms),
@@ -230,14 +227,15 @@ def lr_too_high(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
         and grad_jumps.get(b.name, 10**12) > b.fit.onset_step
     ] if not other_cause else []
     big_first = incident.first_update_ratio is not None and incident.first_update_ratio >= th.update_ratio_high
-    if not (raised or lr_driven or incident.from_start or big_first):
+    from_start = incident.steps_from_start is not None and incident.steps_from_start <= th.from_start_steps
+    if not (raised or lr_driven or from_start or big_first):
         return []
     lr = incident.lr
     # The group whose lr was raised, else the tensors whose update jumped without their gradient.
     tensors = list(raised[0].tensors) if raised else sorted({b.name for b in lr_driven})
     evidence = {
         "first_update_ratio_median": incident.first_update_ratio, "cs231n_target_ratio": 1e-3,
-        "diverged_from_start": bool(incident.from_start), "lr_at_onset": lr,
+        "diverged_from_start": from_start, "lr_at_onset": lr,
         "update_jumps_without_gradient_jump": {b.name: b.fit.step_jump for b in lr_driven},
         "lr_raised": [f.evidence["hyperparameter"] for f in raised],
     }

@@ -324,9 +324,9 @@ def _incident(**changes) -> Incident:
     onset = Onset(60, (60, 60), "grad fc2.weight", 2.0, 1.0, 50.0, 6)
     base = dict(diverged=True, recovered=False, onset=onset, first_nonfinite=None, culprits=["fc2.weight"],
                 grad_breaks=[_break("grad", "fc2.weight", 60)], update_breaks=[], healthy_max_grad_norm=9.1,
-                lr=0.05, first_update_ratio=1e-3, first_weight_update_ratio=1e-3, from_start=False,
+                lr=0.05, first_update_ratio=1e-3, first_weight_update_ratio=1e-3, steps_from_start=60,
                 loss_first_alone=False,
-                clipping=Clipping(False, None, ""), causes=[], nonfinite_input=None, log_of_zero=None)
+                clipping=Clipping(False, ""), causes=[], nonfinite_input=None, log_of_zero=None)
     base.update(changes)
     return Incident(**base)
 
@@ -334,7 +334,7 @@ def _incident(**changes) -> Incident:
 def test_diverged_quotes_the_lr_at_the_onset_and_never_says_clip_to_a_run_that_clips():
     found = diverged(_incident(), TH.divergence)
     assert "max_norm=9.1" in found[0].fix and "lr 0.05 at the onset" in found[0].fix
-    clips = diverged(_incident(clipping=Clipping(True, 1.0, "clip_coef recorded")), TH.divergence)
+    clips = diverged(_incident(clipping=Clipping(True, "clip_coef recorded")), TH.divergence)
     assert "clip_grad_norm_" not in clips[0].fix
     assert diverged(_incident(recovered=True), TH.divergence) == []
     assert diverged(_incident(diverged=False), TH.divergence) == []
@@ -343,7 +343,7 @@ def test_diverged_quotes_the_lr_at_the_onset_and_never_says_clip_to_a_run_that_c
 def test_exploding_gradient():
     assert exploding_gradient(_incident(), TH.divergence)[0].tensors == ["fc2.weight"]
     assert exploding_gradient(_incident(grad_breaks=[]), TH.divergence) == []
-    clips = exploding_gradient(_incident(clipping=Clipping(True, 1.0, "clip_coef recorded")), TH.divergence)
+    clips = exploding_gradient(_incident(clipping=Clipping(True, "clip_coef recorded")), TH.divergence)
     assert "clip_grad_norm_" not in clips[0].fix
 
 
@@ -356,6 +356,13 @@ def test_lr_too_high():
     update_jump = _incident(update_breaks=[_break("update", "fc2.weight", 60)])
     assert lr_too_high(update_jump, TH.divergence)[0].tensors == ["fc2.weight"]
     assert lr_too_high(_incident(), TH.divergence) == []
+
+
+def test_lr_too_high_dates_a_divergence_from_the_start_by_its_threshold():
+    early = _incident(steps_from_start=2)
+    found = lr_too_high(early, TH.divergence)
+    assert found and found[0].evidence["diverged_from_start"] is True
+    assert lr_too_high(early, replace(TH.divergence, from_start_steps=1)) == []
 
 
 def test_lr_too_high_in_a_run_that_stayed_finite_reads_the_first_update_against_the_weights():
