@@ -23,6 +23,9 @@ __all__ = [
     "char_corpus",
     "lm_batch_sampler",
     "token_batches",
+    "CLICKS",
+    "ClickSpec",
+    "click_data",
 ]
 
 
@@ -70,16 +73,20 @@ def domain_b(images: torch.Tensor, shift: int = 4) -> torch.Tensor:
 
 
 def batch_sampler(data: Dataset, batch_size: int, seed: int):
-    """Returns `draw()` giving the next random batch (without replacement within an epoch)."""
+    """Returns `draw()` giving the next random batch (without replacement within an epoch); `data.x`
+    may be a dict of tensors (a dict batch), each indexed alike."""
     generator = torch.Generator().manual_seed(seed)
     order: list[int] = []
+    rows = len(next(iter(data.x.values()))) if isinstance(data.x, dict) else len(data.x)
 
     def draw() -> tuple[torch.Tensor, torch.Tensor]:
         nonlocal order
         if len(order) < batch_size:
-            order = torch.randperm(len(data.x), generator=generator).tolist()
+            order = torch.randperm(rows, generator=generator).tolist()
         index = torch.tensor(order[:batch_size])
         order = order[batch_size:]
+        if isinstance(data.x, dict):
+            return {key: value[index] for key, value in data.x.items()}, data.y[index]
         return data.x[index], data.y[index]
 
     return draw
@@ -170,3 +177,44 @@ def token_batches(n: int, *, batch: int, context: int, vocab: int, seed: int
             tokens[:, i + 1] = torch.where(keep, (3 * tokens[:, i] + 1) % vocab, noise)
         out.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
     return out
+
+
+@dataclass(frozen=True)
+class ClickSpec:
+    """The shape of the synthetic click log: sparse fields (user, item, the item's category), a
+    bag of recently seen items per row, dense features, rows."""
+
+    cardinalities: tuple[int, ...] = (100, 200, 12)
+    items: int = 200
+    history: int = 5
+    dense: int = 4
+    rows: int = 4000
+
+
+CLICKS = ClickSpec()
+
+
+@lru_cache(maxsize=1)
+def click_data() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """A click log (the same for every seed, as the digits are): a dict batch of `sparse` int64 IDs
+    (rows × 3), `history` int64 item IDs (rows × 5) and `dense` float32 features (standardised,
+    as a practitioner's log-transform and scaling leaves them), and float labels 0/1 drawn from
+    a logistic model: user and item biases, a user-item affinity, the history's affinity with
+    the item, and a linear term of the dense features."""
+    spec, generator = CLICKS, torch.Generator().manual_seed(1234)
+    users, items, categories = spec.cardinalities
+    user_vec, item_vec = torch.randn(users, 4, generator=generator), torch.randn(items, 4, generator=generator)
+    user_bias, item_bias = torch.randn(users, generator=generator), torch.randn(items, generator=generator)
+    category_of = torch.randint(0, categories, (items,), generator=generator)
+    category_bias = torch.randn(categories, generator=generator)
+    user = torch.randint(0, users, (spec.rows,), generator=generator)
+    item = torch.randint(0, items, (spec.rows,), generator=generator)
+    history = torch.randint(0, items, (spec.rows, spec.history), generator=generator)
+    dense = torch.randn(spec.rows, spec.dense, generator=generator)
+    logit = (user_bias[user] + item_bias[item] + category_bias[category_of[item]]
+             + 0.5 * (user_vec[user] * item_vec[item]).sum(1)
+             + 0.5 * (item_vec[history].mean(1) * item_vec[item]).sum(1)
+             + dense @ torch.tensor([1.5, -1.0, 0.5, 0.0]))
+    labels = torch.bernoulli(torch.sigmoid(logit), generator=generator)
+    x = {"sparse": torch.stack([user, item, category_of[item]], dim=1), "history": history, "dense": dense}
+    return x, labels

@@ -94,26 +94,36 @@ class WeightScale(Fault):
                         param.mul_(self.factor)
 
 
+def _on_floats(x, change):
+    """`change` applied to a float tensor, or to each float tensor of a dict batch (integer IDs are
+    left as they are: a corrupted record's features, not its keys)."""
+    if isinstance(x, dict):
+        return {key: _on_floats(value, change) for key, value in x.items()}
+    return change(x) if x.is_floating_point() else x
+
+
+def _first_sample_nan(x: torch.Tensor) -> torch.Tensor:
+    x = x.clone()
+    x.view(len(x), -1)[0, : max(1, x[0].numel() // 8)] = float("nan")
+    return x
+
+
 @dataclass
 class BatchScale(Fault):
-    """The batch at t0 arrives multiplied by `factor` (an unnormalised shard)."""
+    """The batch at t0 arrives with its float inputs multiplied by `factor` (an unnormalised shard)."""
 
     factor: float = 1e3
 
     def batch(self, step, x, y):
-        return (x * self.factor, y) if step == self.t0 else (x, y)
+        return (_on_floats(x, lambda v: v * self.factor), y) if step == self.t0 else (x, y)
 
 
 @dataclass
 class BatchNaN(Fault):
-    """The batch at t0 carries NaN in one sample (a corrupted record)."""
+    """The batch at t0 carries NaN in one sample's float inputs (a corrupted record)."""
 
     def batch(self, step, x, y):
-        if step != self.t0:
-            return x, y
-        x = x.clone()
-        x.view(len(x), -1)[0, : max(1, x[0].numel() // 8)] = float("nan")
-        return x, y
+        return (_on_floats(x, _first_sample_nan), y) if step == self.t0 else (x, y)
 
 
 @dataclass
@@ -257,12 +267,14 @@ class LabelShuffle(Fault):
 
 @dataclass
 class MislabeledBatch(Fault):
-    """Healthy-run noise: the `length` batches from t0 carry wrong labels, giving a loss spike that recovers."""
+    """Healthy-run noise: the `length` batches from t0 carry wrong labels, giving a loss spike that
+    recovers. Class indices move to another class; float targets in [0, 1] (click labels, pixels
+    to reconstruct) are flipped to 1 − y."""
 
     length: int = 2
     classes: int = 10
 
     def batch(self, step, x, y):
         if self.t0 <= step < self.t0 + self.length:
-            return x, (y + 1 + step % (self.classes - 1)) % self.classes
+            return x, (1 - y if y.is_floating_point() else (y + 1 + step % (self.classes - 1)) % self.classes)
         return x, y

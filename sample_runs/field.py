@@ -1,8 +1,10 @@
 """Field-like sample runs: the models and training code people run, healthy and with faults injected.
 
 A GPT-style causal LM, a `torch.nn.TransformerEncoder` classifier, a residual CNN with BatchNorm,
-a GRU character LM, a timm-style ViT, a tied-embedding LSTM LM, an MLP-Mixer and a TCN
-(`field_models`), each trained by nanoGPT's loop (`training.train_field`):
+a GRU character LM, a timm-style ViT, a tied-embedding LSTM LM, an MLP-Mixer, a TCN, a LLaMA-style
+LM, a conv autoencoder (MSE reconstruction) and a DLRM-style click model (dict batches of sparse
+IDs and dense features, BCE-with-logits) (`field_models`), each trained by nanoGPT's loop
+(`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop. Faults come from `faults.py`, at a step t0 and on a
 tensor drawn per (family, arch, seed); the truth comes from the injection and from the losses the
@@ -21,11 +23,11 @@ import torch
 from torch import nn
 
 from . import faults
-from .data import Dataset, batch_sampler, char_corpus, digits, lm_batch_sampler
+from .data import Dataset, batch_sampler, char_corpus, click_data, digits, lm_batch_sampler
 from .expected import Expected
 from .field_models import CONTEXT, FIELD_ARCHS, build_field_model
 from .nanogpt import LoopConfig, lr_at
-from .training import broke_against, stalled_against, train_field
+from .training import broke_against, stalled_against, token_cross_entropy, train_field
 
 __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
 
@@ -56,8 +58,16 @@ RECIPES = {
     "lstm_lm": Recipe(lr=1e-2, weight_decay=0.0, batch=16, clip=0.25, betas=(0.9, 0.98)),
     "mixer": Recipe(lr=3e-3, weight_decay=0.05, batch=32),
     "tcn": Recipe(lr=3e-3, weight_decay=1e-4, batch=32, clip=None),
+    "llama": Recipe(lr=3e-3, weight_decay=0.1, batch=16, betas=(0.9, 0.95)),
+    "autoencoder": Recipe(lr=3e-3, weight_decay=0.0, batch=32, clip=None),
+    "recsys": Recipe(lr=3e-3, weight_decay=0.0, batch=64, clip=None),
 }
-LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm")
+LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama")
+IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder")
+"""Architectures that take (B, 1, 8, 8) digits."""
+LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
+          "recsys": torch.nn.functional.binary_cross_entropy_with_logits}
+"""Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
 def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
@@ -113,8 +123,13 @@ class FieldFamily:
 
 
 def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
-    hidden_units = [u for u in model.units if u.startswith(("encoder.layers.", "blocks.", "rnn"))]
+    hidden_units = getattr(model, "hidden", None) or [
+        u for u in model.units if u.startswith(("encoder.layers.", "blocks.", "rnn"))]
     return {"unit": rng.choice(hidden_units), "exposed": rng.choice(model.exposed), "detached": hidden_units[-1]}
+
+
+FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys")
+"""Architectures whose batch has float features (the bad-batch faults); the LMs read token IDs."""
 
 
 def _no_fault(**_) -> faults.Fault:
@@ -139,10 +154,10 @@ FIELD_FAMILIES: dict[str, FieldFamily] = {
         notes="weights of {culprit} multiplied by {factor:g} outside the optimizer at step {t0}"),
     "batch_scale": FieldFamily(
         lambda t0, **_: faults.BatchScale(t0=t0, factor=1e3), "diverged", ("diverged",), cause="batch_out_of_range",
-        archs=("transformer", "resnet", "vit", "mixer", "tcn"), notes="batch at step {t0} multiplied by 1e3"),
+        archs=FLOAT_INPUTS, notes="batch at step {t0} multiplied by 1e3"),
     "batch_nan": FieldFamily(
         lambda t0, **_: faults.BatchNaN(t0=t0), "diverged", ("diverged", "nonfinite_input"),
-        archs=("transformer", "resnet", "vit", "mixer", "tcn"), notes="batch at step {t0} carries NaN"),
+        archs=FLOAT_INPUTS, notes="batch at step {t0} carries NaN"),
     "adam_state": FieldFamily(
         lambda t0, **_: faults.AdamStateZeroed(t0=t0, layer=""), "diverged", ("diverged",),
         cause="optimizer_state_changed", notes="AdamW exp_avg_sq of every tensor zeroed at step {t0}, exp_avg kept (a partial state restore)"),
@@ -169,17 +184,32 @@ def field_families() -> list[tuple[str, str]]:
 
 
 def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
-    """(draw, eval_draw, classes) for an architecture: characters for the LMs, digits otherwise."""
+    """(draw, eval_draw, classes, chance) for an architecture: characters for the LMs, clicks for
+    the click model, digits otherwise (the autoencoder's targets are its inputs). `chance` is the
+    loss of a model that learned nothing but the targets' marginal: ln(classes) for classifiers
+    and LMs, the entropy of the click rate, the pixel variance for a reconstruction."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in LANGUAGE_MODELS:
         tokens, vocab = char_corpus(CORPUS_CHARS, seed)
         split = int(0.9 * len(tokens))
         return (lm_batch_sampler(tokens[:split], micro, CONTEXT, seed),
-                lm_batch_sampler(tokens[split:], 32, CONTEXT, seed + 1), vocab)
+                lm_batch_sampler(tokens[split:], 32, CONTEXT, seed + 1), vocab, math.log(vocab))
+    if arch == "recsys":
+        x, y = click_data()
+        split = int(0.8 * len(y))
+        train = Dataset({k: v[:split] for k, v in x.items()}, y[:split])
+        held = Dataset({k: v[split:] for k, v in x.items()}, y[split:])
+        rate = float(train.y.mean())
+        chance = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
+        return batch_sampler(train, micro, seed), batch_sampler(held, 256, seed + 1), 2, chance
     rows = digits("rows")
-    x = rows.x.unsqueeze(1) if arch in ("resnet", "vit", "mixer") else rows.x
+    x = rows.x.unsqueeze(1) if arch in IMAGE_MODELS else rows.x
+    if arch == "autoencoder":
+        train, held = Dataset(x[:1500], x[:1500].clone()), Dataset(x[1500:], x[1500:].clone())
+        return (batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10,
+                float(((train.y - train.y.mean(0)) ** 2).mean()))
     train, held = Dataset(x[:1500], rows.y[:1500]), Dataset(x[1500:], rows.y[1500:])
-    return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10
+    return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10, math.log(10)
 
 
 @lru_cache(maxsize=None)  # 24 twins; the catalogue visits them family by family
@@ -197,7 +227,7 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
               "weight_scale": rng.choice((100.0, 200.0, 300.0))}.get(family, 1.0)
     options = {"accumulation": recipe.accumulation, "bf16": False, "warmup": recipe.warmup, **spec.recipe}
     torch.manual_seed(seed)
-    draw, eval_draw, classes = _data(arch, recipe, seed, options["accumulation"])
+    draw, eval_draw, classes, chance = _data(arch, recipe, seed, options["accumulation"])
     model = build_field_model(arch, classes)
     lr = recipe.lr * spec.lr_factor
     optimizer = torch.optim.AdamW(_param_groups(model, recipe, lr), lr=lr, betas=recipe.betas)
@@ -209,11 +239,12 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
               "accumulation": options["accumulation"], "clip": recipe.clip, "bf16": options["bf16"]}
     outcome = train_field(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, fault=fault,
                           accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
-                          eval_draw=eval_draw, config=config, recorder_options=recorder_options)
+                          eval_draw=eval_draw, loss_fn=LOSSES.get(arch, token_cross_entropy), config=config,
+                          recorder_options=recorder_options)
     # Parameters outside every unit's module (the classifier's `pos`) sit before the first block.
     units = [*(n for n, _ in model.named_parameters() if not any(n.startswith(u + ".") for u in model.units)),
              *model.units]
-    return outcome, t0, factor, picked, units, math.log(classes)
+    return outcome, t0, factor, picked, units, chance
 
 
 def field_run(run_dir: Path, family: str, arch: str, seed: int, recorder_options: dict) -> dict:

@@ -17,13 +17,23 @@
 - `TCN`: a temporal convolutional net (Bai et al. 2018) over the 8 rows of a digit as a sequence:
   dilated `Conv1d` residual blocks with ReLU and dropout, no normalisation, mean pooling.
 
+- `Llama`: Meta's LLaMA decoder (`llama/model.py` layout and names) with llama2.c's init: RMSNorm
+  before attention and MLP, rotary position embeddings (real cos/sin, rotate-half), a SwiGLU MLP,
+  no biases anywhere, an output head untied from the token embedding.
+- `ConvAutoencoder`: a conv encoder (strided `Conv2d`) and a `ConvTranspose2d` decoder with a
+  sigmoid output, no normalisation, trained to reconstruct the digit (MSE): a regression loss.
+- `RecSys`: a DLRM-style click model: `nn.Embedding` tables over sparse categorical IDs, an
+  `nn.EmbeddingBag` (mean) over a bag of recently seen item IDs, a bottom MLP on dense features,
+  their concatenation through a top MLP to one logit (BCEWithLogits); its batch is a dict.
+
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
-once before any of their analyses was read; `mixer` and `tcn` likewise before the second round
-(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
+`llama`, `autoencoder` and `recsys` before the third (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
-build one param group per unit (per-block learning rates) and to name what a fault hits; and its
-`exposed` layers, whose output reaches the loss (or the recurrence) without a normalisation after
+build one param group per unit (per-block learning rates) and to name what a fault hits; the
+`hidden` units among them (the blocks between input and head: where an lr spike or a detach is
+drawn); and its `exposed` layers, whose output reaches the loss (or the recurrence) without a normalisation after
 it: scaling their weights changes what the model computes (behind a LayerNorm or BatchNorm the
 same scaling is normalised away, and the run shrugs it off).
 """
@@ -36,7 +46,8 @@ from torch import nn
 
 from .models import TinyGPT
 
-__all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
+__all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
+           "RecSys", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
 
 
 def nanogpt_init(model: TinyGPT) -> TinyGPT:
@@ -273,12 +284,144 @@ class TCN(nn.Module):
         return self.head(self.blocks(self.stem(x.transpose(1, 2))).mean(dim=2))
 
 
-FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn")
+class RMSNorm(nn.Module):
+    """LLaMA's RMSNorm: x / sqrt(mean(x²) + eps), times a learned gain (no bias, no mean)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+class LlamaAttention(nn.Module):
+    """Causal self-attention with rotary embeddings on q and k; wq, wk, wv, wo without biases."""
+
+    def __init__(self, dim: int, heads: int, context: int, theta: float = 10000.0) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.wq = nn.Linear(dim, dim, bias=False)
+        self.wk = nn.Linear(dim, dim, bias=False)
+        self.wv = nn.Linear(dim, dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+        inv_freq = 1.0 / theta ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim)
+        angles = torch.outer(torch.arange(context).float(), inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = (w(x).view(b, t, self.heads, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        cos, sin = self.cos[:t], self.sin[:t]
+        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(y.transpose(1, 2).reshape(b, t, c))
+
+
+class SwiGLU(nn.Module):
+    """LLaMA's FeedForward: w2(silu(w1 x) · w3 x), hidden = 2/3 of 4·dim rounded up to `multiple_of`."""
+
+    def __init__(self, dim: int, multiple_of: int = 16) -> None:
+        super().__init__()
+        hidden = multiple_of * math.ceil(int(2 * 4 * dim / 3) / multiple_of)
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, context: int) -> None:
+        super().__init__()
+        self.attention_norm = RMSNorm(dim)
+        self.attention = LlamaAttention(dim, heads, context)
+        self.ffn_norm = RMSNorm(dim)
+        self.feed_forward = SwiGLU(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x))
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Llama(nn.Module):
+    """A tiny LLaMA (`tok_embeddings`, `layers.i.{attention,feed_forward}`, `norm`, `output`) with
+    llama2.c's `_init_weights`: N(0, 0.02²) for linear and embedding weights, N(0, (0.02 /
+    sqrt(2·layers))²) for the residual projections `wo` and `w3`."""
+
+    def __init__(self, vocab: int, dim: int = 32, heads: int = 4, layers: int = 2, context: int = 32) -> None:
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(vocab, dim)
+        self.layers = nn.Sequential(*(LlamaBlock(dim, heads, context) for _ in range(layers)))
+        self.norm = RMSNorm(dim)
+        self.output = nn.Linear(dim, vocab, bias=False)
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith(("wo.weight", "w3.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+        self.units = ["tok_embeddings", *(f"layers.{i}" for i in range(layers)), "norm", "output"]
+        self.hidden = [f"layers.{i}" for i in range(layers)]
+        self.exposed = ["output"]
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.output(self.norm(self.layers(self.tok_embeddings(idx))))
+
+
+class ConvAutoencoder(nn.Module):
+    """(B, 1, 8, 8) → 16×4×4 → 32×2×2 → back by transposed convs → sigmoid: a reconstruction in [0, 1]."""
+
+    def __init__(self, channels: int = 16) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Conv2d(1, channels, 3, stride=2, padding=1), nn.ReLU(),
+                                     nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1), nn.ReLU())
+        self.decoder = nn.Sequential(nn.ConvTranspose2d(2 * channels, channels, 4, stride=2, padding=1), nn.ReLU(),
+                                     nn.ConvTranspose2d(channels, 1, 4, stride=2, padding=1), nn.Sigmoid())
+        self.units = ["encoder.0", "encoder.2", "decoder.0", "decoder.2"]
+        self.hidden = ["encoder.2", "decoder.0"]
+        self.exposed = list(self.units)  # no normalisation anywhere
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.encoder(x))
+
+
+class RecSys(nn.Module):
+    """DLRM-style: one embedding per sparse field, a mean `EmbeddingBag` over the item history,
+    a bottom MLP on the dense features, concatenated into a top MLP and a one-logit head."""
+
+    def __init__(self, cardinalities: tuple[int, ...], items: int, dense: int, dim: int = 16) -> None:
+        super().__init__()
+        self.embeddings = nn.ModuleList(nn.Embedding(n, dim) for n in cardinalities)
+        self.history = nn.EmbeddingBag(items, dim, mode="mean")
+        self.bottom = nn.Sequential(nn.Linear(dense, dim), nn.ReLU())
+        self.top = nn.Sequential(nn.Linear((len(cardinalities) + 2) * dim, 64), nn.ReLU(), nn.Linear(64, 32), nn.ReLU())
+        self.head = nn.Linear(32, 1)
+        self.units = ["embeddings", "history", "bottom", "top", "head"]
+        self.hidden = ["bottom", "top"]
+        self.exposed = ["embeddings.0", "top.0", "head"]
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        sparse = [table(batch["sparse"][:, i]) for i, table in enumerate(self.embeddings)]
+        features = torch.cat([*sparse, self.history(batch["history"]), self.bottom(batch["dense"])], dim=1)
+        return self.head(self.top(features)).squeeze(1)
+
+
+FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder", "recsys")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
 
 def build_field_model(arch: str, vocab: int) -> nn.Module:
+    """The architecture's model; `vocab` is the LMs' vocabulary (ignored by the others)."""
     if arch == "gpt":
         return nanogpt_init(TinyGPT(vocab=vocab, context=CONTEXT, width=32, heads=4, layers=2))
     if arch == "transformer":
@@ -295,4 +438,12 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         return Mixer()
     if arch == "tcn":
         return TCN()
+    if arch == "llama":
+        return Llama(vocab, context=CONTEXT)
+    if arch == "autoencoder":
+        return ConvAutoencoder()
+    if arch == "recsys":
+        from .data import CLICKS
+
+        return RecSys(CLICKS.cardinalities, CLICKS.items, CLICKS.dense)
     raise ValueError(f"unknown field architecture {arch!r}")

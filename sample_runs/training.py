@@ -13,7 +13,7 @@ from torch import nn
 from .faults import Fault
 
 __all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "first_nonfinite", "broke_after", "broke_against",
-           "stalled_against"]
+           "stalled_against", "token_cross_entropy"]
 
 STEPS_AFTER_NONFINITE = 3
 
@@ -139,6 +139,11 @@ def train(
     return outcome
 
 
+def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over class indices; an LM's (B, T, V) logits are flattened for next-token targets."""
+    return F.cross_entropy(logits.flatten(0, -2), targets.flatten())
+
+
 class _Unrecorded:
     """Stands in for the Recorder where a loop runs only for its losses (a fault-free twin)."""
 
@@ -166,6 +171,7 @@ def train_field(
     bf16: bool = False,
     eval_draw: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None,
     eval_every: int = 25,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = token_cross_entropy,
     config: dict | None = None,
     recorder_options: dict | None = None,
 ) -> Outcome:
@@ -174,8 +180,10 @@ def train_field(
     `eval_every` steps (eval mode, no_grad) whose loss is recorded as `val_loss`.
 
     `lr_at(step)` is the schedule's factor on each group's `base_lr`; `bf16` runs forward and
-    loss under CPU bf16 autocast. Logits of (B, T, V) are flattened for next-token targets. The
-    recorded `loss` is the step's mean micro-batch loss (unscaled), as nanoGPT logs it.
+    loss under CPU bf16 autocast. `loss_fn(output, targets)` gets the model's output in float32
+    (default: cross-entropy over class indices, `token_cross_entropy`; a regression's MSE, a
+    click model's BCE-with-logits). The recorded `loss` is the step's mean micro-batch loss
+    (unscaled), as nanoGPT logs it.
     `run_dir=None` trains without recording (the losses only).
     """
     from recorders import Recorder
@@ -186,8 +194,7 @@ def train_field(
 
     def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits = model(x)
-            return F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())
+            return loss_fn(model(x).float(), y)
 
     def evaluate() -> float:
         model.eval()

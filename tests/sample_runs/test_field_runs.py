@@ -8,7 +8,8 @@ from sample_run_helpers import read_stats
 
 from sample_runs import HELD_OUT_ARCHS, SCENARIOS, make
 from sample_runs.field import FIELD_FAMILIES, _twin_losses
-from sample_runs.field_models import build_field_model
+from sample_runs.field_models import FIELD_ARCHS, build_field_model
+from sample_runs.training import broke_against
 
 
 def _losses(run):
@@ -22,7 +23,8 @@ def _mean(values):
 
 def test_catalogue_looks_like_the_field():
     field = [s for s in SCENARIOS.values() if s.arch in HELD_OUT_ARCHS]
-    assert {s.arch for s in field} == {"gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn"}
+    assert {s.arch for s in field} == {"gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn",
+                                       "llama", "autoencoder", "recsys"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -32,13 +34,55 @@ def test_catalogue_looks_like_the_field():
     assert len(healthy) >= 40 and len({s.arch for s in healthy}) >= 6
 
 
-@pytest.mark.parametrize("arch", ["gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn"])
+@pytest.mark.parametrize("arch", FIELD_ARCHS)
 def test_units_partition_the_parameters_and_exposed_layers_exist(arch):
     model = build_field_model(arch, 27)
     in_units = {id(p) for unit in model.units for p in model.get_submodule(unit).parameters()}
     assert {id(p) for n, p in model.named_parameters() if n != "pos"} <= in_units
     for layer in model.exposed:
         assert any(n.startswith("weight") for n, _ in model.get_submodule(layer).named_parameters())
+
+
+def test_llama_has_no_biases_and_a_scaled_output_head_breaks_it(tmp_path):
+    model = build_field_model("llama", 27)
+    assert not any(n.endswith("bias") for n, _ in model.named_parameters())
+    assert model.output.weight is not model.tok_embeddings.weight  # LLaMA's head is untied
+    truth = make("weight_scale-llama-s0", tmp_path / "run")
+    assert truth.verdict == "diverged" and truth.culprit == "output"
+    stats = read_stats(tmp_path / "run")
+    norm = stats[(stats["role"] == "param") & (stats["name"] == "output.weight")].set_index("step")["norm"]
+    assert norm[truth.onset_step] / norm[truth.onset_step - 1] > 50
+    losses, twin = _losses(tmp_path / "run"), _twin_losses("llama", 0)
+    assert losses[: truth.onset_step] == pytest.approx(list(twin[: truth.onset_step]), rel=1e-5)
+    assert _mean(twin[-10:]) < 0.5 * _mean(twin[:10])  # the healthy recipe learns
+
+
+def test_autoencoder_reconstructs_its_input_with_mse_and_recovers_from_flipped_targets(tmp_path):
+    truth = make("healthy_spike-autoencoder-s0", tmp_path / "run")
+    assert truth.verdict == "healthy" and truth.labels == []
+    t0 = int(truth.notes.split("from step ")[1].split(":")[0])
+    losses = _losses(tmp_path / "run")
+    assert all(0 < v < 1 for v in losses)  # a mean squared error of pixels in [0, 1]
+    assert losses[t0] > 2 * _mean(losses[t0 - 10 : t0]) and _mean(losses[-10:]) < 0.5 * _mean(losses[:10])
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("role")
+    assert io.loc["input", "shape"] == io.loc["target", "shape"] == "32x1x8x8"
+    assert io.loc["input", "kind"] == io.loc["target", "kind"] == "float"
+
+
+def test_recsys_bad_batch_scales_the_dense_features_only_and_the_twin_decides(tmp_path):
+    truth = make("batch_scale-recsys-s0", tmp_path / "run")
+    t0 = int(truth.notes.split("batch at step ")[1].split(" ")[0])
+    stats = read_stats(tmp_path / "run")
+    inputs = stats[stats["role"] == "input"]
+    assert set(inputs["name"]) == {"input.sparse", "input.history", "input.dense"}
+    assert set(inputs[inputs["name"] != "input.dense"]["kind"]) == {"index"}
+    for name, factor in (("input.dense", 1e3), ("input.sparse", 1.0)):
+        std = inputs[inputs["name"] == name].set_index("step")["std"]
+        assert std[t0] / std[t0 - 1] == pytest.approx(factor, rel=0.5)
+    losses, twin = _losses(tmp_path / "run"), list(_twin_losses("recsys", 0))
+    assert truth.verdict == ("diverged" if broke_against(losses, twin, t0) else "healthy")
+    assert _mean(twin[-10:]) < 0.8 * _mean(twin[:10])  # BCE on the clicks falls from ln 2
 
 
 def test_lr_spike_raises_the_groups_lr_at_t0_and_the_run_does_not_come_back(tmp_path):
