@@ -111,11 +111,11 @@ def test_unscaled_inputs_skip_index_inputs_and_are_notes_in_a_run_that_learns():
 # ---------------------------------------------------------------- gradients
 
 
-def _silent(since: dict, learns=LEARNS, called=None, frozen=()):
+def _silent(since: dict, learns=LEARNS, called=None, frozen=(), loss=None):
     names = list(since)
     return SilentGradients({n: 0 for n in names}, since, {n: (1.0 if s == 0 else 0.5) if s is not None else 0.0
                                                         for n, s in since.items()},
-                           {n: N for n in names}, frozenset(frozen), learns, called)
+                           {n: N for n in names}, frozenset(frozen), learns, called, loss=loss)
 
 
 def test_no_gradient_on_a_layer_cut_mid_run():
@@ -124,6 +124,21 @@ def test_no_gradient_on_a_layer_cut_mid_run():
     assert found[0].tensors == ["fc1.weight", "fc1.bias"] and found[0].severity == "error"
     assert "detach" in found[0].fix
     assert no_gradient(_silent({"fc1.weight": None, "fc2.weight": None}), TH.gradients) == []
+
+
+def test_a_layer_cut_off_in_a_run_that_keeps_learning_is_a_warning():
+    steps = np.arange(100)
+    cut = {"fc1.weight": 50, "fc1.bias": 50, "fc2.weight": None, "fc2.bias": None}
+    # The head keeps learning on frozen features: the loss halves after the cut at step 50.
+    learning = (steps, np.where(steps < 50, 2.0 - 0.02 * steps, 1.0 * 0.99 ** (steps - 50)))
+    found = no_gradient(_silent(cut, loss=learning), TH.gradients)
+    assert found[0].severity == "warning" and found[0].tensors == ["fc1.weight", "fc1.bias"]
+    assert found[0].evidence["loss_gain_since"] > 0.2 and "step 50" in found[0].fix
+    # Learning stops at the cut (the loss falls 5 % more): the cut explains a run that does not learn.
+    stalled = (steps, np.where(steps < 50, 2.0 - 0.02 * steps, 1.0 - 0.001 * (steps - 50)))
+    assert no_gradient(_silent(cut, loss=stalled), TH.gradients)[0].severity == "error"
+    # ...and so it does in a run that does not learn by its own yardstick at all.
+    assert no_gradient(_silent(cut, learns=FLAT, loss=learning), TH.gradients)[0].severity == "error"
 
 
 def test_zero_gradient_by_construction_is_a_note_naming_the_tensor():
