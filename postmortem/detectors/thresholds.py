@@ -35,6 +35,7 @@ class OutcomeThresholds:
     spike_recovered: float = 2.0  # back below 2× the level before the spike (our choice)
     spike_window: int = 20  # the recent level: rolling median of the 20 previous losses (Megatron-LM)
     recovered_factor: float = 1.1  # came back: the loss returns to, and ends, within 10 % of its level before
+    recovered_within: float = 0.5  # ...within the first half of the steps after the onset (our choice, docs/diagnoses.md)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from postmortem.detectors.gradients import (
 )
 from postmortem.detectors.init import InitialWeight, InitialWeights, poor_init
 from postmortem.detectors.inputs import InputFeatures, InputSeries, NonfiniteBatches, nonfinite_input, unscaled_inputs
-from postmortem.detectors.outcome import LossOutcome, loss_plateau
+from postmortem.detectors.outcome import LossOutcome, loss_came_back, loss_plateau, loss_spikes
 from postmortem.detectors.root_causes import (
     OnsetWindow,
     Series,
@@ -88,6 +88,34 @@ def test_loss_plateau():
     outcome = measure_outcome(STEPS, flat, {}, TH.outcome)
     assert [f.label for f in loss_plateau(LossOutcome(flat, outcome, False), TH.outcome)] == ["loss_plateau"]
     assert loss_plateau(LossOutcome(flat, LEARNS, False), TH.outcome) == []
+
+
+def _spiked_loss(back_after: int | None, end: float = 0.8) -> tuple[np.ndarray, np.ndarray]:
+    """150 steps: loss 1.0 until step 50, ×5 there, back to 1.0 `back_after` steps later (never:
+    None), then falling to `end`."""
+    steps = np.arange(150)
+    loss = np.ones(150)
+    loss[50:] = 5.0
+    if back_after is not None:
+        loss[50 + back_after:] = np.linspace(1.0, end, 150 - 50 - back_after)
+    return steps, loss
+
+
+def test_a_loss_that_came_back_soon_and_ends_there_came_back():
+    assert loss_came_back(*_spiked_loss(10), 50, TH.outcome)
+    # Back only after 60 of the 99 steps that follow: most of the run went to getting back.
+    assert not loss_came_back(*_spiked_loss(60), 50, TH.outcome)
+    # Back, but ends above its level before the incident; never back at all.
+    assert not loss_came_back(*_spiked_loss(10, end=1.3), 50, TH.outcome)
+    assert not loss_came_back(*_spiked_loss(None), 50, TH.outcome)
+
+
+def test_loss_spikes_are_ten_times_the_recent_level():
+    steps, loss = _spiked_loss(1)
+    spikes, level = loss_spikes(loss, TH.outcome)
+    assert list(spikes) == [] and level[60] == 1.0  # ×5 is no spike
+    loss[50] = 12.0
+    assert list(loss_spikes(loss, TH.outcome)[0]) == [50]
 
 
 # ---------------------------------------------------------------- inputs
