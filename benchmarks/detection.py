@@ -739,10 +739,11 @@ NOTES = """Notes on the method rows:
   update against the weights (`lr_too_high` on a finite run, docs/diagnoses.md). A shrugged
   fault tolerates its direct cause (`hyperparameter_changed`, `weights_changed_outside_optimizer`,
   `optimizer_state_changed`, `batch_out_of_range`): the analyzer rightly warns about it.
-- `detach` truths differ between the zoos: the original zoo calls every detached run not
-  learning (by construction), the field zoo judges it against its twin, and a GRU or ResNet whose
-  head still learns on frozen features is "healthy" there; the analyzer, which sees a whole layer
-  cut off from the gradient, says not learning (`no_gradient`) in both.
+- A layer cut off from the gradient (`detach`, `frozen_layer`) is not learning only when the run
+  then learns less than its fault-free twin (`training.stalled_against`, in both zoos); a run
+  whose head still learns on the frozen features is healthy and tolerates `no_gradient`. The
+  analyzer, which sees no twin, warns (`no_gradient`, severity warning) when the loss fell
+  ≥ 20 % after the cut and calls the run not learning otherwise.
 - postmortem's findings of severity `note` are not counted (benign on any run)."""
 
 

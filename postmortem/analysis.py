@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .detectors import CAUSE_LABELS, NOTE, REGISTRY, Evidence, OutcomeThresholds, Thresholds, diagnose, gradients, measure_outcome, root_causes, summarize
+from .detectors import outcome as outcome_rules
 from .detectors import verdict as diagnoses_verdict
 from .detectors.base import loss_curve, main_loss, metric_curves
 from .findings import Finding, FirstNonfinite, Onset, RankedTensor
@@ -186,10 +187,13 @@ def _cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | No
     )
 
 
+_MAX_SPIKES = 5  # loss spikes whose batches are checked: an incident shows in its first few
+
+
 def _regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite | None) -> Onset | None:
     """A run that stayed finite but whose loss rose after a param group's hyperparameter changed
-    ×k (or an optimizer state collapsed), and never came back (every group's lr ×300: loss
-    2.3 → 3.3 for good), diverged there."""
+    ×k (or an optimizer state collapsed, or a batch ×10 out of its range spiked the loss), and
+    never came back (every group's lr ×300: loss 2.3 → 3.3 for good), diverged there."""
     steps, loss = loss_curve(ev.scalars)
     if not len(steps):
         return None
@@ -200,6 +204,11 @@ def _regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinit
     candidates = [(step, f"hyperparameter_changed: {name}") for step, name, _, _ in root_causes.hp_changes(window, whole_run)]
     candidates += [(step, f"optimizer_state_changed: {name}[{key}]")
                    for step, name, key, _ in root_causes.state_changes(window, whole_run)]
+    if np.all(loss > 0):  # a loss spike a batch out of its range made (a unit change, ×1e3)
+        spikes, _ = outcome_rules.loss_spikes(loss, th)
+        for step in steps[spikes[:_MAX_SPIKES]]:
+            batch = root_causes.batch_out_of_range(replace(window, onset=int(step)), thresholds.root_causes)
+            candidates += [(f.step, f"batch_out_of_range: {f.tensors[0]}") for f in batch]
     for step, series in sorted(candidates):
         before = loss[steps < step][-th.min_steps:]
         after = loss[steps > step][: th.min_steps]
@@ -232,8 +241,8 @@ def _cause_first(ranking: list[RankedTensor], findings: list[Finding]) -> list[R
 
 def _came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th: OutcomeThresholds,
                *, ignore_grads: bool) -> bool:
-    """The run ends finite, its loss came back to within 10 % of its level before the onset
-    (a 5-step rolling median) and ends there: a spike it shrugged off, not a run it ruined."""
+    """The run ends finite and its loss came back (`detectors.outcome.loss_came_back`): a spike
+    it shrugged off, not a run it ruined."""
     name = main_loss(scalars)
     if onset is None or not len(table.step) or name is None:
         return False
@@ -248,14 +257,7 @@ def _came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, t
     raw = scalars.loc[scalars["name"] == name, "value"].to_numpy(np.float64)
     if len(raw) == 0 or not np.isfinite(raw[-1]):
         return False
-    steps, values = loss_curve(scalars)
-    before = values[steps < onset.step][-th.min_steps:]
-    after = values[steps > onset.step]
-    if len(before) < 3 or len(after) < th.min_steps:
-        return False
-    level = th.recovered_factor * abs(float(np.median(before)))
-    rolling = pd.Series(after).rolling(5).median().to_numpy()[4:]
-    return bool(np.min(rolling) <= level and np.median(after[-th.min_steps:]) <= level)
+    return outcome_rules.loss_came_back(*loss_curve(scalars), onset.step, th)
 
 
 def _accumulation_onset(

@@ -29,7 +29,7 @@ from .data import (
 from .expected import EXPECTED_FILE, Expected, write_expected
 from .field import FIELD_ARCHS, field_families, field_run
 from .models import CNN, DeepMLP, Discriminator, Generator, LinearRegressor, build_classifier, weight_layers
-from .training import STEPS_AFTER_NONFINITE, broke_after, first_nonfinite, train
+from .training import STEPS_AFTER_NONFINITE, broke_after, first_nonfinite, stalled_against, train
 
 __all__ = [
     "COMMITTED_SAMPLES",
@@ -108,8 +108,9 @@ def _require(condition: bool, scenario: Scenario, what: str) -> None:
         raise ScenarioError(f"{scenario.name}: {what}")
 
 
-def _zoo_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expected:
-    arch, family, seed = scenario.arch, scenario.family, scenario.seed
+def _zoo_train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_options: dict):
+    """Trains one zoo scenario (unrecorded when `run_dir` is None); returns (losses' outcome,
+    t0, the fault's layer or None, the model's weight layers)."""
     settings = ZOO[arch]
     rng = random.Random(f"{family}/{arch}/{seed}")
     t0 = rng.randint(*T0_RANGE)
@@ -143,6 +144,13 @@ def _zoo_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expec
     config = {"arch": arch, "seed": seed, "batch_size": batch, "steps": settings.steps}
     outcome = train(run_dir, model, optimizer, draw, steps=settings.steps, fault=fault, lr_at=lr_at, config=config,
                     recorder_options=recorder_options)
+    return outcome, t0, culprit, layers
+
+
+def _zoo_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expected:
+    arch, family, seed = scenario.arch, scenario.family, scenario.seed
+    spec = _FAMILIES[family]
+    outcome, t0, culprit, layers = _zoo_train(run_dir, family, arch, seed, recorder_options)
     nan_at = outcome.first_nonfinite_loss_step
     verdict = spec.verdict
     recovered = False
@@ -153,13 +161,20 @@ def _zoo_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expec
         verdict = "healthy" if recovered else "diverged"
     elif verdict == "diverged_or_not_learning":
         verdict = "diverged" if broke_after(outcome.losses, t0, chance=math.log(10)) else "not_learning"
+    elif verdict == "stalled":
+        # A layer cut off from the gradient: not learning only if the run then learns less than
+        # its fault-free twin (same model, seed, batches) would have, as the field zoo judges it.
+        _require(nan_at is None, scenario, f"designed not to diverge, loss non-finite at step {nan_at}")
+        twin = _zoo_train(None, "healthy", arch, seed, {})[0].losses
+        recovered = not stalled_against(outcome.losses, twin, t0)
+        verdict = "healthy" if recovered else "not_learning"
     else:
         _require(nan_at is None, scenario, f"designed not to diverge, loss non-finite at step {nan_at}")
     labels = [] if recovered else list(spec.labels)
     if verdict == "diverged" and "diverged" not in labels:
         labels.insert(0, "diverged")
     alternatives = []
-    if family == "detach":
+    if family == "detach" and not recovered:
         alternatives = [n for n in layers[: layers.index(culprit)]]
     return _truth(
         scenario,
@@ -170,7 +185,9 @@ def _zoo_run(run_dir: Path, scenario: Scenario, recorder_options: dict) -> Expec
         labels=labels,
         tolerated=[label for label in spec.labels if label != "diverged"] if recovered else [],
         first_nonfinite_loss_step=nan_at,
-        notes=spec.notes.format(t0=t0, layer=culprit) + ("; the run recovered on its own" if recovered else ""),
+        notes=spec.notes.format(t0=t0, layer=culprit) + (
+            "" if not recovered else "; the run recovered on its own" if spec.verdict == "diverged" else
+            "; the run learned as well as its fault-free twin: the truth says healthy"),
     )
 
 
@@ -219,10 +236,10 @@ _FAMILIES: dict[str, FamilySpec] = {
         _spec(faults.MissingZeroGrad), "diverged_or_not_learning", ("stale_gradients",),
         notes="optimizer.zero_grad() no longer called from step {t0}"),
     "frozen_layer": FamilySpec(
-        _spec(faults.FrozenLayer), "not_learning", ("no_gradient",), has_culprit=True,
+        _spec(faults.FrozenLayer), "stalled", ("no_gradient",), has_culprit=True,
         notes="{layer} frozen (requires_grad=False) at step {t0}"),
     "detach": FamilySpec(
-        _spec(faults.DetachedLayer), "not_learning", ("no_gradient",), has_culprit=True,
+        _spec(faults.DetachedLayer), "stalled", ("no_gradient",), has_culprit=True,
         notes="output of {layer} detached from step {t0}: it and every layer before it get no gradient"),
     "adam_eps": FamilySpec(
         _spec(faults.AdamEps), "diverged", ("diverged",),

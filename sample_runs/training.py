@@ -84,7 +84,7 @@ def stalled_against(losses: list[float], twin: list[float], t0: int) -> bool:
 
 
 def train(
-    run_dir: Path,
+    run_dir: Path | None,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     draw: Callable[[], tuple[torch.Tensor, torch.Tensor]],
@@ -103,6 +103,7 @@ def train(
     `lr_at(step)` sets every group's lr (warm-up); `events[step]` is recorded with `rec.event` just
     before that step; `take_step=False` is seed 002's loop that forgot `optimizer.step()`.
     The loop stops, like a user's NaN check, a few steps after the loss first becomes non-finite.
+    `run_dir=None` trains without recording (the losses only: a fault-free twin).
     """
     from recorders import Recorder
 
@@ -111,8 +112,9 @@ def train(
     outcome = Outcome()
     params = [p for p in model.parameters()]
     try:
-        with Recorder(run_dir, model, optimizer, config=config or {}, overwrite=True,
-                      **(recorder_options or {})) as rec:
+        recorder = _Unrecorded() if run_dir is None else Recorder(
+            run_dir, model, optimizer, config=config or {}, overwrite=True, **(recorder_options or {}))
+        with recorder as rec:
             for step in range(steps):
                 if events and step in events:
                     rec.event(*events[step])
@@ -154,6 +156,9 @@ class _Unrecorded:
         return False
 
     def step(self, **_):
+        pass
+
+    def event(self, *_):
         pass
 
 

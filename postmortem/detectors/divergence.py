@@ -13,6 +13,7 @@ from ..ranking import PRECURSOR_STEPS, TensorBreak, clips_recorded
 from ..scalars import is_loss
 from .base import ERROR, NOTE, WARNING, Evidence, finding, loss_curve, register, role
 from .gradients import grad_norm_series
+from .outcome import loss_spikes
 from .root_causes import CAUSES
 from .thresholds import DivergenceThresholds, OutcomeThresholds
 
@@ -311,8 +312,7 @@ def recovered_incident(spike: LossSpike, th: OutcomeThresholds) -> list[Finding]
         return []  # the divergence is the story, not a spike on its way
     if len(values) < 2 * th.min_steps or np.any(values <= 0):
         return []
-    level = pd.Series(values).rolling(th.spike_window, min_periods=5).median().shift(1).to_numpy()
-    spikes = np.flatnonzero(values > th.spike_factor * level)
+    spikes, level = loss_spikes(values, th)
     for i in spikes[:1]:
         recovered = np.flatnonzero(values[i + 1:] < th.spike_recovered * level[i])
         if len(recovered) == 0:

@@ -12,7 +12,7 @@ from ..findings import Finding
 from ..manifest import frozen_parameters, manifest_order
 from ..scalars import main_loss
 from ..series import SeriesTable
-from .base import ERROR, NOTE, Evidence, Outcome, finding, layer_list, register, role
+from .base import ERROR, NOTE, WARNING, Evidence, Outcome, finding, layer_list, loss_curve, register, role
 from .thresholds import GradientThresholds
 
 __all__ = [
@@ -42,6 +42,7 @@ class SilentGradients:
     outcome: Outcome
     called: frozenset[str] | None = None  # modules whose outputs were recorded (None: none were)
     dead: tuple[str, ...] = ()  # modules dead_units found outputting exactly 0
+    loss: tuple[np.ndarray, np.ndarray] | None = None  # the training loss (steps, values), when recorded
 
     def quiet(self, th: GradientThresholds) -> dict[str, int]:
         return {n: s for n, s in self.silent_from.items() if s is not None
@@ -68,7 +69,8 @@ def silence(rows: pd.DataFrame, manifest: dict, outcome: Outcome,
 def _silent_gradients(ev: Evidence) -> SilentGradients:
     called = frozenset(role(ev.summary, "activation").get("name", []))
     dead = tuple(t for f in ev.found if f.label == "dead_units" for t in f.tensors)
-    return replace(silence(role(ev.summary, "grad"), ev.manifest, ev.outcome, called or None), dead=dead)
+    return replace(silence(role(ev.summary, "grad"), ev.manifest, ev.outcome, called or None), dead=dead,
+                   loss=loss_curve(ev.scalars) if main_loss(ev.scalars) else None)
 
 
 def _module(parameter: str) -> str:
@@ -104,6 +106,9 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
     ordered = sorted(quiet, key=lambda n: quiet[n])  # stable: model order within a step
     everything = len(quiet) == len(grads.first_step)
     structural = _structural(grads, quiet)
+    since = min(quiet.values())
+    gain = None if everything else _gain_since(grads, since)
+    learns_on = gain is not None and bool(grads.outcome.learns) and gain >= th.cut_off_still_learns
     where = "the loss is not connected to any parameter" if everything else \
         "these parameters stopped receiving a gradient while the rest of the model still does"
     marked_frozen = sorted(set(quiet) & grads.frozen)
@@ -115,6 +120,10 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
         fix = (f"no gradient flows back through {layer_list(list(grads.dead))}: their units output "
                "exactly 0 (dead ReLUs, see dead_units); fix the dead units first (biases, "
                "LeakyReLU(0.2), Kaiming init), else look for a .detach() cutting the graph")
+    elif learns_on:
+        fix = (f"{layer_list(ordered)} stopped receiving a gradient at step {since}, while the rest of the "
+               f"model kept learning (loss {gain:.0%} lower since): if they are meant to learn, remove "
+               "the .detach() / torch.no_grad() / .item() that cuts the graph before them")
     else:
         fix = (f"{where}: remove the .detach() / torch.no_grad() / .item() that cuts the graph "
                "before these layers")
@@ -123,9 +132,25 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
     return [finding(
         "no_gradient", min(quiet.values()), ordered,
         {"parameters_without_gradient": len(quiet), "parameters": len(grads.first_step),
-         "since_step": {n: quiet[n] for n in ordered}, "requires_grad_false": marked_frozen},
-        fix, NOTE if structural else ERROR,
+         "since_step": {n: quiet[n] for n in ordered}, "requires_grad_false": marked_frozen,
+         "loss_gain_since": gain},
+        fix, NOTE if structural else WARNING if learns_on else ERROR,
     )]
+
+
+def _gain_since(grads: SilentGradients, step: int) -> float | None:
+    """Relative loss decrease from the 10 losses before `step` (the first 10 from it, for a
+    silence from the start) to the last 10: what the run learned without the silent tensors."""
+    if grads.loss is None:
+        return None
+    steps, values = grads.loss
+    before = values[steps < step][-10:]
+    if len(before) < 3:
+        before = values[steps >= step][:10]
+    after = values[-10:]
+    if len(before) < 3 or len(values) < 20 or np.median(before) == 0:
+        return None
+    return float((np.median(before) - np.median(after)) / abs(np.median(before)))
 
 
 def global_grad_norm(table: SeriesTable) -> tuple[np.ndarray, np.ndarray]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from ..findings import Finding
 from .base import Evidence, Outcome, finding, loss_curve, register
 from .thresholds import OutcomeThresholds
 
-__all__ = ["LossOutcome", "loss_plateau"]
+__all__ = ["LossOutcome", "loss_came_back", "loss_plateau", "loss_spikes"]
 
 
 @dataclass(frozen=True)
@@ -36,3 +37,26 @@ def loss_plateau(run: LossOutcome, th: OutcomeThresholds) -> list[Finding]:
         "overfit one small batch first (5 rows, lr 0.1, 100 steps): if the loss does not reach "
         "~0, the training loop is broken (optimizer.step(), detach, wrong loss variable)",
     )]
+
+
+def loss_came_back(steps: np.ndarray, values: np.ndarray, onset: int, th: OutcomeThresholds) -> bool:
+    """After an incident at `onset`, the training loss (finite, step order) came back to within
+    10 % of its level before (median of the 10 losses before; a 5-step rolling median after),
+    did so within the first half of the steps that follow, and ends there. A run that spends
+    most of what is left getting back to where it was ends far behind where it was heading."""
+    before = values[steps < onset][-th.min_steps:]
+    after = values[steps > onset]
+    if len(before) < 3 or len(after) < th.min_steps:
+        return False
+    level = th.recovered_factor * abs(float(np.median(before)))
+    rolling = pd.Series(after).rolling(5).median().to_numpy()[4:]
+    back = np.flatnonzero(rolling <= level)
+    return bool(len(back) and back[0] <= th.recovered_within * len(after)
+                and np.median(after[-th.min_steps:]) <= level)
+
+
+def loss_spikes(values: np.ndarray, th: OutcomeThresholds) -> tuple[np.ndarray, np.ndarray]:
+    """Indices where the loss (positive, step order) exceeds ×10 the rolling median of the 20
+    losses before it (Megatron-LM's spike check), and that recent level at every index."""
+    level = pd.Series(values).rolling(th.spike_window, min_periods=5).median().shift(1).to_numpy()
+    return np.flatnonzero(values > th.spike_factor * level), level

@@ -35,6 +35,7 @@ class OutcomeThresholds:
     spike_recovered: float = 2.0  # back below 2× the level before the spike (our choice)
     spike_window: int = 20  # the recent level: rolling median of the 20 previous losses (Megatron-LM)
     recovered_factor: float = 1.1  # came back: the loss returns to, and ends, within 10 % of its level before
+    recovered_within: float = 0.5  # ...within the first half of the steps after the onset (our choice, docs/diagnoses.md)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class GradientThresholds:
     vanishing_step_tolerance: float = 2.0  # ...or stay within ×2 (a floor reached in the first layers)
     silent_min_steps: int = 5  # a final stretch of zero/missing values at least this long...
     silent_min_share: float = 0.1  # ...and at least this share of the run
+    cut_off_still_learns: float = 0.2  # loss ≥ 20 % lower since a layer's gradient stopped: the run learns without it (a warning; our choice, docs/diagnoses.md)
     stale_growth: float = 5.0  # the accumulated gradient ends ≥ 5× the healthy norm
     stale_rising: float = 0.65  # share of climbing steps where the norm does not decrease
     stale_max_ratio: float = 3.0  # a step multiplying the norm by more ends the accumulation

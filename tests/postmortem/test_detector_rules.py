@@ -38,7 +38,7 @@ from postmortem.detectors.gradients import (
 )
 from postmortem.detectors.init import InitialWeight, InitialWeights, poor_init
 from postmortem.detectors.inputs import InputFeatures, InputSeries, NonfiniteBatches, nonfinite_input, unscaled_inputs
-from postmortem.detectors.outcome import LossOutcome, loss_plateau
+from postmortem.detectors.outcome import LossOutcome, loss_came_back, loss_plateau, loss_spikes
 from postmortem.detectors.root_causes import (
     OnsetWindow,
     Series,
@@ -90,6 +90,34 @@ def test_loss_plateau():
     assert loss_plateau(LossOutcome(flat, LEARNS, False), TH.outcome) == []
 
 
+def _spiked_loss(back_after: int | None, end: float = 0.8) -> tuple[np.ndarray, np.ndarray]:
+    """150 steps: loss 1.0 until step 50, ×5 there, back to 1.0 `back_after` steps later (never:
+    None), then falling to `end`."""
+    steps = np.arange(150)
+    loss = np.ones(150)
+    loss[50:] = 5.0
+    if back_after is not None:
+        loss[50 + back_after:] = np.linspace(1.0, end, 150 - 50 - back_after)
+    return steps, loss
+
+
+def test_a_loss_that_came_back_soon_and_ends_there_came_back():
+    assert loss_came_back(*_spiked_loss(10), 50, TH.outcome)
+    # Back only after 60 of the 99 steps that follow: most of the run went to getting back.
+    assert not loss_came_back(*_spiked_loss(60), 50, TH.outcome)
+    # Back, but ends above its level before the incident; never back at all.
+    assert not loss_came_back(*_spiked_loss(10, end=1.3), 50, TH.outcome)
+    assert not loss_came_back(*_spiked_loss(None), 50, TH.outcome)
+
+
+def test_loss_spikes_are_ten_times_the_recent_level():
+    steps, loss = _spiked_loss(1)
+    spikes, level = loss_spikes(loss, TH.outcome)
+    assert list(spikes) == [] and level[60] == 1.0  # ×5 is no spike
+    loss[50] = 12.0
+    assert list(loss_spikes(loss, TH.outcome)[0]) == [50]
+
+
 # ---------------------------------------------------------------- inputs
 
 
@@ -111,11 +139,11 @@ def test_unscaled_inputs_skip_index_inputs_and_are_notes_in_a_run_that_learns():
 # ---------------------------------------------------------------- gradients
 
 
-def _silent(since: dict, learns=LEARNS, called=None, frozen=()):
+def _silent(since: dict, learns=LEARNS, called=None, frozen=(), loss=None):
     names = list(since)
     return SilentGradients({n: 0 for n in names}, since, {n: (1.0 if s == 0 else 0.5) if s is not None else 0.0
                                                         for n, s in since.items()},
-                           {n: N for n in names}, frozenset(frozen), learns, called)
+                           {n: N for n in names}, frozenset(frozen), learns, called, loss=loss)
 
 
 def test_no_gradient_on_a_layer_cut_mid_run():
@@ -124,6 +152,21 @@ def test_no_gradient_on_a_layer_cut_mid_run():
     assert found[0].tensors == ["fc1.weight", "fc1.bias"] and found[0].severity == "error"
     assert "detach" in found[0].fix
     assert no_gradient(_silent({"fc1.weight": None, "fc2.weight": None}), TH.gradients) == []
+
+
+def test_a_layer_cut_off_in_a_run_that_keeps_learning_is_a_warning():
+    steps = np.arange(100)
+    cut = {"fc1.weight": 50, "fc1.bias": 50, "fc2.weight": None, "fc2.bias": None}
+    # The head keeps learning on frozen features: the loss halves after the cut at step 50.
+    learning = (steps, np.where(steps < 50, 2.0 - 0.02 * steps, 1.0 * 0.99 ** (steps - 50)))
+    found = no_gradient(_silent(cut, loss=learning), TH.gradients)
+    assert found[0].severity == "warning" and found[0].tensors == ["fc1.weight", "fc1.bias"]
+    assert found[0].evidence["loss_gain_since"] > 0.2 and "step 50" in found[0].fix
+    # Learning stops at the cut (the loss falls 5 % more): the cut explains a run that does not learn.
+    stalled = (steps, np.where(steps < 50, 2.0 - 0.02 * steps, 1.0 - 0.001 * (steps - 50)))
+    assert no_gradient(_silent(cut, loss=stalled), TH.gradients)[0].severity == "error"
+    # ...and so it does in a run that does not learn by its own yardstick at all.
+    assert no_gradient(_silent(cut, learns=FLAT, loss=learning), TH.gradients)[0].severity == "error"
 
 
 def test_zero_gradient_by_construction_is_a_note_naming_the_tensor():

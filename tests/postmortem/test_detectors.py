@@ -271,3 +271,20 @@ def test_a_finite_run_whose_loss_rose_for_good_after_an_lr_change_diverged_there
     # The same change in a run that keeps learning is no incident.
     _, labels = _labels(tmp_path / "fine", _layers(), _loss("learning"), manifest, extra_scalars=_raised_lr(at, 300.0))
     assert labels == {"healthy"}
+
+
+def test_a_finite_run_whose_loss_a_batch_out_of_range_spiked_for_good_diverged_there(tmp_path):
+    at = int(np.random.default_rng(8).integers(50, 90))
+    stats = _layers()
+    batch = (stats["role"] == "input") & (stats["step"] == at)
+    stats.loc[batch, "max_abs"] *= 1e3  # a batch in other units (×1e3)
+    loss = _loss("learning")
+    level = np.median(loss[at - 10: at])
+    loss[at] = 400 * level
+    loss[at + 1:] = 1.4 * level  # the spike passes, the loss never comes back
+    analysis, labels = _labels(tmp_path, stats, loss)
+    assert analysis.verdict == "diverged" and analysis.onset.step == at
+    assert "batch_out_of_range" in labels and analysis.ranking[0].tensor == "input"
+    # The same spike without an out-of-range batch (new data, seed 000's domain switch) is a note.
+    analysis, labels = _labels(tmp_path / "data", _layers(), loss)
+    assert analysis.verdict == "healthy" and "batch_out_of_range" not in labels

@@ -10,6 +10,8 @@ import pytest
 
 from sample_run_helpers import assert_same_stats, read_stats
 
+from sample_runs import scenarios
+
 from sample_runs import (
     HELD_OUT_ARCHS,
     HELD_OUT_FAMILIES,
@@ -72,6 +74,19 @@ def test_truth_comes_from_the_injection(tmp_path):
     # t0 and the target layer are drawn per seed, so nothing can be tuned to one step or layer.
     other = make("lr_spike-mlp-s2", tmp_path / "other")
     assert (other.onset_step, other.culprit) != (truth.onset_step, truth.culprit)
+
+
+def test_a_cut_off_layer_is_judged_against_the_fault_free_twin(tmp_path):
+    # fc2 frozen at t0 while fc1 and fc3 keep learning: the run ends below its healthy twin
+    # (same model, seed and batches), so the truth is what the losses say, not the construction.
+    truth = make("frozen_layer-mlp-s2", tmp_path / "run")
+    assert truth.verdict == "healthy" and truth.tolerated == ["no_gradient"] and truth.labels == []
+    assert truth.culprit is None and "fault-free twin" in truth.notes
+    twin = scenarios._zoo_train(None, "healthy", "mlp", 2, {})[0].losses
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    loss = scalars[scalars["name"] == "loss"].sort_values("step")["value"].to_numpy()
+    first = scenarios.T0_RANGE[0]  # no fault is injected before this step
+    assert loss[:first] == pytest.approx(twin[:first])
 
 
 def test_expected_json_schema(tmp_path):
