@@ -127,14 +127,15 @@ def read_series(run: Run, progress: Callable[[str], None] | None = None) -> Seri
             builder.add(batch)
     if stride > 1 and builder.parts["step"]:
         windows = [w for w in builder.fine_windows() if tail is None or w[0] < tail]
-        coarse = builder.split(windows)
-        for index, window in enumerate(windows):
-            builder.extend(coarse[index])
-            for batch in run.stats_batches(READ_COLUMNS, steps=window):
-                batch = _named_rows(batch, run)
-                if batch.num_rows:
-                    builder.add(batch, window=window)
-        builder.extend(coarse[-1])
+        if windows:  # else the coarse rows are all there is
+            coarse = builder.split(windows)
+            for index, window in enumerate(windows):
+                builder.extend(coarse[index])
+                for batch in run.stats_batches(READ_COLUMNS, steps=window):
+                    batch = _named_rows(batch, run)
+                    if batch.num_rows:
+                        builder.add(batch, window=window)
+            builder.extend(coarse[-1])
     shares.read(shares.total)  # rows the loader dropped (bad steps, damaged segments) count too
     # Arrow's allocator keeps freed scan buffers for reuse; hand them back before the sort.
     pa.default_memory_pool().release_unused()
@@ -193,14 +194,14 @@ class _Builder:
         if window is not None:
             keep = (step >= window[0]) & (step <= window[1])
         elif self.stride > 1:
-            self.steps_seen.append(_distinct(step))
-            keep = (step % self.stride == 0) | (nf > 0) | _extremes(sid, starts, mag)
-            if self.tail is not None:
-                keep |= step >= self.tail
+            distinct, keep = _coarse_steps(step, self.stride, self.tail)
+            self.steps_seen.append(distinct)
+            keep |= (nf > 0) | _extremes(sid, starts, mag)
         roles_present = np.unique(role_codes[starts])
         if keep is not None:  # the columns still to be read, of the rows kept
-            batch = batch.select(["numel", *_AUX_READ]).filter(pa.array(keep))
-            sid, step, nf, role_codes, mag = sid[keep], step[keep], nf[keep], role_codes[keep], mag[keep]
+            rows = np.flatnonzero(keep)
+            batch = batch.select(["numel", *_AUX_READ]).take(pa.array(rows))
+            sid, step, nf, role_codes, mag = sid[rows], step[rows], nf[rows], role_codes[rows], mag[rows]
             starts = _run_starts(sid)
         self.parts["sid"].append(sid)
         self.parts["step"].append(step)
@@ -312,32 +313,42 @@ class _Builder:
         for sid in sid_parts:
             counts += np.bincount(sid, minlength=len(keys))
         offsets = np.concatenate([[0], np.cumsum(counts)])
-        grouped = {name: np.empty(int(offsets[-1]), self.parts[name][0].dtype) for name in self.parts}
+        aux = np.empty((2, int(offsets[-1])), np.float32)
+        grouped = {name: np.empty(int(offsets[-1]), self.parts[name][0].dtype)
+                   for name in self.parts if name not in ("a0", "a1")}
+        grouped.update(a0=aux[0], a1=aux[1])
         # Counting sort, one batch at a time: each batch is scattered to its series' next free
         # rows and then dropped, so no 20 M-row concatenation or global argsort is needed.
         cursor = offsets[:-1].copy()
         for i, sid in enumerate(sid_parts):
-            starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
-            order = None
-            if len(np.unique(sid[starts])) != len(starts):
-                # Not one run per series (the recorder sorts segments by series; others may
-                # not): group the batch first.
-                order = np.argsort(sid, kind="stable")
-                sid = sid[order]
-                starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
-            lengths = np.diff(np.r_[starts, len(sid)])
-            destination = cursor[sid] + (np.arange(len(sid)) - np.repeat(starts, lengths))
-            cursor[sid[starts]] += lengths
+            destination = _destinations(sid, cursor)
             for name, pieces in self.parts.items():
-                grouped[name][destination] = pieces[i] if order is None else pieces[i][order]
+                grouped[name][destination] = pieces[i]
                 pieces[i] = None
             sid_parts[i] = None
-        aux = np.stack([grouped.pop("a0"), grouped.pop("a1")])
         sizes = np.array([self.numel.get(i, 0) for i in range(len(keys))], np.int64)
         thinned = np.unique(np.concatenate(self.steps_seen)) if self.steps_seen else None
         table = SeriesTable(keys, offsets, grouped["step"], grouped["mag"], grouped["nf"], aux,
                             sizes, hashes, self.kinds, thinned, self.input_frame())
         return _deduplicated(table)
+
+
+def _destinations(sid: np.ndarray, cursor: np.ndarray) -> np.ndarray:
+    """Where each row of a batch goes in the grouped arrays: its series' next free row
+    (`cursor`, advanced), rows of one series in batch order. Worked out per run of rows of one
+    series (a compacted segment's batch holds flush after flush, each series a run in each)."""
+    starts = _run_starts(sid) if len(sid) else np.zeros(0, np.int64)
+    lengths = np.diff(np.r_[starts, len(sid)])
+    order = np.argsort(sid[starts], kind="stable")
+    series, ordered = sid[starts][order], lengths[order]
+    first = np.flatnonzero(np.r_[True, series[1:] != series[:-1]]) if len(order) else starts
+    before = np.cumsum(ordered) - ordered  # rows of the runs before, in series order
+    within = before - np.repeat(before[first], np.diff(np.r_[first, len(order)]))
+    run_destination = np.empty(len(starts), np.int64)
+    run_destination[order] = cursor[series] + within
+    if len(first):
+        cursor[series[first]] += np.add.reduceat(ordered, first)
+    return np.repeat(run_destination - starts, lengths) + np.arange(len(sid))
 
 
 def _deduplicated(table: SeriesTable) -> SeriesTable:
@@ -399,17 +410,25 @@ def _run_rows(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(int(lengths.sum())) + offsets
 
 
-def _distinct(step: np.ndarray) -> np.ndarray:
-    """The distinct steps of a batch, ascending: a bitmap over its step range (a batch spans a
-    few hundred steps), 10× faster than np.unique on a million rows."""
-    if not len(step):
-        return step
+def _coarse_steps(step: np.ndarray, stride: int, tail: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct steps of a (non-empty) batch, ascending, and the rows the coarse pass keeps
+    for their step: every `stride`-th step, every step from `tail` on. A bitmap and a lookup
+    table over the batch's step range (a batch spans a few hundred steps): 10x faster than
+    np.unique and an int64 modulo of every row."""
     low, high = int(step.min()), int(step.max())
     if high - low > 4 * len(step):
-        return np.unique(step)
-    seen = np.zeros(high - low + 1, bool)
-    seen[step - low] = True
-    return np.flatnonzero(seen) + low
+        steps, offset = np.unique(step, return_inverse=True)
+        present = steps
+    else:
+        offset = step - low
+        steps = np.arange(low, high + 1)
+        seen = np.zeros(len(steps), bool)
+        seen[offset] = True
+        present = steps[seen]
+    kept = steps % stride == 0
+    if tail is not None:
+        kept |= steps >= tail
+    return present, kept[offset]
 
 
 def _dictionary(column: pa.Array) -> pa.DictionaryArray:
@@ -507,5 +526,12 @@ def _input_kinds(batch: pa.RecordBatch) -> dict[tuple[str, str], str]:
     if column.null_count == len(column):
         return {}
     rows = pa.table({"role": batch.column("role"), "name": batch.column("name"), "kind": column}
-                    ).filter(pc.is_valid(column))
+                    ).filter(pc.is_valid(column)).combine_chunks()
+    # The first and the last row of each code decide the dict that the rows, one by one, build
+    # (where each (role, name) first appears, the kind of its last row): a few rows, not all.
+    role, name = (_dictionary(rows.column(c).chunk(0)) for c in ("role", "name"))
+    code = _codes(role).astype(np.int64) * (len(name.dictionary) + 1) + _codes(name)
+    _, first = np.unique(code, return_index=True)
+    _, from_end = np.unique(code[::-1], return_index=True)
+    rows = rows.take(pa.array(np.union1d(first, len(code) - 1 - from_end)))
     return {(r, n): k for r, n, k in zip(*(rows.column(c).to_pylist() for c in ("role", "name", "kind")))}
