@@ -174,7 +174,8 @@ class _Builder:
         self.parts: dict[str, list[np.ndarray]] = {c: [] for c in _PARTS}
         self.hashes: list[pa.Table] = []
         self.kinds: dict[tuple[str, str], str] = {}
-        self.numel: dict[int, int] = {}
+        self.numel = np.zeros(0, np.int64)  # per series id, from the first batch with a row of it
+        self.numel_known = np.zeros(0, bool)
         self.steps_seen: list[np.ndarray] = []  # distinct steps per batch, when thinned
         self.inputs: list[pa.Table] = []
         self._dictionaries: tuple[pa.Array, ...] | None = None
@@ -211,13 +212,18 @@ class _Builder:
         self.parts["a0"].append(a0)
         self.parts["a1"].append(a1)
         # numel is constant along a series, so any row of each series will do (here the last
-        # row of each series in the batch, as a scatter of every row would leave).
+        # row of each series in the first batch that has it, as a scatter of every row leaves).
         if len(sid):
             ends = np.r_[starts[1:], len(sid)] - 1
-            sizes = np.zeros(len(self.ids), np.int64)
+            grow = len(self.ids) - len(self.numel)
+            self.numel = np.r_[self.numel, np.zeros(grow, np.int64)]
+            self.numel_known = np.r_[self.numel_known, np.zeros(grow, bool)]
+            sizes, present = np.zeros(len(self.ids), np.int64), np.zeros(len(self.ids), bool)
             sizes[sid[ends]] = _ints(pc.take(batch.column("numel"), pa.array(ends)))
-            for index in np.unique(sid[ends]).tolist():
-                self.numel.setdefault(index, int(sizes[index]))
+            present[sid[ends]] = True
+            first = present & ~self.numel_known
+            self.numel[first] = sizes[first]
+            self.numel_known |= present
 
     def _series_ids(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
         """Global series id per row (int32), the first row of each run of rows of one series,
@@ -326,7 +332,7 @@ class _Builder:
                 grouped[name][destination] = pieces[i]
                 pieces[i] = None
             sid_parts[i] = None
-        sizes = np.array([self.numel.get(i, 0) for i in range(len(keys))], np.int64)
+        sizes = np.r_[self.numel, np.zeros(len(keys) - len(self.numel), np.int64)]
         thinned = np.unique(np.concatenate(self.steps_seen)) if self.steps_seen else None
         table = SeriesTable(keys, offsets, grouped["step"], grouped["mag"], grouped["nf"], aux,
                             sizes, hashes, self.kinds, thinned, self.input_frame())
