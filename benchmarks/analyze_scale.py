@@ -20,8 +20,9 @@ with resource.getrusage; the load average is printed beside them (other jobs sha
 
 Two bare scans of the columns the analyzer reads (`READ_COLUMNS` and the scalars): `scan`,
 pyarrow's dataset scanner (multi-threaded, with readahead), and `rowgroups`, the analyzer's
-own way of reading (one row group at a time decoded on one thread, the next one on a second
-thread meanwhile). With --repeat the modes alternate, round after round, and the medians of
+own way of reading (row group by row group, each decoded on one thread, DECODE_AHEAD of them
+at once; `rowgroups_pool`: the same with each row group's columns spread over pyarrow's pool).
+With --repeat the modes alternate, round after round, and the medians of
 each mode and of each round's ratios are printed.
 """
 
@@ -47,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from recorders.writer import (EVENTS_SCHEMA, SCALARS_SCHEMA, STATS_SCHEMA, RunWriter,  # noqa: E402
                               _float32_precision, _parquet_options, events_table,
                               scalars_table, stats_table)
+from postmortem.loading import DECODE_AHEAD  # noqa: E402
 from postmortem.series import READ_COLUMNS  # noqa: E402
 from sample_runs.synthetic import tensor_layout  # noqa: E402
 
@@ -59,7 +61,7 @@ import json, resource, sys, time
 sys.path.insert(0, {root!r})
 mode, run_dir = sys.argv[1], sys.argv[2]
 start = time.perf_counter()
-if mode in ("scan", "rowgroups"):
+if mode in ("scan", "rowgroups", "rowgroups_pool"):
     # Decode every column the analyzer reads (READ_COLUMNS, given by the parent: importing
     # postmortem here would add its imports to the baseline) of every segment once, nothing else.
     from pathlib import Path
@@ -72,20 +74,23 @@ if mode in ("scan", "rowgroups"):
             for batch in ds.dataset(files, format="parquet").to_batches(columns=columns):
                 rows += batch.num_rows
             continue
-        # What the analyzer's loader does: row group by row group, each decoded on one
-        # thread (use_threads=False), the next one on a second thread meanwhile.
+        # What the analyzer's loader does: row group by row group, each decoded on one thread
+        # (use_threads=False; rowgroups_pool: on pyarrow's pool), DECODE_AHEAD of them at once.
         import pyarrow.parquet as pq
+        from collections import deque
         from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(max_workers=1) as pool:
+        ahead = int(sys.argv[4])
+        with ThreadPoolExecutor(max_workers=ahead) as pool:
             for path in files:
                 file = pq.ParquetFile(path)
-                pending = None
+                pending = deque()
                 for index in range(file.metadata.num_row_groups):
-                    following = pool.submit(file.read_row_group, index, columns=columns, use_threads=False)
-                    if pending is not None:
-                        rows += pending.result().num_rows
-                    pending = following
-                rows += pending.result().num_rows if pending is not None else 0
+                    pending.append(pool.submit(file.read_row_group, index, columns=columns,
+                                               use_threads=mode == "rowgroups_pool"))
+                    if len(pending) > ahead:
+                        rows += pending.popleft().result().num_rows
+                while pending:
+                    rows += pending.popleft().result().num_rows
     result = {{"rows": rows}}
 elif mode == "report":
     import subprocess, tempfile
@@ -115,7 +120,8 @@ print(json.dumps(result))
 
 def measure(mode: str, run_dir: Path) -> dict:
     code = _MEASURE.format(root=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", code, mode, str(run_dir), json.dumps(READ_COLUMNS)],
+    out = subprocess.run([sys.executable, "-c", code, mode, str(run_dir), json.dumps(READ_COLUMNS),
+                          str(DECODE_AHEAD)],
                          check=True, capture_output=True, text=True)
     return {**json.loads(out.stdout.strip().splitlines()[-1]), "load_average": os.getloadavg()}
 
@@ -129,7 +135,7 @@ def medians(rounds: list[dict]) -> dict:
         summary[mode] = {k: float(np.median([r[mode][k] for r in rounds]))
                          for k in ("wall_s", "cpu_s", "peak_rss_mb")}
     for mode in (m for m in modes if m in ("analyze", "report")):
-        for scan in (m for m in modes if m in ("scan", "rowgroups")):
+        for scan in (m for m in modes if m in ("scan", "rowgroups", "rowgroups_pool")):
             for k in ("wall_s", "cpu_s"):
                 ratios = [r[mode][k] / r[scan][k] for r in rounds]
                 summary[mode][f"{k[:-2]}_ratio_to_{scan}"] = float(np.median(ratios))
@@ -327,7 +333,8 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, help="reuse or create the synthetic run here")
     parser.add_argument("--report", action="store_true",
                         help="also time `postmortem analyze RUN -o report.html` end to end")
-    parser.add_argument("--only", choices=("scan", "rowgroups", "analyze", "report"), action="append",
+    parser.add_argument("--only", choices=("scan", "rowgroups", "rowgroups_pool", "analyze", "report"),
+                        action="append",
                         help="measure only these, in this order (repeatable; default: scan and analyze)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="rounds of the modes, one after the other in each round; medians printed")
