@@ -341,9 +341,9 @@ def _row_groups(path: Path, schema: pa.Schema, columns: list[str], steps: tuple[
     Without a row filter this is about twice as fast as a one-file pyarrow dataset scan. The
     next DECODE_AHEAD row groups are decoded on other threads while the caller works on this
     one (pyarrow releases the GIL): a compacted segment's row groups hold a million rows each.
-    Each is decoded on one thread (`use_threads=False`): spreading its columns over pyarrow's
-    pool took about twice the CPU time for the same rows here (`rowgroups` against
-    `rowgroups_pool` in benchmarks/analyze_scale.py).
+    Each is decoded on one thread (`use_threads=False`), so that the threads at work are the
+    DECODE_AHEAD decoders and the caller (spreading each row group's columns over pyarrow's
+    pool as well took the same CPU time: `rowgroups_pool` in benchmarks/analyze_scale.py).
     """
     file = pq.ParquetFile(path)
     stored = set(file.schema_arrow.names)
