@@ -20,8 +20,9 @@ with resource.getrusage; the load average is printed beside them (other jobs sha
 
 Two bare scans of the columns the analyzer reads (`READ_COLUMNS` and the scalars): `scan`,
 pyarrow's dataset scanner (multi-threaded, with readahead), and `rowgroups`, the analyzer's
-own way of reading (row group by row group, each decoded on one thread, DECODE_AHEAD of them
-at once; `rowgroups_pool`: the same with each row group's columns spread over pyarrow's pool).
+own way of reading (row group by row group, each decoded on one thread, the next one on a
+second thread meanwhile; `rowgroups_pool`: the same with each row group's columns spread over
+pyarrow's pool).
 With --repeat the modes alternate, round after round, and the medians of
 each mode and of each round's ratios are printed.
 """
@@ -48,7 +49,6 @@ sys.path.insert(0, str(ROOT))
 from recorders.writer import (EVENTS_SCHEMA, SCALARS_SCHEMA, STATS_SCHEMA, RunWriter,  # noqa: E402
                               _float32_precision, _parquet_options, events_table,
                               scalars_table, stats_table)
-from postmortem.loading import DECODE_AHEAD  # noqa: E402
 from postmortem.series import READ_COLUMNS  # noqa: E402
 from sample_runs.synthetic import tensor_layout  # noqa: E402
 
@@ -75,22 +75,20 @@ if mode in ("scan", "rowgroups", "rowgroups_pool"):
                 rows += batch.num_rows
             continue
         # What the analyzer's loader does: row group by row group, each decoded on one thread
-        # (use_threads=False; rowgroups_pool: on pyarrow's pool), DECODE_AHEAD of them at once.
+        # (use_threads=False; rowgroups_pool: on pyarrow's pool), the next one on a second
+        # thread while this one is handed over.
         import pyarrow.parquet as pq
-        from collections import deque
         from concurrent.futures import ThreadPoolExecutor
-        ahead = int(sys.argv[4])
-        with ThreadPoolExecutor(max_workers=ahead) as pool:
+        with ThreadPoolExecutor(max_workers=1) as pool:
             for path in files:
                 file = pq.ParquetFile(path)
-                pending = deque()
+                pending = None
                 for index in range(file.metadata.num_row_groups):
-                    pending.append(pool.submit(file.read_row_group, index, columns=columns,
-                                               use_threads=mode == "rowgroups_pool"))
-                    if len(pending) > ahead:
-                        rows += pending.popleft().result().num_rows
-                while pending:
-                    rows += pending.popleft().result().num_rows
+                    following = pool.submit(file.read_row_group, index, columns=columns,
+                                            use_threads=mode == "rowgroups_pool")
+                    rows += pending.result().num_rows if pending is not None else 0
+                    pending = following
+                rows += pending.result().num_rows if pending is not None else 0
     result = {{"rows": rows}}
 elif mode == "report":
     import subprocess, tempfile
@@ -120,8 +118,7 @@ print(json.dumps(result))
 
 def measure(mode: str, run_dir: Path) -> dict:
     code = _MEASURE.format(root=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", code, mode, str(run_dir), json.dumps(READ_COLUMNS),
-                          str(DECODE_AHEAD)],
+    out = subprocess.run([sys.executable, "-c", code, mode, str(run_dir), json.dumps(READ_COLUMNS)],
                          check=True, capture_output=True, text=True)
     return {**json.loads(out.stdout.strip().splitlines()[-1]), "load_average": os.getloadavg()}
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import stat
-from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,9 +39,6 @@ _MAX_ROWS_PER_BYTE = 10
 _MAX_DECODED_PER_BYTE = 200
 _ROWS_ALWAYS_ALLOWED = 65_536
 _DECODED_ALWAYS_ALLOWED = 64 * 2**20
-# Row groups decoded ahead of the one being read, each on its own thread: two keep both cores
-# of a small machine busy while the caller works (a million-row row group is ~100 MB decoded).
-DECODE_AHEAD = 2
 
 _STEP_TEXT = re.compile(rb"[0-9]{1,19}")  # a checkpoint's step metadata: an int64 in ASCII digits
 # Segments are read through the run format's schemas (those of version 2; version 1 lacks dtype
@@ -339,11 +335,11 @@ def _row_groups(path: Path, schema: pa.Schema, columns: list[str], steps: tuple[
     nulls); with `steps`, only those whose `step` statistics may hold a step in that range.
 
     Without a row filter this is about twice as fast as a one-file pyarrow dataset scan. The
-    next DECODE_AHEAD row groups are decoded on other threads while the caller works on this
-    one (pyarrow releases the GIL): a compacted segment's row groups hold a million rows each.
-    Each is decoded on one thread (`use_threads=False`), so that the threads at work are the
-    DECODE_AHEAD decoders and the caller (spreading each row group's columns over pyarrow's
-    pool as well took the same CPU time: `rowgroups_pool` in benchmarks/analyze_scale.py).
+    next row group is decoded on a second thread while the caller works on this one (pyarrow
+    releases the GIL): a compacted segment's row groups hold a million rows each. Each is
+    decoded on that one thread (`use_threads=False`: spreading its columns over pyarrow's
+    pool too took the same CPU time, `rowgroups_pool` in benchmarks/analyze_scale.py). One
+    thread only: a ParquetFile must not be read from two threads at once.
     """
     file = pq.ParquetFile(path)
     stored = set(file.schema_arrow.names)
@@ -355,14 +351,13 @@ def _row_groups(path: Path, schema: pa.Schema, columns: list[str], steps: tuple[
             yield _projected(file.read_row_group(index, columns=present, use_threads=False),
                              schema, columns, stored)
         return
-    with ThreadPoolExecutor(max_workers=DECODE_AHEAD) as pool:
-        pending: deque = deque()
-        for index in wanted:
-            pending.append(pool.submit(file.read_row_group, index, columns=present, use_threads=False))
-            if len(pending) > DECODE_AHEAD:
-                yield _projected(pending.popleft().result(), schema, columns, stored)
-        while pending:
-            yield _projected(pending.popleft().result(), schema, columns, stored)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(file.read_row_group, wanted[0], columns=present, use_threads=False)
+        for following in [*wanted[1:], None]:
+            table = pending.result()
+            if following is not None:
+                pending = pool.submit(file.read_row_group, following, columns=present, use_threads=False)
+            yield _projected(table, schema, columns, stored)
 
 
 def _may_hold(group: pq.RowGroupMetaData, steps: tuple[int, int]) -> bool:
