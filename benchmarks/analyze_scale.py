@@ -16,6 +16,15 @@ last step. Each measurement runs in a fresh subprocess and reads its own peak RS
 with resource.getrusage; the load average is printed beside them (other jobs share the CPUs).
 
     python benchmarks/analyze_scale.py [--steps 100000] [--tensors 1500] [--dir DIR] [--report]
+        [--only scan --only rowgroups --only report] [--repeat 5]
+
+Two bare scans of the columns the analyzer reads (`READ_COLUMNS` and the scalars): `scan`,
+pyarrow's dataset scanner (multi-threaded, with readahead), and `rowgroups`, the analyzer's
+own way of reading (row group by row group, each decoded on one thread, the next one on a
+second thread meanwhile; `rowgroups_pool`: the same with each row group's columns spread over
+pyarrow's pool).
+With --repeat the modes alternate, round after round, and the medians of
+each mode and of each round's ratios are printed.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 from recorders.writer import (EVENTS_SCHEMA, SCALARS_SCHEMA, STATS_SCHEMA, RunWriter,  # noqa: E402
                               _float32_precision, _parquet_options, events_table,
                               scalars_table, stats_table)
+from postmortem.series import READ_COLUMNS  # noqa: E402
 from sample_runs.synthetic import tensor_layout  # noqa: E402
 
 ROW_GROUP = 1 << 20  # pyarrow's default row group size, which the recorder's writes keep
@@ -51,16 +61,34 @@ import json, resource, sys, time
 sys.path.insert(0, {root!r})
 mode, run_dir = sys.argv[1], sys.argv[2]
 start = time.perf_counter()
-if mode == "scan":
-    # Decode every needed column of every segment once, batch by batch, nothing else.
-    import pyarrow.dataset as ds
+if mode in ("scan", "rowgroups", "rowgroups_pool"):
+    # Decode every column the analyzer reads (READ_COLUMNS, given by the parent: importing
+    # postmortem here would add its imports to the baseline) of every segment once, nothing else.
     from pathlib import Path
-    from postmortem.series import READ_COLUMNS
+    read_columns = json.loads(sys.argv[3])
     rows = 0
-    for kind, columns in (("stats", READ_COLUMNS), ("scalars", None)):
+    for kind, columns in (("stats", read_columns), ("scalars", None)):
         files = sorted(str(p) for p in Path(run_dir, kind).glob("part-*.parquet"))
-        for batch in ds.dataset(files, format="parquet").to_batches(columns=columns):
-            rows += batch.num_rows
+        if mode == "scan":  # pyarrow's dataset scanner: its thread pool and readahead
+            import pyarrow.dataset as ds
+            for batch in ds.dataset(files, format="parquet").to_batches(columns=columns):
+                rows += batch.num_rows
+            continue
+        # What the analyzer's loader does: row group by row group, each decoded on one thread
+        # (use_threads=False; rowgroups_pool: on pyarrow's pool), the next one on a second
+        # thread while this one is handed over.
+        import pyarrow.parquet as pq
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            for path in files:
+                file = pq.ParquetFile(path)
+                pending = None
+                for index in range(file.metadata.num_row_groups):
+                    following = pool.submit(file.read_row_group, index, columns=columns,
+                                            use_threads=mode == "rowgroups_pool")
+                    rows += pending.result().num_rows if pending is not None else 0
+                    pending = following
+                rows += pending.result().num_rows if pending is not None else 0
     result = {{"rows": rows}}
 elif mode == "report":
     import subprocess, tempfile
@@ -90,9 +118,26 @@ print(json.dumps(result))
 
 def measure(mode: str, run_dir: Path) -> dict:
     code = _MEASURE.format(root=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", code, mode, str(run_dir)],
+    out = subprocess.run([sys.executable, "-c", code, mode, str(run_dir), json.dumps(READ_COLUMNS)],
                          check=True, capture_output=True, text=True)
     return {**json.loads(out.stdout.strip().splitlines()[-1]), "load_average": os.getloadavg()}
+
+
+def medians(rounds: list[dict]) -> dict:
+    """Per mode, the median wall and CPU seconds and peak RSS over the rounds, and each
+    measured mode's median of its per-round ratios to each scan (the two ran back to back)."""
+    summary: dict = {}
+    modes = list(rounds[0])
+    for mode in modes:
+        summary[mode] = {k: float(np.median([r[mode][k] for r in rounds]))
+                         for k in ("wall_s", "cpu_s", "peak_rss_mb")}
+    for mode in (m for m in modes if m in ("analyze", "report")):
+        for scan in (m for m in modes if m in ("scan", "rowgroups", "rowgroups_pool")):
+            for k in ("wall_s", "cpu_s"):
+                ratios = [r[mode][k] / r[scan][k] for r in rounds]
+                summary[mode][f"{k[:-2]}_ratio_to_{scan}"] = float(np.median(ratios))
+                summary[mode][f"{k[:-2]}_ratios_to_{scan}"] = [round(x, 2) for x in ratios]
+    return summary
 
 
 def segment_plan(flushes: int) -> list[tuple[int, int, int]]:
@@ -285,8 +330,11 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, help="reuse or create the synthetic run here")
     parser.add_argument("--report", action="store_true",
                         help="also time `postmortem analyze RUN -o report.html` end to end")
-    parser.add_argument("--only", choices=("scan", "analyze", "report"), action="append",
-                        help="measure only these (repeatable; default: scan and analyze)")
+    parser.add_argument("--only", choices=("scan", "rowgroups", "rowgroups_pool", "analyze", "report"),
+                        action="append",
+                        help="measure only these, in this order (repeatable; default: scan and analyze)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of the modes, one after the other in each round; medians printed")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = args.dir or Path(tmp) / "run"
@@ -300,12 +348,12 @@ def main() -> None:
                   f"(onset {onset}, NaN at {nan_at})", file=sys.stderr)
         disk_mb = sum(f.stat().st_size for f in run_dir.rglob("*") if f.is_file()) / 2 ** 20
         modes = args.only or ["scan", "analyze", *(["report"] if args.report else [])]
-        results = {mode: measure(mode, run_dir) for mode in modes}
-    report = {"steps": args.steps, "tensors": args.tensors, "disk_mb": disk_mb, **results}
-    for mode in ("analyze", "report"):
-        if mode in results and "scan" in results:
-            report[f"{mode}_ratio_to_scan"] = results[mode]["wall_s"] / results["scan"]["wall_s"]
-            report[f"{mode}_cpu_ratio_to_scan"] = results[mode]["cpu_s"] / results["scan"]["cpu_s"]
+        rounds = []
+        for index in range(args.repeat):
+            rounds.append({mode: measure(mode, run_dir) for mode in modes})
+            print(json.dumps({"round": index + 1, **rounds[-1]}), file=sys.stderr, flush=True)
+    report = {"steps": args.steps, "tensors": args.tensors, "disk_mb": disk_mb,
+              "rounds": rounds, "medians": medians(rounds)}
     print(json.dumps(report, indent=2))
 
 

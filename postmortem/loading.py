@@ -336,7 +336,10 @@ def _row_groups(path: Path, schema: pa.Schema, columns: list[str], steps: tuple[
 
     Without a row filter this is about twice as fast as a one-file pyarrow dataset scan. The
     next row group is decoded on a second thread while the caller works on this one (pyarrow
-    releases the GIL): a compacted segment's row groups hold a million rows each.
+    releases the GIL): a compacted segment's row groups hold a million rows each. Each is
+    decoded on that one thread (`use_threads=False`: spreading its columns over pyarrow's
+    pool too took the same CPU time, `rowgroups_pool` in benchmarks/analyze_scale.py). One
+    thread only: a ParquetFile must not be read from two threads at once.
     """
     file = pq.ParquetFile(path)
     stored = set(file.schema_arrow.names)
@@ -345,14 +348,15 @@ def _row_groups(path: Path, schema: pa.Schema, columns: list[str], steps: tuple[
               if steps is None or _may_hold(file.metadata.row_group(i), steps)]
     if len(wanted) <= 1:
         for index in wanted:
-            yield _projected(file.read_row_group(index, columns=present), schema, columns, stored)
+            yield _projected(file.read_row_group(index, columns=present, use_threads=False),
+                             schema, columns, stored)
         return
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(file.read_row_group, wanted[0], columns=present)
+        pending = pool.submit(file.read_row_group, wanted[0], columns=present, use_threads=False)
         for following in [*wanted[1:], None]:
             table = pending.result()
             if following is not None:
-                pending = pool.submit(file.read_row_group, following, columns=present)
+                pending = pool.submit(file.read_row_group, following, columns=present, use_threads=False)
             yield _projected(table, schema, columns, stored)
 
 

@@ -127,14 +127,15 @@ def read_series(run: Run, progress: Callable[[str], None] | None = None) -> Seri
             builder.add(batch)
     if stride > 1 and builder.parts["step"]:
         windows = [w for w in builder.fine_windows() if tail is None or w[0] < tail]
-        coarse = builder.split(windows)
-        for index, window in enumerate(windows):
-            builder.extend(coarse[index])
-            for batch in run.stats_batches(READ_COLUMNS, steps=window):
-                batch = _named_rows(batch, run)
-                if batch.num_rows:
-                    builder.add(batch, window=window)
-        builder.extend(coarse[-1])
+        if windows:  # else the coarse rows are all there is
+            coarse = builder.split(windows)
+            for index, window in enumerate(windows):
+                builder.extend(coarse[index])
+                for batch in run.stats_batches(READ_COLUMNS, steps=window):
+                    batch = _named_rows(batch, run)
+                    if batch.num_rows:
+                        builder.add(batch, window=window)
+            builder.extend(coarse[-1])
     shares.read(shares.total)  # rows the loader dropped (bad steps, damaged segments) count too
     # Arrow's allocator keeps freed scan buffers for reuse; hand them back before the sort.
     pa.default_memory_pool().release_unused()
@@ -173,7 +174,8 @@ class _Builder:
         self.parts: dict[str, list[np.ndarray]] = {c: [] for c in _PARTS}
         self.hashes: list[pa.Table] = []
         self.kinds: dict[tuple[str, str], str] = {}
-        self.numel: dict[int, int] = {}
+        self.numel = np.zeros(0, np.int64)  # per series id, from the first batch with a row of it
+        self.numel_known = np.zeros(0, bool)
         self.steps_seen: list[np.ndarray] = []  # distinct steps per batch, when thinned
         self.inputs: list[pa.Table] = []
         self._dictionaries: tuple[pa.Array, ...] | None = None
@@ -182,9 +184,9 @@ class _Builder:
     def add(self, batch: pa.RecordBatch, window: tuple[int, int] | None = None) -> None:
         """Keep the batch's rows: all of them, those of the coarse pass (stride > 1), or those
         inside a fine pass's `window` (its batches were seen by the coarse pass already)."""
-        sid, role_codes, role_names = self._series_ids(batch)
+        sid, starts, role_codes, role_names = self._series_ids(batch)
         step = _ints(batch.column("step"))
-        nf = np.minimum(_ints(batch.column("nonfinite")), 2**31 - 1).astype(np.int32)
+        nf = _counts(batch.column("nonfinite"))
         if window is None:
             self.hashes.extend(_input_hashes(batch))
             self.kinds.update(_input_kinds(batch))
@@ -193,33 +195,47 @@ class _Builder:
         if window is not None:
             keep = (step >= window[0]) & (step <= window[1])
         elif self.stride > 1:
-            self.steps_seen.append(_distinct(step))
-            keep = (step % self.stride == 0) | (nf > 0) | _extremes(sid, mag)
-            if self.tail is not None:
-                keep |= step >= self.tail
+            distinct, keep = _coarse_steps(step, self.stride, self.tail)
+            self.steps_seen.append(distinct)
+            keep |= (nf > 0) | _extremes(sid, starts, mag)
+        roles_present = np.unique(role_codes[starts])
         if keep is not None:  # the columns still to be read, of the rows kept
-            batch = batch.select(["numel", *_AUX_READ]).filter(pa.array(keep))
-            sid, step, nf, role_codes, mag = sid[keep], step[keep], nf[keep], role_codes[keep], mag[keep]
-        self.parts["sid"].append(sid.astype(np.int32))
+            rows = np.flatnonzero(keep)
+            batch = batch.select(["numel", *_AUX_READ]).take(pa.array(rows))
+            sid, step, nf, role_codes, mag = sid[rows], step[rows], nf[rows], role_codes[rows], mag[rows]
+            starts = _run_starts(sid)
+        self.parts["sid"].append(sid)
         self.parts["step"].append(step)
         self.parts["mag"].append(mag)
         self.parts["nf"].append(nf)
-        a0, a1 = _aux(batch, role_codes, role_names)
+        a0, a1 = _aux(batch, role_codes, role_names, roles_present)
         self.parts["a0"].append(a0)
         self.parts["a1"].append(a1)
-        # numel is constant along a series, so any row of each series will do.
-        sizes = np.zeros(len(self.ids), np.int64)
-        sizes[sid] = _ints(batch.column("numel"))
-        for index in np.flatnonzero(np.bincount(sid)).tolist():
-            self.numel.setdefault(index, int(sizes[index]))
+        # numel is constant along a series, so any row of each series will do (here the last
+        # row of each series in the first batch that has it, as a scatter of every row leaves).
+        if len(sid):
+            ends = np.r_[starts[1:], len(sid)] - 1
+            grow = len(self.ids) - len(self.numel)
+            self.numel = np.r_[self.numel, np.zeros(grow, np.int64)]
+            self.numel_known = np.r_[self.numel_known, np.zeros(grow, bool)]
+            sizes, present = np.zeros(len(self.ids), np.int64), np.zeros(len(self.ids), bool)
+            sizes[sid[ends]] = _ints(pc.take(batch.column("numel"), pa.array(ends)))
+            present[sid[ends]] = True
+            first = present & ~self.numel_known
+            self.numel[first] = sizes[first]
+            self.numel_known |= present
 
-    def _series_ids(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, list[str]]:
-        """Global series id per row, plus each row's role code and the role dictionary."""
+    def _series_ids(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+        """Global series id per row (int32), the first row of each run of rows of one series,
+        each row's role code and the role dictionary. The work per row is finding where the
+        runs begin (the recorder writes a flush's rows series by series); the ids are looked
+        up per run."""
         role, name, key = (_dictionary(batch.column(c)) for c in ("role", "name", "key"))
-        r, n, k = _codes(role), _codes(name), _codes(key) + 1  # key 0 means null
+        r, n, k = _codes(role), _codes(name), _codes(key)  # key -1 means null
         nn, nk = len(name.dictionary), len(key.dictionary) + 1
         size = max(len(role.dictionary) * nn * nk, 1)
-        code = (r * nn + n) * nk + k
+        starts = _run_starts(r, n, k)
+        code = (r[starts].astype(np.int64) * nn + n[starts]) * nk + (k[starts] + 1)
         dictionaries = (role.dictionary, name.dictionary, key.dictionary)
         # Segments from one recorder share their dictionaries: reuse the lookup table.
         if self._dictionaries is None or len(self._lut) != size or not all(
@@ -228,7 +244,7 @@ class _Builder:
             self._dictionaries = dictionaries
             self._lut = np.full(size, -1, np.int64)
         role_names = role.dictionary.to_pylist()
-        missing = np.flatnonzero(np.bincount(code, minlength=size))
+        missing = np.unique(code)
         missing = missing[self._lut[missing] < 0]
         if len(missing):
             names = name.dictionary.to_pylist()
@@ -238,7 +254,11 @@ class _Builder:
                 ni, ki = divmod(rest, nk)
                 series = SeriesKey(role_names[ri], names[ni], key_names[ki])
                 self._lut[c] = self.ids.setdefault(series, len(self.ids))
-        return self._lut[code], r, role_names
+        run_sid = self._lut[code].astype(np.int32)
+        # Codes of one series (a dictionary that repeats a value) make one run.
+        merged = np.r_[True, run_sid[1:] != run_sid[:-1]]
+        starts, run_sid = starts[merged], run_sid[merged]
+        return np.repeat(run_sid, np.diff(np.r_[starts, len(r)])), starts, r, role_names
 
     def fine_windows(self) -> list[tuple[int, int]]:
         """Step ranges to read whole: FINE_STEPS steps before the end, before the first
@@ -299,32 +319,42 @@ class _Builder:
         for sid in sid_parts:
             counts += np.bincount(sid, minlength=len(keys))
         offsets = np.concatenate([[0], np.cumsum(counts)])
-        grouped = {name: np.empty(int(offsets[-1]), self.parts[name][0].dtype) for name in self.parts}
+        aux = np.empty((2, int(offsets[-1])), np.float32)
+        grouped = {name: np.empty(int(offsets[-1]), self.parts[name][0].dtype)
+                   for name in self.parts if name not in ("a0", "a1")}
+        grouped.update(a0=aux[0], a1=aux[1])
         # Counting sort, one batch at a time: each batch is scattered to its series' next free
         # rows and then dropped, so no 20 M-row concatenation or global argsort is needed.
         cursor = offsets[:-1].copy()
         for i, sid in enumerate(sid_parts):
-            starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
-            order = None
-            if len(np.unique(sid[starts])) != len(starts):
-                # Not one run per series (the recorder sorts segments by series; others may
-                # not): group the batch first.
-                order = np.argsort(sid, kind="stable")
-                sid = sid[order]
-                starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
-            lengths = np.diff(np.r_[starts, len(sid)])
-            destination = cursor[sid] + (np.arange(len(sid)) - np.repeat(starts, lengths))
-            cursor[sid[starts]] += lengths
+            destination = _destinations(sid, cursor)
             for name, pieces in self.parts.items():
-                grouped[name][destination] = pieces[i] if order is None else pieces[i][order]
+                grouped[name][destination] = pieces[i]
                 pieces[i] = None
             sid_parts[i] = None
-        aux = np.stack([grouped.pop("a0"), grouped.pop("a1")])
-        sizes = np.array([self.numel.get(i, 0) for i in range(len(keys))], np.int64)
+        sizes = np.r_[self.numel, np.zeros(len(keys) - len(self.numel), np.int64)]
         thinned = np.unique(np.concatenate(self.steps_seen)) if self.steps_seen else None
         table = SeriesTable(keys, offsets, grouped["step"], grouped["mag"], grouped["nf"], aux,
                             sizes, hashes, self.kinds, thinned, self.input_frame())
         return _deduplicated(table)
+
+
+def _destinations(sid: np.ndarray, cursor: np.ndarray) -> np.ndarray:
+    """Where each row of a batch goes in the grouped arrays: its series' next free row
+    (`cursor`, advanced), rows of one series in batch order. Worked out per run of rows of one
+    series (a compacted segment's batch holds flush after flush, each series a run in each)."""
+    starts = _run_starts(sid) if len(sid) else np.zeros(0, np.int64)
+    lengths = np.diff(np.r_[starts, len(sid)])
+    order = np.argsort(sid[starts], kind="stable")
+    series, ordered = sid[starts][order], lengths[order]
+    first = np.flatnonzero(np.r_[True, series[1:] != series[:-1]]) if len(order) else starts
+    before = np.cumsum(ordered) - ordered  # rows of the runs before, in series order
+    within = before - np.repeat(before[first], np.diff(np.r_[first, len(order)]))
+    run_destination = np.empty(len(starts), np.int64)
+    run_destination[order] = cursor[series] + within
+    if len(first):
+        cursor[series[first]] += np.add.reduceat(ordered, first)
+    return np.repeat(run_destination - starts, lengths) + np.arange(len(sid))
 
 
 def _deduplicated(table: SeriesTable) -> SeriesTable:
@@ -349,35 +379,62 @@ def _deduplicated(table: SeriesTable) -> SeriesTable:
     )
 
 
-def _extremes(sid: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
+def _extremes(sid: np.ndarray, starts: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
     """Rows a coarse pass keeps besides its stride: the first row of each series in the batch
     and one row of its largest and one of its smallest magnitude, so that the thinned history
     keeps its range (a healthy batch scale, a spike). Vectorised over the batch's runs of
-    rows of one series (a flush's), not its million rows."""
-    starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
+    rows of one series (`starts`, a flush's), not its million rows."""
     run_sid = sid[starts]
+    lengths = np.diff(np.r_[starts, len(sid)])
     keep = np.zeros(len(sid), bool)
     keep[starts[np.unique(run_sid, return_index=True)[1]]] = True
     with np.errstate(invalid="ignore"):
         for reduce in (np.fmax, np.fmin):
             best = np.full(int(run_sid.max()) + 1, np.nan)
-            reduce.at(best, run_sid, reduce.reduceat(magnitude, starts))
-            hits = np.flatnonzero(magnitude == best[sid])  # a constant series ties at every row
+            extreme = reduce.reduceat(magnitude, starts)
+            reduce.at(best, run_sid, extreme)
+            # Only a run whose extreme is its series' can hold a row that reaches it.
+            reaching = np.flatnonzero(extreme == best[run_sid])
+            rows = _run_rows(starts[reaching], lengths[reaching])
+            hits = rows[magnitude[rows] == best[sid[rows]]]  # a constant series ties at every row
             keep[hits[np.unique(sid[hits], return_index=True)[1]]] = True
     return keep
 
 
-def _distinct(step: np.ndarray) -> np.ndarray:
-    """The distinct steps of a batch, ascending: a bitmap over its step range (a batch spans a
-    few hundred steps), 10× faster than np.unique on a million rows."""
-    if not len(step):
-        return step
+def _run_starts(*codes: np.ndarray) -> np.ndarray:
+    """The first row of each run of rows equal in every one of `codes` (arrays of one length)."""
+    change = np.zeros(len(codes[0]), bool)
+    change[:1] = True
+    for values in codes:
+        change[1:] |= values[1:] != values[:-1]
+    return np.flatnonzero(change)
+
+
+def _run_rows(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The rows of the runs that begin at `starts`, in order."""
+    offsets = np.repeat(starts - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
+    return np.arange(int(lengths.sum())) + offsets
+
+
+def _coarse_steps(step: np.ndarray, stride: int, tail: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct steps of a (non-empty) batch, ascending, and the rows the coarse pass keeps
+    for their step: every `stride`-th step, every step from `tail` on. A bitmap and a lookup
+    table over the batch's step range (a batch spans a few hundred steps): 10x faster than
+    np.unique and an int64 modulo of every row."""
     low, high = int(step.min()), int(step.max())
     if high - low > 4 * len(step):
-        return np.unique(step)
-    seen = np.zeros(high - low + 1, bool)
-    seen[step - low] = True
-    return np.flatnonzero(seen) + low
+        steps, offset = np.unique(step, return_inverse=True)
+        present = steps
+    else:
+        offset = step - low
+        steps = np.arange(low, high + 1)
+        seen = np.zeros(len(steps), bool)
+        seen[offset] = True
+        present = steps[seen]
+    kept = steps % stride == 0
+    if tail is not None:
+        kept |= steps >= tail
+    return present, kept[offset]
 
 
 def _dictionary(column: pa.Array) -> pa.DictionaryArray:
@@ -387,11 +444,26 @@ def _dictionary(column: pa.Array) -> pa.DictionaryArray:
 
 
 def _codes(column: pa.DictionaryArray) -> np.ndarray:
-    return pc.fill_null(column.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    """Dictionary codes as int32, -1 for null."""
+    indices = column.indices
+    if indices.null_count:
+        indices = pc.fill_null(indices, -1)
+    return indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
 
 
 def _ints(column: pa.Array) -> np.ndarray:
-    return pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    if column.null_count:
+        column = pc.fill_null(column, 0)
+    return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def _counts(column: pa.Array) -> np.ndarray:
+    """Non-finite counts as int32, null as 0, capped at 2**31 - 1."""
+    values = _ints(column)
+    bounds = pc.min_max(column)
+    if bounds["min"].is_valid and bounds["min"].as_py() >= 0 and bounds["max"].as_py() < 2**31:
+        return values.astype(np.int32)
+    return np.minimum(values, 2**31 - 1).astype(np.int32)
 
 
 def _floats(column: pa.Array) -> np.ndarray:
@@ -400,24 +472,28 @@ def _floats(column: pa.Array) -> np.ndarray:
 
 def _magnitude(batch: pa.RecordBatch) -> np.ndarray:
     """norm where recorded (param/grad/update/state), else max_abs, else max(|min|, |max|)."""
-    magnitude = _floats(batch.column("norm")).copy()
-    missing = np.isnan(magnitude)
-    if missing.any():
-        magnitude[missing] = _floats(batch.column("max_abs"))[missing]
-        missing = np.isnan(magnitude)
-    if missing.any():
-        low = np.abs(_floats(batch.column("min"))[missing])
-        high = np.abs(_floats(batch.column("max"))[missing])
+    magnitude = _floats(batch.column("norm"))
+    missing = np.flatnonzero(np.isnan(magnitude))
+    if not len(missing):
+        return magnitude
+    if not magnitude.flags.writeable:
+        magnitude = magnitude.copy()
+    values = batch.column("max_abs").to_numpy(zero_copy_only=False)[missing]
+    magnitude[missing] = values
+    missing = missing[np.isnan(values)]
+    if len(missing):
+        low = np.abs(batch.column("min").to_numpy(zero_copy_only=False)[missing])
+        high = np.abs(batch.column("max").to_numpy(zero_copy_only=False)[missing])
         magnitude[missing] = np.fmax(low, high)
     return magnitude
 
 
 def _aux(
-    batch: pa.RecordBatch, role_codes: np.ndarray, role_names: list[str]
+    batch: pa.RecordBatch, role_codes: np.ndarray, role_names: list[str], roles_present: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     slots = (np.full(batch.num_rows, np.nan, np.float32), np.full(batch.num_rows, np.nan, np.float32))
     converted: dict[str, np.ndarray] = {}
-    for code in np.flatnonzero(np.bincount(role_codes[role_codes >= 0])).tolist():
+    for code in roles_present[roles_present >= 0].tolist():
         columns = AUX_COLUMNS.get(role_names[code])
         if columns is None:
             continue
@@ -428,7 +504,7 @@ def _aux(
                 if pa.types.is_boolean(values.type):
                     values = pc.cast(values, pa.float32())
                 converted[column] = values.to_numpy(zero_copy_only=False)
-            slot[mask] = converted[column][mask]
+            np.copyto(slot, converted[column], where=mask)
     return slots
 
 
@@ -445,8 +521,8 @@ def _input_hashes(batch: pa.RecordBatch) -> list[pa.Table]:
 def _input_rows(batch: pa.RecordBatch, role_codes: np.ndarray) -> pa.Table:
     """The batch's input/target rows, INPUT_COLUMNS of them."""
     roles = _dictionary(batch.column("role")).dictionary.to_pylist()
-    wanted = np.array([r in INPUT_ROLES for r in roles] + [False])
-    rows = np.flatnonzero(wanted[np.where(role_codes >= 0, role_codes, len(roles))])
+    wanted = np.array([r in INPUT_ROLES for r in roles] + [False])  # code -1 (null): the last
+    rows = np.flatnonzero(wanted[role_codes]) if wanted.any() else np.zeros(0, np.int64)
     return pa.Table.from_batches([batch.select(INPUT_COLUMNS)]).take(rows)
 
 
@@ -456,5 +532,12 @@ def _input_kinds(batch: pa.RecordBatch) -> dict[tuple[str, str], str]:
     if column.null_count == len(column):
         return {}
     rows = pa.table({"role": batch.column("role"), "name": batch.column("name"), "kind": column}
-                    ).filter(pc.is_valid(column))
+                    ).filter(pc.is_valid(column)).combine_chunks()
+    # The first and the last row of each code decide the dict that the rows, one by one, build
+    # (where each (role, name) first appears, the kind of its last row): a few rows, not all.
+    role, name = (_dictionary(rows.column(c).chunk(0)) for c in ("role", "name"))
+    code = _codes(role).astype(np.int64) * (len(name.dictionary) + 1) + _codes(name)
+    _, first = np.unique(code, return_index=True)
+    _, from_end = np.unique(code[::-1], return_index=True)
+    rows = rows.take(pa.array(np.union1d(first, len(code) - 1 - from_end)))
     return {(r, n): k for r, n, k in zip(*(rows.column(c).to_pylist() for c in ("role", "name", "kind")))}

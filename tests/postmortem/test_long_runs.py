@@ -92,3 +92,24 @@ def test_stats_of_a_step_range_read_only_those_rows(long_run):
     part = run.stats(roles=["grad"], columns=["norm"], steps=(1200, 1260))
     expected = whole[(whole["step"] >= 1200) & (whole["step"] <= 1260)].reset_index(drop=True)
     assert part.equals(expected)
+
+
+def test_the_progress_moves_while_a_thinned_run_is_read(long_run, thinned, monkeypatch):
+    """Reading is most of a long run's analysis: its READ_STAGES progress calls come as the
+    batches arrive, not all at the end."""
+    handed_out = []
+    batches = series.Run.stats_batches
+
+    def counted(self, *args, **kwargs):
+        for batch in batches(self, *args, **kwargs):
+            handed_out.append(batch.num_rows)
+            yield batch
+
+    monkeypatch.setattr(series.Run, "stats_batches", counted)
+    calls = []
+    postmortem.analyze(long_run, progress=lambda label: calls.append((label, len(handed_out))))
+    reading = [read for label, read in calls if label.startswith("reading tensor statistics (")]
+    assert len(reading) == series.READ_STAGES and len(handed_out) >= series.READ_STAGES
+    assert reading == sorted(reading) and len(set(reading)) >= series.READ_STAGES // 2
+    assert reading[0] <= len(handed_out) / 4  # the first stage is drawn early in the read
+    assert [label for label, _ in calls][-1].startswith("ranking")
