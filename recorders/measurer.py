@@ -20,8 +20,8 @@ from torch import nn
 from .failures import MeasureFailures
 from .manifest import hyperparameters
 from .rows import StatsBlock
-from .statistics import (MomentBatch, MomentColumn, Moments, activation_moments, combine,
-                         measure_now, moments_rows, params_and_updates, row_moments, summarize)
+from .statistics import (MomentBatch, MomentColumn, activation_row, combine_rows, kernel_rows,
+                         measure_now, params_and_updates, summarize)
 from .tracking import ModelTracker, ParamsFollowed, named_tensors
 
 __all__ = ["StepMeasurement", "StepMeasurer"]
@@ -170,9 +170,8 @@ class StepMeasurer:
             key = leaf.name + suffix
             try:
                 if t.is_cpu:  # reading back is free on the host
-                    m = activation_moments(t, leaf.saturation)
-                    seen = self._activations.get(key)
-                    self._activations[key] = m if seen is None else combine(seen, m)
+                    self._activation_rows.append(activation_row(t, leaf.saturation))
+                    self._activation_keys.append(key)
                 else:  # measured on the device; read back with the rest of the step
                     index = self._batch.add(t, sums=True, zeros=True,
                                             saturation=leaf.saturation, exact=True)
@@ -398,14 +397,17 @@ class StepMeasurer:
                           extra={"grad_none": [grad_none[i] for i in rows]}), measured
 
     def _activation_blocks(self, step: int, moments: np.ndarray) -> list[StatsBlock]:
-        for key, index in self._pending_activations:
-            seen = self._activations.get(key)
-            m = row_moments(moments[index])
-            self._activations[key] = m if seen is None else combine(seen, m)
-        if not self._activations:
+        """One row per leaf output name (a module called twice, by two micro-batches say,
+        pools its outputs), names in the order first seen, the device's after the host's."""
+        keys = self._activation_keys + [key for key, _ in self._pending_activations]
+        if not keys:
             return []
-        return [StatsBlock(step, "activation", list(self._activations),
-                           moments_rows(list(self._activations.values())))]
+        rows = np.concatenate([kernel_rows(self._activation_rows),
+                               moments[[index for _, index in self._pending_activations]]])
+        names: dict[str, int] = {}
+        groups = [names.setdefault(key, len(names)) for key in keys]
+        return [StatsBlock(step, "activation", list(names), combine_rows(rows, groups,
+                                                                         len(names)))]
 
     def _resolve_grads(self) -> None:
         """This record's gradients from the backward captures; one that no backward captured
@@ -462,8 +464,10 @@ class StepMeasurer:
         return readable
 
     def _reset_step_state(self) -> None:
-        self._activations: dict[str, Moments] = {}
-        self._pending_activations: list[tuple[str, int]] = []
+        # Host leaf outputs as measured (a kernel row each) and their names, in hook order.
+        self._activation_rows: list[bytes] = []
+        self._activation_keys: list[str] = []
+        self._pending_activations: list[tuple[str, int]] = []  # device: (name, batch index)
         self._batch = MomentBatch()
         self._grad_state[:] = _GRAD_PENDING
         self._grads[:] = np.nan

@@ -38,9 +38,12 @@ __all__ = [
     "MomentColumn",
     "TensorStats",
     "combine",
+    "combine_rows",
     "content_hash",
     "exact_moments",
     "activation_moments",
+    "activation_row",
+    "kernel_rows",
     "measure_now",
     "moments_rows",
     "params_and_updates",
@@ -708,6 +711,61 @@ def activation_moments(t: torch.Tensor, saturation: str | None) -> Moments:
         return functools.reduce(combine, (_host_float32_moments(s, saturation)
                                           for s in v.split(size)))
     return _host_float32_moments(v, saturation)
+
+
+# The kernel's row per tensor: its moments, those of its update, its CRC-32, its cancellation
+# flag (see recorders/_fused.cpp).
+_KERNEL_ROW = 2 * len(Moments._fields) + 2
+_NOT_CANCELLED = bytes(8)  # the flag 0.0, the row's last eight bytes
+_ROW_PADDING = np.full(_KERNEL_ROW - len(Moments._fields), np.nan).tobytes()
+
+
+def activation_row(t: torch.Tensor, saturation: str | None) -> bytes:
+    """:func:`activation_moments` as one row of float64 bytes, ``KERNEL_ROW`` wide (its first
+    ``len(Moments._fields)`` values are the moments; :func:`kernel_rows` reads many). The
+    common case, a contiguous float32 host output of a module that does not saturate, is one
+    call of the fused kernel and no Python object per statistic: it runs for every module
+    output of every step."""
+    if saturation is None and t.dtype is torch.float32 and _fused is not None and t.is_cpu \
+            and t.layout is torch.strided and t.is_contiguous():
+        row = _fused.moments_many([(t.data_ptr(), t.numel(), 0, 3)])  # sums, zeros
+        if row[-8:] == _NOT_CANCELLED:
+            return row
+    return np.array(activation_moments(t, saturation), dtype=np.float64).tobytes() + _ROW_PADDING
+
+
+def kernel_rows(rows: list[bytes]) -> np.ndarray:
+    """A moments array from rows of :func:`activation_row`."""
+    return np.frombuffer(b"".join(rows), dtype=np.float64).reshape(
+        len(rows), _KERNEL_ROW)[:, :len(Moments._fields)]
+
+
+def combine_rows(rows: np.ndarray, groups: list[int], count: int) -> np.ndarray:
+    """Moments of `count` concatenations: row i of `rows` is one part of concatenation
+    ``groups[i]``, each group's parts combined in their order as :func:`combine` does, bit for
+    bit (NaN where it has None)."""
+    groups_array = np.asarray(groups, dtype=np.intp)
+    out = np.empty((count, rows.shape[1]))
+    parts: dict[int, int] = {}  # group -> parts seen so far
+    ranks = []  # each row's place in its group
+    for g in groups:
+        ranks.append(parts.get(g, 0))
+        parts[g] = ranks[-1] + 1
+    rank = np.array(ranks, dtype=np.intp)
+    first = rank == 0
+    out[groups_array[first]] = rows[first]
+    for r in range(1, int(rank.max(initial=0)) + 1):
+        part = rank == r
+        at, b = groups_array[part], rows[part]
+        a = out[at]
+        total = a + b  # counts and sums; NaN (not measured) stays NaN
+        lo, hi = a[:, MomentColumn.MIN], a[:, MomentColumn.MAX]
+        b_lo, b_hi = b[:, MomentColumn.MIN], b[:, MomentColumn.MAX]
+        # min(x, y) and max(x, y) keep x unless y is strictly beyond it; None yields
+        total[:, MomentColumn.MIN] = np.where(np.isnan(lo), b_lo, np.where(b_lo < lo, b_lo, lo))
+        total[:, MomentColumn.MAX] = np.where(np.isnan(hi), b_hi, np.where(b_hi > hi, b_hi, hi))
+        out[at] = total
+    return out
 
 
 def cache_slice() -> int:
