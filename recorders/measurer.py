@@ -271,8 +271,12 @@ class StepMeasurer:
             if changed:
                 norms = torch._foreach_norm([p.grad for p in changed])
                 device = norms[0].device
-                self._clipped.append(([id(p) for p in changed],
-                                      torch.stack([n.to(device, torch.float64) for n in norms])))
+                # One device (the common case): stacked, then widened, in two kernels, not one
+                # per tensor (float64 holds every narrower float exactly: the same values).
+                stacked = torch.stack(norms).to(torch.float64) \
+                    if all(n.device == device for n in norms) \
+                    else torch.stack([n.to(device, torch.float64) for n in norms])
+                self._clipped.append(([id(p) for p in changed], stacked))
         except Exception as exc:  # noqa: BLE001 - never break the user's optimizer.step()
             self._failures("gradients", exc)
 

@@ -280,6 +280,13 @@ def _widened(t: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
+# The kernel's row per tensor: its moments, those of its update, its CRC-32, its cancellation
+# flag (see recorders/_fused.cpp).
+_KERNEL_ROW = 2 * len(Moments._fields) + 2
+_NOT_CANCELLED = bytes(8)  # the flag 0.0, the row's last eight bytes
+_ROW_PADDING = np.full(_KERNEL_ROW - len(Moments._fields), np.nan).tobytes()
+
+
 class _FusedRequest(NamedTuple):
     tensor: torch.Tensor  # contiguous float32 in host memory
     sums: bool
@@ -289,15 +296,43 @@ class _FusedRequest(NamedTuple):
     hash: bool = False  # the CRC-32 of its bytes too (C order: the tensor must be contiguous)
 
 
-def _fused_measure(requests: list[_FusedRequest]
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One call of the fused kernel for all `requests`: a moments array of the tensors, one
+class _FusedCall:
+    """The requests of one call of the fused kernel, its arguments built as each comes in (the
+    call then loops over them in C) and the requests that count saturated elements noted."""
+
+    __slots__ = ("requests", "args", "saturating")
+
+    def __init__(self) -> None:
+        self.requests: list[_FusedRequest] = []
+        self.args: list[tuple[int, int, int, int]] = []
+        self.saturating: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def add(self, r: _FusedRequest) -> None:
+        if r.saturation:
+            self.saturating.append(len(self.requests))
+        self.requests.append(r)
+        self.args.append(_kernel_arg(r))
+
+
+def _kernel_arg(r: _FusedRequest) -> tuple[int, int, int, int]:
+    return (r.tensor.data_ptr(), r.tensor.numel(),
+            0 if r.previous is None else r.previous.data_ptr(),
+            (1 if r.sums else 0) | (2 if r.zeros else 0) | (0 if r.previous is None else 4)
+            | (8 if r.hash else 0))
+
+
+def _fused_measure(call: _FusedCall) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One call of the fused kernel for all `call`'s requests: a moments array of the tensors, one
     of ``tensor - previous`` where a `previous` is given (sum of squares and non-finite count,
     in float64; NaN rows elsewhere), after which `previous` holds a copy of the tensor, and the
     CRC-32 of each tensor asked to be hashed (NaN elsewhere, or where zlib could not be
     loaded)."""
-    width = len(Moments._fields)
-    rows = np.frombuffer(_kernel(requests), dtype=np.float64).reshape(len(requests), 2 * width + 2)
+    width, requests = len(Moments._fields), call.requests
+    rows = np.frombuffer(_fused.moments_many(call.args), dtype=np.float64).reshape(
+        len(requests), _KERNEL_ROW)
     moments = rows[:, :width]
     cancels = rows[:, 2 * width + 1]
     if cancels.any():  # those are measured again, exactly in float64
@@ -307,12 +342,12 @@ def _fused_measure(requests: list[_FusedRequest]
                 moments[i, [MomentColumn.SUM, MomentColumn.SUMSQ]] = _exact_sums(r.tensor)
             else:
                 moments[i] = exact_moments(r.tensor, sums=True, zeros=r.zeros)
-    for i, r in enumerate(requests):
-        if r.saturation:
-            row = moments[i]
-            row[MomentColumn.SATURATED] = (
-                _saturated_count(r.tensor, r.saturation, row[MomentColumn.MIN],
-                                 row[MomentColumn.MAX]) if row[MomentColumn.FINITE] else 0)
+    for i in call.saturating:
+        r = requests[i]
+        row = moments[i]
+        row[MomentColumn.SATURATED] = (
+            _saturated_count(r.tensor, r.saturation, row[MomentColumn.MIN],
+                             row[MomentColumn.MAX]) if row[MomentColumn.FINITE] else 0)
     return moments, rows[:, width:2 * width], rows[:, 2 * width]
 
 
@@ -329,15 +364,6 @@ def _cancels(mean: float, mean_sq: float) -> bool:
     """Whether var = E[x^2] - mean^2 from float32-accumulated sums has lost too many digits
     (the fused kernel applies the same rule to its own sums)."""
     return mean_sq > 0 and not mean_sq - mean * mean > _CANCELLATION_LIMIT * mean_sq
-
-
-def _kernel(requests: list[_FusedRequest]) -> bytearray:
-    return _fused.moments_many(
-        [(r.tensor.data_ptr(), r.tensor.numel(),
-          0 if r.previous is None else r.previous.data_ptr(),
-          (1 if r.sums else 0) | (2 if r.zeros else 0) | (0 if r.previous is None else 4)
-          | (8 if r.hash else 0))
-         for r in requests])
 
 
 def content_hash(t: torch.Tensor) -> str:
@@ -357,7 +383,7 @@ def _fused_one(r: _FusedRequest) -> Moments:
     """:func:`_fused_measure` for one tensor without an update, in plain Python: numpy's
     per-call overhead would cost more than the kernel on a small module output."""
     width = len(Moments._fields)
-    row = memoryview(_kernel([r])).cast("d").tolist()
+    row = memoryview(_fused.moments_many([_kernel_arg(r)])).cast("d").tolist()
     numel, finite, total, sumsq, lo, hi, zeros, _, nonfinite = row[:width]
     if row[2 * width + 1]:  # the variance cancels
         return exact_moments(r.tensor, sums=True, zeros=r.zeros, saturation=r.saturation)
@@ -378,13 +404,13 @@ def params_and_updates(pairs: list[tuple[torch.Tensor, torch.Tensor]]
     four torch passes per pair elsewhere."""
     width = len(Moments._fields)
     params, updates = np.empty((len(pairs), width)), np.empty((len(pairs), width))
-    fused, requests = [], []
+    fused, requests = [], _FusedCall()
     for i, (now, previous) in enumerate(pairs):
         now = now.detach() if now.requires_grad else now
         if _fusable(now) and _fusable(previous) and previous.stride() == now.stride() \
                 and previous.numel() == now.numel():  # element i of one is element i of the other
             fused.append(i)
-            requests.append(_FusedRequest(now, True, False, None, previous))
+            requests.add(_FusedRequest(now, True, False, None, previous))
             continue
         params[i] = measure_now(now, sums=True)
         previous.sub_(now)  # previous := previous - now = -update
@@ -445,7 +471,7 @@ class MomentBatch:
         self._floats: list[torch.Tensor] = []
         self._ints: list[torch.Tensor] = []
         self._exacts: list[torch.Tensor] = []
-        self._fused: list[_FusedRequest] = []
+        self._fused = _FusedCall()
         self._fused_rows: list[int] = []  # the index `add` returned for each fused request
         self._entries: list[_Entry | _FusedRequest] = []
         self._crcs: dict[int, int] = {}  # index -> CRC-32 from the fused kernel
@@ -512,7 +538,7 @@ class MomentBatch:
         return len(self._entries) - 1
 
     def _add_fused(self, request: _FusedRequest) -> int:
-        self._fused.append(request)
+        self._fused.add(request)
         self._fused_rows.append(len(self._entries))
         self._entries.append(request)
         return len(self._entries) - 1
@@ -539,8 +565,9 @@ class MomentBatch:
         rows = np.empty((len(self._entries), len(Moments._fields)))
         if self._fused:
             rows[self._fused_rows], _, crcs = _fused_measure(self._fused)
-            self._crcs = {i: int(crc) for i, crc in zip(self._fused_rows, crcs.tolist())
-                          if not math.isnan(crc)}
+            hashed = np.flatnonzero(~np.isnan(crcs)).tolist()
+            self._crcs = dict(zip([self._fused_rows[i] for i in hashed],
+                                  crcs[hashed].astype(np.int64).tolist()))
             for i, original in self._widened.items():
                 lo, hi = rows[i, MomentColumn.MIN], rows[i, MomentColumn.MAX]
                 if not original.is_floating_point() and max(-lo, hi) >= _EXACT_INTEGERS:
@@ -711,13 +738,6 @@ def activation_moments(t: torch.Tensor, saturation: str | None) -> Moments:
         return functools.reduce(combine, (_host_float32_moments(s, saturation)
                                           for s in v.split(size)))
     return _host_float32_moments(v, saturation)
-
-
-# The kernel's row per tensor: its moments, those of its update, its CRC-32, its cancellation
-# flag (see recorders/_fused.cpp).
-_KERNEL_ROW = 2 * len(Moments._fields) + 2
-_NOT_CANCELLED = bytes(8)  # the flag 0.0, the row's last eight bytes
-_ROW_PADDING = np.full(_KERNEL_ROW - len(Moments._fields), np.nan).tobytes()
 
 
 def activation_row(t: torch.Tensor, saturation: str | None) -> bytes:
