@@ -20,8 +20,9 @@ from torch import nn
 from .failures import MeasureFailures
 from .manifest import hyperparameters
 from .rows import StatsBlock
-from .statistics import (MomentBatch, MomentColumn, activation_row, combine_rows, kernel_rows,
-                         measure_now, params_and_updates, summarize)
+from .statistics import (FusedCall, MomentBatch, MomentColumn, activation_row, combine_rows,
+                         fused_pairs, kernel_rows, measure_now, params_and_updates, signature,
+                         summarize)
 from .tracking import ModelTracker, ParamsFollowed, named_tensors
 
 __all__ = ["StepMeasurement", "StepMeasurer"]
@@ -76,6 +77,14 @@ class _ParamReads:
         self.updates[:, MomentColumn.NUMEL] = self.params[:, MomentColumn.NUMEL]
 
 
+class _Plan(NamedTuple):
+    """A fused call made again at every step while its tensors keep their signatures (their
+    address, layout, type: parameters and optimizer state keep them, step after step)."""
+
+    signatures: list[tuple]
+    call: FusedCall
+
+
 class _Queued(NamedTuple):
     """An input or target tensor, queued in the step's batch."""
 
@@ -123,6 +132,9 @@ class StepMeasurer:
         self._prev_norms = np.empty(0)  # and its norm then, for the update ratio
         self._grads = np.empty((0, _WIDTH))
         self._grad_state = np.empty(0, dtype=np.int8)
+        # The parameters' fused call, made again while they keep their signatures (all on
+        # the host, each measured with its update in one pass).
+        self._param_plan: _Plan | None = None
         self.fresh: set[int] = set()  # followed since this step's optimizer step: no update
         self.watch_activations = True  # whether the step being run records activations
         self._backward_task = -1  # the autograd graph task whose end is queued
@@ -151,6 +163,7 @@ class StepMeasurer:
                 prev[i] = params[i].detach().clone()
                 norms[i] = summarize(measure_now(prev[i], sums=False)).norm
         self._prev, self._prev_norms, self.fresh = prev, norms, followed.fresh
+        self._param_plan = None
         self._grads, self._grad_state = grads, grad_state
 
     # ----------------------------------------------------------------- hooks
@@ -330,6 +343,11 @@ class StepMeasurer:
     def _queue_params(self, batch: MomentBatch) -> _ParamReads:
         """Parameters and their updates since the last record. On the host reading back is
         free: measured at once, `prev` refilled in the same fused pass; elsewhere queued."""
+        plan = self._param_plan
+        if plan is not None and not self.fresh \
+                and plan.signatures == [signature(p) for p in self._tracker.params]:
+            params, updates, _ = plan.call.measure()
+            return _ParamReads(params, updates)
         current = [p.detach() for p in self._tracker.params]
         prevs = self._prev
         reads = _ParamReads(np.empty((len(current), _WIDTH)),
@@ -343,8 +361,10 @@ class StepMeasurer:
             prevs[i] = current[i].clone()
         on_host = [i for i, prev in enumerate(prevs) if prev.is_cpu and i not in moved]
         if on_host:
-            reads.params[on_host], reads.updates[on_host] = params_and_updates(
-                [(current[i], prevs[i]) for i in on_host])
+            pairs = [(current[i], prevs[i]) for i in on_host]
+            reads.params[on_host], reads.updates[on_host] = params_and_updates(pairs)
+            if len(on_host) == len(current) and (call := fused_pairs(pairs)) is not None:
+                self._param_plan = _Plan([signature(now) for now in current], call)
         host = set(on_host)
         for i, (now, prev) in enumerate(zip(current, prevs)):
             if i in host:

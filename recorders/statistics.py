@@ -41,6 +41,8 @@ __all__ = [
     "combine_rows",
     "content_hash",
     "exact_moments",
+    "FusedCall",
+    "fused_pairs",
     "activation_moments",
     "activation_row",
     "kernel_rows",
@@ -48,6 +50,7 @@ __all__ = [
     "moments_rows",
     "params_and_updates",
     "row_moments",
+    "signature",
     "summarize",
     "summarize_rows",
     "update_moments",
@@ -296,9 +299,12 @@ class _FusedRequest(NamedTuple):
     hash: bool = False  # the CRC-32 of its bytes too (C order: the tensor must be contiguous)
 
 
-class _FusedCall:
+class FusedCall:
     """The requests of one call of the fused kernel, its arguments built as each comes in (the
-    call then loops over them in C) and the requests that count saturated elements noted."""
+    call then loops over them in C) and the requests that count saturated elements noted.
+
+    A call can be made again, step after step, while its tensors keep their :func:`signature`
+    (the kernel reads their addresses)."""
 
     __slots__ = ("requests", "args", "saturating")
 
@@ -316,6 +322,16 @@ class _FusedCall:
         self.requests.append(r)
         self.args.append(_kernel_arg(r))
 
+    def measure(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """See :func:`_fused_measure`."""
+        return _fused_measure(self)
+
+
+def signature(t: torch.Tensor) -> tuple:
+    """What a :class:`FusedCall` prepared for `t` relies on: where its elements are, their
+    layout and type. The call holds `t`, so while it lives no other tensor takes the address."""
+    return t.data_ptr(), t.shape, t.stride(), t.dtype, t.device
+
 
 def _kernel_arg(r: _FusedRequest) -> tuple[int, int, int, int]:
     return (r.tensor.data_ptr(), r.tensor.numel(),
@@ -324,7 +340,7 @@ def _kernel_arg(r: _FusedRequest) -> tuple[int, int, int, int]:
             | (8 if r.hash else 0))
 
 
-def _fused_measure(call: _FusedCall) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _fused_measure(call: FusedCall) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One call of the fused kernel for all `call`'s requests: a moments array of the tensors, one
     of ``tensor - previous`` where a `previous` is given (sum of squares and non-finite count,
     in float64; NaN rows elsewhere), after which `previous` holds a copy of the tensor, and the
@@ -396,6 +412,24 @@ def _fused_one(r: _FusedRequest) -> Moments:
         nonfinite=int(nonfinite))
 
 
+def _pair_fusable(now: torch.Tensor, previous: torch.Tensor) -> bool:
+    """Whether one fused pass measures `now` and its update since `previous`: element i of one
+    is element i of the other."""
+    return _fusable(now) and _fusable(previous) and previous.stride() == now.stride() \
+        and previous.numel() == now.numel()
+
+
+def fused_pairs(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> FusedCall | None:
+    """The fused call that :func:`params_and_updates` makes for `pairs`, to make again while
+    their tensors keep their :func:`signature`; None unless every pair goes through it."""
+    call = FusedCall()
+    for now, previous in pairs:
+        if not _pair_fusable(now, previous):
+            return None
+        call.add(_FusedRequest(now.detach(), True, False, None, previous))
+    return call
+
+
 def params_and_updates(pairs: list[tuple[torch.Tensor, torch.Tensor]]
                        ) -> tuple[np.ndarray, np.ndarray]:
     """For each (parameter, previous) in host memory: moments of the parameter and of its
@@ -404,11 +438,10 @@ def params_and_updates(pairs: list[tuple[torch.Tensor, torch.Tensor]]
     four torch passes per pair elsewhere."""
     width = len(Moments._fields)
     params, updates = np.empty((len(pairs), width)), np.empty((len(pairs), width))
-    fused, requests = [], _FusedCall()
+    fused, requests = [], FusedCall()
     for i, (now, previous) in enumerate(pairs):
         now = now.detach() if now.requires_grad else now
-        if _fusable(now) and _fusable(previous) and previous.stride() == now.stride() \
-                and previous.numel() == now.numel():  # element i of one is element i of the other
+        if _pair_fusable(now, previous):
             fused.append(i)
             requests.add(_FusedRequest(now, True, False, None, previous))
             continue
@@ -471,7 +504,7 @@ class MomentBatch:
         self._floats: list[torch.Tensor] = []
         self._ints: list[torch.Tensor] = []
         self._exacts: list[torch.Tensor] = []
-        self._fused = _FusedCall()
+        self._fused = FusedCall()
         self._fused_rows: list[int] = []  # the index `add` returned for each fused request
         self._entries: list[_Entry | _FusedRequest] = []
         self._crcs: dict[int, int] = {}  # index -> CRC-32 from the fused kernel
