@@ -21,7 +21,7 @@ from .failures import MeasureFailures
 from .manifest import hyperparameters
 from .rows import StatsBlock
 from .statistics import (FusedCall, MomentBatch, MomentColumn, activation_row, combine_rows,
-                         fused_pairs, kernel_rows, measure_now, params_and_updates, signature,
+                         fused_call, fused_pairs, kernel_rows, measure_now, params_and_updates, signature,
                          summarize)
 from .tracking import ModelTracker, ParamsFollowed, named_tensors
 
@@ -81,7 +81,7 @@ class _Plan(NamedTuple):
     """A fused call made again at every step while its tensors keep their signatures (their
     address, layout, type: parameters and optimizer state keep them, step after step)."""
 
-    signatures: list[tuple]
+    signatures: Any  # what must not change for `call` to be made again
     call: FusedCall
 
 
@@ -135,6 +135,7 @@ class StepMeasurer:
         # The parameters' fused call, made again while they keep their signatures (all on
         # the host, each measured with its update in one pass).
         self._param_plan: _Plan | None = None
+        self._state_plan: _Plan | None = None  # the optimizer state's, all on the host
         self.fresh: set[int] = set()  # followed since this step's optimizer step: no update
         self.watch_activations = True  # whether the step being run records activations
         self._backward_task = -1  # the autograd graph task whose end is queued
@@ -379,8 +380,10 @@ class StepMeasurer:
         return reads
 
     def _queue_state(self, batch: MomentBatch) -> tuple[list[str], list[str], list[int]]:
-        """The optimizers' tensor state of followed parameters: names, keys, batch indices."""
-        names, keys, index = [], [], []
+        """The optimizers' tensor state of followed parameters: names, keys, batch indices.
+        While the same tensors keep their signatures, the fused call prepared for them is
+        queued again."""
+        names, keys, tensors = [], [], []
         for opt in self._tracker.optimizers.values():
             for p, state in opt.state.items():
                 name = self._tracker.param_names.get(id(p))
@@ -390,8 +393,14 @@ class StepMeasurer:
                     if isinstance(value, torch.Tensor) and key != "step":
                         names.append(name)
                         keys.append(str(key))
-                        index.append(batch.add(value))
-        return names, keys, index
+                        tensors.append(value)
+        signatures = (names, keys, [signature(t) for t in tensors])
+        plan = self._state_plan
+        if plan is not None and plan.signatures == signatures:
+            return names, keys, list(batch.add_call(plan.call))
+        call = fused_call(tensors)
+        self._state_plan = None if call is None else _Plan(signatures, call)
+        return names, keys, [batch.add(t) for t in tensors]
 
     def _param_blocks(self, step: int, reads: _ParamReads) -> list[StatsBlock]:
         """The param and update blocks; the update ratio is |update| / |param| at the last

@@ -42,6 +42,7 @@ __all__ = [
     "content_hash",
     "exact_moments",
     "FusedCall",
+    "fused_call",
     "fused_pairs",
     "activation_moments",
     "activation_row",
@@ -326,6 +327,11 @@ class FusedCall:
         """See :func:`_fused_measure`."""
         return _fused_measure(self)
 
+    def extend(self, other: "FusedCall") -> None:
+        self.saturating.extend(i + len(self.requests) for i in other.saturating)
+        self.requests.extend(other.requests)
+        self.args.extend(other.args)
+
 
 def signature(t: torch.Tensor) -> tuple:
     """What a :class:`FusedCall` prepared for `t` relies on: where its elements are, their
@@ -427,6 +433,18 @@ def fused_pairs(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> FusedCall | N
         if not _pair_fusable(now, previous):
             return None
         call.add(_FusedRequest(now.detach(), True, False, None, previous))
+    return call
+
+
+def fused_call(tensors: list[torch.Tensor]) -> FusedCall | None:
+    """The fused call that :meth:`MomentBatch.add` (at defaults) makes for `tensors`, to queue
+    again (:meth:`MomentBatch.add_call`) while they keep their :func:`signature`; None unless
+    every tensor goes through it as it is."""
+    call = FusedCall()
+    for t in tensors:
+        if not (_fusable(t) and t.is_contiguous()):
+            return None
+        call.add(_FusedRequest(t.detach(), False, False, None))
     return call
 
 
@@ -569,6 +587,14 @@ class MomentBatch:
                     self._ints.append(bits.amin())
         self._entries.append(entry)
         return len(self._entries) - 1
+
+    def add_call(self, call: FusedCall) -> range:
+        """Queue a prepared call's requests (see :func:`fused_call`); their indices."""
+        start = len(self._entries)
+        self._fused.extend(call)
+        self._fused_rows.extend(range(start, start + len(call)))
+        self._entries.extend(call.requests)
+        return range(start, len(self._entries))
 
     def _add_fused(self, request: _FusedRequest) -> int:
         self._fused.add(request)
