@@ -222,11 +222,12 @@ class StepMeasurer:
         multiplied by the GradScaler's scale if one is in use."""
         capture = _GradCapture({}, {}, MomentBatch())
         on_host = True
+        add, rows, grads = capture.batch.add, capture.rows, capture.grads
         for p in params:
             g = p.grad
             if g is not None:
-                capture.rows[id(p)] = capture.batch.add(g, zeros=True)
-                capture.grads[id(p)] = (g, g._version)
+                rows[id(p)] = add(g, zeros=True)
+                grads[id(p)] = (g, g._version)
                 on_host = on_host and g.is_cpu
         scaler = self._scaler
         if scaled and capture.rows and scaler is not None and scaler.is_enabled():

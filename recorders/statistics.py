@@ -543,7 +543,7 @@ class MomentBatch:
         if t.dtype is torch.float32 and _fused is not None and t.is_cpu \
                 and t.layout is torch.strided and t.is_contiguous():  # the common case, first
             x = t.detach() if t.requires_grad else t  # the kernel reads its data, nothing else
-            return self._add_fused(_FusedRequest(x, sums, zeros, saturation, hash=hashed))
+            return self._add_fused(_FusedRequest(x, sums, zeros, saturation, None, hashed))
         x = t.detach()
         if x.is_complex():  # torch would drop the imaginary part, with a warning
             index = self.add(x.abs(), sums=sums, extremes=extremes, zeros=zeros,
