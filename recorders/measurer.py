@@ -21,8 +21,8 @@ from .failures import MeasureFailures
 from .manifest import hyperparameters
 from .rows import StatsBlock
 from .statistics import (FusedCall, MomentBatch, MomentColumn, activation_row, combine_rows,
-                         fused_call, fused_pairs, kernel_rows, measure_now, params_and_updates, signature,
-                         summarize)
+                         fused_call, fused_pairs, kernel_rows, measure_now, params_and_updates,
+                         signature, summarize)
 from .tracking import ModelTracker, ParamsFollowed, named_tensors
 
 __all__ = ["StepMeasurement", "StepMeasurer"]
