@@ -20,8 +20,9 @@ from torch import nn
 from .failures import MeasureFailures
 from .manifest import hyperparameters
 from .rows import StatsBlock
-from .statistics import (MomentBatch, MomentColumn, Moments, activation_moments, combine,
-                         measure_now, moments_rows, params_and_updates, row_moments, summarize)
+from .statistics import (FusedCall, MomentBatch, MomentColumn, activation_row, combine_rows,
+                         fused_call, fused_pairs, kernel_rows, measure_now, params_and_updates,
+                         signature, summarize)
 from .tracking import ModelTracker, ParamsFollowed, named_tensors
 
 __all__ = ["StepMeasurement", "StepMeasurer"]
@@ -76,6 +77,14 @@ class _ParamReads:
         self.updates[:, MomentColumn.NUMEL] = self.params[:, MomentColumn.NUMEL]
 
 
+class _Plan(NamedTuple):
+    """A fused call made again at every step while its tensors keep their signatures (their
+    address, layout, type: parameters and optimizer state keep them, step after step)."""
+
+    signatures: Any  # what must not change for `call` to be made again
+    call: FusedCall
+
+
 class _Queued(NamedTuple):
     """An input or target tensor, queued in the step's batch."""
 
@@ -123,6 +132,10 @@ class StepMeasurer:
         self._prev_norms = np.empty(0)  # and its norm then, for the update ratio
         self._grads = np.empty((0, _WIDTH))
         self._grad_state = np.empty(0, dtype=np.int8)
+        # The parameters' fused call, made again while they keep their signatures (all on
+        # the host, each measured with its update in one pass).
+        self._param_plan: _Plan | None = None
+        self._state_plan: _Plan | None = None  # the optimizer state's, all on the host
         self.fresh: set[int] = set()  # followed since this step's optimizer step: no update
         self.watch_activations = True  # whether the step being run records activations
         self._backward_task = -1  # the autograd graph task whose end is queued
@@ -151,6 +164,7 @@ class StepMeasurer:
                 prev[i] = params[i].detach().clone()
                 norms[i] = summarize(measure_now(prev[i], sums=False)).norm
         self._prev, self._prev_norms, self.fresh = prev, norms, followed.fresh
+        self._param_plan = None
         self._grads, self._grad_state = grads, grad_state
 
     # ----------------------------------------------------------------- hooks
@@ -170,9 +184,8 @@ class StepMeasurer:
             key = leaf.name + suffix
             try:
                 if t.is_cpu:  # reading back is free on the host
-                    m = activation_moments(t, leaf.saturation)
-                    seen = self._activations.get(key)
-                    self._activations[key] = m if seen is None else combine(seen, m)
+                    self._activation_rows.append(activation_row(t, leaf.saturation))
+                    self._activation_keys.append(key)
                 else:  # measured on the device; read back with the rest of the step
                     index = self._batch.add(t, sums=True, zeros=True,
                                             saturation=leaf.saturation, exact=True)
@@ -209,11 +222,12 @@ class StepMeasurer:
         multiplied by the GradScaler's scale if one is in use."""
         capture = _GradCapture({}, {}, MomentBatch())
         on_host = True
+        add, rows, grads = capture.batch.add, capture.rows, capture.grads
         for p in params:
             g = p.grad
             if g is not None:
-                capture.rows[id(p)] = capture.batch.add(g, zeros=True)
-                capture.grads[id(p)] = (g, g._version)
+                rows[id(p)] = add(g, zeros=True)
+                grads[id(p)] = (g, g._version)
                 on_host = on_host and g.is_cpu
         scaler = self._scaler
         if scaled and capture.rows and scaler is not None and scaler.is_enabled():
@@ -272,8 +286,12 @@ class StepMeasurer:
             if changed:
                 norms = torch._foreach_norm([p.grad for p in changed])
                 device = norms[0].device
-                self._clipped.append(([id(p) for p in changed],
-                                      torch.stack([n.to(device, torch.float64) for n in norms])))
+                # One device (the common case): stacked, then widened, in two kernels, not one
+                # per tensor (float64 holds every narrower float exactly: the same values).
+                stacked = torch.stack(norms).to(torch.float64) \
+                    if all(n.device == device for n in norms) \
+                    else torch.stack([n.to(device, torch.float64) for n in norms])
+                self._clipped.append(([id(p) for p in changed], stacked))
         except Exception as exc:  # noqa: BLE001 - never break the user's optimizer.step()
             self._failures("gradients", exc)
 
@@ -327,6 +345,11 @@ class StepMeasurer:
     def _queue_params(self, batch: MomentBatch) -> _ParamReads:
         """Parameters and their updates since the last record. On the host reading back is
         free: measured at once, `prev` refilled in the same fused pass; elsewhere queued."""
+        plan = self._param_plan
+        if plan is not None and not self.fresh \
+                and plan.signatures == [signature(p) for p in self._tracker.params]:
+            params, updates, _ = plan.call.measure()
+            return _ParamReads(params, updates)
         current = [p.detach() for p in self._tracker.params]
         prevs = self._prev
         reads = _ParamReads(np.empty((len(current), _WIDTH)),
@@ -340,8 +363,10 @@ class StepMeasurer:
             prevs[i] = current[i].clone()
         on_host = [i for i, prev in enumerate(prevs) if prev.is_cpu and i not in moved]
         if on_host:
-            reads.params[on_host], reads.updates[on_host] = params_and_updates(
-                [(current[i], prevs[i]) for i in on_host])
+            pairs = [(current[i], prevs[i]) for i in on_host]
+            reads.params[on_host], reads.updates[on_host] = params_and_updates(pairs)
+            if len(on_host) == len(current) and (call := fused_pairs(pairs)) is not None:
+                self._param_plan = _Plan([signature(now) for now in current], call)
         host = set(on_host)
         for i, (now, prev) in enumerate(zip(current, prevs)):
             if i in host:
@@ -356,8 +381,10 @@ class StepMeasurer:
         return reads
 
     def _queue_state(self, batch: MomentBatch) -> tuple[list[str], list[str], list[int]]:
-        """The optimizers' tensor state of followed parameters: names, keys, batch indices."""
-        names, keys, index = [], [], []
+        """The optimizers' tensor state of followed parameters: names, keys, batch indices.
+        While the same tensors keep their signatures, the fused call prepared for them is
+        queued again."""
+        names, keys, tensors = [], [], []
         for opt in self._tracker.optimizers.values():
             for p, state in opt.state.items():
                 name = self._tracker.param_names.get(id(p))
@@ -367,8 +394,14 @@ class StepMeasurer:
                     if isinstance(value, torch.Tensor) and key != "step":
                         names.append(name)
                         keys.append(str(key))
-                        index.append(batch.add(value))
-        return names, keys, index
+                        tensors.append(value)
+        signatures = (names, keys, [signature(t) for t in tensors])
+        plan = self._state_plan
+        if plan is not None and plan.signatures == signatures:
+            return names, keys, list(batch.add_call(plan.call))
+        call = fused_call(tensors)
+        self._state_plan = None if call is None else _Plan(signatures, call)
+        return names, keys, [batch.add(t) for t in tensors]
 
     def _param_blocks(self, step: int, reads: _ParamReads) -> list[StatsBlock]:
         """The param and update blocks; the update ratio is |update| / |param| at the last
@@ -398,14 +431,17 @@ class StepMeasurer:
                           extra={"grad_none": [grad_none[i] for i in rows]}), measured
 
     def _activation_blocks(self, step: int, moments: np.ndarray) -> list[StatsBlock]:
-        for key, index in self._pending_activations:
-            seen = self._activations.get(key)
-            m = row_moments(moments[index])
-            self._activations[key] = m if seen is None else combine(seen, m)
-        if not self._activations:
+        """One row per leaf output name (a module called twice, by two micro-batches say,
+        pools its outputs), names in the order first seen, the device's after the host's."""
+        keys = self._activation_keys + [key for key, _ in self._pending_activations]
+        if not keys:
             return []
-        return [StatsBlock(step, "activation", list(self._activations),
-                           moments_rows(list(self._activations.values())))]
+        rows = np.concatenate([kernel_rows(self._activation_rows),
+                               moments[[index for _, index in self._pending_activations]]])
+        names: dict[str, int] = {}
+        groups = [names.setdefault(key, len(names)) for key in keys]
+        return [StatsBlock(step, "activation", list(names), combine_rows(rows, groups,
+                                                                         len(names)))]
 
     def _resolve_grads(self) -> None:
         """This record's gradients from the backward captures; one that no backward captured
@@ -462,8 +498,10 @@ class StepMeasurer:
         return readable
 
     def _reset_step_state(self) -> None:
-        self._activations: dict[str, Moments] = {}
-        self._pending_activations: list[tuple[str, int]] = []
+        # Host leaf outputs as measured (a kernel row each) and their names, in hook order.
+        self._activation_rows: list[bytes] = []
+        self._activation_keys: list[str] = []
+        self._pending_activations: list[tuple[str, int]] = []  # device: (name, batch index)
         self._batch = MomentBatch()
         self._grad_state[:] = _GRAD_PENDING
         self._grads[:] = np.nan

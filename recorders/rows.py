@@ -7,6 +7,7 @@ pass per flush, so that a step costs a few array copies instead of a Python tupl
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -52,17 +53,26 @@ def _role_columns(role: str, blocks: list[StatsBlock]) -> dict[str, np.ndarray |
     columns: dict[str, np.ndarray | list] = {
         "step": np.repeat(np.array([b.step for b in blocks], dtype=np.int64), counts),
         "role": [role] * rows,
-        "name": [name for b in blocks for name in b.names],
-        "key": [key for b in blocks for key in (b.keys or [None] * len(b.names))],
+        "name": list(chain.from_iterable(b.names for b in blocks)),
+        "key": _joined(blocks, counts, lambda b: b.keys, rows),
         "numel": stats["numel"],
         "nonfinite": stats["nonfinite"],
     }
     for name in _STATISTICS:
         columns[name] = stats[name] if name in ROLE_STATISTICS[role] else np.full(rows, np.nan)
-    for name in _FLOAT_EXTRAS:
-        columns[name] = np.concatenate([np.asarray(b.extra.get(name, np.full(n, np.nan)),
-                                                   dtype=np.float64)
-                                        for b, n in zip(blocks, counts)])
+    for name in _FLOAT_EXTRAS:  # a role's blocks carry an extra column all or none (but rare)
+        columns[name] = np.full(rows, np.nan) if not any(name in b.extra for b in blocks) \
+            else np.concatenate([np.asarray(b.extra.get(name, np.full(n, np.nan)),
+                                            dtype=np.float64) for b, n in zip(blocks, counts)])
     for name in _OBJECT_EXTRAS:
-        columns[name] = [v for b, n in zip(blocks, counts) for v in b.extra.get(name, [None] * n)]
+        columns[name] = _joined(blocks, counts, lambda b: b.extra.get(name), rows)
     return columns
+
+
+def _joined(blocks: list[StatsBlock], counts: list[int], part, rows: int) -> list:
+    """``part(block)`` of every block end to end, None for a block that has none."""
+    parts = [part(b) for b in blocks]
+    if not any(p is not None for p in parts):
+        return [None] * rows
+    return list(chain.from_iterable([None] * n if p is None else p
+                                    for p, n in zip(parts, counts)))

@@ -38,13 +38,20 @@ __all__ = [
     "MomentColumn",
     "TensorStats",
     "combine",
+    "combine_rows",
     "content_hash",
     "exact_moments",
+    "FusedCall",
+    "fused_call",
+    "fused_pairs",
     "activation_moments",
+    "activation_row",
+    "kernel_rows",
     "measure_now",
     "moments_rows",
     "params_and_updates",
     "row_moments",
+    "signature",
     "summarize",
     "summarize_rows",
     "update_moments",
@@ -277,6 +284,13 @@ def _widened(t: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
+# The kernel's row per tensor: its moments, those of its update, its CRC-32, its cancellation
+# flag (see recorders/_fused.cpp).
+_KERNEL_ROW = 2 * len(Moments._fields) + 2
+_NOT_CANCELLED = bytes(8)  # the flag 0.0, the row's last eight bytes
+_ROW_PADDING = np.full(_KERNEL_ROW - len(Moments._fields), np.nan).tobytes()
+
+
 class _FusedRequest(NamedTuple):
     tensor: torch.Tensor  # contiguous float32 in host memory
     sums: bool
@@ -286,15 +300,61 @@ class _FusedRequest(NamedTuple):
     hash: bool = False  # the CRC-32 of its bytes too (C order: the tensor must be contiguous)
 
 
-def _fused_measure(requests: list[_FusedRequest]
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One call of the fused kernel for all `requests`: a moments array of the tensors, one
+class FusedCall:
+    """The requests of one call of the fused kernel, its arguments built as each comes in (the
+    call then loops over them in C) and the requests that count saturated elements noted.
+
+    A call can be made again, step after step, while its tensors keep their :func:`signature`
+    (the kernel reads their addresses)."""
+
+    __slots__ = ("requests", "args", "saturating")
+
+    def __init__(self) -> None:
+        self.requests: list[_FusedRequest] = []
+        self.args: list[tuple[int, int, int, int]] = []
+        self.saturating: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def add(self, r: _FusedRequest) -> None:
+        if r.saturation:
+            self.saturating.append(len(self.requests))
+        self.requests.append(r)
+        self.args.append(_kernel_arg(r))
+
+    def measure(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """See :func:`_fused_measure`."""
+        return _fused_measure(self)
+
+    def extend(self, other: "FusedCall") -> None:
+        self.saturating.extend(i + len(self.requests) for i in other.saturating)
+        self.requests.extend(other.requests)
+        self.args.extend(other.args)
+
+
+def signature(t: torch.Tensor) -> tuple:
+    """What a :class:`FusedCall` prepared for `t` relies on: where its elements are, their
+    layout and type. The call holds `t`, so while it lives no other tensor takes the address."""
+    return t.data_ptr(), t.shape, t.stride(), t.dtype, t.device
+
+
+def _kernel_arg(r: _FusedRequest) -> tuple[int, int, int, int]:
+    return (r.tensor.data_ptr(), r.tensor.numel(),
+            0 if r.previous is None else r.previous.data_ptr(),
+            (1 if r.sums else 0) | (2 if r.zeros else 0) | (0 if r.previous is None else 4)
+            | (8 if r.hash else 0))
+
+
+def _fused_measure(call: FusedCall) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One call of the fused kernel for all `call`'s requests: a moments array of the tensors, one
     of ``tensor - previous`` where a `previous` is given (sum of squares and non-finite count,
     in float64; NaN rows elsewhere), after which `previous` holds a copy of the tensor, and the
     CRC-32 of each tensor asked to be hashed (NaN elsewhere, or where zlib could not be
     loaded)."""
-    width = len(Moments._fields)
-    rows = np.frombuffer(_kernel(requests), dtype=np.float64).reshape(len(requests), 2 * width + 2)
+    width, requests = len(Moments._fields), call.requests
+    rows = np.frombuffer(_fused.moments_many(call.args), dtype=np.float64).reshape(
+        len(requests), _KERNEL_ROW)
     moments = rows[:, :width]
     cancels = rows[:, 2 * width + 1]
     if cancels.any():  # those are measured again, exactly in float64
@@ -304,12 +364,12 @@ def _fused_measure(requests: list[_FusedRequest]
                 moments[i, [MomentColumn.SUM, MomentColumn.SUMSQ]] = _exact_sums(r.tensor)
             else:
                 moments[i] = exact_moments(r.tensor, sums=True, zeros=r.zeros)
-    for i, r in enumerate(requests):
-        if r.saturation:
-            row = moments[i]
-            row[MomentColumn.SATURATED] = (
-                _saturated_count(r.tensor, r.saturation, row[MomentColumn.MIN],
-                                 row[MomentColumn.MAX]) if row[MomentColumn.FINITE] else 0)
+    for i in call.saturating:
+        r = requests[i]
+        row = moments[i]
+        row[MomentColumn.SATURATED] = (
+            _saturated_count(r.tensor, r.saturation, row[MomentColumn.MIN],
+                             row[MomentColumn.MAX]) if row[MomentColumn.FINITE] else 0)
     return moments, rows[:, width:2 * width], rows[:, 2 * width]
 
 
@@ -326,15 +386,6 @@ def _cancels(mean: float, mean_sq: float) -> bool:
     """Whether var = E[x^2] - mean^2 from float32-accumulated sums has lost too many digits
     (the fused kernel applies the same rule to its own sums)."""
     return mean_sq > 0 and not mean_sq - mean * mean > _CANCELLATION_LIMIT * mean_sq
-
-
-def _kernel(requests: list[_FusedRequest]) -> bytearray:
-    return _fused.moments_many(
-        [(r.tensor.data_ptr(), r.tensor.numel(),
-          0 if r.previous is None else r.previous.data_ptr(),
-          (1 if r.sums else 0) | (2 if r.zeros else 0) | (0 if r.previous is None else 4)
-          | (8 if r.hash else 0))
-         for r in requests])
 
 
 def content_hash(t: torch.Tensor) -> str:
@@ -354,7 +405,7 @@ def _fused_one(r: _FusedRequest) -> Moments:
     """:func:`_fused_measure` for one tensor without an update, in plain Python: numpy's
     per-call overhead would cost more than the kernel on a small module output."""
     width = len(Moments._fields)
-    row = memoryview(_kernel([r])).cast("d").tolist()
+    row = memoryview(_fused.moments_many([_kernel_arg(r)])).cast("d").tolist()
     numel, finite, total, sumsq, lo, hi, zeros, _, nonfinite = row[:width]
     if row[2 * width + 1]:  # the variance cancels
         return exact_moments(r.tensor, sums=True, zeros=r.zeros, saturation=r.saturation)
@@ -367,6 +418,36 @@ def _fused_one(r: _FusedRequest) -> Moments:
         nonfinite=int(nonfinite))
 
 
+def _pair_fusable(now: torch.Tensor, previous: torch.Tensor) -> bool:
+    """Whether one fused pass measures `now` and its update since `previous`: element i of one
+    is element i of the other."""
+    return _fusable(now) and _fusable(previous) and previous.stride() == now.stride() \
+        and previous.numel() == now.numel()
+
+
+def fused_pairs(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> FusedCall | None:
+    """The fused call that :func:`params_and_updates` makes for `pairs`, to make again while
+    their tensors keep their :func:`signature`; None unless every pair goes through it."""
+    call = FusedCall()
+    for now, previous in pairs:
+        if not _pair_fusable(now, previous):
+            return None
+        call.add(_FusedRequest(now.detach(), True, False, None, previous))
+    return call
+
+
+def fused_call(tensors: list[torch.Tensor]) -> FusedCall | None:
+    """The fused call that :meth:`MomentBatch.add` (at defaults) makes for `tensors`, to queue
+    again (:meth:`MomentBatch.add_call`) while they keep their :func:`signature`; None unless
+    every tensor goes through it as it is."""
+    call = FusedCall()
+    for t in tensors:
+        if not (_fusable(t) and t.is_contiguous()):
+            return None
+        call.add(_FusedRequest(t.detach(), False, False, None))
+    return call
+
+
 def params_and_updates(pairs: list[tuple[torch.Tensor, torch.Tensor]]
                        ) -> tuple[np.ndarray, np.ndarray]:
     """For each (parameter, previous) in host memory: moments of the parameter and of its
@@ -375,13 +456,12 @@ def params_and_updates(pairs: list[tuple[torch.Tensor, torch.Tensor]]
     four torch passes per pair elsewhere."""
     width = len(Moments._fields)
     params, updates = np.empty((len(pairs), width)), np.empty((len(pairs), width))
-    fused, requests = [], []
+    fused, requests = [], FusedCall()
     for i, (now, previous) in enumerate(pairs):
         now = now.detach() if now.requires_grad else now
-        if _fusable(now) and _fusable(previous) and previous.stride() == now.stride() \
-                and previous.numel() == now.numel():  # element i of one is element i of the other
+        if _pair_fusable(now, previous):
             fused.append(i)
-            requests.append(_FusedRequest(now, True, False, None, previous))
+            requests.add(_FusedRequest(now, True, False, None, previous))
             continue
         params[i] = measure_now(now, sums=True)
         previous.sub_(now)  # previous := previous - now = -update
@@ -442,7 +522,7 @@ class MomentBatch:
         self._floats: list[torch.Tensor] = []
         self._ints: list[torch.Tensor] = []
         self._exacts: list[torch.Tensor] = []
-        self._fused: list[_FusedRequest] = []
+        self._fused = FusedCall()
         self._fused_rows: list[int] = []  # the index `add` returned for each fused request
         self._entries: list[_Entry | _FusedRequest] = []
         self._crcs: dict[int, int] = {}  # index -> CRC-32 from the fused kernel
@@ -463,7 +543,7 @@ class MomentBatch:
         if t.dtype is torch.float32 and _fused is not None and t.is_cpu \
                 and t.layout is torch.strided and t.is_contiguous():  # the common case, first
             x = t.detach() if t.requires_grad else t  # the kernel reads its data, nothing else
-            return self._add_fused(_FusedRequest(x, sums, zeros, saturation, hash=hashed))
+            return self._add_fused(_FusedRequest(x, sums, zeros, saturation, None, hashed))
         x = t.detach()
         if x.is_complex():  # torch would drop the imaginary part, with a warning
             index = self.add(x.abs(), sums=sums, extremes=extremes, zeros=zeros,
@@ -508,8 +588,16 @@ class MomentBatch:
         self._entries.append(entry)
         return len(self._entries) - 1
 
+    def add_call(self, call: FusedCall) -> range:
+        """Queue a prepared call's requests (see :func:`fused_call`); their indices."""
+        start = len(self._entries)
+        self._fused.extend(call)
+        self._fused_rows.extend(range(start, start + len(call)))
+        self._entries.extend(call.requests)
+        return range(start, len(self._entries))
+
     def _add_fused(self, request: _FusedRequest) -> int:
-        self._fused.append(request)
+        self._fused.add(request)
         self._fused_rows.append(len(self._entries))
         self._entries.append(request)
         return len(self._entries) - 1
@@ -536,8 +624,9 @@ class MomentBatch:
         rows = np.empty((len(self._entries), len(Moments._fields)))
         if self._fused:
             rows[self._fused_rows], _, crcs = _fused_measure(self._fused)
-            self._crcs = {i: int(crc) for i, crc in zip(self._fused_rows, crcs.tolist())
-                          if not math.isnan(crc)}
+            hashed = np.flatnonzero(~np.isnan(crcs)).tolist()
+            self._crcs = dict(zip([self._fused_rows[i] for i in hashed],
+                                  crcs[hashed].astype(np.int64).tolist()))
             for i, original in self._widened.items():
                 lo, hi = rows[i, MomentColumn.MIN], rows[i, MomentColumn.MAX]
                 if not original.is_floating_point() and max(-lo, hi) >= _EXACT_INTEGERS:
@@ -708,6 +797,54 @@ def activation_moments(t: torch.Tensor, saturation: str | None) -> Moments:
         return functools.reduce(combine, (_host_float32_moments(s, saturation)
                                           for s in v.split(size)))
     return _host_float32_moments(v, saturation)
+
+
+def activation_row(t: torch.Tensor, saturation: str | None) -> bytes:
+    """:func:`activation_moments` as one row of float64 bytes, ``KERNEL_ROW`` wide (its first
+    ``len(Moments._fields)`` values are the moments; :func:`kernel_rows` reads many). The
+    common case, a contiguous float32 host output of a module that does not saturate, is one
+    call of the fused kernel and no Python object per statistic: it runs for every module
+    output of every step."""
+    if saturation is None and t.dtype is torch.float32 and _fused is not None and t.is_cpu \
+            and t.layout is torch.strided and t.is_contiguous():
+        row = _fused.moments_many([(t.data_ptr(), t.numel(), 0, 3)])  # sums, zeros
+        if row[-8:] == _NOT_CANCELLED:
+            return row
+    return np.array(activation_moments(t, saturation), dtype=np.float64).tobytes() + _ROW_PADDING
+
+
+def kernel_rows(rows: list[bytes]) -> np.ndarray:
+    """A moments array from rows of :func:`activation_row`."""
+    return np.frombuffer(b"".join(rows), dtype=np.float64).reshape(
+        len(rows), _KERNEL_ROW)[:, :len(Moments._fields)]
+
+
+def combine_rows(rows: np.ndarray, groups: list[int], count: int) -> np.ndarray:
+    """Moments of `count` concatenations: row i of `rows` is one part of concatenation
+    ``groups[i]``, each group's parts combined in their order as :func:`combine` does, bit for
+    bit (NaN where it has None)."""
+    groups_array = np.asarray(groups, dtype=np.intp)
+    out = np.empty((count, rows.shape[1]))
+    parts: dict[int, int] = {}  # group -> parts seen so far
+    ranks = []  # each row's place in its group
+    for g in groups:
+        ranks.append(parts.get(g, 0))
+        parts[g] = ranks[-1] + 1
+    rank = np.array(ranks, dtype=np.intp)
+    first = rank == 0
+    out[groups_array[first]] = rows[first]
+    for r in range(1, int(rank.max(initial=0)) + 1):
+        part = rank == r
+        at, b = groups_array[part], rows[part]
+        a = out[at]
+        total = a + b  # counts and sums; NaN (not measured) stays NaN
+        lo, hi = a[:, MomentColumn.MIN], a[:, MomentColumn.MAX]
+        b_lo, b_hi = b[:, MomentColumn.MIN], b[:, MomentColumn.MAX]
+        # min(x, y) and max(x, y) keep x unless y is strictly beyond it; None yields
+        total[:, MomentColumn.MIN] = np.where(np.isnan(lo), b_lo, np.where(b_lo < lo, b_lo, lo))
+        total[:, MomentColumn.MAX] = np.where(np.isnan(hi), b_hi, np.where(b_hi > hi, b_hi, hi))
+        out[at] = total
+    return out
 
 
 def cache_slice() -> int:
