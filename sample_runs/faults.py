@@ -179,8 +179,10 @@ class DetachedLayer(Fault):
         def detach(module, args, output):
             if not self.active:
                 return None
-            if isinstance(output, tuple):  # nn.LSTM: (sequence, (h, c))
+            if isinstance(output, tuple) and isinstance(module, nn.RNNBase):  # (sequence, h or (h, c))
                 return (output[0].detach(), output[1])
+            if isinstance(output, tuple):  # every tensor the block returns (an MoE block's aux loss too)
+                return tuple(o.detach() for o in output)
             return output.detach()
 
         model.get_submodule(self.layer).register_forward_hook(detach, prepend=True)

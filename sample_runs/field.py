@@ -2,9 +2,10 @@
 
 A GPT-style causal LM, a `torch.nn.TransformerEncoder` classifier, a residual CNN with BatchNorm,
 a GRU character LM, a timm-style ViT, a tied-embedding LSTM LM, an MLP-Mixer, a TCN, a LLaMA-style
-LM, a conv autoencoder (MSE reconstruction) and a DLRM-style click model (dict batches of sparse
-IDs and dense features, BCE-with-logits) (`field_models`), each trained by nanoGPT's loop
-(`training.train_field`) with its own loss:
+LM, a conv autoencoder (MSE reconstruction), a DLRM-style click model (dict batches of sparse
+IDs and dense features, BCE-with-logits), a sparse mixture-of-experts character LM (top-2 routing,
+a load-balancing auxiliary loss) and a VAE (BCE + KL) (`field_models`), each trained by nanoGPT's
+loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop. Faults come from `faults.py`, at a step t0 and on a
 tensor drawn per (family, arch, seed); the truth comes from the injection and from the losses the
@@ -25,7 +26,7 @@ from torch import nn
 from . import faults
 from .data import Dataset, batch_sampler, char_corpus, click_data, digits, lm_batch_sampler
 from .expected import Expected
-from .field_models import CONTEXT, FIELD_ARCHS, build_field_model
+from .field_models import CONTEXT, FIELD_ARCHS, build_field_model, moe_lm_loss, vae_loss
 from .nanogpt import LoopConfig, lr_at
 from .training import broke_against, stalled_against, token_cross_entropy, train_field
 
@@ -61,12 +62,15 @@ RECIPES = {
     "llama": Recipe(lr=3e-3, weight_decay=0.1, batch=16, betas=(0.9, 0.95)),
     "autoencoder": Recipe(lr=3e-3, weight_decay=0.0, batch=32, clip=None),
     "recsys": Recipe(lr=3e-3, weight_decay=0.0, batch=64, clip=None),
+    "moe": Recipe(lr=3e-3, weight_decay=0.1, batch=16, betas=(0.9, 0.95)),
+    "vae": Recipe(lr=5e-3, weight_decay=0.0, batch=32, clip=None),
 }
-LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama")
-IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder")
+LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe")
+IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae")
 """Architectures that take (B, 1, 8, 8) digits."""
 LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
-          "recsys": torch.nn.functional.binary_cross_entropy_with_logits}
+          "recsys": torch.nn.functional.binary_cross_entropy_with_logits,
+          "moe": moe_lm_loss, "vae": vae_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -128,7 +132,7 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
     return {"unit": rng.choice(hidden_units), "exposed": rng.choice(model.exposed), "detached": hidden_units[-1]}
 
 
-FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys")
+FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae")
 """Architectures whose batch has float features (the bad-batch faults); the LMs read token IDs."""
 
 
@@ -185,9 +189,10 @@ def field_families() -> list[tuple[str, str]]:
 
 def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     """(draw, eval_draw, classes, chance) for an architecture: characters for the LMs, clicks for
-    the click model, digits otherwise (the autoencoder's targets are its inputs). `chance` is the
-    loss of a model that learned nothing but the targets' marginal: ln(classes) for classifiers
-    and LMs, the entropy of the click rate, the pixel variance for a reconstruction."""
+    the click model, digits otherwise (the autoencoder's and the VAE's targets are their inputs).
+    `chance` is the loss of a model that learned nothing but the targets' marginal: ln(classes) for classifiers
+    and LMs, the entropy of the click rate, the pixel variance for a reconstruction, the summed
+    BCE of the mean image for the VAE (its KL term is 0 there)."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in LANGUAGE_MODELS:
         tokens, vocab = char_corpus(CORPUS_CHARS, seed)
@@ -204,10 +209,14 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         return batch_sampler(train, micro, seed), batch_sampler(held, 256, seed + 1), 2, chance
     rows = digits("rows")
     x = rows.x.unsqueeze(1) if arch in IMAGE_MODELS else rows.x
-    if arch == "autoencoder":
+    if arch == "vae":
+        x = (x > 0.5).float()  # binarised digits, as VAEs are trained on binarised MNIST
+    if arch in ("autoencoder", "vae"):
         train, held = Dataset(x[:1500], x[:1500].clone()), Dataset(x[1500:], x[1500:].clone())
-        return (batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10,
-                float(((train.y - train.y.mean(0)) ** 2).mean()))
+        mean = train.y.mean(0).expand_as(train.y)
+        chance = float(((train.y - mean) ** 2).mean()) if arch == "autoencoder" else \
+            float(torch.nn.functional.binary_cross_entropy(mean, train.y, reduction="sum")) / len(train.y)
+        return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10, chance
     train, held = Dataset(x[:1500], rows.y[:1500]), Dataset(x[1500:], rows.y[1500:])
     return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10, math.log(10)
 

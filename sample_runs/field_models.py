@@ -26,9 +26,18 @@
   `nn.EmbeddingBag` (mean) over a bag of recently seen item IDs, a bottom MLP on dense features,
   their concatenation through a top MLP to one logit (BCEWithLogits); its batch is a dict.
 
+- `MoELM`: a Mixtral/Switch-style sparse mixture-of-experts decoder on characters: pre-LayerNorm
+  blocks of causal self-attention and a token-routed MoE feed-forward (a bias-free router Linear,
+  top-2 of 4 GELU expert MLPs, the two gates renormalised; an expert that gets no token in a
+  step is not called), a Switch load-balancing auxiliary loss (×0.01) returned with the logits.
+- `VAE`: pytorch/examples' variational autoencoder on the binarised 8×8 digits (fc1 → fc21 mu, fc22 logvar;
+  the reparameterisation trick; fc3 → fc4 pixel logits), loss = BCE (summed over pixels) + KL,
+  per sample.
+
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
-`llama`, `autoencoder` and `recsys` before the third (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`llama`, `autoencoder` and `recsys` before the third, `moe` and `vae` before the fourth
+(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -47,7 +56,7 @@ from torch import nn
 from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
-           "RecSys", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
+           "RecSys", "MoELM", "VAE", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
 
 
 def nanogpt_init(model: TinyGPT) -> TinyGPT:
@@ -415,7 +424,120 @@ class RecSys(nn.Module):
         return self.head(self.top(features)).squeeze(1)
 
 
-FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder", "recsys")
+class SparseMoE(nn.Module):
+    """Mixtral's `MixtralSparseMoeBlock`: a router Linear gives each token's expert logits; the top
+    `k` experts' softmax weights, renormalised, mix their outputs. Returns (output, aux) with
+    Switch's load-balancing loss, experts · Σ_e (share of tokens routed to e) · (mean router prob of e)."""
+
+    def __init__(self, dim: int, experts: int = 4, k: int = 2) -> None:
+        super().__init__()
+        self.k = k
+        self.gate = nn.Linear(dim, experts, bias=False)
+        self.experts = nn.ModuleList(
+            nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim)) for _ in range(experts))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens = x.reshape(-1, x.shape[-1])
+        probs = torch.softmax(self.gate(tokens), dim=-1, dtype=torch.float)
+        weights, chosen = torch.topk(probs, self.k, dim=-1)
+        weights = (weights / weights.sum(dim=-1, keepdim=True)).to(tokens.dtype)
+        out = torch.zeros_like(tokens)
+        for e, expert in enumerate(self.experts):
+            rows, slot = torch.where(chosen == e)
+            if rows.numel() == 0:  # no token chose this expert in this batch
+                continue
+            out = out.index_add(0, rows, (expert(tokens[rows]) * weights[rows, slot, None]).to(out.dtype))
+        routed = torch.nn.functional.one_hot(chosen, len(self.experts)).float().sum(1).mean(0) / self.k
+        aux = len(self.experts) * (routed * probs.mean(0)).sum()
+        return out.reshape(x.shape), aux
+
+
+class MoEBlock(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln_2 = nn.LayerNorm(dim)
+        self.moe = SparseMoE(dim)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+                   for z in self.qkv(self.ln_1(x)).split(c, dim=2))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        moe, aux = self.moe(self.ln_2(x))
+        return x + moe, aux
+
+
+class MoELM(nn.Module):
+    """A small sparse-MoE character LM (`embed_tokens`, `embed_positions`, `layers.i`, `norm`,
+    `lm_head`, untied); `forward` returns (logits, aux) where aux is the layers' mean
+    load-balancing loss times `router_aux_coef`, as HF's Mixtral adds it to the LM loss."""
+
+    def __init__(self, vocab: int, dim: int = 32, heads: int = 4, layers: int = 2, context: int = 32,
+                 router_aux_coef: float = 0.01) -> None:
+        super().__init__()
+        self.router_aux_coef = router_aux_coef
+        self.embed_tokens = nn.Embedding(vocab, dim)
+        self.embed_positions = nn.Embedding(context, dim)
+        self.layers = nn.ModuleList(MoEBlock(dim, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+        self.units = ["embed_tokens", "embed_positions", *(f"layers.{i}" for i in range(layers)), "norm", "lm_head"]
+        self.hidden = [f"layers.{i}" for i in range(layers)]
+        self.exposed = ["lm_head"]
+
+    def forward(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.embed_tokens(idx) + self.embed_positions(torch.arange(idx.shape[1], device=idx.device))
+        aux = []
+        for layer in self.layers:
+            x, layer_aux = layer(x)
+            aux.append(layer_aux)
+        return self.lm_head(self.norm(x)), self.router_aux_coef * torch.stack(aux).mean()
+
+
+def moe_lm_loss(output: tuple[torch.Tensor, torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy plus the router's auxiliary loss."""
+    logits, aux = output
+    return torch.nn.functional.cross_entropy(logits.flatten(0, -2), targets.flatten()) + aux
+
+
+class VAE(nn.Module):
+    """pytorch/examples' VAE on 64 pixels: 64 → 256 → (mu, logvar) of 8 → 256 → 64 logits. Samples
+    z = mu + eps·std in training, z = mu in eval. Returns (logits, mu, logvar)."""
+
+    def __init__(self, pixels: int = 64, hidden: int = 256, latent: int = 8) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(pixels, hidden)
+        self.fc21 = nn.Linear(hidden, latent)
+        self.fc22 = nn.Linear(hidden, latent)
+        self.fc3 = nn.Linear(latent, hidden)
+        self.fc4 = nn.Linear(hidden, pixels)
+        self.units = ["fc1", "fc21", "fc22", "fc3", "fc4"]
+        self.hidden = ["fc1", "fc3"]
+        self.exposed = list(self.units)  # no normalisation anywhere
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h = torch.relu(self.fc1(x.flatten(1)))
+        mu, logvar = self.fc21(h), self.fc22(h)
+        z = mu + torch.randn_like(mu) * torch.exp(0.5 * logvar) if self.training else mu
+        return self.fc4(torch.relu(self.fc3(z))).view_as(x), mu, logvar
+
+
+def vae_loss(output: tuple[torch.Tensor, torch.Tensor, torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    """pytorch/examples' `loss_function` (BCE summed over pixels + KL divergence), per sample; the
+    decoder gives logits (BCE-with-logits is autocast-safe)."""
+    logits, mu, logvar = output
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(logits, targets, reduction="sum")
+    kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
+    return (bce + kld) / len(targets)
+
+
+FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
+               "recsys", "moe", "vae")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -446,4 +568,8 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         from .data import CLICKS
 
         return RecSys(CLICKS.cardinalities, CLICKS.items, CLICKS.dense)
+    if arch == "moe":
+        return MoELM(vocab, context=CONTEXT)
+    if arch == "vae":
+        return VAE()
     raise ValueError(f"unknown field architecture {arch!r}")

@@ -146,6 +146,12 @@ def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Te
     return F.cross_entropy(logits.flatten(0, -2), targets.flatten())
 
 
+def _float32(output):
+    """The model's output in float32; a tuple (logits and an auxiliary loss, a VAE's reconstruction
+    logits, mu and logvar) element by element."""
+    return tuple(o.float() for o in output) if isinstance(output, tuple) else output.float()
+
+
 class _Unrecorded:
     """Stands in for the Recorder where a loop runs only for its losses (a fault-free twin)."""
 
@@ -185,8 +191,8 @@ def train_field(
     `eval_every` steps (eval mode, no_grad) whose loss is recorded as `val_loss`.
 
     `lr_at(step)` is the schedule's factor on each group's `base_lr`; `bf16` runs forward and
-    loss under CPU bf16 autocast. `loss_fn(output, targets)` gets the model's output in float32
-    (default: cross-entropy over class indices, `token_cross_entropy`; a regression's MSE, a
+    loss under CPU bf16 autocast. `loss_fn(output, targets)` gets the model's output in float32,
+    a tuple output element by element (default: cross-entropy over class indices, `token_cross_entropy`; a regression's MSE, a
     click model's BCE-with-logits). The recorded `loss` is the step's mean micro-batch loss
     (unscaled), as nanoGPT logs it.
     `run_dir=None` trains without recording (the losses only).
@@ -199,7 +205,7 @@ def train_field(
 
     def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            return loss_fn(model(x).float(), y)
+            return loss_fn(_float32(model(x)), y)
 
     def evaluate() -> float:
         model.eval()

@@ -4,11 +4,12 @@ import math
 
 import pyarrow.dataset as ds
 import pytest
+import torch
 from sample_run_helpers import read_stats
 
 from sample_runs import HELD_OUT_ARCHS, SCENARIOS, make
 from sample_runs.field import FIELD_FAMILIES, _twin_losses
-from sample_runs.field_models import FIELD_ARCHS, build_field_model
+from sample_runs.field_models import FIELD_ARCHS, build_field_model, moe_lm_loss, vae_loss
 from sample_runs.training import broke_against
 
 
@@ -24,7 +25,7 @@ def _mean(values):
 def test_catalogue_looks_like_the_field():
     field = [s for s in SCENARIOS.values() if s.arch in HELD_OUT_ARCHS]
     assert {s.arch for s in field} == {"gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn",
-                                       "llama", "autoencoder", "recsys"}
+                                       "llama", "autoencoder", "recsys", "moe", "vae"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -83,6 +84,50 @@ def test_recsys_bad_batch_scales_the_dense_features_only_and_the_twin_decides(tm
     losses, twin = _losses(tmp_path / "run"), list(_twin_losses("recsys", 0))
     assert truth.verdict == ("diverged" if broke_against(losses, twin, t0) else "healthy")
     assert _mean(twin[-10:]) < 0.8 * _mean(twin[:10])  # BCE on the clicks falls from ln 2
+
+
+def test_moe_routes_each_token_to_two_experts_and_an_unchosen_expert_gets_no_gradient():
+    model = build_field_model("moe", 27)
+    tokens = torch.randint(0, 27, (2, 8))
+    logits, aux = model(tokens)
+    assert logits.shape == (2, 8, 27) and aux.item() > 0
+    moe = model.layers[0].moe
+    with torch.no_grad():  # a router that sends every (positive) token to experts 0 and 1
+        moe.gate.weight.zero_()
+        moe.gate.weight[:2] = 1.0
+    out, aux = moe(torch.rand(2, 8, 32))
+    assert aux.item() == pytest.approx(2.0, rel=1e-3)  # 4 · (½·½ + ½·½); balanced routing gives 1
+    (out.sum() + aux).backward()
+    assert moe.experts[2][0].weight.grad is None and moe.experts[0][0].weight.grad is not None
+    assert moe.gate.weight.grad.abs().sum() > 0  # the router learns through the gates and the aux loss
+    assert moe_lm_loss((logits, torch.tensor(0.0)), tokens).item() == pytest.approx(math.log(27), rel=0.2)
+
+
+def test_moe_lr_spike_hits_a_block_and_its_healthy_recipe_learns(tmp_path):
+    truth = make("lr_spike-moe-s0", tmp_path / "run")
+    assert truth.culprit in (None, "layers.0", "layers.1")
+    t0 = int(truth.notes.split("at step ")[1].split(";")[0])
+    losses, twin = _losses(tmp_path / "run"), list(_twin_losses("moe", 0))
+    assert losses[:t0] == pytest.approx(twin[:t0], rel=1e-5)
+    assert truth.verdict == ("diverged" if broke_against(losses, twin, t0) else "healthy")
+    assert _mean(twin[-10:]) < 0.7 * _mean(twin[:10])  # from ln 27 (+ the router's aux loss)
+
+
+def test_vae_loss_is_bce_plus_kl_per_sample_and_a_nan_batch_breaks_it(tmp_path):
+    model = build_field_model("vae", 10).eval()
+    x = torch.rand(4, 1, 8, 8)
+    with torch.no_grad():
+        logits, mu, logvar = model(x)
+    assert logits.shape == x.shape and mu.shape == logvar.shape == (4, 8)
+    bce = torch.nn.functional.binary_cross_entropy(torch.sigmoid(logits), x, reduction="sum") / 4
+    kl = float(-0.5 * (1 + logvar - mu ** 2 - logvar.exp()).sum() / 4)
+    assert float(vae_loss((logits, mu, logvar), x)) == pytest.approx(float(bce) + kl, rel=1e-4)
+    truth = make("batch_nan-vae-s0", tmp_path / "run")
+    assert truth.verdict == "diverged" and "nonfinite_input" in truth.labels
+    losses, twin = _losses(tmp_path / "run"), list(_twin_losses("vae", 0))
+    assert losses[: truth.onset_step] == pytest.approx(twin[: truth.onset_step], rel=1e-5)
+    assert not math.isfinite(losses[truth.onset_step])
+    assert _mean(twin[-10:]) < 0.8 * _mean(twin[:10])  # the healthy recipe learns
 
 
 def test_lr_spike_raises_the_groups_lr_at_t0_and_the_run_does_not_come_back(tmp_path):
