@@ -192,8 +192,8 @@ def train_field(
 
     `lr_at(step)` is the schedule's factor on each group's `base_lr`; `bf16` runs forward and
     loss under CPU bf16 autocast. `loss_fn(output, targets)` gets the model's output in float32,
-    a tuple output element by element (default: cross-entropy over class indices, `token_cross_entropy`; a regression's MSE, a
-    click model's BCE-with-logits). The recorded `loss` is the step's mean micro-batch loss
+    a tuple output element by element (default: cross-entropy over class indices,
+    `token_cross_entropy`; a regression's MSE, a click model's BCE-with-logits). The recorded `loss` is the step's mean micro-batch loss
     (unscaled), as nanoGPT logs it.
     `run_dir=None` trains without recording (the losses only).
     """
