@@ -126,6 +126,11 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
         gradients.gradient_history(table, scalars), thresholds.gradients)}
     if diverged:
         onset = _accumulation_onset(onset, precomputed["stale_gradients"], first)
+        # A finite run whose recorded gradients grew only because they accumulate, while its
+        # loss drifted instead of jumping, stopped learning; it did not diverge.
+        if precomputed["stale_gradients"] and not nonfinite and not gradients.loss_jumped(
+                loss_steps, loss, onset.step, thresholds.gradients):
+            diverged = False
     evidence = Evidence(table=table, summary=pd.DataFrame(), scalars=scalars, events=events,
                         manifest=run.manifest, first_nonfinite=first, onset=onset if diverged else None,
                         diverged=diverged, recovered=False, breaks=breaks, outcome=outcome)
