@@ -64,6 +64,8 @@ class RootCauseThresholds:
     state_jump_factor: float = 10.0  # an optimizer state norm ÷10 in one step (an EMA decays by β at most)
     batch_range_factor: float = BATCH_RANGE_FACTOR  # a batch 10× outside the healthy range (the story's and the ranking's)
     robust_floor: float = 0.05  # decades: floor of a tensor's robust σ when ranking jumps
+    learned_after: float = 0.1  # the loss's 10-step rolling median fell ≥ 10 % below its level before a fitted onset: the run kept learning (SageMaker LossNotDecreasing's idea; our choice)
+    rise_after_best: float = 2.0  # ...until it rose ×2 above that best level: the incident starts there (Megatron-LM's "back below 2×", as OutcomeThresholds.spike_recovered)
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,34 @@ def test_finite_accumulation_whose_loss_drifts_is_not_learning_not_diverged(tmp_
     assert analysis.verdict == "diverged" and "stale_gradients" in labels
 
 
+def _early_growth_then_rescale(learning: bool) -> tuple[pd.DataFrame, np.ndarray]:
+    """fc1's gradient grows ×300 from step 15 (a credible break), fc2's weights are multiplied
+    ×100 outside the optimizer at step 80, the loss ×50 from 81."""
+    stats = _layers()
+    grow = np.ones(STEPS)
+    grow[15:] = np.minimum(1.25 ** np.arange(STEPS - 15), 300.0)
+    stats.loc[(stats["role"] == "grad") & (stats["name"] == "fc1.weight"), "norm"] *= grow
+    scale = np.ones(STEPS)
+    scale[80:] = 100.0
+    stats.loc[(stats["role"] == "param") & (stats["name"] == "fc2.weight"), "norm"] *= scale
+    update = (stats["role"] == "update") & (stats["name"] == "fc2.weight")
+    jumped = stats.loc[update, "norm"].to_numpy().copy()
+    jumped[80] = 99 * 5.0
+    stats.loc[update, "norm"] = jumped
+    loss = _loss("learning" if learning else "flat")
+    loss[81:] *= 50
+    return stats, loss
+
+
+def test_an_early_break_the_run_kept_learning_after_is_not_the_onset(tmp_path):
+    # The loss fell far below its level at the early gradient break, then broke at the rescale.
+    analysis, labels = _labels(tmp_path, *_early_growth_then_rescale(learning=True))
+    assert analysis.onset.step == 80 and "weights_changed_outside_optimizer" in labels
+    # A run that did not learn after the break keeps the break as its onset.
+    analysis, labels = _labels(tmp_path / "flat", *_early_growth_then_rescale(learning=False))
+    assert analysis.onset.step < 40 and "weights_changed_outside_optimizer" not in labels
+
+
 def test_vanishing_gradient_in_the_first_layer(tmp_path):
     stats = _layers(names=("fc1", "fc2", "fc3"), grad=[1e-7, 1e-3, 1.0])
     analysis, labels = _labels(tmp_path, stats, _loss("flat"), _manifest(("fc1", "fc2", "fc3")))
