@@ -234,6 +234,9 @@ def stale_gradients(history: GradientHistory, th: GradientThresholds) -> list[Fi
     jumps = jumps[jumps >= 1]
     if len(jumps):
         climb = climb[: jumps[0] + 1]
+    # ...and up to its peak: once the loss has worsened, fresh gradients may turn against the
+    # sum, which then stops growing; that plateau is not part of the climb.
+    climb = climb[: int(np.argmax(climb)) + 1] if len(climb) else climb
     if len(before) < 10 or len(climb) < th.stale_min_climb:
         return []
     level = float(np.median(before))

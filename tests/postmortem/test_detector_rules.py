@@ -204,6 +204,22 @@ def test_stale_gradients():
     assert stale_gradients(_accumulating(None), TH.gradients) == []
 
 
+def test_stale_gradients_climb_ends_at_its_peak():
+    # The sum stops growing and fades once fresh gradients turn against it: still a missing
+    # zero_grad(), read over the climb up to its peak (rising on ≥ 65 % of those steps).
+    history = _accumulating(40)
+    fade = np.ones(120)
+    fade[75:] = np.linspace(1.0, 0.4, 45)
+    faded = GradientHistory(history.steps, history.norm * fade, [(s, v * fade) for s, v in history.per_tensor],
+                            history.loss_steps, history.loss)
+    found = stale_gradients(faded, TH.gradients)
+    assert found and abs(found[0].step - 40) <= 2 and found[0].evidence["rising_share"] >= TH.gradients.stale_rising
+    # A norm that only falls after the same start is no accumulation.
+    falling = GradientHistory(history.steps, history.norm[::-1].copy(), [(s, v[::-1].copy()) for s, v in history.per_tensor],
+                              history.loss_steps, history.loss)
+    assert stale_gradients(falling, TH.gradients) == []
+
+
 def test_loss_jumped_tells_a_broken_accumulation_from_one_that_stopped_learning():
     drift = np.concatenate([np.full(50, 0.05), np.linspace(0.05, 0.09, 50)])  # ×1.8, slowly
     assert not loss_jumped(STEPS, drift, 50, TH.gradients)
