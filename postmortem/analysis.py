@@ -126,6 +126,11 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
         gradients.gradient_history(table, scalars), thresholds.gradients)}
     if diverged:
         onset = _accumulation_onset(onset, precomputed["stale_gradients"], first)
+        # A finite run whose recorded gradients grew only because they accumulate, while its
+        # loss drifted instead of jumping, stopped learning; it did not diverge.
+        if precomputed["stale_gradients"] and not nonfinite and not gradients.loss_jumped(
+                loss_steps, loss, onset.step, thresholds.gradients):
+            diverged = False
     evidence = Evidence(table=table, summary=pd.DataFrame(), scalars=scalars, events=events,
                         manifest=run.manifest, first_nonfinite=first, onset=onset if diverged else None,
                         diverged=diverged, recovered=False, breaks=breaks, outcome=outcome)
@@ -134,6 +139,8 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
         # NaN it made first showed.
         precomputed["log_of_zero"] = REGISTRY["log_of_zero"].run(evidence, thresholds)
         onset = _cause_onset(onset, [*_root_causes(evidence, thresholds), *precomputed["log_of_zero"]], first)
+        if first is None:
+            onset = _after_learning(evidence, onset, thresholds) or onset
     elif not diverged:
         onset = _regression_onset(evidence, thresholds, first)
         diverged = onset is not None
@@ -185,6 +192,30 @@ def _cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | No
         growth_per_step=None, doubling_steps=None, jump=None,
         lead_steps=(first.step - cause.step) if first is not None else None,
     )
+
+
+def _after_learning(ev: Evidence, onset: Onset, thresholds: Thresholds) -> Onset | None:
+    """A fitted onset after which a finite run kept learning (its loss's 10-step rolling median
+    fell ≥ 10 % below its level before the onset) is a learning-phase break (a gradient growing
+    as embeddings wake up), not the incident's start: when the loss later rose ×2 above its best
+    level, a direct cause the recorder saw in the 40 steps before that rise is the onset."""
+    steps, loss = loss_curve(ev.scalars)
+    th = thresholds.root_causes
+    before = loss[steps < onset.step][-10:]
+    later, after = steps[steps >= onset.step], loss[steps >= onset.step]
+    if len(before) < 3 or len(after) < 20:
+        return None
+    rolling = pd.Series(after).rolling(10).median().to_numpy()
+    best = int(np.nanargmin(rolling))
+    if not rolling[best] <= (1 - th.learned_after) * float(np.median(before)):
+        return None
+    rose = np.flatnonzero(after[best:] > th.rise_after_best * rolling[best])
+    if not len(rose):
+        return None
+    step = int(later[best + rose[0]])
+    rising = Onset(step, (step, step), "", None, None, None, None)
+    moved = _cause_onset(rising, _root_causes(replace(ev, onset=rising), thresholds), None)
+    return moved if moved is not rising else None
 
 
 _MAX_SPIKES = 5  # loss spikes whose batches are checked: an incident shows in its first few

@@ -22,6 +22,7 @@ __all__ = [
     "global_grad_norm",
     "grad_norm_series",
     "gradient_history",
+    "loss_jumped",
     "no_gradient",
     "silence",
     "stale_gradients",
@@ -233,6 +234,9 @@ def stale_gradients(history: GradientHistory, th: GradientThresholds) -> list[Fi
     jumps = jumps[jumps >= 1]
     if len(jumps):
         climb = climb[: jumps[0] + 1]
+    # ...and up to its peak: once the loss has worsened, fresh gradients may turn against the
+    # sum, which then stops growing; that plateau is not part of the climb.
+    climb = climb[: int(np.argmax(climb)) + 1] if len(climb) else climb
     if len(before) < 10 or len(climb) < th.stale_min_climb:
         return []
     level = float(np.median(before))
@@ -255,6 +259,21 @@ def stale_gradients(history: GradientHistory, th: GradientThresholds) -> list[Fi
         f"gradients accumulate across steps from step {t0} on: call optimizer.zero_grad() at "
         "the start of every step",
     )]
+
+
+def loss_jumped(steps: np.ndarray, values: np.ndarray, step: int, th: GradientThresholds) -> bool:
+    """Whether the training loss (finite, step order) broke at `step`: a loss within the 10
+    steps from it ≥ 1.2× the mean of the 10 before, or any later one ×100 above it (exploded).
+    Without zero_grad() the recorded gradient is a running sum, so its growth is bookkeeping,
+    not a runaway: a run whose loss then only drifts up stopped learning; one whose loss jumps
+    or explodes broke (diverged)."""
+    before = values[steps < step][-th.stale_jump_window:]
+    after = values[steps >= step]
+    if len(before) < 3 or not len(after):
+        return True  # nothing to compare: the divergence machinery's call stands
+    level = float(np.mean(before))
+    return bool(np.max(after[: th.stale_jump_window]) >= th.stale_loss_jump * level
+                or np.max(after) >= th.stale_exploded * level)
 
 
 def _loss_change(steps: np.ndarray, values: np.ndarray, step: int) -> float | None:

@@ -64,6 +64,8 @@ class RootCauseThresholds:
     state_jump_factor: float = 10.0  # an optimizer state norm ÷10 in one step (an EMA decays by β at most)
     batch_range_factor: float = BATCH_RANGE_FACTOR  # a batch 10× outside the healthy range (the story's and the ranking's)
     robust_floor: float = 0.05  # decades: floor of a tensor's robust σ when ranking jumps
+    learned_after: float = 0.1  # the loss's 10-step rolling median fell ≥ 10 % below its level before a fitted onset: the run kept learning (SageMaker LossNotDecreasing's idea; our choice)
+    rise_after_best: float = 2.0  # ...until it rose ×2 above that best level: the incident starts there (Megatron-LM's "back below 2×", as OutcomeThresholds.spike_recovered)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,8 @@ class GradientThresholds:
     stale_step_size: float = 2.0  # median |step change| ≤ 2× the norm before (one fresh gradient)
     stale_min_climb: int = 5  # steps of climb before any explosion
     stale_exploded: float = 100.0  # ×100 the calm norm: exploded (DIVERGENCE_DECADES)
+    stale_loss_jump: float = 1.2  # a finite accumulation diverged only if a loss within 10 steps of t0 is ≥ 1.2× the 10 before (the truths' jump, sample_runs/training.broke_against)
+    stale_jump_window: int = 10  # ...those 10 steps
 
 
 @dataclass(frozen=True)

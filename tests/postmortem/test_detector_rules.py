@@ -32,6 +32,7 @@ from postmortem.detectors.gradients import (
     GradientHistory,
     LayerGradients,
     SilentGradients,
+    loss_jumped,
     no_gradient,
     stale_gradients,
     vanishing_gradient,
@@ -201,6 +202,33 @@ def test_stale_gradients():
     found = stale_gradients(_accumulating(60), TH.gradients)
     assert found and abs(found[0].step - 60) <= 2
     assert stale_gradients(_accumulating(None), TH.gradients) == []
+
+
+def test_stale_gradients_climb_ends_at_its_peak():
+    # The sum stops growing and fades once fresh gradients turn against it: still a missing
+    # zero_grad(), read over the climb up to its peak (rising on ≥ 65 % of those steps).
+    history = _accumulating(40)
+    fade = np.ones(120)
+    fade[75:] = np.linspace(1.0, 0.4, 45)
+    faded = GradientHistory(history.steps, history.norm * fade, [(s, v * fade) for s, v in history.per_tensor],
+                            history.loss_steps, history.loss)
+    found = stale_gradients(faded, TH.gradients)
+    assert found and abs(found[0].step - 40) <= 2 and found[0].evidence["rising_share"] >= TH.gradients.stale_rising
+    # A norm that only falls after the same start is no accumulation.
+    falling = GradientHistory(history.steps, history.norm[::-1].copy(), [(s, v[::-1].copy()) for s, v in history.per_tensor],
+                              history.loss_steps, history.loss)
+    assert stale_gradients(falling, TH.gradients) == []
+
+
+def test_loss_jumped_tells_a_broken_accumulation_from_one_that_stopped_learning():
+    drift = np.concatenate([np.full(50, 0.05), np.linspace(0.05, 0.09, 50)])  # ×1.8, slowly
+    assert not loss_jumped(STEPS, drift, 50, TH.gradients)
+    jump = drift.copy()
+    jump[53] = 0.07  # ×1.4 within 10 steps of the onset
+    assert loss_jumped(STEPS, jump, 50, TH.gradients)
+    exploded = drift.copy()
+    exploded[90:] = 10.0  # ×200 later on
+    assert loss_jumped(STEPS, exploded, 50, TH.gradients)
 
 
 def test_vanishing_gradient_needs_layers_shrinking_toward_the_input_and_no_learning():

@@ -97,7 +97,7 @@ def test_frozen_parameters_are_not_reported(tmp_path):
     assert "no_gradient" not in labels
 
 
-def _accumulating(t0: int | None, seed: int) -> tuple[pd.DataFrame, np.ndarray]:
+def _accumulating(t0: int | None, seed: int, mean: float = 0.15) -> tuple[pd.DataFrame, np.ndarray]:
     """Layers whose recorded gradients are running sums from `t0` on (no zero_grad() there):
     G_t0 = g_{t0-1} + g_t0, and so on. Returns the stats and the global grad norm."""
     rng = np.random.default_rng(seed)
@@ -106,7 +106,7 @@ def _accumulating(t0: int | None, seed: int) -> tuple[pd.DataFrame, np.ndarray]:
     squares = np.zeros(STEPS)
     frames = [stats]
     for name, dims in (("fc1.weight", 40), ("fc2.weight", 10)):
-        fresh = rng.normal(0.15, 1.0, size=(STEPS, dims))
+        fresh = rng.normal(mean, 1.0, size=(STEPS, dims))
         recorded = fresh.copy()
         if t0 is not None:
             recorded[t0 - 1:] = np.cumsum(fresh[t0 - 1:], axis=0)
@@ -161,6 +161,48 @@ def test_accumulation_then_explosion_dates_the_divergence_at_the_accumulation(tm
                                extra_scalars=[scalar_rows("grad_norm", grad_norm * blow)])
     assert analysis.verdict == "diverged" and "stale_gradients" in labels
     assert abs(analysis.onset.step - t0) <= 2
+
+
+def test_finite_accumulation_whose_loss_drifts_is_not_learning_not_diverged(tmp_path):
+    # The accumulated gradient climbs ×100 (a running sum: the divergence machinery fires), the
+    # loss only drifts up ×1.5 over the steps after: the run stopped learning, it did not break.
+    t0 = 20
+    stats, grad_norm = _accumulating(t0, 6, mean=10.0)
+    loss = _loss("flat")
+    loss[t0:] *= np.linspace(1.0, 1.5, STEPS - t0)
+    analysis, labels = _labels(tmp_path, stats, loss, extra_scalars=[scalar_rows("grad_norm", grad_norm)])
+    assert analysis.verdict == "not_learning" and "stale_gradients" in labels and "diverged" not in labels
+    loss[t0 + 2:] *= 1.5  # the same run whose loss jumps at once broke
+    analysis, labels = _labels(tmp_path / "jump", stats, loss, extra_scalars=[scalar_rows("grad_norm", grad_norm)])
+    assert analysis.verdict == "diverged" and "stale_gradients" in labels
+
+
+def _early_growth_then_rescale(learning: bool) -> tuple[pd.DataFrame, np.ndarray]:
+    """fc1's gradient grows ×300 from step 15 (a credible break), fc2's weights are multiplied
+    ×100 outside the optimizer at step 80, the loss ×50 from 81."""
+    stats = _layers()
+    grow = np.ones(STEPS)
+    grow[15:] = np.minimum(1.25 ** np.arange(STEPS - 15), 300.0)
+    stats.loc[(stats["role"] == "grad") & (stats["name"] == "fc1.weight"), "norm"] *= grow
+    scale = np.ones(STEPS)
+    scale[80:] = 100.0
+    stats.loc[(stats["role"] == "param") & (stats["name"] == "fc2.weight"), "norm"] *= scale
+    update = (stats["role"] == "update") & (stats["name"] == "fc2.weight")
+    jumped = stats.loc[update, "norm"].to_numpy().copy()
+    jumped[80] = 99 * 5.0
+    stats.loc[update, "norm"] = jumped
+    loss = _loss("learning" if learning else "flat")
+    loss[81:] *= 50
+    return stats, loss
+
+
+def test_an_early_break_the_run_kept_learning_after_is_not_the_onset(tmp_path):
+    # The loss fell far below its level at the early gradient break, then broke at the rescale.
+    analysis, labels = _labels(tmp_path, *_early_growth_then_rescale(learning=True))
+    assert analysis.onset.step == 80 and "weights_changed_outside_optimizer" in labels
+    # A run that did not learn after the break keeps the break as its onset.
+    analysis, labels = _labels(tmp_path / "flat", *_early_growth_then_rescale(learning=False))
+    assert analysis.onset.step < 40 and "weights_changed_outside_optimizer" not in labels
 
 
 def test_vanishing_gradient_in_the_first_layer(tmp_path):
