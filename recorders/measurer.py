@@ -30,6 +30,24 @@ __all__ = ["StepMeasurement", "StepMeasurer"]
 _WIDTH = len(MomentColumn)
 # What became of a parameter's gradient this step.
 _GRAD_PENDING, _GRAD_MEASURED, _GRAD_NONE, _GRAD_LOST = range(4)
+# The param-group entries that `hyperparameters` reads.
+_HP_KEYS = ("lr", "momentum", "weight_decay", "eps", "betas")
+
+
+def _frozen(value: Any) -> Any:
+    """`value` as it is now: a tensor (a scheduler may ``fill_`` it in place) is copied on its
+    own device (no host read here), numbers and tuples of numbers are kept as they are."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _used_hyperparameters(group: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a param group that :func:`hyperparameters` reads, as the optimizer is
+    about to use them (a scheduler stepped before ``rec.step()`` changes the group after)."""
+    return {key: _frozen(group[key]) for key in _HP_KEYS if key in group}
 
 
 @dataclass
@@ -140,6 +158,8 @@ class StepMeasurer:
         self.watch_activations = True  # whether the step being run records activations
         self._backward_task = -1  # the autograd graph task whose end is queued
         self._stepped = dict.fromkeys(tracker.optimizers, False)
+        # Each optimizer's param groups' hyper-parameters at its last step (see scalar_rows).
+        self._step_groups: dict[str, list[dict[str, Any]]] = {}
         self._last_scale = math.inf  # the scaler's scale at the previous record
         self._reset_step_state()
 
@@ -244,7 +264,9 @@ class StepMeasurer:
         and measure the global norm of what it consumes where clipping (or the scaler's
         unscale_) changed them since the end of backward. Given a closure, ``step()`` runs the
         backward (Lightning: and the clipping) itself: that is done once the closure returns."""
-        self._stepped[self._tracker.optimizer_names[id(optimizer)]] = True
+        name = self._tracker.optimizer_names[id(optimizer)]
+        self._stepped[name] = True
+        self._step_groups[name] = [_used_hyperparameters(g) for g in optimizer.param_groups]
         # args[0] is the optimizer itself (torch passes step()'s own arguments).
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
         if not callable(closure):
@@ -514,7 +536,10 @@ class StepMeasurer:
     # ----------------------------------------------------------------- scalars
     def scalar_rows(self, step: int, measured: StepMeasurement, wall: float) -> list[tuple]:
         """The step's scalar rows: the user's, the gradient norms, each optimizer's
-        hyper-parameters and whether it stepped, the scaler's scale, the wall time."""
+        hyper-parameters and whether it stepped, the scaler's scale, the wall time. An
+        optimizer that stepped has the hyper-parameters of its (last) step, as its pre-step
+        hook saw them: a scheduler stepped between ``optimizer.step()`` and ``rec.step()``
+        does not date its change a step early. One that did not step has its current ones."""
         rows = [(step, name, value) for name, value in measured.scalars.items()]
         if measured.grad_sumsq is not None:
             rows.append((step, "grad_norm", math.sqrt(measured.grad_sumsq.sum())))
@@ -524,8 +549,13 @@ class StepMeasurer:
         rows.extend((step, name, value) for name, value in measured.clip_scalars.items())
         first = "lr" not in measured.scalars  # an lr passed to rec.step() wins
         for opt_name, opt in self._tracker.optimizers.items():
-            rows.append((step, f"optimizer_stepped.{opt_name}", float(self._stepped[opt_name])))
-            for g, group in enumerate(opt.param_groups):
+            stepped = self._stepped[opt_name]
+            rows.append((step, f"optimizer_stepped.{opt_name}", float(stepped)))
+            groups = opt.param_groups
+            if stepped:  # a group added since the step has its current values
+                used = self._step_groups[opt_name]
+                groups = used + groups[len(used):]
+            for g, group in enumerate(groups):
                 for hp, value in hyperparameters(group).items():
                     if first and hp == "lr":
                         rows.append((step, "lr", value))
