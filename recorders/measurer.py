@@ -21,8 +21,8 @@ from .failures import MeasureFailures
 from .manifest import hyperparameters
 from .rows import StatsBlock
 from .statistics import (FusedCall, MomentBatch, MomentColumn, activation_row, combine_rows,
-                         fused_call, fused_pairs, kernel_rows, measure_now, params_and_updates,
-                         signature, summarize)
+                         fused_call, fused_pairs, host_rows, kernel_rows, measure_now,
+                         params_and_updates, signature, summarize)
 from .tracking import ModelTracker, ParamsFollowed, named_tensors
 
 __all__ = ["StepMeasurement", "StepMeasurer"]
@@ -58,19 +58,19 @@ class _GradCapture:
 
     rows: dict[int, int]  # id(parameter) -> its row in the moments
     grads: dict[int, tuple[torch.Tensor, int]]  # id(parameter) -> (its .grad, that's _version)
-    batch: MomentBatch
-    moments: np.ndarray | None = None
+    batch: MomentBatch | None  # None once read (or measured without one)
+    moments: np.ndarray | None = None  # as measured, scaled until `read`
     scale: torch.Tensor | float | None = None  # the GradScaler's scale at that backward
 
     def read(self) -> np.ndarray:
         """The unscaled moments, a row per measured gradient (read once)."""
-        if self.moments is None:
+        if self.batch is not None:
             self.moments = self.batch.read()[0] if self.rows else np.empty((0, _WIDTH))
-            self.batch = MomentBatch()
-            if self.scale is not None:
-                scale = float(self.scale)
-                self.moments[:, [MomentColumn.SUM, MomentColumn.MIN, MomentColumn.MAX]] /= scale
-                self.moments[:, MomentColumn.SUMSQ] /= scale * scale
+            self.batch = None
+        if self.scale is not None:
+            scale = float(self.scale)
+            self.moments[:, [MomentColumn.SUM, MomentColumn.MIN, MomentColumn.MAX]] /= scale
+            self.moments[:, MomentColumn.SUMSQ] /= scale * scale
             self.scale = None
         return self.moments
 
@@ -225,7 +225,9 @@ class StepMeasurer:
         """Measure every gradient no optimizer has consumed yet in this record, as backward
         left it: accumulated over the micro-batches so far, before any clipping. A later
         backward (the next micro-batch) replaces the capture."""
-        free = [p for p in self._tracker.params if id(p) not in self._consumed]
+        consumed = self._consumed
+        free = [p for p in self._tracker.params if id(p) not in consumed] if consumed \
+            else self._tracker.params
         try:
             capture = self._measure_grads(free)
         except Exception as exc:  # noqa: BLE001 - never break the user's backward()
@@ -234,21 +236,22 @@ class StepMeasurer:
                 self._grad_source.pop(id(p), None)
                 self._grad_state[self._tracker.param_index[id(p)]] = _GRAD_LOST
             return
-        for p in free:
-            self._grad_source[id(p)] = capture
+        self._grad_source.update(dict.fromkeys(map(id, free), capture))
 
     def _measure_grads(self, params: list[nn.Parameter], scaled: bool = True) -> _GradCapture:
         """Queue (and on the host, read) `params`' gradients; `scaled`: as backward left them,
         multiplied by the GradScaler's scale if one is in use."""
-        capture = _GradCapture({}, {}, MomentBatch())
-        on_host = True
-        add, rows, grads = capture.batch.add, capture.rows, capture.grads
-        for p in params:
-            g = p.grad
-            if g is not None:
-                rows[id(p)] = add(g, zeros=True)
-                grads[id(p)] = (g, g._version)
-                on_host = on_host and g.is_cpu
+        present = [(id(p), g) for p in params if (g := p.grad) is not None]
+        grads = {pid: (g, g._version) for pid, g in present}
+        moments = host_rows([g for _, g in present], zeros=True)  # the common case
+        if moments is not None:
+            capture = _GradCapture({pid: i for i, (pid, _) in enumerate(present)}, grads, None,
+                                   moments)
+        else:
+            batch = MomentBatch()
+            capture = _GradCapture({pid: batch.add(g, zeros=True) for pid, g in present}, grads,
+                                   batch)
+        on_host = all(g.is_cpu for _, g in present)
         scaler = self._scaler
         if scaled and capture.rows and scaler is not None and scaler.is_enabled():
             scale = getattr(scaler, "_scale", None)  # a tensor: no sync on the device
