@@ -21,8 +21,8 @@ from .failures import MeasureFailures
 from .manifest import hyperparameters
 from .rows import StatsBlock
 from .statistics import (FusedCall, MomentBatch, MomentColumn, activation_row, combine_rows,
-                         fused_call, fused_pairs, kernel_rows, measure_now, params_and_updates,
-                         signature, summarize)
+                         fused_call, fused_pairs, host_rows, kernel_rows, measure_now,
+                         params_and_updates, signature, summarize)
 from .tracking import ModelTracker, ParamsFollowed, named_tensors
 
 __all__ = ["StepMeasurement", "StepMeasurer"]
@@ -30,6 +30,24 @@ __all__ = ["StepMeasurement", "StepMeasurer"]
 _WIDTH = len(MomentColumn)
 # What became of a parameter's gradient this step.
 _GRAD_PENDING, _GRAD_MEASURED, _GRAD_NONE, _GRAD_LOST = range(4)
+# The param-group entries that `hyperparameters` reads.
+_HP_KEYS = ("lr", "momentum", "weight_decay", "eps", "betas")
+
+
+def _frozen(value: Any) -> Any:
+    """`value` as it is now: a tensor (a scheduler may ``fill_`` it in place) is copied on its
+    own device (no host read here), numbers and tuples of numbers are kept as they are."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _used_hyperparameters(group: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a param group that :func:`hyperparameters` reads, as the optimizer is
+    about to use them (a scheduler stepped before ``rec.step()`` changes the group after)."""
+    return {key: _frozen(group[key]) for key in _HP_KEYS if key in group}
 
 
 @dataclass
@@ -40,19 +58,19 @@ class _GradCapture:
 
     rows: dict[int, int]  # id(parameter) -> its row in the moments
     grads: dict[int, tuple[torch.Tensor, int]]  # id(parameter) -> (its .grad, that's _version)
-    batch: MomentBatch
-    moments: np.ndarray | None = None
+    batch: MomentBatch | None  # None once read (or measured without one)
+    moments: np.ndarray | None = None  # as measured, scaled until `read`
     scale: torch.Tensor | float | None = None  # the GradScaler's scale at that backward
 
     def read(self) -> np.ndarray:
         """The unscaled moments, a row per measured gradient (read once)."""
-        if self.moments is None:
+        if self.batch is not None:
             self.moments = self.batch.read()[0] if self.rows else np.empty((0, _WIDTH))
-            self.batch = MomentBatch()
-            if self.scale is not None:
-                scale = float(self.scale)
-                self.moments[:, [MomentColumn.SUM, MomentColumn.MIN, MomentColumn.MAX]] /= scale
-                self.moments[:, MomentColumn.SUMSQ] /= scale * scale
+            self.batch = None
+        if self.scale is not None:
+            scale = float(self.scale)
+            self.moments[:, [MomentColumn.SUM, MomentColumn.MIN, MomentColumn.MAX]] /= scale
+            self.moments[:, MomentColumn.SUMSQ] /= scale * scale
             self.scale = None
         return self.moments
 
@@ -140,6 +158,8 @@ class StepMeasurer:
         self.watch_activations = True  # whether the step being run records activations
         self._backward_task = -1  # the autograd graph task whose end is queued
         self._stepped = dict.fromkeys(tracker.optimizers, False)
+        # Each optimizer's param groups' hyper-parameters at its last step (see scalar_rows).
+        self._step_groups: dict[str, list[dict[str, Any]]] = {}
         self._last_scale = math.inf  # the scaler's scale at the previous record
         self._reset_step_state()
 
@@ -205,7 +225,9 @@ class StepMeasurer:
         """Measure every gradient no optimizer has consumed yet in this record, as backward
         left it: accumulated over the micro-batches so far, before any clipping. A later
         backward (the next micro-batch) replaces the capture."""
-        free = [p for p in self._tracker.params if id(p) not in self._consumed]
+        consumed = self._consumed
+        free = [p for p in self._tracker.params if id(p) not in consumed] if consumed \
+            else self._tracker.params
         try:
             capture = self._measure_grads(free)
         except Exception as exc:  # noqa: BLE001 - never break the user's backward()
@@ -214,21 +236,22 @@ class StepMeasurer:
                 self._grad_source.pop(id(p), None)
                 self._grad_state[self._tracker.param_index[id(p)]] = _GRAD_LOST
             return
-        for p in free:
-            self._grad_source[id(p)] = capture
+        self._grad_source.update(dict.fromkeys(map(id, free), capture))
 
     def _measure_grads(self, params: list[nn.Parameter], scaled: bool = True) -> _GradCapture:
         """Queue (and on the host, read) `params`' gradients; `scaled`: as backward left them,
         multiplied by the GradScaler's scale if one is in use."""
-        capture = _GradCapture({}, {}, MomentBatch())
-        on_host = True
-        add, rows, grads = capture.batch.add, capture.rows, capture.grads
-        for p in params:
-            g = p.grad
-            if g is not None:
-                rows[id(p)] = add(g, zeros=True)
-                grads[id(p)] = (g, g._version)
-                on_host = on_host and g.is_cpu
+        present = [(id(p), g) for p in params if (g := p.grad) is not None]
+        grads = {pid: (g, g._version) for pid, g in present}
+        moments = host_rows([g for _, g in present], zeros=True)  # the common case
+        if moments is not None:
+            capture = _GradCapture({pid: i for i, (pid, _) in enumerate(present)}, grads, None,
+                                   moments)
+        else:
+            batch = MomentBatch()
+            capture = _GradCapture({pid: batch.add(g, zeros=True) for pid, g in present}, grads,
+                                   batch)
+        on_host = all(g.is_cpu for _, g in present)
         scaler = self._scaler
         if scaled and capture.rows and scaler is not None and scaler.is_enabled():
             scale = getattr(scaler, "_scale", None)  # a tensor: no sync on the device
@@ -244,7 +267,9 @@ class StepMeasurer:
         and measure the global norm of what it consumes where clipping (or the scaler's
         unscale_) changed them since the end of backward. Given a closure, ``step()`` runs the
         backward (Lightning: and the clipping) itself: that is done once the closure returns."""
-        self._stepped[self._tracker.optimizer_names[id(optimizer)]] = True
+        name = self._tracker.optimizer_names[id(optimizer)]
+        self._stepped[name] = True
+        self._step_groups[name] = [_used_hyperparameters(g) for g in optimizer.param_groups]
         # args[0] is the optimizer itself (torch passes step()'s own arguments).
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
         if not callable(closure):
@@ -514,7 +539,10 @@ class StepMeasurer:
     # ----------------------------------------------------------------- scalars
     def scalar_rows(self, step: int, measured: StepMeasurement, wall: float) -> list[tuple]:
         """The step's scalar rows: the user's, the gradient norms, each optimizer's
-        hyper-parameters and whether it stepped, the scaler's scale, the wall time."""
+        hyper-parameters and whether it stepped, the scaler's scale, the wall time. An
+        optimizer that stepped has the hyper-parameters of its (last) step, as its pre-step
+        hook saw them: a scheduler stepped between ``optimizer.step()`` and ``rec.step()``
+        does not date its change a step early. One that did not step has its current ones."""
         rows = [(step, name, value) for name, value in measured.scalars.items()]
         if measured.grad_sumsq is not None:
             rows.append((step, "grad_norm", math.sqrt(measured.grad_sumsq.sum())))
@@ -524,8 +552,13 @@ class StepMeasurer:
         rows.extend((step, name, value) for name, value in measured.clip_scalars.items())
         first = "lr" not in measured.scalars  # an lr passed to rec.step() wins
         for opt_name, opt in self._tracker.optimizers.items():
-            rows.append((step, f"optimizer_stepped.{opt_name}", float(self._stepped[opt_name])))
-            for g, group in enumerate(opt.param_groups):
+            stepped = self._stepped[opt_name]
+            rows.append((step, f"optimizer_stepped.{opt_name}", float(stepped)))
+            groups = opt.param_groups
+            if stepped:  # a group added since the step has its current values
+                used = self._step_groups[opt_name]
+                groups = used + groups[len(used):]
+            for g, group in enumerate(groups):
                 for hp, value in hyperparameters(group).items():
                     if first and hp == "lr":
                         rows.append((step, "lr", value))

@@ -44,6 +44,7 @@ __all__ = [
     "FusedCall",
     "fused_call",
     "fused_pairs",
+    "host_rows",
     "activation_moments",
     "activation_row",
     "kernel_rows",
@@ -446,6 +447,27 @@ def fused_call(tensors: list[torch.Tensor]) -> FusedCall | None:
             return None
         call.add(_FusedRequest(t.detach(), False, False, None))
     return call
+
+
+def host_rows(tensors: list[torch.Tensor], zeros: bool) -> np.ndarray | None:
+    """The moments array that :meth:`MomentBatch.add` (``zeros=zeros``, without sums) of each
+    tensor, then :meth:`MomentBatch.read`, gives when every tensor is contiguous float32 in
+    host memory: the same kernel call over the same arguments, without a request object per
+    tensor. None where one is not (or without the kernel). Nothing is measured again: the
+    kernel checks whether the variance cancels only where it sums."""
+    if _fused is None:
+        return None
+    flags, float32, strided = 2 if zeros else 0, torch.float32, torch.strided
+    args = []
+    for t in tensors:
+        if t.dtype is not float32 or not t.is_cpu or t.layout is not strided \
+                or not t.is_contiguous():
+            return None
+        args.append((t.data_ptr(), t.numel(), 0, flags))
+    if not args:
+        return np.empty((0, len(Moments._fields)))
+    return np.frombuffer(_fused.moments_many(args), dtype=np.float64).reshape(
+        len(args), _KERNEL_ROW)[:, :len(Moments._fields)]
 
 
 def params_and_updates(pairs: list[tuple[torch.Tensor, torch.Tensor]]

@@ -201,6 +201,42 @@ def test_a_loop_with_no_optimizer_records_gradients_updates_and_lr(tmp_path):
     np.testing.assert_allclose(scalar(scalars, "lr")[1], 0.5 * 0.9 ** np.arange(4))
 
 
+def test_a_scheduler_stepped_before_rec_step_records_the_lr_each_step_used(tmp_path):
+    """`optimizer.step(); scheduler.step(); rec.step()`: each step's lr and hp.* are the ones
+    the optimizer stepped with, not the next step's; a step without optimizer.step() has the
+    current ones. Two groups, two schedules; SGD's update is -lr * grad, which says which lr a
+    step used."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 1))
+    opt = torch.optim.SGD([{"params": model[0].parameters()},
+                           {"params": model[1].parameters(), "momentum": 0.0}], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, [lambda s: 0.5 ** s, lambda s: 1.0 + s])
+    used, skip = [], 3
+    with Recorder(tmp_path / "run", model, opt) as rec:
+        for step in range(6):
+            opt.zero_grad()
+            loss = model(torch.randn(8, 4)).square().mean()
+            loss.backward()
+            grad = model[1].weight.grad.clone()
+            before = model[1].weight.detach().clone()
+            if step != skip:
+                opt.step()
+            used.append([g["lr"] for g in opt.param_groups])
+            if step != skip:  # the rate this step used, told by the update itself
+                np.testing.assert_allclose(before - model[1].weight.detach(), used[-1][1] * grad,
+                                           rtol=1e-5)
+            scheduler.step()
+            if step == skip:
+                used[-1] = [g["lr"] for g in opt.param_groups]  # not stepped: as it is now
+            rec.step(loss=loss)
+    scalars = read_table(tmp_path / "run", "scalars")
+    used = np.array(used)
+    np.testing.assert_array_equal(scalar(scalars, "lr")[1], used[:, 0])
+    np.testing.assert_array_equal(scalar(scalars, "hp.optimizer.0.lr")[1], used[:, 0])
+    np.testing.assert_array_equal(scalar(scalars, "hp.optimizer.1.lr")[1], used[:, 1])
+    assert scalar(scalars, "optimizer_stepped.optimizer")[1].tolist() == [1, 1, 1, 0, 1, 1]
+
+
 def test_dict_batches_record_each_entry_with_its_kind(tmp_path):
     model = TinyGPT()
     batch = {"input_ids": torch.randint(0, 64, (2, 8)),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from recorders.statistics import (MomentBatch, combine, exact_moments, measure_now,
+from recorders.statistics import (MomentBatch, combine, exact_moments, host_rows, measure_now,
                                   params_and_updates, summarize)
 
 
@@ -352,3 +352,24 @@ def test_cancelling_variance_is_measured_exactly_in_float64(zeros):
         assert exact.sumsq == pytest.approx(float(np.sum(finite ** 2)), rel=1e-12)
         std = summarize(got).std
         assert std == pytest.approx(float(finite.std()), rel=1e-3)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_host_rows_are_the_rows_a_batch_reads(threads, backend):
+    """`host_rows` (one call for a backward's gradients) gives, bit for bit, the rows that a
+    MomentBatch reads for the same tensors, and None for a tensor it cannot take as it is."""
+    torch.set_num_threads(threads)
+    rng = np.random.default_rng(7)
+    tensors = [torch.from_numpy(rng.standard_normal(n).astype(np.float32))
+               for n in (5, 200_000, 0, 77, 150_000)]
+    tensors[1][[0, 5, 9]] = torch.tensor([-0.0, 0.0, 1e30])
+    tensors[3][2], tensors[4][1] = math.nan, -math.inf
+    rows = host_rows(tensors, zeros=True)
+    if backend == "torch":
+        assert rows is None
+        return
+    batch = MomentBatch()
+    indices = [batch.add(t, zeros=True) for t in tensors]
+    assert rows.tobytes() == np.ascontiguousarray(batch.read()[0][indices]).tobytes()
+    assert host_rows(tensors + [torch.zeros(3, dtype=torch.float64)], zeros=True) is None
+    assert host_rows([torch.zeros(4, 3).t()], zeros=True) is None

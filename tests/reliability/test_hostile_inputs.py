@@ -370,7 +370,8 @@ def test_odd_scalar_values_never_raise(tmp_path):
             optimizer.zero_grad()
             per_sample = model(torch.randn(8, 4)).square().mean(dim=1)
             per_sample.mean().backward()
-            optimizer.step()
+            # No optimizer.step(): the recorder reads the param groups as they are at
+            # rec.step() (after a step, it would read the values that step used).
             betas = optimizer.param_groups[0]["betas"]
             optimizer.param_groups[0]["betas"] = ("a", "b")  # what the recorder reads
             rec.step(loss=per_sample, acc=np.array(2.0), note="text", n=np.int64(3))
