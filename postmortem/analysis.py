@@ -195,17 +195,17 @@ def _cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | No
 
 
 def _after_learning(ev: Evidence, onset: Onset, thresholds: Thresholds) -> Onset | None:
-    """A fitted onset after which a finite run kept learning (its loss's 10-step rolling median
-    fell ≥ 10 % below its level before the onset) is a learning-phase break (a gradient growing
+    """A fitted onset after which a finite run kept learning (its loss's rolling median over
+    `OutcomeThresholds.min_steps` points fell ≥ 10 % below its level before the onset) is a learning-phase break (a gradient growing
     as embeddings wake up), not the incident's start: when the loss later rose ×2 above its best
     level, a direct cause the recorder saw in the 40 steps before that rise is the onset."""
     steps, loss = loss_curve(ev.scalars)
-    th = thresholds.root_causes
-    before = loss[steps < onset.step][-10:]
+    th, points = thresholds.root_causes, thresholds.outcome.min_steps
+    before = loss[steps < onset.step][-points:]
     later, after = steps[steps >= onset.step], loss[steps >= onset.step]
-    if len(before) < 3 or len(after) < 20:
+    if len(before) < 3 or len(after) < 2 * points:
         return None
-    rolling = pd.Series(after).rolling(10).median().to_numpy()
+    rolling = pd.Series(after).rolling(points).median().to_numpy()
     best = int(np.nanargmin(rolling))
     if not rolling[best] <= (1 - th.learned_after) * float(np.median(before)):
         return None
