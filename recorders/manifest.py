@@ -17,7 +17,7 @@ from torch.nn.parameter import is_lazy
 from .vocabulary import SCHEMA_VERSION
 
 __all__ = ["SCHEMA_VERSION", "new_manifest", "model_structure", "optimizer_structure",
-           "utc_now", "hyperparameters"]
+           "utc_now", "hyperparameters", "HYPERPARAMETER_KEYS", "SCALAR_HYPERPARAMETERS"]
 
 
 def utc_now() -> str:
@@ -45,10 +45,16 @@ def _number(value: Any) -> float | None:
     return None
 
 
+SCALAR_HYPERPARAMETERS = ("lr", "momentum", "weight_decay", "eps")
+"""The param-group entries recorded as they are; ``betas`` is recorded split in two."""
+HYPERPARAMETER_KEYS = (*SCALAR_HYPERPARAMETERS, "betas")
+"""Every param-group entry that :func:`hyperparameters` reads."""
+
+
 def hyperparameters(group: dict[str, Any]) -> dict[str, float]:
     """Numeric hyper-parameters of a param group, betas split into beta1/beta2 (values that
     are not numbers, as a hand-edited group may hold, are left out)."""
-    out = {name: _number(group.get(name)) for name in ("lr", "momentum", "weight_decay", "eps")}
+    out = {name: _number(group.get(name)) for name in SCALAR_HYPERPARAMETERS}
     betas = group.get("betas")
     if isinstance(betas, (tuple, list)) and len(betas) == 2:
         out["beta1"], out["beta2"] = (_number(b) for b in betas)

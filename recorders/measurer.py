@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .failures import MeasureFailures
-from .manifest import hyperparameters
+from .manifest import HYPERPARAMETER_KEYS, hyperparameters
 from .rows import StatsBlock
 from .statistics import (FusedCall, MomentBatch, MomentColumn, activation_row, combine_rows,
                          fused_call, fused_pairs, host_rows, kernel_rows, measure_now,
@@ -30,8 +30,6 @@ __all__ = ["StepMeasurement", "StepMeasurer"]
 _WIDTH = len(MomentColumn)
 # What became of a parameter's gradient this step.
 _GRAD_PENDING, _GRAD_MEASURED, _GRAD_NONE, _GRAD_LOST = range(4)
-# The param-group entries that `hyperparameters` reads.
-_HP_KEYS = ("lr", "momentum", "weight_decay", "eps", "betas")
 
 
 def _frozen(value: Any) -> Any:
@@ -47,7 +45,7 @@ def _frozen(value: Any) -> Any:
 def _used_hyperparameters(group: dict[str, Any]) -> dict[str, Any]:
     """The entries of a param group that :func:`hyperparameters` reads, as the optimizer is
     about to use them (a scheduler stepped before ``rec.step()`` changes the group after)."""
-    return {key: _frozen(group[key]) for key in _HP_KEYS if key in group}
+    return {key: _frozen(group[key]) for key in HYPERPARAMETER_KEYS if key in group}
 
 
 @dataclass
