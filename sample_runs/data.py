@@ -26,6 +26,13 @@ __all__ = [
     "CLICKS",
     "ClickSpec",
     "click_data",
+    "shapes_data",
+    "reverse_batch_sampler",
+    "REVERSE",
+    "GRAPH",
+    "GraphSpec",
+    "sbm_graph",
+    "two_views_sampler",
 ]
 
 
@@ -218,3 +225,131 @@ def click_data() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     labels = torch.bernoulli(torch.sigmoid(logit), generator=generator)
     x = {"sparse": torch.stack([user, item, category_of[item]], dim=1), "history": history, "dense": dense}
     return x, labels
+
+
+@lru_cache(maxsize=1)
+def shapes_data(n: int = 1200, size: int = 16) -> Dataset:
+    """Segmentation toys (the same for every seed): (n, 1, size, size) float images of one to three
+    filled rectangles (class 1) and discs (class 2) of random size, place and brightness on a noisy
+    background, and their (n, size, size) int64 masks (0 background; a later shape covers an earlier)."""
+    generator = torch.Generator().manual_seed(4321)
+    rows, cols = torch.meshgrid(torch.arange(size), torch.arange(size), indexing="ij")
+    images, masks = torch.zeros(n, 1, size, size), torch.zeros(n, size, size, dtype=torch.int64)
+    for i in range(n):
+        for _ in range(int(torch.randint(1, 4, (1,), generator=generator))):
+            kind = int(torch.randint(1, 3, (1,), generator=generator))
+            r, c = torch.randint(2, size - 2, (2,), generator=generator).tolist()
+            half = int(torch.randint(2, 5, (1,), generator=generator))
+            if kind == 1:
+                inside = ((rows - r).abs() <= half) & ((cols - c).abs() <= half)
+            else:
+                inside = (rows - r) ** 2 + (cols - c) ** 2 <= half ** 2
+            images[i, 0][inside] = 0.5 + 0.5 * float(torch.rand(1, generator=generator))
+            masks[i][inside] = kind
+    images += 0.1 * torch.randn(images.shape, generator=generator)
+    return Dataset(images, masks)
+
+
+@dataclass(frozen=True)
+class ReverseSpec:
+    """The seq2seq task: reverse a sequence of 3–8 symbols. Token IDs: 0 padding, 1 BOS, 2 EOS,
+    3… the symbols."""
+
+    symbols: int = 10
+    shortest: int = 3
+    longest: int = 8
+    pad: int = 0
+    bos: int = 1
+    eos: int = 2
+
+    @property
+    def vocab(self) -> int:
+        return self.symbols + 3
+
+
+REVERSE = ReverseSpec()
+
+
+def reverse_batch_sampler(batch_size: int, seed: int):
+    """Returns `draw()` giving a Hugging-Face-style dict batch of sources padded to the longest
+    (`input_ids`, `attention_mask` 1/0) and teacher-forcing decoder inputs (BOS + the reversed
+    source, padded), and `labels` (the reversed source + EOS, padding -100)."""
+    spec, generator = REVERSE, torch.Generator().manual_seed(seed)
+    length = spec.longest
+
+    def draw() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        lengths = torch.randint(spec.shortest, spec.longest + 1, (batch_size,), generator=generator)
+        symbols = torch.randint(3, spec.vocab, (batch_size, length), generator=generator)
+        positions = torch.arange(length).unsqueeze(0)
+        present = positions < lengths.unsqueeze(1)
+        src = torch.where(present, symbols, spec.pad)
+        reversed_ = torch.gather(symbols, 1, (lengths.unsqueeze(1) - 1 - positions).clamp(min=0))
+        reversed_ = torch.where(present, reversed_, spec.pad)
+        decoder_input = torch.cat([torch.full((batch_size, 1), spec.bos), reversed_], dim=1)
+        labels = torch.cat([reversed_, torch.full((batch_size, 1), spec.pad)], dim=1)
+        labels[torch.arange(batch_size), lengths] = spec.eos
+        labels[labels == spec.pad] = -100
+        batch = {"input_ids": src, "attention_mask": present.long(), "decoder_input_ids": decoder_input}
+        return batch, labels
+
+    return draw
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """A stochastic block model: `nodes` in `blocks` equal communities, edge probabilities inside
+    and across blocks, noisy node features around a mean per block, 20 train nodes per block
+    (Planetoid's split) and `val` validation nodes."""
+
+    nodes: int = 400
+    blocks: int = 4
+    p_in: float = 0.04
+    p_out: float = 0.005
+    features: int = 16
+    signal: float = 0.4
+    train_per_block: int = 20
+    val: int = 100
+
+
+GRAPH = GraphSpec()
+
+
+@lru_cache(maxsize=1)
+def sbm_graph() -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The graph (the same for every seed): ({`x`, `edge_index` (2, E) both directions}, labels,
+    train mask, val mask)."""
+    spec, generator = GRAPH, torch.Generator().manual_seed(2024)
+    labels = torch.arange(spec.nodes) % spec.blocks
+    same = labels.unsqueeze(0) == labels.unsqueeze(1)
+    probs = torch.where(same, spec.p_in, spec.p_out)
+    upper = (torch.rand(spec.nodes, spec.nodes, generator=generator) < probs).triu(1)
+    edge_index = (upper | upper.T).nonzero().T.contiguous()
+    means = torch.randn(spec.blocks, spec.features, generator=generator)
+    x = spec.signal * means[labels] + torch.randn(spec.nodes, spec.features, generator=generator)
+    order = torch.randperm(spec.nodes, generator=generator)
+    train = torch.zeros(spec.nodes, dtype=torch.bool)
+    for block in range(spec.blocks):
+        train[order[labels[order] == block][: spec.train_per_block]] = True
+    val = torch.zeros(spec.nodes, dtype=torch.bool)
+    val[order[~train[order]][: spec.val]] = True
+    return {"x": x, "edge_index": edge_index}, labels, train, val
+
+
+def two_views_sampler(images: torch.Tensor, batch_size: int, seed: int):
+    """Returns `draw()` giving (views, None): `batch_size` images drawn without replacement, each
+    augmented twice (a random shift of up to one pixel, a random brightness scale in [0.6, 1.4],
+    Gaussian noise 0.1), concatenated as (2·batch_size, 1, H, W); self-supervised, no targets."""
+    draw_images = batch_sampler(Dataset(images, torch.zeros(len(images))), batch_size, seed)
+    generator = torch.Generator().manual_seed(seed + 7)
+
+    def augment(x: torch.Tensor) -> torch.Tensor:
+        shifts = torch.randint(-1, 2, (len(x), 2), generator=generator).tolist()
+        x = torch.stack([torch.roll(img, shifts=(dr, dc), dims=(-2, -1)) for img, (dr, dc) in zip(x, shifts)])
+        x = x * (0.6 + 0.8 * torch.rand(len(x), 1, 1, 1, generator=generator))
+        return x + 0.1 * torch.randn(x.shape, generator=generator)
+
+    def draw() -> tuple[torch.Tensor, None]:
+        x, _ = draw_images()
+        return torch.cat([augment(x), augment(x)]), None
+
+    return draw

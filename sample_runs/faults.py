@@ -270,13 +270,15 @@ class LabelShuffle(Fault):
 @dataclass
 class MislabeledBatch(Fault):
     """Healthy-run noise: the `length` batches from t0 carry wrong labels, giving a loss spike that
-    recovers. Class indices move to another class; float targets in [0, 1] (click labels, pixels
-    to reconstruct) are flipped to 1 − y."""
+    recovers. Class indices move to another class (an ignored index, -100, stays ignored); float
+    targets in [0, 1] (click labels, pixels to reconstruct) are flipped to 1 − y."""
 
     length: int = 2
     classes: int = 10
 
     def batch(self, step, x, y):
         if self.t0 <= step < self.t0 + self.length:
-            return x, (1 - y if y.is_floating_point() else (y + 1 + step % (self.classes - 1)) % self.classes)
+            if y.is_floating_point():
+                return x, 1 - y
+            return x, torch.where(y < 0, y, (y + 1 + step % (self.classes - 1)) % self.classes)
         return x, y

@@ -4,8 +4,11 @@ A GPT-style causal LM, a `torch.nn.TransformerEncoder` classifier, a residual CN
 a GRU character LM, a timm-style ViT, a tied-embedding LSTM LM, an MLP-Mixer, a TCN, a LLaMA-style
 LM, a conv autoencoder (MSE reconstruction), a DLRM-style click model (dict batches of sparse
 IDs and dense features, BCE-with-logits), a sparse mixture-of-experts character LM (top-2 routing,
-a load-balancing auxiliary loss) and a VAE (BCE + KL) (`field_models`), each trained by nanoGPT's
-loop (`training.train_field`) with its own loss:
+a load-balancing auxiliary loss), a VAE (BCE + KL), a U-Net segmenting generated shapes (per-pixel
+cross-entropy), an `nn.Transformer` seq2seq model reversing sequences (padding masks, teacher
+forcing, label smoothing), a hand-written GCN classifying the nodes of a stochastic block model
+(full batch, a train mask) and a SimCLR encoder (two augmented views, InfoNCE) (`field_models`),
+each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop. Faults come from `faults.py`, at a step t0 and on a
 tensor drawn per (family, arch, seed); the truth comes from the injection and from the losses the
@@ -24,9 +27,21 @@ import torch
 from torch import nn
 
 from . import faults
-from .data import Dataset, batch_sampler, char_corpus, click_data, digits, lm_batch_sampler
+from .data import (
+    REVERSE,
+    Dataset,
+    batch_sampler,
+    char_corpus,
+    click_data,
+    digits,
+    lm_batch_sampler,
+    reverse_batch_sampler,
+    sbm_graph,
+    shapes_data,
+    two_views_sampler,
+)
 from .expected import Expected
-from .field_models import CONTEXT, FIELD_ARCHS, build_field_model, moe_lm_loss, vae_loss
+from .field_models import CONTEXT, FIELD_ARCHS, build_field_model, info_nce_loss, moe_lm_loss, seq2seq_loss, vae_loss
 from .nanogpt import LoopConfig, lr_at
 from .training import broke_against, stalled_against, token_cross_entropy, train_field
 
@@ -64,13 +79,18 @@ RECIPES = {
     "recsys": Recipe(lr=3e-3, weight_decay=0.0, batch=64, clip=None),
     "moe": Recipe(lr=3e-3, weight_decay=0.1, batch=16, betas=(0.9, 0.95)),
     "vae": Recipe(lr=5e-3, weight_decay=0.0, batch=32, clip=None),
+    "unet": Recipe(lr=3e-3, weight_decay=1e-4, batch=16),
+    "seq2seq": Recipe(lr=3e-3, weight_decay=0.01, batch=32, betas=(0.9, 0.98)),
+    "gnn": Recipe(lr=1e-2, weight_decay=5e-4, batch=400, clip=None, warmup=0),
+    "simclr": Recipe(lr=3e-3, weight_decay=1e-4, batch=32, clip=None),
 }
 LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe")
-IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae")
+IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr")
 """Architectures that take (B, 1, 8, 8) digits."""
 LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "recsys": torch.nn.functional.binary_cross_entropy_with_logits,
-          "moe": moe_lm_loss, "vae": vae_loss}
+          "moe": moe_lm_loss, "vae": vae_loss, "unet": torch.nn.functional.cross_entropy,
+          "seq2seq": seq2seq_loss, "gnn": torch.nn.functional.cross_entropy, "simclr": info_nce_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -132,7 +152,8 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
     return {"unit": rng.choice(hidden_units), "exposed": rng.choice(model.exposed), "detached": hidden_units[-1]}
 
 
-FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae")
+FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae", "unet", "gnn",
+                "simclr")
 """Architectures whose batch has float features (the bad-batch faults); the LMs read token IDs."""
 
 
@@ -147,6 +168,7 @@ FIELD_FAMILIES: dict[str, FieldFamily] = {
     "healthy_bf16": FieldFamily(_no_fault, "healthy", recipe={"bf16": True}, notes="bf16 autocast"),
     "healthy_spike": FieldFamily(
         lambda t0, classes, **_: faults.MislabeledBatch(t0=t0, length=2, classes=classes), "healthy",
+        archs=tuple(a for a in FIELD_ARCHS if a != "simclr"),  # self-supervised: no targets to corrupt
         notes="two batches with wrong targets from step {t0}: a loss spike that recovers"),
     "lr_spike": FieldFamily(
         lambda t0, unit, factor, **_: faults.LrSpike(t0=t0, layer=unit, factor=factor), "diverged",
@@ -189,10 +211,13 @@ def field_families() -> list[tuple[str, str]]:
 
 def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     """(draw, eval_draw, classes, chance) for an architecture: characters for the LMs, clicks for
-    the click model, digits otherwise (the autoencoder's and the VAE's targets are their inputs).
+    the click model, shapes and masks for the U-Net, reversals for the seq2seq model, the block
+    model's graph for the GCN, digits otherwise (the autoencoder's and the VAE's targets are their
+    inputs, SimCLR's two views of each have none).
     `chance` is the loss of a model that learned nothing but the targets' marginal: ln(classes) for classifiers
     and LMs, the entropy of the click rate, the pixel variance for a reconstruction, the summed
-    BCE of the mean image for the VAE (its KL term is 0 there)."""
+    BCE of the mean image for the VAE (its KL term is 0 there), the entropy of the mask's pixel
+    classes for the U-Net, ln(2B − 1) for InfoNCE over 2B views."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in LANGUAGE_MODELS:
         tokens, vocab = char_corpus(CORPUS_CHARS, seed)
@@ -207,8 +232,25 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         rate = float(train.y.mean())
         chance = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
         return batch_sampler(train, micro, seed), batch_sampler(held, 256, seed + 1), 2, chance
+    if arch == "unet":
+        shapes = shapes_data()
+        train, held = Dataset(shapes.x[:1000], shapes.y[:1000]), Dataset(shapes.x[1000:], shapes.y[1000:])
+        share = torch.bincount(train.y.flatten()).double() / train.y.numel()
+        return batch_sampler(train, micro, seed), batch_sampler(held, 100, seed + 1), 3, \
+            float(-(share * share.log()).sum())
+    if arch == "seq2seq":
+        return (reverse_batch_sampler(micro, seed), reverse_batch_sampler(64, seed + 1), REVERSE.vocab,
+                math.log(REVERSE.vocab))
+    if arch == "gnn":  # full batch: every draw is the whole graph; off-mask labels are ignored (-100)
+        graph, labels, train_mask, val_mask = sbm_graph()
+        train_y, val_y = labels.masked_fill(~train_mask, -100), labels.masked_fill(~val_mask, -100)
+        return (lambda: (graph, train_y)), (lambda: (graph, val_y)), int(labels.max()) + 1, \
+            math.log(int(labels.max()) + 1)
     rows = digits("rows")
     x = rows.x.unsqueeze(1) if arch in IMAGE_MODELS else rows.x
+    if arch == "simclr":
+        return (two_views_sampler(x[:1500], micro, seed), two_views_sampler(x[1500:], 128, seed + 1), 10,
+                math.log(2 * micro - 1))
     if arch == "vae":
         x = (x > 0.5).float()  # binarised digits, as VAEs are trained on binarised MNIST
     if arch in ("autoencoder", "vae"):

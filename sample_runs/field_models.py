@@ -34,10 +34,28 @@
   the reparameterisation trick; fc3 → fc4 pixel logits), loss = BCE (summed over pixels) + KL,
   per sample.
 
+- `UNet`: a small U-Net (milesial/Pytorch-UNet's layout: `DoubleConv` = (conv → BatchNorm → ReLU) ×2,
+  `Down` = max-pool + DoubleConv, `Up` = `ConvTranspose2d` ×2 upsampling, concatenation with the
+  encoder's skip, DoubleConv; a 1×1 `OutConv`) segmenting generated 16×16 shapes: per-pixel
+  cross-entropy over (B, classes, H, W) logits against int64 masks.
+- `Seq2Seq`: the PyTorch translation tutorial's `Seq2SeqTransformer`: source and target token
+  embeddings scaled by sqrt(d), sinusoidal positions, `nn.Transformer` (sequence-first; encoder,
+  decoder with cross-attention), a `generator` Linear; a dict batch (`input_ids`, `attention_mask`,
+  `decoder_input_ids`) with key-padding masks and a causal target mask (teacher forcing); labels
+  padded with -100, cross-entropy with `ignore_index` and label smoothing 0.1.
+- `GCN`: Kipf & Welling's graph convolution written by hand (symmetric normalisation with self-loops,
+  messages gathered by `edge_index` and summed by `index_add_`), 3 layers with ReLU and dropout,
+  full-batch node classification on a stochastic block model; nodes off the train mask carry the
+  label -100 (the loss over `out[train_mask]`).
+- `SimCLR`: a small BatchNorm CNN encoder and a projection head (Linear → ReLU → Linear) on two
+  augmented views of each digit (concatenated, 2B images); `info_nce_loss` is NT-Xent on the
+  L2-normalised projections with temperature 0.2 (the pair of each view is its positive, itself
+  masked out); no labels.
+
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
-`llama`, `autoencoder` and `recsys` before the third, `moe` and `vae` before the fourth
-(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`llama`, `autoencoder` and `recsys` before the third, `moe` and `vae` before the fourth, `unet`,
+`seq2seq`, `gnn` and `simclr` before the fifth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -56,7 +74,7 @@ from torch import nn
 from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
-           "RecSys", "MoELM", "VAE", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
+           "RecSys", "MoELM", "VAE", "UNet", "Seq2Seq", "GCN", "SimCLR", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
 
 
 def nanogpt_init(model: TinyGPT) -> TinyGPT:
@@ -536,14 +554,204 @@ def vae_loss(output: tuple[torch.Tensor, torch.Tensor, torch.Tensor], targets: t
     return (bce + kld) / len(targets)
 
 
+class DoubleConv(nn.Module):
+    """(conv 3×3 → BatchNorm → ReLU) × 2, bias-free convs (milesial/Pytorch-UNet)."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        self.double_conv = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+            nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.double_conv(x)
+
+
+class Down(nn.Module):
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        self.maxpool_conv = nn.Sequential(nn.MaxPool2d(2), DoubleConv(cin, cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.maxpool_conv(x)
+
+
+class Up(nn.Module):
+    """Transposed-conv upsampling ×2, concatenation with the skip connection, DoubleConv."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        self.up = nn.ConvTranspose2d(cin, cin // 2, kernel_size=2, stride=2)
+        self.conv = DoubleConv(cin, cout)
+
+    def forward(self, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+        x1 = self.up(x1)
+        return self.conv(torch.cat([x2, x1], dim=1))
+
+
+class UNet(nn.Module):
+    """inc → down1 → down2 → up1 (skip of down1) → up2 (skip of inc) → outc: (B, 1, 16, 16) images
+    to (B, classes, 16, 16) logits."""
+
+    def __init__(self, classes: int, channels: int = 8) -> None:
+        super().__init__()
+        c = channels
+        self.inc = DoubleConv(1, c)
+        self.down1 = Down(c, 2 * c)
+        self.down2 = Down(2 * c, 4 * c)
+        self.up1 = Up(4 * c, 2 * c)
+        self.up2 = Up(2 * c, c)
+        self.outc = nn.Conv2d(c, classes, kernel_size=1)
+        self.units = ["inc", "down1", "down2", "up1", "up2", "outc"]
+        self.hidden = ["down1", "down2", "up1", "up2"]
+        self.exposed = ["outc"]  # every other conv is followed by a BatchNorm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x1 = self.inc(x)
+        x2 = self.down1(x1)
+        x3 = self.down2(x2)
+        return self.outc(self.up2(self.up1(x3, x2), x1))
+
+
+class PositionalEncoding(nn.Module):
+    """The tutorial's sinusoidal positions (a buffer, no parameters), then dropout."""
+
+    def __init__(self, dim: int, dropout: float, maxlen: int = 64) -> None:
+        super().__init__()
+        den = torch.exp(-torch.arange(0, dim, 2) * math.log(10000) / dim)
+        pos = torch.arange(maxlen).unsqueeze(1)
+        embedding = torch.zeros(maxlen, dim)
+        embedding[:, 0::2], embedding[:, 1::2] = torch.sin(pos * den), torch.cos(pos * den)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("pos_embedding", embedding.unsqueeze(0))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.dropout(tokens + self.pos_embedding[:, : tokens.shape[1]])
+
+
+class Seq2Seq(nn.Module):
+    """An encoder-decoder transformer over token IDs; `forward(batch)` takes the dict batch and
+    returns (B, T, vocab) logits for the decoder's positions."""
+
+    def __init__(self, vocab: int, dim: int = 32, heads: int = 4, layers: int = 2, pad: int = 0) -> None:
+        super().__init__()
+        self.dim, self.pad = dim, pad
+        self.src_tok_emb = nn.Embedding(vocab, dim)
+        self.tgt_tok_emb = nn.Embedding(vocab, dim)
+        self.positional_encoding = PositionalEncoding(dim, dropout=0.1)
+        self.transformer = nn.Transformer(dim, heads, layers, layers, dim_feedforward=2 * dim, dropout=0.1)
+        self.generator = nn.Linear(dim, vocab)
+        encoder = [f"transformer.encoder.layers.{i}" for i in range(layers)]
+        decoder = [f"transformer.decoder.layers.{i}" for i in range(layers)]
+        self.units = ["src_tok_emb", "tgt_tok_emb", *encoder, "transformer.encoder.norm", *decoder,
+                      "transformer.decoder.norm", "generator"]
+        self.hidden = [*encoder, *decoder]
+        self.exposed = ["generator"]
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        src, tgt = batch["input_ids"], batch["decoder_input_ids"]
+        src_padding = batch["attention_mask"] == 0
+        causal = torch.ones(tgt.shape[1], tgt.shape[1], dtype=torch.bool, device=tgt.device).triu(1)
+        out = self.transformer(  # sequence-first, as the tutorial's nn.Transformer (batch_first=False)
+            self.positional_encoding(self.src_tok_emb(src) * math.sqrt(self.dim)).transpose(0, 1),
+            self.positional_encoding(self.tgt_tok_emb(tgt) * math.sqrt(self.dim)).transpose(0, 1),
+            tgt_mask=causal, src_key_padding_mask=src_padding, tgt_key_padding_mask=tgt == self.pad,
+            memory_key_padding_mask=src_padding)
+        return self.generator(out.transpose(0, 1))
+
+
+def seq2seq_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Token cross-entropy over the labels that are not padding (-100), with label smoothing 0.1."""
+    return torch.nn.functional.cross_entropy(logits.flatten(0, -2), labels.flatten(), ignore_index=-100,
+                                             label_smoothing=0.1)
+
+
+class GCNConv(nn.Module):
+    """One graph convolution, D^-1/2 (A + I) D^-1/2 X W + b (Kipf's pygcn `GraphConvolution`:
+    a `weight` (in, out) and a `bias`, uniform ±1/sqrt(out)), with the messages of `edge_index`
+    (2, E: source, target) gathered and summed into their targets by `index_add_`."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        bound = 1.0 / math.sqrt(cout)
+        self.weight = nn.Parameter(torch.empty(cin, cout).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(cout).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        loops = torch.arange(n, device=x.device)
+        src = torch.cat([edge_index[0], loops])
+        dst = torch.cat([edge_index[1], loops])
+        degree = torch.zeros(n, device=x.device).index_add_(0, dst, torch.ones_like(dst, dtype=torch.float))
+        norm = degree[src].rsqrt() * degree[dst].rsqrt()
+        h = torch.mm(x, self.weight)
+        out = torch.zeros_like(h).index_add_(0, dst, h[src] * norm.unsqueeze(1).to(h.dtype))
+        return out + self.bias
+
+
+class GCN(nn.Module):
+    """Full-batch node classifier: dropout → GCNConv → ReLU, twice, dropout → GCNConv to class
+    logits; `forward(graph)` takes the dict {`x`: node features, `edge_index`}."""
+
+    def __init__(self, features: int, classes: int, hidden: int = 32, dropout: float = 0.5) -> None:
+        super().__init__()
+        self.dropout = dropout
+        self.convs = nn.ModuleList([GCNConv(features, hidden), GCNConv(hidden, hidden), GCNConv(hidden, classes)])
+        self.units = ["convs.0", "convs.1", "convs.2"]
+        self.hidden = ["convs.0", "convs.1"]
+        self.exposed = list(self.units)  # no normalisation anywhere
+
+    def forward(self, graph: dict[str, torch.Tensor]) -> torch.Tensor:
+        x, edge_index = graph["x"], graph["edge_index"]
+        for i, conv in enumerate(self.convs):
+            x = conv(torch.nn.functional.dropout(x, self.dropout, self.training), edge_index)
+            if i < len(self.convs) - 1:
+                x = torch.relu(x)
+        return x
+
+
+class SimCLR(nn.Module):
+    """A BatchNorm CNN encoder (8×8 → 4×4 → pooled 32 features) and a projection head to 16 dims;
+    returns the projections z of a (2B, 1, 8, 8) batch of views."""
+
+    def __init__(self, channels: int = 16, projection: int = 16) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential()
+        self.encoder.conv1 = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1, bias=False),
+                                           nn.BatchNorm2d(channels), nn.ReLU())
+        self.encoder.conv2 = nn.Sequential(nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1, bias=False),
+                                           nn.BatchNorm2d(2 * channels), nn.ReLU())
+        self.encoder.pool = nn.AdaptiveAvgPool2d(1)
+        self.projector = nn.Sequential(nn.Linear(2 * channels, 2 * channels), nn.ReLU(),
+                                       nn.Linear(2 * channels, projection))
+        self.units = ["encoder.conv1", "encoder.conv2", "projector.0", "projector.2"]
+        self.hidden = ["encoder.conv2", "projector.0"]
+        self.exposed = ["projector.0", "projector.2"]  # no BatchNorm after them (the loss normalises z)
+
+    def forward(self, views: torch.Tensor) -> torch.Tensor:
+        return self.projector(self.encoder(views).flatten(1))
+
+
+def info_nce_loss(z: torch.Tensor, _targets=None, temperature: float = 0.2) -> torch.Tensor:
+    """NT-Xent over 2B projections (views i and i + B are a pair): cosine similarities / τ, each
+    row's own similarity masked out, cross-entropy towards its pair (SimCLR's `LARGE_NUM` mask)."""
+    z = torch.nn.functional.normalize(z, dim=1)
+    n = len(z) // 2
+    logits = z @ z.T / temperature
+    logits = logits - torch.eye(len(z), device=z.device) * 1e9
+    pairs = torch.cat([torch.arange(n, 2 * n), torch.arange(n)]).to(z.device)
+    return torch.nn.functional.cross_entropy(logits, pairs)
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
-               "recsys", "moe", "vae")
+               "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
 
 def build_field_model(arch: str, vocab: int) -> nn.Module:
-    """The architecture's model; `vocab` is the LMs' vocabulary (ignored by the others)."""
+    """The architecture's model; `vocab` is the LMs' and the seq2seq model's vocabulary, the classes
+    of the segmentation and node classifiers (ignored by the others)."""
     if arch == "gpt":
         return nanogpt_init(TinyGPT(vocab=vocab, context=CONTEXT, width=32, heads=4, layers=2))
     if arch == "transformer":
@@ -572,4 +780,14 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         return MoELM(vocab, context=CONTEXT)
     if arch == "vae":
         return VAE()
+    if arch == "unet":
+        return UNet(vocab)
+    if arch == "seq2seq":
+        return Seq2Seq(vocab)
+    if arch == "gnn":
+        from .data import GRAPH
+
+        return GCN(GRAPH.features, vocab)
+    if arch == "simclr":
+        return SimCLR()
     raise ValueError(f"unknown field architecture {arch!r}")

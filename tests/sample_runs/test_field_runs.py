@@ -25,7 +25,8 @@ def _mean(values):
 def test_catalogue_looks_like_the_field():
     field = [s for s in SCENARIOS.values() if s.arch in HELD_OUT_ARCHS]
     assert {s.arch for s in field} == {"gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn",
-                                       "llama", "autoencoder", "recsys", "moe", "vae"}
+                                       "llama", "autoencoder", "recsys", "moe", "vae", "unet", "seq2seq", "gnn",
+                                       "simclr"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
