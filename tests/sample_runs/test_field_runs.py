@@ -1,6 +1,7 @@
 """The field-like zoo (sample_runs/field.py): its catalogue, and on a few cheap scenarios that each
 fault did to the loss what the truth says, with the recorded tensors showing it at t0."""
 import math
+import re
 
 import pyarrow.dataset as ds
 import pytest
@@ -8,9 +9,10 @@ import torch
 from sample_run_helpers import read_stats
 
 from sample_runs import HELD_OUT_ARCHS, SCENARIOS, make
+from sample_runs.data import GRAPH, REVERSE, reverse_batch_sampler, sbm_graph
 from sample_runs.field import FIELD_FAMILIES, _twin_losses
-from sample_runs.field_models import FIELD_ARCHS, build_field_model, moe_lm_loss, vae_loss
-from sample_runs.training import broke_against
+from sample_runs.field_models import FIELD_ARCHS, build_field_model, info_nce_loss, moe_lm_loss, seq2seq_loss, vae_loss
+from sample_runs.training import broke_against, stalled_against
 
 
 def _losses(run):
@@ -20,6 +22,11 @@ def _losses(run):
 
 def _mean(values):
     return sum(values) / len(values)
+
+
+def _t0(truth):
+    """The injection step, as the truth's notes say it."""
+    return int(re.search(r"step (\d+)", truth.notes).group(1))
 
 
 def test_catalogue_looks_like_the_field():
@@ -129,6 +136,78 @@ def test_vae_loss_is_bce_plus_kl_per_sample_and_a_nan_batch_breaks_it(tmp_path):
     assert losses[: truth.onset_step] == pytest.approx(twin[: truth.onset_step], rel=1e-5)
     assert not math.isfinite(losses[truth.onset_step])
     assert _mean(twin[-10:]) < 0.8 * _mean(twin[:10])  # the healthy recipe learns
+
+
+def test_unet_segments_with_per_pixel_cross_entropy_and_recovers_from_wrong_masks(tmp_path):
+    model = build_field_model("unet", 3)
+    assert model(torch.rand(2, 1, 16, 16)).shape == (2, 3, 16, 16)
+    truth = make("healthy_spike-unet-s0", tmp_path / "run")
+    assert truth.verdict == "healthy"
+    t0 = _t0(truth)
+    losses = _losses(tmp_path / "run")
+    assert losses[t0] > 2 * _mean(losses[t0 - 10 : t0]) and _mean(losses[-10:]) < 0.5 * _mean(losses[:10])
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("role")
+    assert io.loc["input", "shape"] == "16x1x16x16" and io.loc["input", "kind"] == "float"
+    assert io.loc["target", "shape"] == "16x16x16" and io.loc["target", "kind"] == "index"
+
+
+def test_seq2seq_masks_padding_and_ignores_padded_labels(tmp_path):
+    batch, labels = reverse_batch_sampler(8, 0)()
+    lengths = batch["attention_mask"].sum(1)
+    assert ((labels != -100).sum(1) == lengths + 1).all()  # the reversed source and EOS
+    assert (labels[torch.arange(8), lengths] == REVERSE.eos).all()
+    symbols = (labels[:, :-1] != -100) & (labels[:, :-1] != REVERSE.eos)
+    assert (batch["decoder_input_ids"][:, 1:][symbols] == labels[:, :-1][symbols]).all()  # teacher forcing
+    model = build_field_model("seq2seq", REVERSE.vocab).eval()
+    with torch.no_grad():
+        logits = model(batch)
+        other = dict(batch, input_ids=batch["input_ids"].masked_fill(batch["attention_mask"] == 0, 5))
+        assert torch.allclose(model(other), logits, atol=1e-5)  # padded source tokens are masked out
+    assert logits.shape == (*labels.shape, REVERSE.vocab)
+    noisy = logits.masked_fill((labels == -100).unsqueeze(-1), 7.0)
+    assert seq2seq_loss(noisy, labels) == pytest.approx(float(seq2seq_loss(logits, labels)))
+    truth = make("missing_zero_grad-seq2seq-s0", tmp_path / "run")
+    t0 = _t0(truth)
+    losses, twin = _losses(tmp_path / "run"), list(_twin_losses("seq2seq", 0))
+    assert losses[:t0] == pytest.approx(twin[:t0], rel=1e-5)
+    assert (truth.verdict == "healthy") == (not broke_against(losses, twin, t0) and not stalled_against(losses, twin, t0))
+    assert _mean(twin[-10:]) < 0.8 * _mean(twin[:10])  # the healthy recipe learns
+    inputs = read_stats(tmp_path / "run").query("role == 'input'")
+    assert set(inputs["name"]) == {"input.input_ids", "input.attention_mask", "input.decoder_input_ids"}
+
+
+def test_gcn_index_add_is_the_normalised_adjacency_and_a_detached_layer_is_judged_by_its_twin(tmp_path):
+    graph, labels, train, val = sbm_graph()
+    assert graph["x"].shape == (GRAPH.nodes, GRAPH.features) and int(train.sum()) == 4 * GRAPH.train_per_block
+    assert not (train & val).any()
+    conv = build_field_model("gnn", 4).convs[0]
+    adjacency = torch.eye(GRAPH.nodes)
+    adjacency[graph["edge_index"][0], graph["edge_index"][1]] = 1.0
+    d = adjacency.sum(1).rsqrt()
+    dense = (d[:, None] * adjacency * d[None, :]) @ graph["x"] @ conv.weight + conv.bias
+    assert torch.allclose(conv(graph["x"], graph["edge_index"]), dense, atol=1e-5)
+    truth = make("detach-gnn-s0", tmp_path / "run")
+    t0 = _t0(truth)
+    losses, twin = _losses(tmp_path / "run"), list(_twin_losses("gnn", 0))
+    assert truth.verdict == ("not_learning" if stalled_against(losses, twin, t0) else "healthy")
+    assert _mean(twin[-10:]) < 0.5 * _mean(twin[:10])  # the healthy recipe learns
+    grads = read_stats(tmp_path / "run").query("role == 'grad' and name == 'convs.0.weight'").set_index("step")["norm"]
+    assert grads[t0 - 1] > 0 and grads[t0:].fillna(0).max() == 0  # no gradient reaches the detached layer
+
+
+def test_simclr_info_nce_is_low_for_matched_views_and_its_runs_have_no_targets(tmp_path):
+    z = torch.randn(16, 8)
+    assert float(info_nce_loss(torch.cat([z, z]))) < 0.5 * float(info_nce_loss(torch.randn(32, 8)))
+    assert float(info_nce_loss(torch.ones(32, 8))) == pytest.approx(math.log(31), rel=1e-4)  # chance
+    truth = make("batch_scale-simclr-s0", tmp_path / "run")
+    t0 = _t0(truth)
+    losses, twin = _losses(tmp_path / "run"), list(_twin_losses("simclr", 0))
+    assert truth.verdict == ("diverged" if broke_against(losses, twin, t0) else "healthy")
+    assert _mean(twin[-10:]) < 0.8 * _mean(twin[:10])
+    stats = read_stats(tmp_path / "run")
+    assert set(stats["role"]) >= {"input", "param", "grad"} and "target" not in set(stats["role"])
+    assert stats.query("role == 'input' and step == 0")["shape"].tolist() == ["64x1x8x8"]  # two views of 32
 
 
 def test_lr_spike_raises_the_groups_lr_at_t0_and_the_run_does_not_come_back(tmp_path):
