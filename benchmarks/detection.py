@@ -786,7 +786,7 @@ the never-seen families' scores being the headline, and change nothing after rea
 5. Round 5 (session 7): new `unet` (a milesial-style U-Net segmenting generated shapes: BatchNorm
    double convs, max-pool down, `ConvTranspose2d` up, skips by concatenation, per-pixel
    cross-entropy against int64 masks), `seq2seq` (the PyTorch tutorial's `nn.Transformer`
-   encoder-decoder reversing token sequences: a dict batch with a padding mask, teacher forcing,
+   encoder-decoder sorting token sequences: a dict batch with a padding mask, teacher forcing,
    labels padded with -100, label smoothing), `gnn` (Kipf's GCN written with `index_add_` on a
    stochastic block model: full batch, a train mask, dropout, weight decay) and `simclr` (a
    BatchNorm CNN and a projection head on two augmented views, InfoNCE with temperature 0.2, no

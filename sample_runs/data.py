@@ -27,8 +27,8 @@ __all__ = [
     "ClickSpec",
     "click_data",
     "shapes_data",
-    "reverse_batch_sampler",
-    "REVERSE",
+    "sort_batch_sampler",
+    "SORT",
     "GRAPH",
     "GraphSpec",
     "sbm_graph",
@@ -251,9 +251,9 @@ def shapes_data(n: int = 1200, size: int = 16) -> Dataset:
 
 
 @dataclass(frozen=True)
-class ReverseSpec:
-    """The seq2seq task: reverse a sequence of 3–8 symbols. Token IDs: 0 padding, 1 BOS, 2 EOS,
-    3… the symbols."""
+class SortSpec:
+    """The seq2seq task: sort a sequence of 3–8 symbols. Token IDs: 0 padding, 1 BOS, 2 EOS, 3… the
+    symbols."""
 
     symbols: int = 10
     shortest: int = 3
@@ -267,26 +267,24 @@ class ReverseSpec:
         return self.symbols + 3
 
 
-REVERSE = ReverseSpec()
+SORT = SortSpec()
 
 
-def reverse_batch_sampler(batch_size: int, seed: int):
+def sort_batch_sampler(batch_size: int, seed: int):
     """Returns `draw()` giving a Hugging-Face-style dict batch of sources padded to the longest
-    (`input_ids`, `attention_mask` 1/0) and teacher-forcing decoder inputs (BOS + the reversed
-    source, padded), and `labels` (the reversed source + EOS, padding -100)."""
-    spec, generator = REVERSE, torch.Generator().manual_seed(seed)
+    (`input_ids`, `attention_mask` 1/0) and teacher-forcing decoder inputs (BOS + the sorted
+    source, padded), and `labels` (the sorted source + EOS, padding -100)."""
+    spec, generator = SORT, torch.Generator().manual_seed(seed)
     length = spec.longest
 
     def draw() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         lengths = torch.randint(spec.shortest, spec.longest + 1, (batch_size,), generator=generator)
         symbols = torch.randint(3, spec.vocab, (batch_size, length), generator=generator)
-        positions = torch.arange(length).unsqueeze(0)
-        present = positions < lengths.unsqueeze(1)
+        present = torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)
         src = torch.where(present, symbols, spec.pad)
-        reversed_ = torch.gather(symbols, 1, (lengths.unsqueeze(1) - 1 - positions).clamp(min=0))
-        reversed_ = torch.where(present, reversed_, spec.pad)
-        decoder_input = torch.cat([torch.full((batch_size, 1), spec.bos), reversed_], dim=1)
-        labels = torch.cat([reversed_, torch.full((batch_size, 1), spec.pad)], dim=1)
+        ordered = torch.where(present, torch.where(present, symbols, spec.vocab).sort(dim=1).values, spec.pad)
+        decoder_input = torch.cat([torch.full((batch_size, 1), spec.bos), ordered], dim=1)
+        labels = torch.cat([ordered, torch.full((batch_size, 1), spec.pad)], dim=1)
         labels[torch.arange(batch_size), lengths] = spec.eos
         labels[labels == spec.pad] = -100
         batch = {"input_ids": src, "attention_mask": present.long(), "decoder_input_ids": decoder_input}

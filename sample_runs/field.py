@@ -5,7 +5,7 @@ a GRU character LM, a timm-style ViT, a tied-embedding LSTM LM, an MLP-Mixer, a 
 LM, a conv autoencoder (MSE reconstruction), a DLRM-style click model (dict batches of sparse
 IDs and dense features, BCE-with-logits), a sparse mixture-of-experts character LM (top-2 routing,
 a load-balancing auxiliary loss), a VAE (BCE + KL), a U-Net segmenting generated shapes (per-pixel
-cross-entropy), an `nn.Transformer` seq2seq model reversing sequences (padding masks, teacher
+cross-entropy), an `nn.Transformer` seq2seq model sorting sequences (padding masks, teacher
 forcing, label smoothing), a hand-written GCN classifying the nodes of a stochastic block model
 (full batch, a train mask) and a SimCLR encoder (two augmented views, InfoNCE) (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
@@ -28,14 +28,14 @@ from torch import nn
 
 from . import faults
 from .data import (
-    REVERSE,
+    SORT,
     Dataset,
     batch_sampler,
     char_corpus,
     click_data,
     digits,
     lm_batch_sampler,
-    reverse_batch_sampler,
+    sort_batch_sampler,
     sbm_graph,
     shapes_data,
     two_views_sampler,
@@ -211,7 +211,7 @@ def field_families() -> list[tuple[str, str]]:
 
 def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     """(draw, eval_draw, classes, chance) for an architecture: characters for the LMs, clicks for
-    the click model, shapes and masks for the U-Net, reversals for the seq2seq model, the block
+    the click model, shapes and masks for the U-Net, sorting for the seq2seq model, the block
     model's graph for the GCN, digits otherwise (the autoencoder's and the VAE's targets are their
     inputs, SimCLR's two views of each have none).
     `chance` is the loss of a model that learned nothing but the targets' marginal: ln(classes) for classifiers
@@ -239,8 +239,8 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         return batch_sampler(train, micro, seed), batch_sampler(held, 100, seed + 1), 3, \
             float(-(share * share.log()).sum())
     if arch == "seq2seq":
-        return (reverse_batch_sampler(micro, seed), reverse_batch_sampler(64, seed + 1), REVERSE.vocab,
-                math.log(REVERSE.vocab))
+        return (sort_batch_sampler(micro, seed), sort_batch_sampler(64, seed + 1), SORT.vocab,
+                math.log(SORT.vocab))
     if arch == "gnn":  # full batch: every draw is the whole graph; off-mask labels are ignored (-100)
         graph, labels, train_mask, val_mask = sbm_graph()
         train_y, val_y = labels.masked_fill(~train_mask, -100), labels.masked_fill(~val_mask, -100)

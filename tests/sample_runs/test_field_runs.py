@@ -9,7 +9,7 @@ import torch
 from sample_run_helpers import read_stats
 
 from sample_runs import HELD_OUT_ARCHS, SCENARIOS, make
-from sample_runs.data import GRAPH, REVERSE, reverse_batch_sampler, sbm_graph
+from sample_runs.data import GRAPH, SORT, sort_batch_sampler, sbm_graph
 from sample_runs.field import FIELD_FAMILIES, _twin_losses
 from sample_runs.field_models import FIELD_ARCHS, build_field_model, info_nce_loss, moe_lm_loss, seq2seq_loss, vae_loss
 from sample_runs.training import broke_against, stalled_against
@@ -153,18 +153,20 @@ def test_unet_segments_with_per_pixel_cross_entropy_and_recovers_from_wrong_mask
 
 
 def test_seq2seq_masks_padding_and_ignores_padded_labels(tmp_path):
-    batch, labels = reverse_batch_sampler(8, 0)()
+    batch, labels = sort_batch_sampler(8, 0)()
     lengths = batch["attention_mask"].sum(1)
-    assert ((labels != -100).sum(1) == lengths + 1).all()  # the reversed source and EOS
-    assert (labels[torch.arange(8), lengths] == REVERSE.eos).all()
-    symbols = (labels[:, :-1] != -100) & (labels[:, :-1] != REVERSE.eos)
+    assert ((labels != -100).sum(1) == lengths + 1).all()  # the sorted source and EOS
+    assert (labels[torch.arange(8), lengths] == SORT.eos).all()
+    for row, n in zip(range(8), lengths.tolist()):
+        assert labels[row, :n].tolist() == sorted(batch["input_ids"][row, :n].tolist())
+    symbols = (labels[:, :-1] != -100) & (labels[:, :-1] != SORT.eos)
     assert (batch["decoder_input_ids"][:, 1:][symbols] == labels[:, :-1][symbols]).all()  # teacher forcing
-    model = build_field_model("seq2seq", REVERSE.vocab).eval()
+    model = build_field_model("seq2seq", SORT.vocab).eval()
     with torch.no_grad():
         logits = model(batch)
         other = dict(batch, input_ids=batch["input_ids"].masked_fill(batch["attention_mask"] == 0, 5))
         assert torch.allclose(model(other), logits, atol=1e-5)  # padded source tokens are masked out
-    assert logits.shape == (*labels.shape, REVERSE.vocab)
+    assert logits.shape == (*labels.shape, SORT.vocab)
     noisy = logits.masked_fill((labels == -100).unsqueeze(-1), 7.0)
     assert seq2seq_loss(noisy, labels) == pytest.approx(float(seq2seq_loss(logits, labels)))
     truth = make("missing_zero_grad-seq2seq-s0", tmp_path / "run")
