@@ -85,6 +85,7 @@ class GradientThresholds:
     stale_loss_improvement: float = 0.1  # the loss got no more than 10 % better meanwhile
     stale_step_size: float = 2.0  # median |step change| ≤ 2× the norm before (one fresh gradient)
     stale_min_climb: int = 5  # steps of climb before any explosion
+    stale_earlier_bends: int = 2  # a bend whose climb fails the checks: search up to 2 more times before it (a sharper later bend outscores the start; issue 12h, missing_zero_grad-lstm-s1/tcn-s0)
     stale_exploded: float = 100.0  # ×100 the calm norm: exploded (DIVERGENCE_DECADES)
     stale_loss_jump: float = 1.2  # a finite accumulation diverged only if a loss within 10 steps of t0 is ≥ 1.2× the 10 before (the truths' jump, sample_runs/training.broke_against)
     stale_jump_window: int = 10  # ...those 10 steps

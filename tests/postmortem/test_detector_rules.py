@@ -184,18 +184,18 @@ def test_zero_gradient_by_construction_is_a_note_naming_the_tensor():
     assert cut[0].severity == "error"
 
 
-def _accumulating(t0: int | None, seed: int = 0) -> GradientHistory:
+def _accumulating(t0: int | None, seed: int = 0, n: int = 120) -> GradientHistory:
     rng = np.random.default_rng(seed)
-    steps = np.arange(120)
-    per_tensor, squares = [], np.zeros(120)
+    steps = np.arange(n)
+    per_tensor, squares = [], np.zeros(n)
     for dims in (40, 10):
-        fresh = rng.normal(0.15, 1.0, size=(120, dims))
+        fresh = rng.normal(0.15, 1.0, size=(n, dims))
         if t0 is not None:
             fresh[t0 - 1:] = np.cumsum(fresh[t0 - 1:], axis=0)
         norms = np.linalg.norm(fresh, axis=1)
         per_tensor.append((steps, norms))
         squares += norms**2
-    return GradientHistory(steps, np.sqrt(squares), per_tensor, steps, np.full(120, 2.3))
+    return GradientHistory(steps, np.sqrt(squares), per_tensor, steps, np.full(n, 2.3))
 
 
 def test_stale_gradients():
@@ -218,6 +218,24 @@ def test_stale_gradients_climb_ends_at_its_peak():
     falling = GradientHistory(history.steps, history.norm[::-1].copy(), [(s, v[::-1].copy()) for s, v in history.per_tensor],
                               history.loss_steps, history.loss)
     assert stale_gradients(falling, TH.gradients) == []
+
+
+def test_stale_gradients_start_is_searched_before_a_sharper_later_bend():
+    # The sum starts at 40; at 110 every gradient jumps ×4 (a step the sum ends in): that bend
+    # outscores the start and its climb (one ×4 step, then flat) is no sum, so the start is
+    # searched before it.
+    history = _accumulating(40, n=140)
+    jump = np.where(history.steps >= 110, 4.0, 1.0)
+    jumped = GradientHistory(history.steps, history.norm * jump, [(s, v * jump) for s, v in history.per_tensor],
+                             history.loss_steps, history.loss)
+    found = stale_gradients(jumped, TH.gradients)
+    assert found and abs(found[0].step - 40) <= 2
+    assert stale_gradients(jumped, replace(TH.gradients, stale_earlier_bends=0)) == []
+    # The same jump without an accumulation before it is no missing zero_grad().
+    plain = _accumulating(None, n=140)
+    plain = GradientHistory(plain.steps, plain.norm * jump, [(s, v * jump) for s, v in plain.per_tensor],
+                            plain.loss_steps, plain.loss)
+    assert stale_gradients(plain, TH.gradients) == []
 
 
 def test_loss_jumped_tells_a_broken_accumulation_from_one_that_stopped_learning():
