@@ -129,7 +129,7 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
         # A finite run whose recorded gradients grew only because they accumulate, while its
         # loss drifted instead of jumping, stopped learning; it did not diverge.
         if precomputed["stale_gradients"] and not nonfinite and not gradients.loss_jumped(
-                loss_steps, loss, onset.step, thresholds.gradients):
+                loss_steps, loss, onset.interval, thresholds.gradients):
             diverged = False
     evidence = Evidence(table=table, summary=pd.DataFrame(), scalars=scalars, events=events,
                         manifest=run.manifest, first_nonfinite=first, onset=onset if diverged else None,

@@ -277,12 +277,17 @@ def _summed_climb(history: GradientHistory, found: AccumulationOnset, end: int,
     )]
 
 
-def loss_jumped(steps: np.ndarray, values: np.ndarray, step: int, th: GradientThresholds) -> bool:
-    """Whether the training loss (finite, step order) broke at `step`: a loss within the 10
-    steps from it ≥ 1.2× the mean of the 10 before, or any later one ×100 above it (exploded).
-    Without zero_grad() the recorded gradient is a running sum, so its growth is bookkeeping,
-    not a runaway: a run whose loss then only drifts up stopped learning; one whose loss jumps
-    or explodes broke (diverged)."""
+def loss_jumped(steps: np.ndarray, values: np.ndarray, interval: tuple[int, int], th: GradientThresholds) -> bool:
+    """Whether the training loss (finite, step order) broke where the accumulation began,
+    wherever in its interval (the bend's 95 % steps) that is: from every step of it, a loss
+    within the 10 steps from it ≥ 1.2× the mean of the 10 before, or any later one ×100 above
+    it (exploded). Without zero_grad() the recorded gradient is a running sum, so its growth is
+    bookkeeping, not a runaway: a run whose loss then only drifts up stopped learning; one whose
+    loss jumps or explodes broke (diverged)."""
+    return all(_loss_jumped_at(steps, values, step, th) for step in range(interval[0], interval[1] + 1))
+
+
+def _loss_jumped_at(steps: np.ndarray, values: np.ndarray, step: int, th: GradientThresholds) -> bool:
     before = values[steps < step][-th.stale_jump_window:]
     after = values[steps >= step]
     if len(before) < 3 or not len(after):

@@ -240,13 +240,23 @@ def test_stale_gradients_start_is_searched_before_a_sharper_later_bend():
 
 def test_loss_jumped_tells_a_broken_accumulation_from_one_that_stopped_learning():
     drift = np.concatenate([np.full(50, 0.05), np.linspace(0.05, 0.09, 50)])  # ×1.8, slowly
-    assert not loss_jumped(STEPS, drift, 50, TH.gradients)
+    assert not loss_jumped(STEPS, drift, (50, 50), TH.gradients)
     jump = drift.copy()
     jump[53] = 0.07  # ×1.4 within 10 steps of the onset
-    assert loss_jumped(STEPS, jump, 50, TH.gradients)
+    assert loss_jumped(STEPS, jump, (50, 50), TH.gradients)
     exploded = drift.copy()
     exploded[90:] = 10.0  # ×200 later on
-    assert loss_jumped(STEPS, exploded, 50, TH.gradients)
+    assert loss_jumped(STEPS, exploded, (50, 50), TH.gradients)
+
+
+def test_loss_jumped_from_every_step_of_the_bends_interval():
+    # The bend is dated within 48–52: the loss broke only if it jumped whichever of those steps
+    # the accumulation began at. A jump 9 steps after 50 is within 10 steps of 50–52...
+    late = np.concatenate([np.full(50, 0.05), np.linspace(0.05, 0.06, 50)])
+    late[59] = 0.07
+    assert loss_jumped(STEPS, late, (50, 52), TH.gradients)
+    # ...but not of 48: from there the loss only drifted.
+    assert not loss_jumped(STEPS, late, (48, 52), TH.gradients)
 
 
 def test_vanishing_gradient_needs_layers_shrinking_toward_the_input_and_no_learning():
