@@ -224,7 +224,9 @@ _MAX_SPIKES = 5  # loss spikes whose batches are checked: an incident shows in i
 def _regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite | None) -> Onset | None:
     """A run that stayed finite but whose loss rose after a param group's hyperparameter changed
     ×k (or an optimizer state collapsed, or a batch ×10 out of its range spiked the loss), and
-    never came back (every group's lr ×300: loss 2.3 → 3.3 for good), diverged there."""
+    never came back (every group's lr ×300: loss 2.3 → 3.3 for good), diverged there. When every
+    such rise came back, the first is the onset of an incident the run recovered from (one
+    block's lr ×300 for a step: the loss jumps and returns), named with its cause."""
     steps, loss = loss_curve(ev.scalars)
     if not len(steps):
         return None
@@ -240,17 +242,20 @@ def _regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinit
         for step in steps[spikes[:_MAX_SPIKES]]:
             batch = root_causes.batch_out_of_range(replace(window, onset=int(step)), thresholds.root_causes)
             candidates += [(f.step, f"batch_out_of_range: {f.tensors[0]}") for f in batch]
+    came_back = None
     for step, series in sorted(candidates):
         before = loss[steps < step][-th.min_steps:]
         after = loss[steps > step][: th.min_steps]
         if len(before) < 3 or len(after) < 3:
             continue
-        rose = np.median(after) > th.recovered_factor * abs(float(np.median(before)))
+        if not np.median(after) > th.recovered_factor * abs(float(np.median(before))):
+            continue  # the loss did not rise
         onset = Onset(step, (step, step), series, None, None, None,
                       (first.step - step) if first is not None else None)
-        if rose and not _came_back(ev.table, ev.scalars, onset, th, ignore_grads=True):
+        if not _came_back(ev.table, ev.scalars, onset, th, ignore_grads=True):
             return onset
-    return None
+        came_back = came_back or onset
+    return came_back
 
 
 def _cause_first(ranking: list[RankedTensor], findings: list[Finding]) -> list[RankedTensor]:
