@@ -225,8 +225,9 @@ def _regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinit
     """A run that stayed finite but whose loss rose after a param group's hyperparameter changed
     ×k (or an optimizer state collapsed, or a batch ×10 out of its range spiked the loss), and
     never came back (every group's lr ×300: loss 2.3 → 3.3 for good), diverged there. When every
-    such rise came back, the first is the onset of an incident the run recovered from (one
-    block's lr ×300 for a step: the loss jumps and returns), named with its cause."""
+    such rise came back, the first after a lasting change (a hyperparameter, an optimizer state;
+    not a one-off batch, whose spike is a note) is the onset of an incident the run recovered
+    from (one block's lr ×300: the loss jumps and returns), named with its cause."""
     steps, loss = loss_curve(ev.scalars)
     if not len(steps):
         return None
@@ -244,6 +245,7 @@ def _regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinit
             candidates += [(f.step, f"batch_out_of_range: {f.tensors[0]}") for f in batch]
     came_back = None
     for step, series in sorted(candidates):
+        lasting = not series.startswith("batch_out_of_range")  # a one-off batch is a loss spike's note
         before = loss[steps < step][-th.min_steps:]
         after = loss[steps > step][: th.min_steps]
         if len(before) < 3 or len(after) < 3:
@@ -254,7 +256,7 @@ def _regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinit
                       (first.step - step) if first is not None else None)
         if not _came_back(ev.table, ev.scalars, onset, th, ignore_grads=True):
             return onset
-        came_back = came_back or onset
+        came_back = came_back or (onset if lasting else None)
     return came_back
 
 

@@ -62,6 +62,7 @@ class RootCauseThresholds:
     outside_update_ratio: float = 0.5  # ...with an update at least half the parameter (a rescale)
     update_over_grad_jump: float = 10 / 3  # ...its update jumped ×3.3 more than its gradient (lr_too_high's 10 vs 3.3)
     state_jump_factor: float = 10.0  # an optimizer state norm ÷10 in one step (an EMA decays by β at most)
+    state_reset_explains: float = 1.5  # a second moment ÷1.5 in one step (impossible for β2 ≥ 0.67) explains its tensor's update jump: not weights changed outside the optimizer (issue 12h: adam_state-gpt-s1, refilled states fell only ÷2–÷15)
     batch_range_factor: float = BATCH_RANGE_FACTOR  # a batch 10× outside the healthy range (the story's and the ranking's)
     robust_floor: float = 0.05  # decades: floor of a tensor's robust σ when ranking jumps
     learned_after: float = 0.1  # the loss's 10-step rolling median fell ≥ 10 % below its level before a fitted onset: the run kept learning (SageMaker LossNotDecreasing's idea; our choice)

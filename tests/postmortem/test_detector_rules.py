@@ -387,6 +387,19 @@ def test_weights_changed_outside_the_optimizer():
     assert weights_changed_outside_optimizer(lr, TH.root_causes) == []
 
 
+def test_a_reset_second_moment_explains_its_tensors_update_jump():
+    # Adam's exp_avg_sq zeroed at 60 and refilled by that step's g²: it fell only ÷3 (under the
+    # ÷10 that names the cause), yet no EMA falls that fast, so the optimizer made the jump.
+    exp_avg_sq = _noisy(1e-4, 7)
+    exp_avg_sq[60:] /= 3
+    reset = {("fc1.weight", "exp_avg_sq"): Series(STEPS, exp_avg_sq)}
+    assert weights_changed_outside_optimizer(_window(onset=62, states=reset, **_param_case(60)), TH.root_causes) == []
+    # A second moment that only decays as an EMA may (×0.99) explains nothing.
+    decaying = {("fc1.weight", "exp_avg_sq"): Series(STEPS, _noisy(1e-4, 7) * 0.99 ** STEPS)}
+    found = weights_changed_outside_optimizer(_window(onset=62, states=decaying, **_param_case(60)), TH.root_causes)
+    assert found[0].step == 60 and found[0].tensors == ["fc1.weight"]
+
+
 def test_optimizer_state_changed_when_a_second_moment_collapses():
     exp_avg_sq = _noisy(1e-4, 7)
     exp_avg_sq[60:] *= 0.05  # zeroed, then one step of (1 - β2)·g²

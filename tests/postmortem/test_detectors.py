@@ -329,6 +329,13 @@ def test_a_finite_run_whose_loss_rose_after_an_lr_change_and_came_back_recovered
     bare, labels = _labels(tmp_path / "bare", _layers(), loss)
     assert bare.verdict == "healthy" and "hyperparameter_changed" not in labels
     assert not [f for f in bare.findings if f.label == "recovered_incident" and f.severity == "warning"]
+    # A one-off batch out of range whose spike passed is a recovered loss spike: a note.
+    stats = _layers()
+    stats.loc[(stats["role"] == "input") & (stats["step"] == at), "max_abs"] *= 1e3
+    spiked = loss.copy()
+    spiked[at] *= 400
+    batch, labels = _labels(tmp_path / "batch", stats, spiked)
+    assert batch.verdict == "healthy" and "batch_out_of_range" not in labels
 
 
 def test_a_finite_run_whose_loss_a_batch_out_of_range_spiked_for_good_diverged_there(tmp_path):
