@@ -88,8 +88,8 @@ INFORMED_DEFAULTS = {
     "mixer, tcn": "never-seen round 2, scored once in session 5; their failures were read in session 6",
     "llama, autoencoder, recsys": "never-seen round 3, scored once in session 6 (its headline); their failures "
                                   "were read afterwards",
-    "moe, vae": "never-seen round 4, scored once at the end of session 6 (its headline); their misses were "
-                "read afterwards",
+    "moe, vae": "never-seen round 4, scored once in session 6 (its headline); their failures were read in "
+                "session 7, when every family of rounds 1-4 informed the last changes (helper 12h)",
 }
 """Which families informed the defaults, and since when."""
 

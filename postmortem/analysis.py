@@ -10,8 +10,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .detectors import CAUSE_LABELS, NOTE, REGISTRY, Evidence, OutcomeThresholds, Thresholds, diagnose, gradients, measure_outcome, root_causes, summarize
-from .detectors import outcome as outcome_rules
+from .detectors import CAUSE_LABELS, NOTE, REGISTRY, Evidence, Thresholds, diagnose, gradients, measure_outcome, summarize
+from .detectors import onsets
 from .detectors import verdict as diagnoses_verdict
 from .detectors.base import loss_curve, main_loss, metric_curves
 from .findings import Finding, FirstNonfinite, Onset, RankedTensor
@@ -125,11 +125,11 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     precomputed = {"stale_gradients": gradients.stale_gradients(
         gradients.gradient_history(table, scalars), thresholds.gradients)}
     if diverged:
-        onset = _accumulation_onset(onset, precomputed["stale_gradients"], first)
+        onset = onsets.accumulation_onset(onset, precomputed["stale_gradients"], first)
         # A finite run whose recorded gradients grew only because they accumulate, while its
         # loss drifted instead of jumping, stopped learning; it did not diverge.
         if precomputed["stale_gradients"] and not nonfinite and not gradients.loss_jumped(
-                loss_steps, loss, onset.step, thresholds.gradients):
+                loss_steps, loss, onset.interval, thresholds.gradients):
             diverged = False
     evidence = Evidence(table=table, summary=pd.DataFrame(), scalars=scalars, events=events,
                         manifest=run.manifest, first_nonfinite=first, onset=onset if diverged else None,
@@ -138,14 +138,14 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
         # log(0) dates the failure where the sigmoid reached its bound (seed 001), not where the
         # NaN it made first showed.
         precomputed["log_of_zero"] = REGISTRY["log_of_zero"].run(evidence, thresholds)
-        onset = _cause_onset(onset, [*_root_causes(evidence, thresholds), *precomputed["log_of_zero"]], first)
+        onset = onsets.cause_onset(onset, [*onsets.root_cause_findings(evidence, thresholds), *precomputed["log_of_zero"]], first)
         if first is None:
-            onset = _after_learning(evidence, onset, thresholds) or onset
+            onset = onsets.after_learning(evidence, onset, thresholds) or onset
     elif not diverged:
-        onset = _regression_onset(evidence, thresholds, first)
+        onset = onsets.regression_onset(evidence, thresholds, first)
         diverged = onset is not None
         evidence = replace(evidence, onset=onset, diverged=diverged)
-    recovered = diverged and _came_back(table, scalars, onset, thresholds.outcome, ignore_grads=scaled)
+    recovered = diverged and onsets.came_back(table, scalars, onset, thresholds.outcome, ignore_grads=scaled)
     evidence = replace(
         evidence, onset=onset if diverged else None, recovered=recovered,
         summary=summarize(table, before=_healthy_until(table, onset, thresholds) if diverged else None))
@@ -172,87 +172,6 @@ def _concluded(run: Run, ev: Evidence, findings: list[Finding], involved: list[T
                     chain=chain, findings=findings, warnings=warnings, data=data)
 
 
-def _root_causes(ev: Evidence, thresholds: Thresholds) -> list[Finding]:
-    return [f for label in root_causes.CAUSES for f in REGISTRY[label].run(ev, thresholds)]
-
-
-def _cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | None) -> Onset:
-    """The earliest direct cause the recorder saw (searched from 40 steps before the fitted
-    break to one after it; a sigmoid at its bounds before the log(0) it fed, however early) is
-    the onset: the break may see only the explosion that follows (a param group's lr raised
-    ×30), or a tensor that moved a step before the rescaled one."""
-    found = [f for f in causes if f.label != "batch_out_of_range" and f.step is not None]
-    if not found:
-        return onset
-    cause = min(found, key=lambda f: f.step)
-    return Onset(
-        step=cause.step, interval=(cause.step, cause.step),
-        series=(f"activation {cause.tensors[0]} at exactly 0/1" if cause.label == "log_of_zero" else
-                f"{cause.label}: {cause.evidence.get('hyperparameter') or ', '.join(cause.tensors[:3])}"),
-        growth_per_step=None, doubling_steps=None, jump=None,
-        lead_steps=(first.step - cause.step) if first is not None else None,
-    )
-
-
-def _after_learning(ev: Evidence, onset: Onset, thresholds: Thresholds) -> Onset | None:
-    """A fitted onset after which a finite run kept learning (its loss's rolling median over
-    `OutcomeThresholds.min_steps` points fell ≥ 10 % below its level before the onset) is a learning-phase break (a gradient growing
-    as embeddings wake up), not the incident's start: when the loss later rose ×2 above its best
-    level, a direct cause the recorder saw in the 40 steps before that rise is the onset."""
-    steps, loss = loss_curve(ev.scalars)
-    th, points = thresholds.root_causes, thresholds.outcome.min_steps
-    before = loss[steps < onset.step][-points:]
-    later, after = steps[steps >= onset.step], loss[steps >= onset.step]
-    if len(before) < 3 or len(after) < 2 * points:
-        return None
-    rolling = pd.Series(after).rolling(points).median().to_numpy()
-    best = int(np.nanargmin(rolling))
-    if not rolling[best] <= (1 - th.learned_after) * float(np.median(before)):
-        return None
-    rose = np.flatnonzero(after[best:] > th.rise_after_best * rolling[best])
-    if not len(rose):
-        return None
-    step = int(later[best + rose[0]])
-    rising = Onset(step, (step, step), "", None, None, None, None)
-    moved = _cause_onset(rising, _root_causes(replace(ev, onset=rising), thresholds), None)
-    return moved if moved is not rising else None
-
-
-_MAX_SPIKES = 5  # loss spikes whose batches are checked: an incident shows in its first few
-
-
-def _regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite | None) -> Onset | None:
-    """A run that stayed finite but whose loss rose after a param group's hyperparameter changed
-    ×k (or an optimizer state collapsed, or a batch ×10 out of its range spiked the loss), and
-    never came back (every group's lr ×300: loss 2.3 → 3.3 for good), diverged there."""
-    steps, loss = loss_curve(ev.scalars)
-    if not len(steps):
-        return None
-    last = int(steps[-1])
-    window = root_causes.onset_window(replace(ev, onset=Onset(last, (last, last), "", None, None, None, None)))
-    whole_run = replace(thresholds.root_causes, lookback=10**9)
-    th = thresholds.outcome
-    candidates = [(step, f"hyperparameter_changed: {name}") for step, name, _, _ in root_causes.hp_changes(window, whole_run)]
-    candidates += [(step, f"optimizer_state_changed: {name}[{key}]")
-                   for step, name, key, _ in root_causes.state_changes(window, whole_run)]
-    if np.all(loss > 0):  # a loss spike a batch out of its range made (a unit change, ×1e3)
-        spikes, _ = outcome_rules.loss_spikes(loss, th)
-        for step in steps[spikes[:_MAX_SPIKES]]:
-            batch = root_causes.batch_out_of_range(replace(window, onset=int(step)), thresholds.root_causes)
-            candidates += [(f.step, f"batch_out_of_range: {f.tensors[0]}") for f in batch]
-    for step, series in sorted(candidates):
-        before = loss[steps < step][-th.min_steps:]
-        after = loss[steps > step][: th.min_steps]
-        if len(before) < 3 or len(after) < 3:
-            continue
-        rose = np.median(after) > th.recovered_factor * abs(float(np.median(before)))
-        onset = Onset(step, (step, step), series, None, None, None,
-                      (first.step - step) if first is not None else None)
-        if rose and not _came_back(ev.table, ev.scalars, onset, th, ignore_grads=True):
-            return onset
-    return None
-
-
 def _cause_first(ranking: list[RankedTensor], findings: list[Finding]) -> list[RankedTensor]:
     """Tensors a direct cause names lead the ranking (the weights rescaled outside the
     optimizer, the parameters of the group whose lr changed, the sigmoid whose 0/1 outputs
@@ -268,47 +187,6 @@ def _cause_first(ranking: list[RankedTensor], findings: list[Finding]) -> list[R
         leading = [RankedTensor(t, role, None, cause.step, None, None, cause.label)
                    for t in cause.tensors[:3]]
     return [*leading, *(r for r in ranking if r not in leading)]
-
-
-def _came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th: OutcomeThresholds,
-               *, ignore_grads: bool) -> bool:
-    """The run ends finite and its loss came back (`detectors.outcome.loss_came_back`): a spike
-    it shrugged off, not a run it ruined."""
-    name = main_loss(scalars)
-    if onset is None or not len(table.step) or name is None:
-        return False
-    last = int(table.step.max())
-    if last - onset.step < th.min_steps:
-        return False
-    at_last = np.flatnonzero(table.step == last)
-    series = np.searchsorted(table.offsets, at_last, side="right") - 1
-    ignored = {"input", "target", *(("grad",) if ignore_grads else ())}
-    if any(table.nonfinite[i] > 0 and table.keys[s].role not in ignored for i, s in zip(at_last, series)):
-        return False
-    raw = scalars.loc[scalars["name"] == name, "value"].to_numpy(np.float64)
-    if len(raw) == 0 or not np.isfinite(raw[-1]):
-        return False
-    return outcome_rules.loss_came_back(*loss_curve(scalars), onset.step, th)
-
-
-def _accumulation_onset(
-    onset: Onset | None, stale: list[Finding], first: FirstNonfinite | None
-) -> Onset | None:
-    """A divergence fed by accumulating gradients began where the accumulation began: the
-    log-space breaks see only the explosion it ends in, or a learning-phase rise before it."""
-    if not stale:
-        return onset
-    stale = stale[0]
-    low, high = stale.evidence["onset_interval"]
-    return Onset(
-        step=stale.step,
-        interval=(int(low), int(high)),
-        series="grad norms (accumulating: missing zero_grad)",
-        growth_per_step=None,
-        doubling_steps=None,
-        jump=None,
-        lead_steps=(first.step - stale.step) if first is not None else None,
-    )
 
 
 def _healthy_until(table: SeriesTable, onset: Onset | None, thresholds: Thresholds) -> int | None:

@@ -123,12 +123,13 @@ def headline(analysis) -> str:
         return "Not learning: " + ", ".join(clean(label) for label in labels) + "." if labels \
             else "Not learning."
     steps = analysis.data.step_count
-    if not any(f.label == "healthy" for f in analysis.findings):
-        # The analyzer claims health only when it saw tensor statistics (see the warnings).
+    incident = next((f for f in analysis.significant if f.label == "recovered_incident"), None)
+    if incident is None and not any(f.label == "healthy" for f in analysis.findings):
+        # The analyzer claims health only when it saw tensor statistics (see the warnings); a
+        # run that came back from an incident has no `healthy` finding beside its warning.
         return (f"No divergence found over {steps} recorded steps, but the run lacks the "
                 "statistics to call it healthy: see the warnings.")
     text = f"Healthy: no divergence and no not-learning pattern over {steps} recorded steps."
-    incident = next((f for f in analysis.significant if f.label == "recovered_incident"), None)
     if incident is not None:
         text = (f"Healthy, recovered: the run came back on its own from an incident at step "
                 f"{incident.step} over {steps} recorded steps.")

@@ -10,6 +10,8 @@
 - `activations`: dead_units, saturated_units, log_of_zero
 - `init`: poor_init
 - `outcome`: loss_plateau (and `base.measure_outcome`, the yardstick every severity reads)
+- `onsets`: no label; where an incident began, settled before the rules run (an accumulation's
+  start, a direct cause, a finite run's rise after a cause, whether the loss came back)
 
 `REGISTRY[label]` gives the rule: `gather` (Evidence → its small typed input), `detect` (input,
 thresholds → findings) and `family` (its field of `Thresholds`).

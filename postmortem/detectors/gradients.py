@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from ..accumulation import PRE, accumulation_onset
+from ..accumulation import PRE, AccumulationOnset, accumulation_onset
 from ..findings import Finding
 from ..manifest import frozen_parameters, manifest_order
 from ..scalars import main_loss
@@ -221,10 +221,26 @@ def stale_gradients(history: GradientHistory, th: GradientThresholds) -> list[Fi
         # The climb must end ≥ 5× its level (median of its last 3 points): without two points
         # 5× above the lowest stretch there is nothing to look for, and no scan to pay for.
         return []
-    series = [(s[s < end], v[s < end]) for s, v in history.per_tensor]
-    found = accumulation_onset(series or [(steps[steps < end], unexploded)])
-    if found is None or found.mean_deviance <= 0:
-        return []
+    # A later, sharper bend (an explosion the sum ends in) may outscore the start of the
+    # accumulation and fail the climb checks: the start is then searched before that bend.
+    for _ in range(1 + th.stale_earlier_bends):
+        series = [(s[s < end], v[s < end]) for s, v in history.per_tensor]
+        found = accumulation_onset(series or [(steps[steps < end], values[steps < end])])
+        if found is None or found.mean_deviance <= 0:
+            return []
+        accumulating = _summed_climb(history, found, end, th)
+        if accumulating:
+            return accumulating
+        end = found.step
+    return []
+
+
+def _summed_climb(history: GradientHistory, found: AccumulationOnset, end: int,
+                  th: GradientThresholds) -> list[Finding]:
+    """The `stale_gradients` finding when the global norm climbs like a sum from the bend
+    `found` (before step `end`): by about one healthy gradient a step, to ≥ 5× its level
+    before, while the loss gets no better."""
+    steps, values = history.steps, history.norm
     t0 = found.step
     before = values[steps < t0][-PRE:]
     climb = values[(steps >= t0) & (steps < end)]
@@ -261,12 +277,17 @@ def stale_gradients(history: GradientHistory, th: GradientThresholds) -> list[Fi
     )]
 
 
-def loss_jumped(steps: np.ndarray, values: np.ndarray, step: int, th: GradientThresholds) -> bool:
-    """Whether the training loss (finite, step order) broke at `step`: a loss within the 10
-    steps from it ≥ 1.2× the mean of the 10 before, or any later one ×100 above it (exploded).
-    Without zero_grad() the recorded gradient is a running sum, so its growth is bookkeeping,
-    not a runaway: a run whose loss then only drifts up stopped learning; one whose loss jumps
-    or explodes broke (diverged)."""
+def loss_jumped(steps: np.ndarray, values: np.ndarray, interval: tuple[int, int], th: GradientThresholds) -> bool:
+    """Whether the training loss (finite, step order) broke where the accumulation began,
+    wherever in its interval (the bend's 95 % steps) that is: from every step of it, a loss
+    within the 10 steps from it ≥ 1.2× the mean of the 10 before, or any later one ×100 above
+    it (exploded). Without zero_grad() the recorded gradient is a running sum, so its growth is
+    bookkeeping, not a runaway: a run whose loss then only drifts up stopped learning; one whose
+    loss jumps or explodes broke (diverged)."""
+    return all(_loss_jumped_at(steps, values, step, th) for step in range(interval[0], interval[1] + 1))
+
+
+def _loss_jumped_at(steps: np.ndarray, values: np.ndarray, step: int, th: GradientThresholds) -> bool:
     before = values[steps < step][-th.stale_jump_window:]
     after = values[steps >= step]
     if len(before) < 3 or not len(after):

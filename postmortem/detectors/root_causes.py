@@ -9,7 +9,7 @@ see only the explosion that follows a cause (an lr raised ×30 shows in the loss
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -230,8 +230,9 @@ def weights_changed_outside_optimizer(window: OnsetWindow, th: RootCauseThreshol
     changed_groups = {c[1].split(".")[1] + "." + c[1].split(".")[2] for c in hp_changes(window, th)
                       if c[1].count(".") >= 3}
     explained = {p for g in changed_groups for p in window.groups.get(g, [])}
-    # The optimizer moved them, from a state something else had reset.
-    explained |= {c[1] for c in state_changes(window, th)}
+    # The optimizer moved them, from a state something else had reset: an EMA of squares
+    # falls ×β2 a step at most, so one that fell ÷1.5 was reset too, if refilled past ÷10.
+    explained |= {c[1] for c in state_changes(window, replace(th, state_jump_factor=th.state_reset_explains))}
     hits = []
     for name, param in window.params.items():
         update, grad = window.updates.get(name), window.grads.get(name)

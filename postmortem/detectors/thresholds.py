@@ -62,6 +62,7 @@ class RootCauseThresholds:
     outside_update_ratio: float = 0.5  # ...with an update at least half the parameter (a rescale)
     update_over_grad_jump: float = 10 / 3  # ...its update jumped ×3.3 more than its gradient (lr_too_high's 10 vs 3.3)
     state_jump_factor: float = 10.0  # an optimizer state norm ÷10 in one step (an EMA decays by β at most)
+    state_reset_explains: float = 1.5  # a second moment ÷1.5 in one step (impossible for β2 ≥ 0.67) explains its tensor's update jump: not weights changed outside the optimizer (issue 12h: in adam_state-gpt-s1 the refilled states fell ÷1.8–÷19, only 3 past ÷10)
     batch_range_factor: float = BATCH_RANGE_FACTOR  # a batch 10× outside the healthy range (the story's and the ranking's)
     robust_floor: float = 0.05  # decades: floor of a tensor's robust σ when ranking jumps
     learned_after: float = 0.1  # the loss's 10-step rolling median fell ≥ 10 % below its level before a fitted onset: the run kept learning (SageMaker LossNotDecreasing's idea; our choice)
@@ -85,8 +86,9 @@ class GradientThresholds:
     stale_loss_improvement: float = 0.1  # the loss got no more than 10 % better meanwhile
     stale_step_size: float = 2.0  # median |step change| ≤ 2× the norm before (one fresh gradient)
     stale_min_climb: int = 5  # steps of climb before any explosion
+    stale_earlier_bends: int = 2  # a bend whose climb fails the checks: search up to 2 more times before it (a sharper later bend outscores the start; issue 12h, missing_zero_grad-lstm-s1/tcn-s0)
     stale_exploded: float = 100.0  # ×100 the calm norm: exploded (DIVERGENCE_DECADES)
-    stale_loss_jump: float = 1.2  # a finite accumulation diverged only if a loss within 10 steps of t0 is ≥ 1.2× the 10 before (the truths' jump, sample_runs/training.broke_against)
+    stale_loss_jump: float = 1.2  # a finite accumulation diverged only if a loss within 10 steps of t0 is ≥ 1.2× the 10 before (the truths' jump, sample_runs/training.broke_against); from every step of the bend's interval (issue 12h)
     stale_jump_window: int = 10  # ...those 10 steps
 
 

@@ -184,18 +184,18 @@ def test_zero_gradient_by_construction_is_a_note_naming_the_tensor():
     assert cut[0].severity == "error"
 
 
-def _accumulating(t0: int | None, seed: int = 0) -> GradientHistory:
+def _accumulating(t0: int | None, seed: int = 0, n: int = 120) -> GradientHistory:
     rng = np.random.default_rng(seed)
-    steps = np.arange(120)
-    per_tensor, squares = [], np.zeros(120)
+    steps = np.arange(n)
+    per_tensor, squares = [], np.zeros(n)
     for dims in (40, 10):
-        fresh = rng.normal(0.15, 1.0, size=(120, dims))
+        fresh = rng.normal(0.15, 1.0, size=(n, dims))
         if t0 is not None:
             fresh[t0 - 1:] = np.cumsum(fresh[t0 - 1:], axis=0)
         norms = np.linalg.norm(fresh, axis=1)
         per_tensor.append((steps, norms))
         squares += norms**2
-    return GradientHistory(steps, np.sqrt(squares), per_tensor, steps, np.full(120, 2.3))
+    return GradientHistory(steps, np.sqrt(squares), per_tensor, steps, np.full(n, 2.3))
 
 
 def test_stale_gradients():
@@ -220,15 +220,43 @@ def test_stale_gradients_climb_ends_at_its_peak():
     assert stale_gradients(falling, TH.gradients) == []
 
 
+def test_stale_gradients_start_is_searched_before_a_sharper_later_bend():
+    # The sum starts at 40; at 110 every gradient jumps ×4 (a step the sum ends in): that bend
+    # outscores the start and its climb (one ×4 step, then flat) is no sum, so the start is
+    # searched before it.
+    history = _accumulating(40, n=140)
+    jump = np.where(history.steps >= 110, 4.0, 1.0)
+    jumped = GradientHistory(history.steps, history.norm * jump, [(s, v * jump) for s, v in history.per_tensor],
+                             history.loss_steps, history.loss)
+    found = stale_gradients(jumped, TH.gradients)
+    assert found and abs(found[0].step - 40) <= 2
+    assert stale_gradients(jumped, replace(TH.gradients, stale_earlier_bends=0)) == []
+    # The same jump without an accumulation before it is no missing zero_grad().
+    plain = _accumulating(None, n=140)
+    plain = GradientHistory(plain.steps, plain.norm * jump, [(s, v * jump) for s, v in plain.per_tensor],
+                            plain.loss_steps, plain.loss)
+    assert stale_gradients(plain, TH.gradients) == []
+
+
 def test_loss_jumped_tells_a_broken_accumulation_from_one_that_stopped_learning():
     drift = np.concatenate([np.full(50, 0.05), np.linspace(0.05, 0.09, 50)])  # ×1.8, slowly
-    assert not loss_jumped(STEPS, drift, 50, TH.gradients)
+    assert not loss_jumped(STEPS, drift, (50, 50), TH.gradients)
     jump = drift.copy()
     jump[53] = 0.07  # ×1.4 within 10 steps of the onset
-    assert loss_jumped(STEPS, jump, 50, TH.gradients)
+    assert loss_jumped(STEPS, jump, (50, 50), TH.gradients)
     exploded = drift.copy()
     exploded[90:] = 10.0  # ×200 later on
-    assert loss_jumped(STEPS, exploded, 50, TH.gradients)
+    assert loss_jumped(STEPS, exploded, (50, 50), TH.gradients)
+
+
+def test_loss_jumped_from_every_step_of_the_bends_interval():
+    # The bend is dated within 48–52: the loss broke only if it jumped whichever of those steps
+    # the accumulation began at. A jump 9 steps after 50 is within 10 steps of 50–52...
+    late = np.concatenate([np.full(50, 0.05), np.linspace(0.05, 0.06, 50)])
+    late[59] = 0.07
+    assert loss_jumped(STEPS, late, (50, 52), TH.gradients)
+    # ...but not of 48: from there the loss only drifted.
+    assert not loss_jumped(STEPS, late, (48, 52), TH.gradients)
 
 
 def test_vanishing_gradient_needs_layers_shrinking_toward_the_input_and_no_learning():
@@ -357,6 +385,19 @@ def test_weights_changed_outside_the_optimizer():
     # Its group's lr raised at that step explains the update: that is hyperparameter_changed's.
     lr = _window(onset=62, hyperparameters={"hp.opt.0.lr": _lr_series(60, factor=1e4)}, **_param_case(60))
     assert weights_changed_outside_optimizer(lr, TH.root_causes) == []
+
+
+def test_a_reset_second_moment_explains_its_tensors_update_jump():
+    # Adam's exp_avg_sq zeroed at 60 and refilled by that step's g²: it fell only ÷3 (under the
+    # ÷10 that names the cause), yet no EMA falls that fast, so the optimizer made the jump.
+    exp_avg_sq = _noisy(1e-4, 7)
+    exp_avg_sq[60:] /= 3
+    reset = {("fc1.weight", "exp_avg_sq"): Series(STEPS, exp_avg_sq)}
+    assert weights_changed_outside_optimizer(_window(onset=62, states=reset, **_param_case(60)), TH.root_causes) == []
+    # A second moment that only decays as an EMA may (×0.99) explains nothing.
+    decaying = {("fc1.weight", "exp_avg_sq"): Series(STEPS, _noisy(1e-4, 7) * 0.99 ** STEPS)}
+    found = weights_changed_outside_optimizer(_window(onset=62, states=decaying, **_param_case(60)), TH.root_causes)
+    assert found[0].step == 60 and found[0].tensors == ["fc1.weight"]
 
 
 def test_optimizer_state_changed_when_a_second_moment_collapses():

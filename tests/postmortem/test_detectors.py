@@ -315,6 +315,29 @@ def test_a_finite_run_whose_loss_rose_for_good_after_an_lr_change_diverged_there
     assert labels == {"healthy"}
 
 
+def test_a_finite_run_whose_loss_rose_after_an_lr_change_and_came_back_recovered_from_it(tmp_path):
+    loss = _loss("learning")
+    at = int(np.random.default_rng(9).integers(50, 80))
+    loss[at: at + 8] = 3 * np.median(loss[at - 10: at])  # up for 8 steps after the change, then back
+    manifest = {**_manifest(), "optimizers": {"optimizer": {"param_groups": [{"params": ["fc1.weight", "fc2.weight"]}]}}}
+    analysis, labels = _labels(tmp_path, _layers(), loss, manifest, extra_scalars=_raised_lr(at, 300.0))
+    assert analysis.verdict == "healthy"
+    incident = next(f for f in analysis.findings if f.label == "recovered_incident")
+    assert incident.step == at and incident.severity == "warning"
+    assert incident.evidence["causes"] == ["hyperparameter_changed"]
+    # The same bump with no recorded cause names none and warns of nothing.
+    bare, labels = _labels(tmp_path / "bare", _layers(), loss)
+    assert bare.verdict == "healthy" and "hyperparameter_changed" not in labels
+    assert not [f for f in bare.findings if f.label == "recovered_incident" and f.severity == "warning"]
+    # A one-off batch out of range whose spike passed is a recovered loss spike: a note.
+    stats = _layers()
+    stats.loc[(stats["role"] == "input") & (stats["step"] == at), "max_abs"] *= 1e3
+    spiked = loss.copy()
+    spiked[at] *= 400
+    batch, labels = _labels(tmp_path / "batch", stats, spiked)
+    assert batch.verdict == "healthy" and "batch_out_of_range" not in labels
+
+
 def test_a_finite_run_whose_loss_a_batch_out_of_range_spiked_for_good_diverged_there(tmp_path):
     at = int(np.random.default_rng(8).integers(50, 90))
     stats = _layers()

@@ -45,3 +45,18 @@ def test_run_without_tensor_statistics_is_not_called_healthy(tmp_path):
     _drop("stats")(lossy)
     text = headline(analyze(lossy))
     assert not text.startswith("Healthy") and "lacks the statistics" in text
+
+
+def test_a_run_that_came_back_from_an_incident_is_healthy_recovered(tmp_path):
+    from dataclasses import replace
+
+    from postmortem import analyze
+    from postmortem.findings import Finding, Severity
+    from reports.page import headline
+
+    analysis = analyze(write_run(tmp_path / "run", kind="healthy", steps=60))
+    incident = Finding("recovered_incident", 30, [], {}, "the run came back on its own", Severity.WARNING)
+    # The incident's warning replaces the `healthy` note (diagnose adds it only without one).
+    recovered = replace(analysis, findings=[incident])
+    assert headline(recovered).startswith("Healthy, recovered") and "step 30" in headline(recovered)
+    assert "lacks the statistics" in headline(replace(analysis, findings=[]))

@@ -1,0 +1,152 @@
+"""Where an incident began, settled before any diagnosis reads the run.
+
+The log-space breaks give a first date (postmortem.ranking); these move it to where the incident
+began: the start of an accumulation of gradients (a missing zero_grad), the earliest direct
+cause the recorder saw (root_causes), a cause before a rise that followed a learning phase, and,
+in a run that stayed finite, a recorded cause after which the loss rose (and whether it came back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from ..findings import Finding, FirstNonfinite, Onset
+from ..series import SeriesTable
+from . import outcome, root_causes
+from .base import REGISTRY, Evidence, loss_curve, main_loss
+from .thresholds import OutcomeThresholds, Thresholds
+
+__all__ = ["accumulation_onset", "after_learning", "came_back", "cause_onset", "regression_onset", "root_cause_findings"]
+
+
+def root_cause_findings(ev: Evidence, thresholds: Thresholds) -> list[Finding]:
+    """What every direct-cause rule (`root_causes.CAUSES`) finds around `ev.onset`."""
+    return [f for label in root_causes.CAUSES for f in REGISTRY[label].run(ev, thresholds)]
+
+
+def cause_onset(onset: Onset, causes: list[Finding], first: FirstNonfinite | None) -> Onset:
+    """The earliest direct cause the recorder saw (searched from 40 steps before the fitted
+    break to one after it; a sigmoid at its bounds before the log(0) it fed, however early) is
+    the onset: the break may see only the explosion that follows (a param group's lr raised
+    ×30), or a tensor that moved a step before the rescaled one."""
+    found = [f for f in causes if f.label != "batch_out_of_range" and f.step is not None]
+    if not found:
+        return onset
+    cause = min(found, key=lambda f: f.step)
+    return Onset(
+        step=cause.step, interval=(cause.step, cause.step),
+        series=(f"activation {cause.tensors[0]} at exactly 0/1" if cause.label == "log_of_zero" else
+                f"{cause.label}: {cause.evidence.get('hyperparameter') or ', '.join(cause.tensors[:3])}"),
+        growth_per_step=None, doubling_steps=None, jump=None,
+        lead_steps=(first.step - cause.step) if first is not None else None,
+    )
+
+
+def after_learning(ev: Evidence, onset: Onset, thresholds: Thresholds) -> Onset | None:
+    """A fitted onset after which a finite run kept learning (its loss's rolling median over
+    `OutcomeThresholds.min_steps` points fell ≥ 10 % below its level before the onset) is a learning-phase break (a gradient growing
+    as embeddings wake up), not the incident's start: when the loss later rose ×2 above its best
+    level, a direct cause the recorder saw in the 40 steps before that rise is the onset."""
+    steps, loss = loss_curve(ev.scalars)
+    th, points = thresholds.root_causes, thresholds.outcome.min_steps
+    before = loss[steps < onset.step][-points:]
+    later, after = steps[steps >= onset.step], loss[steps >= onset.step]
+    if len(before) < 3 or len(after) < 2 * points:
+        return None
+    rolling = pd.Series(after).rolling(points).median().to_numpy()
+    best = int(np.nanargmin(rolling))
+    if not rolling[best] <= (1 - th.learned_after) * float(np.median(before)):
+        return None
+    rose = np.flatnonzero(after[best:] > th.rise_after_best * rolling[best])
+    if not len(rose):
+        return None
+    step = int(later[best + rose[0]])
+    rising = Onset(step, (step, step), "", None, None, None, None)
+    moved = cause_onset(rising, root_cause_findings(replace(ev, onset=rising), thresholds), None)
+    return moved if moved is not rising else None
+
+
+_MAX_SPIKES = 5  # loss spikes whose batches are checked: an incident shows in its first few
+
+
+def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite | None) -> Onset | None:
+    """A run that stayed finite but whose loss rose after a param group's hyperparameter changed
+    ×k (or an optimizer state collapsed, or a batch ×10 out of its range spiked the loss), and
+    never came back (every group's lr ×300: loss 2.3 → 3.3 for good), diverged there. When every
+    such rise came back, the first after a lasting change (a hyperparameter, an optimizer state;
+    not a one-off batch, whose spike is a note) is the onset of an incident the run recovered
+    from (one block's lr ×300: the loss jumps and returns), named with its cause."""
+    steps, loss = loss_curve(ev.scalars)
+    if not len(steps):
+        return None
+    last = int(steps[-1])
+    window = root_causes.onset_window(replace(ev, onset=Onset(last, (last, last), "", None, None, None, None)))
+    whole_run = replace(thresholds.root_causes, lookback=10**9)
+    th = thresholds.outcome
+    candidates = [(step, f"hyperparameter_changed: {name}") for step, name, _, _ in root_causes.hp_changes(window, whole_run)]
+    candidates += [(step, f"optimizer_state_changed: {name}[{key}]")
+                   for step, name, key, _ in root_causes.state_changes(window, whole_run)]
+    if np.all(loss > 0):  # a loss spike a batch out of its range made (a unit change, ×1e3)
+        spikes, _ = outcome.loss_spikes(loss, th)
+        for step in steps[spikes[:_MAX_SPIKES]]:
+            batch = root_causes.batch_out_of_range(replace(window, onset=int(step)), thresholds.root_causes)
+            candidates += [(f.step, f"batch_out_of_range: {f.tensors[0]}") for f in batch]
+    recovered = None
+    for step, series in sorted(candidates):
+        lasting = not series.startswith("batch_out_of_range")  # a one-off batch is a loss spike's note
+        before = loss[steps < step][-th.min_steps:]
+        after = loss[steps > step][: th.min_steps]
+        if len(before) < 3 or len(after) < 3:
+            continue
+        if not np.median(after) > th.recovered_factor * abs(float(np.median(before))):
+            continue  # the loss did not rise
+        onset = Onset(step, (step, step), series, None, None, None,
+                      (first.step - step) if first is not None else None)
+        if not came_back(ev.table, ev.scalars, onset, th, ignore_grads=True):
+            return onset
+        recovered = recovered or (onset if lasting else None)
+    return recovered
+
+
+def came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th: OutcomeThresholds,
+               *, ignore_grads: bool) -> bool:
+    """The run ends finite and its loss came back (`detectors.outcome.loss_came_back`): a spike
+    it shrugged off, not a run it ruined."""
+    name = main_loss(scalars)
+    if onset is None or not len(table.step) or name is None:
+        return False
+    last = int(table.step.max())
+    if last - onset.step < th.min_steps:
+        return False
+    at_last = np.flatnonzero(table.step == last)
+    series = np.searchsorted(table.offsets, at_last, side="right") - 1
+    ignored = {"input", "target", *(("grad",) if ignore_grads else ())}
+    if any(table.nonfinite[i] > 0 and table.keys[s].role not in ignored for i, s in zip(at_last, series)):
+        return False
+    raw = scalars.loc[scalars["name"] == name, "value"].to_numpy(np.float64)
+    if len(raw) == 0 or not np.isfinite(raw[-1]):
+        return False
+    return outcome.loss_came_back(*loss_curve(scalars), onset.step, th)
+
+
+def accumulation_onset(
+    onset: Onset | None, stale: list[Finding], first: FirstNonfinite | None
+) -> Onset | None:
+    """A divergence fed by accumulating gradients began where the accumulation began: the
+    log-space breaks see only the explosion it ends in, or a learning-phase rise before it."""
+    if not stale:
+        return onset
+    stale = stale[0]
+    low, high = stale.evidence["onset_interval"]
+    return Onset(
+        step=stale.step,
+        interval=(int(low), int(high)),
+        series="grad norms (accumulating: missing zero_grad)",
+        growth_per_step=None,
+        doubling_steps=None,
+        jump=None,
+        lead_steps=(first.step - stale.step) if first is not None else None,
+    )
