@@ -11,7 +11,6 @@ from __future__ import annotations
 
 
 import numpy as np
-from scipy.stats import chi2
 
 __all__ = [
     "NoBreak",
@@ -59,8 +58,9 @@ class NoBreak(_Model):
 
 
 # Candidates t0 whose profile deviance is within the 95% chi-square(1) quantile of the best one
-# form the likelihood-ratio interval of t0 (computed once: scipy's ppf costs more than a fit).
-_DEVIANCE_BOUND = float(chi2.ppf(0.95, df=1))
+# form the likelihood-ratio interval of t0. scipy.stats.chi2.ppf(0.95, df=1), written out:
+# importing scipy.stats took ~1 s of every `postmortem analyze` (tests check the value).
+CHI2_95 = 3.841458820694124
 
 
 class _BreakModel(_Model):
@@ -82,7 +82,7 @@ class _BreakModel(_Model):
         k = int(candidates[best])
         self._score(sse[best], n)
         deviance = n * np.log(sse / sse[best])
-        inside = candidates[deviance <= _DEVIANCE_BOUND]
+        inside = candidates[deviance <= CHI2_95]
         self.index_ = k
         self.t0_ = float(x[k])
         self.interval_ = (float(x[inside.min()]), float(x[inside.max()]))

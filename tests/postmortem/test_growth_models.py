@@ -8,11 +8,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from postmortem.models import ExponentialFrom, JumpAt, JumpThenExponential, NoBreak, select_break
+from postmortem.models import CHI2_95, ExponentialFrom, JumpAt, JumpThenExponential, NoBreak, select_break
 from postmortem.onset import analyse_series
 
 N = 300
 NOISE = 0.1  # decades
+
+
+def test_the_written_out_chi2_quantile_is_scipys():
+    from scipy.stats import chi2
+
+    assert CHI2_95 == float(chi2.ppf(0.95, df=1))
 
 
 def _t0s(seed: int, count: int = 4) -> list[int]:
