@@ -35,6 +35,7 @@ FULL_ROWS = 40_000_000  # kept whole up to here: ~1.1 GB of arrays
 COARSE_ROWS = 10_000_000
 FINE_STEPS = 10_000
 READ_STAGES = 8  # progress calls while reading
+_SLICED_SPANS = 1024  # runs of one role in a batch up to which its aux columns are copied by slices
 
 # Which statistics each role keeps besides its magnitude (docs/run-format.md lists what each
 # role fills). Two slots are enough for what the detectors use; numel is kept per series.
@@ -492,23 +493,39 @@ def _aux(batch: pa.RecordBatch, rows: np.ndarray | None, starts: np.ndarray, rol
          role_names: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """The role-specific statistics (AUX_COLUMNS) of the kept rows: `rows` of the batch (None:
     every row), whose role codes are `role_codes` and whose runs of one series begin at
-    `starts`. Only each role's rows of its own columns are taken from the batch."""
+    `starts`. Each role's columns are copied for its own rows only: slice by slice when every
+    row is kept (a flush's rows come role by role, so a batch holds a few dozen runs of one
+    role), else taken row by row."""
     slots = (np.full(len(role_codes), np.nan, np.float32), np.full(len(role_codes), np.nan, np.float32))
     run_roles = role_codes[starts]
-    lengths = np.diff(np.r_[starts, len(role_codes)])
-    for code in np.unique(run_roles).tolist():
+    first = _run_starts(run_roles)
+    begin, span_roles = starts[first], run_roles[first]
+    end = np.r_[begin[1:], len(role_codes)]
+    sliced = rows is None and len(begin) <= _SLICED_SPANS
+    whole: dict[str, np.ndarray] = {}
+    for code in np.unique(span_roles).tolist():
         columns = AUX_COLUMNS.get(role_names[code]) if code >= 0 else None
         if columns is None:
             continue
-        mine = run_roles == code
-        at = _run_rows(starts[mine], lengths[mine])
+        mine = span_roles == code
+        if sliced:
+            for slot, column in zip(slots, columns):
+                if column not in whole:
+                    whole[column] = _aux_values(batch.column(column))
+                for low, high in zip(begin[mine].tolist(), end[mine].tolist()):
+                    slot[low:high] = whole[column][low:high]
+            continue
+        at = _run_rows(begin[mine], (end - begin)[mine])
         taken = pa.array(at if rows is None else rows[at])
         for slot, column in zip(slots, columns):
-            values = batch.column(column).take(taken)
-            if pa.types.is_boolean(values.type):
-                values = pc.cast(values, pa.float32())
-            slot[at] = _nan_filled(values)
+            slot[at] = _aux_values(batch.column(column).take(taken))
     return slots
+
+
+def _aux_values(column: pa.Array) -> np.ndarray:
+    if pa.types.is_boolean(column.type):
+        column = pc.cast(column, pa.float32())
+    return _nan_filled(column)
 
 
 def _input_hashes(batch: pa.RecordBatch) -> list[pa.Table]:
