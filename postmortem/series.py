@@ -361,10 +361,12 @@ def _deduplicated(table: SeriesTable) -> SeriesTable:
 
     Segments arrive in number order, so the last occurrence is the newest write.
     """
-    series = np.repeat(np.arange(len(table.keys)), np.diff(table.offsets))
-    same = series[1:] == series[:-1]
-    if not np.any(same & (table.step[1:] <= table.step[:-1])):
+    out_of_order = table.step[1:] <= table.step[:-1]
+    boundaries = table.offsets[1:-1]  # a series' first row may follow any step of the one before
+    out_of_order[boundaries[(boundaries > 0) & (boundaries < len(table.step))] - 1] = False
+    if not out_of_order.any():
         return table  # the usual case: segments in step order without duplicates
+    series = np.repeat(np.arange(len(table.keys)), np.diff(table.offsets))
     order = np.lexsort((np.arange(len(series)), table.step, series))
     s, t = series[order], table.step[order]
     keep = np.ones(len(order), bool)
