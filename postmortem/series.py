@@ -186,7 +186,7 @@ class _Builder:
         inside a fine pass's `window` (its batches were seen by the coarse pass already)."""
         sid, starts, role_codes, role_names = self._series_ids(batch)
         step = _ints(batch.column("step"))
-        nf = _counts(batch.column("nonfinite"))
+        nf = _ints(batch.column("nonfinite"))
         if window is None:
             self.hashes.extend(_input_hashes(batch))
             self.kinds.update(_input_kinds(batch))
@@ -206,7 +206,7 @@ class _Builder:
         self.parts["sid"].append(sid)
         self.parts["step"].append(step)
         self.parts["mag"].append(mag)
-        self.parts["nf"].append(nf)
+        self.parts["nf"].append(_counts(nf))
         a0, a1 = _aux(batch, rows, starts, role_codes, role_names)
         self.parts["a0"].append(a0)
         self.parts["a1"].append(a1)
@@ -458,13 +458,11 @@ def _ints(column: pa.Array) -> np.ndarray:
     return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
-def _counts(column: pa.Array) -> np.ndarray:
-    """Non-finite counts as int32, null as 0, capped at 2**31 - 1."""
-    values = _ints(column)
-    bounds = pc.min_max(column)
-    if bounds["min"].is_valid and bounds["min"].as_py() >= 0 and bounds["max"].as_py() < 2**31:
-        return values.astype(np.int32)
-    return np.minimum(values, 2**31 - 1).astype(np.int32)
+def _counts(values: np.ndarray) -> np.ndarray:
+    """Non-finite counts (int64, null read as 0) as int32, capped at 2**31 - 1."""
+    if len(values) and values.max() >= 2**31:
+        values = np.minimum(values, 2**31 - 1)
+    return values.astype(np.int32)
 
 
 def _nan_filled(column: pa.Array) -> np.ndarray:
