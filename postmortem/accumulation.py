@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
-from scipy.stats import chi2
+
+from .models import CHI2_95
 
 __all__ = ["AccumulationOnset", "accumulation_onset", "bend_deviance", "PRE", "POST"]
 
@@ -72,7 +73,7 @@ def accumulation_onset(series: list[tuple[np.ndarray, np.ndarray]]) -> Accumulat
         np.add.at(total, np.searchsorted(every, k), d)
     mean = total / len(scored)
     best = int(np.argmax(mean))
-    inside = every[mean >= mean[best] - chi2.ppf(0.95, df=1)]
+    inside = every[mean >= mean[best] - CHI2_95]
     inside = inside[np.abs(inside - every[best]) <= POST]  # the bend itself, not a later one
     return AccumulationOnset(int(every[best]), (int(inside.min()), int(inside.max())),
                              float(mean[best]), len(scored))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .models import ExponentialFrom, JumpThenExponential, select_break
+from .models import ExponentialFrom, JumpThenExponential, median, select_break
 
 __all__ = ["SeriesBreak", "analyse_series", "BIC_MARGIN", "DIVERGENCE_DECADES", "AMPLIFIED_DECADES"]
 
@@ -80,8 +80,8 @@ def analyse_series(
     if at_first_step and k == model.min_pre and model.rate_ > 0 and np.all(np.diff(y[: k + 1]) > 0):
         onset_index = 0  # rising from the very first step: no stable phase to break from
     stable = y[:k]
-    stable_level = float(np.median(stable))
-    final_level = float(np.median(y[-_TAIL:]))
+    stable_level = median(stable)
+    final_level = median(y[-_TAIL:])
     rise = final_level - stable_level
     credible = delta_bic >= BIC_MARGIN and model.jump_decades_ + max(model.rate_, 0.0) > 0
     diverges = rise >= DIVERGENCE_DECADES and final_level >= float(np.max(stable)) + 1.0
@@ -135,7 +135,7 @@ def _visible_onset(y: np.ndarray, k: int, model) -> int:
     sigma = max(_robust_sigma(stable), 0.01)
     if model.rate_ < 4 * sigma:
         return k
-    band = float(np.median(stable)) + 4 * sigma
+    band = median(stable) + 4 * sigma
     for i in range(k, min(k + 3, len(y))):
         if y[i] > band:
             return i
@@ -146,7 +146,7 @@ def _robust_sigma(values: np.ndarray) -> float:
     """1.4826 × MAD: the noise σ of a stable stretch, blind to the odd spike."""
     if len(values) == 0:
         return 0.0
-    return 1.4826 * float(np.median(np.abs(values - np.median(values))))
+    return 1.4826 * median(np.abs(values - median(values)))
 
 
 def _earlier_sharp_break(x: np.ndarray, y: np.ndarray):
@@ -155,7 +155,7 @@ def _earlier_sharp_break(x: np.ndarray, y: np.ndarray):
         return None
     model, delta_bic = select_break(x, y)
     k = model.index_
-    held = float(np.min(y[k:])) - float(np.median(y[:k]))
+    held = float(np.min(y[k:])) - median(y[:k])
     if delta_bic < BIC_MARGIN or model.jump_decades_ < SHARP_DECADES or held < SHARP_DECADES / 2:
         return None
     return model, delta_bic
@@ -169,8 +169,8 @@ def _window_start(y: np.ndarray) -> int:
     of the way from the early baseline to the final level.
     """
     n = len(y)
-    baseline = float(np.median(y[: max(_TAIL, n // 2)]))
-    final = float(np.median(y[-_TAIL:]))
+    baseline = median(y[: max(_TAIL, n // 2)])
+    final = median(y[-_TAIL:])
     if final <= baseline:
         return max(0, n - 4 * _MIN_STABLE)
     below = np.flatnonzero(y[:-1] <= baseline + 0.25 * (final - baseline))

@@ -35,6 +35,7 @@ FULL_ROWS = 40_000_000  # kept whole up to here: ~1.1 GB of arrays
 COARSE_ROWS = 10_000_000
 FINE_STEPS = 10_000
 READ_STAGES = 8  # progress calls while reading
+_SLICED_SPANS = 1024  # runs of one role in a batch up to which its aux columns are copied by slices
 
 # Which statistics each role keeps besides its magnitude (docs/run-format.md lists what each
 # role fills). Two slots are enough for what the detectors use; numel is kept per series.
@@ -47,7 +48,6 @@ AUX_COLUMNS: dict[str, tuple[str, str]] = {
     "input": ("mean", "std"),
     "target": ("mean", "std"),
 }
-_AUX_READ = sorted({column for columns in AUX_COLUMNS.values() for column in columns})
 INPUT_ROLES = ("input", "target")
 INPUT_COLUMNS = ["step", "role", "name", "key", "mean", "std", "min", "max", "nonfinite", "hash", "shape"]
 _PARTS = ("sid", "step", "mag", "nf", "a0", "a1")
@@ -186,11 +186,11 @@ class _Builder:
         inside a fine pass's `window` (its batches were seen by the coarse pass already)."""
         sid, starts, role_codes, role_names = self._series_ids(batch)
         step = _ints(batch.column("step"))
-        nf = _counts(batch.column("nonfinite"))
+        nf = _ints(batch.column("nonfinite"))
         if window is None:
             self.hashes.extend(_input_hashes(batch))
             self.kinds.update(_input_kinds(batch))
-            self.inputs.append(_input_rows(batch, role_codes))
+            self.inputs.append(_input_rows(batch, starts, role_codes, role_names))
         keep, mag = None, _magnitude(batch)
         if window is not None:
             keep = (step >= window[0]) & (step <= window[1])
@@ -198,17 +198,16 @@ class _Builder:
             distinct, keep = _coarse_steps(step, self.stride, self.tail)
             self.steps_seen.append(distinct)
             keep |= (nf > 0) | _extremes(sid, starts, mag)
-        roles_present = np.unique(role_codes[starts])
-        if keep is not None:  # the columns still to be read, of the rows kept
+        rows = None  # the batch's rows kept, None: all of them
+        if keep is not None and not keep.all():
             rows = np.flatnonzero(keep)
-            batch = batch.select(["numel", *_AUX_READ]).take(pa.array(rows))
             sid, step, nf, role_codes, mag = sid[rows], step[rows], nf[rows], role_codes[rows], mag[rows]
             starts = _run_starts(sid)
         self.parts["sid"].append(sid)
         self.parts["step"].append(step)
         self.parts["mag"].append(mag)
-        self.parts["nf"].append(nf)
-        a0, a1 = _aux(batch, role_codes, role_names, roles_present)
+        self.parts["nf"].append(_counts(nf))
+        a0, a1 = _aux(batch, rows, starts, role_codes, role_names)
         self.parts["a0"].append(a0)
         self.parts["a1"].append(a1)
         # numel is constant along a series, so any row of each series will do (here the last
@@ -219,7 +218,7 @@ class _Builder:
             self.numel = np.r_[self.numel, np.zeros(grow, np.int64)]
             self.numel_known = np.r_[self.numel_known, np.zeros(grow, bool)]
             sizes, present = np.zeros(len(self.ids), np.int64), np.zeros(len(self.ids), bool)
-            sizes[sid[ends]] = _ints(pc.take(batch.column("numel"), pa.array(ends)))
+            sizes[sid[ends]] = _ints(pc.take(batch.column("numel"), pa.array(ends if rows is None else rows[ends])))
             present[sid[ends]] = True
             first = present & ~self.numel_known
             self.numel[first] = sizes[first]
@@ -362,10 +361,12 @@ def _deduplicated(table: SeriesTable) -> SeriesTable:
 
     Segments arrive in number order, so the last occurrence is the newest write.
     """
-    series = np.repeat(np.arange(len(table.keys)), np.diff(table.offsets))
-    same = series[1:] == series[:-1]
-    if not np.any(same & (table.step[1:] <= table.step[:-1])):
+    out_of_order = table.step[1:] <= table.step[:-1]
+    boundaries = table.offsets[1:-1]  # a series' first row may follow any step of the one before
+    out_of_order[boundaries[(boundaries > 0) & (boundaries < len(table.step))] - 1] = False
+    if not out_of_order.any():
         return table  # the usual case: segments in step order without duplicates
+    series = np.repeat(np.arange(len(table.keys)), np.diff(table.offsets))
     order = np.lexsort((np.arange(len(series)), table.step, series))
     s, t = series[order], table.step[order]
     keep = np.ones(len(order), bool)
@@ -457,55 +458,74 @@ def _ints(column: pa.Array) -> np.ndarray:
     return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
-def _counts(column: pa.Array) -> np.ndarray:
-    """Non-finite counts as int32, null as 0, capped at 2**31 - 1."""
-    values = _ints(column)
-    bounds = pc.min_max(column)
-    if bounds["min"].is_valid and bounds["min"].as_py() >= 0 and bounds["max"].as_py() < 2**31:
-        return values.astype(np.int32)
-    return np.minimum(values, 2**31 - 1).astype(np.int32)
+def _counts(values: np.ndarray) -> np.ndarray:
+    """Non-finite counts (int64, null read as 0) as int32, capped at 2**31 - 1."""
+    if len(values) and values.max() >= 2**31:
+        values = np.minimum(values, 2**31 - 1)
+    return values.astype(np.int32)
 
 
-def _floats(column: pa.Array) -> np.ndarray:
-    return column.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+def _nan_filled(column: pa.Array) -> np.ndarray:
+    """A float column as numpy, NaN for null (filled by Arrow: numpy's conversion of a column
+    with nulls is 4x slower)."""
+    if column.null_count:
+        column = pc.fill_null(column, float("nan"))
+    return column.to_numpy(zero_copy_only=False)
 
 
 def _magnitude(batch: pa.RecordBatch) -> np.ndarray:
     """norm where recorded (param/grad/update/state), else max_abs, else max(|min|, |max|)."""
-    magnitude = _floats(batch.column("norm"))
-    missing = np.flatnonzero(np.isnan(magnitude))
-    if not len(missing):
+    magnitude = _nan_filled(batch.column("norm")).astype(np.float64, copy=False)
+    missing = np.isnan(magnitude)
+    if not missing.any():
         return magnitude
-    if not magnitude.flags.writeable:
-        magnitude = magnitude.copy()
-    values = batch.column("max_abs").to_numpy(zero_copy_only=False)[missing]
-    magnitude[missing] = values
-    missing = missing[np.isnan(values)]
+    magnitude = magnitude.copy()
+    np.copyto(magnitude, _nan_filled(batch.column("max_abs")), where=missing)
+    missing = np.flatnonzero(np.isnan(magnitude))
     if len(missing):
-        low = np.abs(batch.column("min").to_numpy(zero_copy_only=False)[missing])
-        high = np.abs(batch.column("max").to_numpy(zero_copy_only=False)[missing])
+        low = np.abs(_nan_filled(batch.column("min"))[missing])
+        high = np.abs(_nan_filled(batch.column("max"))[missing])
         magnitude[missing] = np.fmax(low, high)
     return magnitude
 
 
-def _aux(
-    batch: pa.RecordBatch, role_codes: np.ndarray, role_names: list[str], roles_present: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    slots = (np.full(batch.num_rows, np.nan, np.float32), np.full(batch.num_rows, np.nan, np.float32))
-    converted: dict[str, np.ndarray] = {}
-    for code in roles_present[roles_present >= 0].tolist():
-        columns = AUX_COLUMNS.get(role_names[code])
+def _aux(batch: pa.RecordBatch, rows: np.ndarray | None, starts: np.ndarray, role_codes: np.ndarray,
+         role_names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The role-specific statistics (AUX_COLUMNS) of the kept rows: `rows` of the batch (None:
+    every row), whose role codes are `role_codes` and whose runs of one series begin at
+    `starts`. Each role's columns are copied for its own rows only: slice by slice when every
+    row is kept (a flush's rows come role by role, so a batch holds a few dozen runs of one
+    role), else taken row by row."""
+    slots = (np.full(len(role_codes), np.nan, np.float32), np.full(len(role_codes), np.nan, np.float32))
+    run_roles = role_codes[starts]
+    first = _run_starts(run_roles)
+    begin, span_roles = starts[first], run_roles[first]
+    end = np.r_[begin[1:], len(role_codes)]
+    sliced = rows is None and len(begin) <= _SLICED_SPANS
+    whole: dict[str, np.ndarray] = {}
+    for code in np.unique(span_roles).tolist():
+        columns = AUX_COLUMNS.get(role_names[code]) if code >= 0 else None
         if columns is None:
             continue
-        mask = role_codes == code
+        mine = span_roles == code
+        if sliced:
+            for slot, column in zip(slots, columns):
+                if column not in whole:
+                    whole[column] = _aux_values(batch.column(column))
+                for low, high in zip(begin[mine].tolist(), end[mine].tolist()):
+                    slot[low:high] = whole[column][low:high]
+            continue
+        at = _run_rows(begin[mine], (end - begin)[mine])
+        taken = pa.array(at if rows is None else rows[at])
         for slot, column in zip(slots, columns):
-            if column not in converted:
-                values = batch.column(column)
-                if pa.types.is_boolean(values.type):
-                    values = pc.cast(values, pa.float32())
-                converted[column] = values.to_numpy(zero_copy_only=False)
-            np.copyto(slot, converted[column], where=mask)
+            slot[at] = _aux_values(batch.column(column).take(taken))
     return slots
+
+
+def _aux_values(column: pa.Array) -> np.ndarray:
+    if pa.types.is_boolean(column.type):
+        column = pc.cast(column, pa.float32())
+    return _nan_filled(column)
 
 
 def _input_hashes(batch: pa.RecordBatch) -> list[pa.Table]:
@@ -518,11 +538,14 @@ def _input_hashes(batch: pa.RecordBatch) -> list[pa.Table]:
     return [rows.set_column(1, "name", pc.cast(rows.column("name"), pa.string()))]
 
 
-def _input_rows(batch: pa.RecordBatch, role_codes: np.ndarray) -> pa.Table:
-    """The batch's input/target rows, INPUT_COLUMNS of them."""
-    roles = _dictionary(batch.column("role")).dictionary.to_pylist()
-    wanted = np.array([r in INPUT_ROLES for r in roles] + [False])  # code -1 (null): the last
-    rows = np.flatnonzero(wanted[role_codes]) if wanted.any() else np.zeros(0, np.int64)
+def _input_rows(batch: pa.RecordBatch, starts: np.ndarray, role_codes: np.ndarray, role_names: list[str]
+                ) -> pa.Table:
+    """The batch's input/target rows, INPUT_COLUMNS of them (found from its runs of one series,
+    beginning at `starts`)."""
+    wanted = np.array([r in INPUT_ROLES for r in role_names] + [False])  # code -1 (null): the last
+    mine = wanted[role_codes[starts]]
+    lengths = np.diff(np.r_[starts, len(role_codes)])
+    rows = _run_rows(starts[mine], lengths[mine]) if mine.any() else np.zeros(0, np.int64)
     return pa.Table.from_batches([batch.select(INPUT_COLUMNS)]).take(rows)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..findings import Finding, FirstNonfinite, Onset, Severity
+from ..models import median
 from ..ranking import TensorBreak
 from ..scalars import is_eval_loss, loss_curve, main_loss, recorder_scalar
 from ..series import AUX_COLUMNS, SeriesTable
@@ -158,7 +159,7 @@ def _median(values: np.ndarray) -> float:
     if len(values) == 0:
         return float("nan")
     stride = max(1, len(values) // _SUMMARY_POINTS)
-    return float(np.median(values[::stride]))
+    return float(median(values[::stride]))  # np.median's, bit for bit, without its overhead
 
 
 def summarize(table: SeriesTable, before: int | None = None) -> pd.DataFrame:

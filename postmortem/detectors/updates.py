@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import linregress
 
 from ..findings import Finding
 from .base import ERROR, Evidence, Outcome, finding, loss_curve, register, role, scalar
@@ -141,6 +140,8 @@ def slow_steady_descent(values: np.ndarray, improvement: float | None, th: Updat
     keeps the pace of the first."""
     if improvement is None or not th.slow_min_improvement <= improvement <= th.slow_max_improvement:
         return False
+    from scipy.stats import linregress  # here: importing scipy.stats costs ~1 s of every analysis
+
     half = len(values) // 2
     whole = linregress(np.arange(len(values)), values)
     early = linregress(np.arange(half), values[:half])

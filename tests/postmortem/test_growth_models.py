@@ -8,11 +8,28 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from postmortem.models import ExponentialFrom, JumpAt, JumpThenExponential, NoBreak, select_break
+from postmortem.models import (CHI2_95, ExponentialFrom, JumpAt, JumpThenExponential, NoBreak, median,
+                               select_break)
 from postmortem.onset import analyse_series
 
 N = 300
 NOISE = 0.1  # decades
+
+
+def test_the_written_out_chi2_quantile_is_scipys():
+    from scipy.stats import chi2
+
+    assert CHI2_95 == float(chi2.ppf(0.95, df=1))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_fast_median_is_numpys_bit_for_bit(dtype):
+    rng = np.random.default_rng(7)
+    for n in [*range(1, 40), 4096, 4097]:
+        values = rng.lognormal(0.0, 3.0, n).astype(dtype)
+        for view in (values, values[::3]):
+            if len(view):
+                assert np.float64(median(view)).tobytes() == np.float64(np.median(view)).tobytes(), n
 
 
 def _t0s(seed: int, count: int = 4) -> list[int]:

@@ -113,3 +113,21 @@ def test_the_progress_moves_while_a_thinned_run_is_read(long_run, thinned, monke
     assert reading == sorted(reading) and len(set(reading)) >= series.READ_STAGES // 2
     assert reading[0] <= len(handed_out) / 4  # the first stage is drawn early in the read
     assert [label for label, _ in calls][-1].startswith("ranking")
+
+
+@pytest.mark.parametrize("sliced_spans", [series._SLICED_SPANS, 0])  # 0: every batch taken row by row
+def test_each_series_keeps_the_recorded_statistics_of_its_role(long_run, monkeypatch, sliced_spans):
+    monkeypatch.setattr(series, "_SLICED_SPANS", sliced_spans)
+    run = load_run(long_run)
+    table = series.read_series(run)
+    columns = sorted({c for kept in series.AUX_COLUMNS.values() for c in kept})
+    frame = run.stats(columns=["numel", *columns]).sort_values("step")
+    groups = {(r, n, k if isinstance(k, str) else None): g
+              for (r, n, k), g in frame.groupby(["role", "name", "key"], dropna=False, observed=True)}
+    for index, key in enumerate(table.keys):
+        recorded = groups[(key.role, key.name, key.key)]
+        assert table.step[table.rows(index)].tolist() == recorded["step"].tolist()
+        assert table.numel[index] == recorded["numel"].iloc[0]
+        for column in series.AUX_COLUMNS[key.role]:
+            expected = recorded[column].astype(np.float32).to_numpy()
+            np.testing.assert_array_equal(table.column(index, column), expected, err_msg=f"{key} {column}")

@@ -168,3 +168,10 @@ def test_scalars_only_run_with_a_finite_loss_explosion(tmp_path, t0):
     analysis = analyze(tmp_path / "run")
     assert analysis.verdict == "diverged" and analysis.first_nonfinite is None
     assert analysis.onset.step == t0 and analysis.ranking == []
+
+
+def test_nonfinite_counts_beyond_int32_are_capped():
+    from postmortem.series import _counts
+
+    counts = _counts(np.array([0, 5, 2**40, 2**31 - 1], np.int64))
+    assert counts.dtype == np.int32 and counts.tolist() == [0, 5, 2**31 - 1, 2**31 - 1]
