@@ -12,16 +12,8 @@ from sample_runs import HELD_OUT_ARCHS, SCENARIOS, make
 from sample_runs import faults
 from sample_runs.data import GRAPH, SORT, SPEECH, ctc_batch_sampler, sbm_graph, sort_batch_sampler
 from sample_runs.field import FIELD_FAMILIES, _ctc_chance, _twin_losses
-from sample_runs.field_models import (
-    FIELD_ARCHS,
-    build_field_model,
-    ctc_loss,
-    ddpm_loss,
-    info_nce_loss,
-    moe_lm_loss,
-    seq2seq_loss,
-    vae_loss,
-)
+from sample_runs.field_models import (FIELD_ARCHS, build_field_model, ctc_loss, ddpm_loss, info_nce_loss, moe_lm_loss,
+                                      seq2seq_loss, vae_loss)
 from sample_runs.training import broke_against, stalled_against, train_field
 
 
