@@ -4,6 +4,7 @@ Every function takes a seed and returns the same tensors for the same seed.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -33,6 +34,10 @@ __all__ = [
     "GraphSpec",
     "sbm_graph",
     "two_views_sampler",
+    "images_sampler",
+    "SPEECH",
+    "SpeechSpec",
+    "ctc_batch_sampler",
 ]
 
 
@@ -337,7 +342,7 @@ def two_views_sampler(images: torch.Tensor, batch_size: int, seed: int):
     """Returns `draw()` giving (views, None): `batch_size` images drawn without replacement, each
     augmented twice (a random shift of up to one pixel, a random brightness scale in [0.6, 1.4],
     Gaussian noise 0.1), concatenated as (2·batch_size, 1, H, W); self-supervised, no targets."""
-    draw_images = batch_sampler(Dataset(images, torch.zeros(len(images))), batch_size, seed)
+    draw_images = images_sampler(images, batch_size, seed)
     generator = torch.Generator().manual_seed(seed + 7)
 
     def augment(x: torch.Tensor) -> torch.Tensor:
@@ -349,5 +354,71 @@ def two_views_sampler(images: torch.Tensor, batch_size: int, seed: int):
     def draw() -> tuple[torch.Tensor, None]:
         x, _ = draw_images()
         return torch.cat([augment(x), augment(x)]), None
+
+    return draw
+
+
+def images_sampler(images: torch.Tensor, batch_size: int, seed: int):
+    """Returns `draw()` giving (images, None): `batch_size` images drawn without replacement, no
+    targets (a generative or self-supervised model's batch)."""
+    draw = batch_sampler(Dataset(images, torch.zeros(len(images))), batch_size, seed)
+    return lambda: (draw()[0], None)
+
+
+@dataclass(frozen=True)
+class SpeechSpec:
+    """The CTC task: utterances of 2–4 symbols (IDs 1…`symbols`; 0 is CTC's blank), each symbol
+    `min_frames`–`max_frames` frames of its own spectral prototype over `features` bands under a
+    rise-and-fall envelope, 0–2 silent frames between symbols and 1–3 at either end, a gain per
+    utterance and Gaussian noise on every frame (log-mel-like frames, roughly zero mean)."""
+
+    symbols: int = 8
+    features: int = 16
+    shortest: int = 2
+    longest: int = 4
+    min_frames: int = 3
+    max_frames: int = 5
+    noise: float = 0.4
+
+    @property
+    def classes(self) -> int:
+        return self.symbols + 1
+
+
+SPEECH = SpeechSpec()
+
+
+def ctc_batch_sampler(batch_size: int, seed: int):
+    """Returns `draw()` giving a dict batch of frames padded to the longest utterance
+    (`input_features` (B, T, features), `attention_mask` 1/0) and `labels` (B, longest) padded
+    with -100, as a speech collator gives them to a CTC model."""
+    spec = SPEECH
+    prototypes = torch.randn(spec.symbols + 1, spec.features, generator=torch.Generator().manual_seed(77))
+    generator = torch.Generator().manual_seed(seed)
+
+    def randint(lo: int, hi: int) -> int:
+        return int(torch.randint(lo, hi + 1, (1,), generator=generator))
+
+    def utterance() -> tuple[torch.Tensor, list[int]]:
+        symbols = torch.randint(1, spec.symbols + 1, (randint(spec.shortest, spec.longest),), generator=generator)
+        frames = [torch.zeros(randint(1, 3), spec.features)]
+        for i, symbol in enumerate(symbols.tolist()):
+            n = randint(spec.min_frames, spec.max_frames)
+            envelope = torch.sin(math.pi * (torch.arange(n) + 0.5) / n).unsqueeze(1)
+            frames.append(prototypes[symbol] * (0.5 + 0.5 * envelope))
+            frames.append(torch.zeros(randint(0, 2) if i < len(symbols) - 1 else randint(1, 3), spec.features))
+        x = torch.cat(frames) * (0.7 + 0.6 * float(torch.rand(1, generator=generator)))
+        return x + spec.noise * torch.randn(x.shape, generator=generator), symbols.tolist()
+
+    def draw() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        utterances = [utterance() for _ in range(batch_size)]
+        frames = max(len(x) for x, _ in utterances)
+        features = torch.zeros(batch_size, frames, spec.features)
+        mask = torch.zeros(batch_size, frames, dtype=torch.int64)
+        labels = torch.full((batch_size, spec.longest), -100, dtype=torch.int64)
+        for i, (x, symbols) in enumerate(utterances):
+            features[i, : len(x)], mask[i, : len(x)] = x, 1
+            labels[i, : len(symbols)] = torch.tensor(symbols)
+        return {"input_features": features, "attention_mask": mask}, labels
 
     return draw

@@ -7,7 +7,9 @@ IDs and dense features, BCE-with-logits), a sparse mixture-of-experts character 
 a load-balancing auxiliary loss), a VAE (BCE + KL), a U-Net segmenting generated shapes (per-pixel
 cross-entropy), an `nn.Transformer` seq2seq model sorting sequences (padding masks, teacher
 forcing, label smoothing), a hand-written GCN classifying the nodes of a stochastic block model
-(full batch, a train mask) and a SimCLR encoder (two augmented views, InfoNCE) (`field_models`),
+(full batch, a train mask), a SimCLR encoder (two augmented views, InfoNCE), a DDPM denoiser
+(noise prediction at a random timestep, MSE, an EMA copy of the weights) and a CTC recogniser
+(conv front-end and bidirectional LSTM over audio-like frames, variable lengths) (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop. Faults come from `faults.py`, at a step t0 and on a
@@ -29,11 +31,14 @@ from torch import nn
 from . import faults
 from .data import (
     SORT,
+    SPEECH,
     Dataset,
     batch_sampler,
     char_corpus,
     click_data,
+    ctc_batch_sampler,
     digits,
+    images_sampler,
     lm_batch_sampler,
     sort_batch_sampler,
     sbm_graph,
@@ -41,7 +46,17 @@ from .data import (
     two_views_sampler,
 )
 from .expected import Expected
-from .field_models import CONTEXT, FIELD_ARCHS, build_field_model, info_nce_loss, moe_lm_loss, seq2seq_loss, vae_loss
+from .field_models import (
+    CONTEXT,
+    FIELD_ARCHS,
+    build_field_model,
+    ctc_loss,
+    ddpm_loss,
+    info_nce_loss,
+    moe_lm_loss,
+    seq2seq_loss,
+    vae_loss,
+)
 from .nanogpt import LoopConfig, lr_at
 from .training import broke_against, stalled_against, token_cross_entropy, train_field
 
@@ -63,6 +78,8 @@ class Recipe:
     clip: float | None = 1.0
     betas: tuple[float, float] = (0.9, 0.999)
     warmup: int = 15
+    ema: float | None = None
+    """The decay of an EMA copy of the weights updated after each optimizer step (diffusion models)."""
 
 
 RECIPES = {
@@ -83,14 +100,17 @@ RECIPES = {
     "seq2seq": Recipe(lr=3e-3, weight_decay=0.01, batch=32, betas=(0.9, 0.98)),
     "gnn": Recipe(lr=1e-2, weight_decay=5e-4, batch=400, clip=None, warmup=0),
     "simclr": Recipe(lr=3e-3, weight_decay=1e-4, batch=32, clip=None),
+    "ddpm": Recipe(lr=2e-3, weight_decay=0.01, batch=32, ema=0.995),
+    "ctc": Recipe(lr=3e-3, weight_decay=0.0, batch=16, clip=None),
 }
 LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe")
-IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr")
+IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm")
 """Architectures that take (B, 1, 8, 8) digits."""
 LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "recsys": torch.nn.functional.binary_cross_entropy_with_logits,
           "moe": moe_lm_loss, "vae": vae_loss, "unet": torch.nn.functional.cross_entropy,
-          "seq2seq": seq2seq_loss, "gnn": torch.nn.functional.cross_entropy, "simclr": info_nce_loss}
+          "seq2seq": seq2seq_loss, "gnn": torch.nn.functional.cross_entropy, "simclr": info_nce_loss,
+          "ddpm": ddpm_loss, "ctc": ctc_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -153,8 +173,12 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
 
 
 FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae", "unet", "gnn",
-                "simclr")
+                "simclr", "ddpm", "ctc")
 """Architectures whose batch has float features (the bad-batch faults); the LMs read token IDs."""
+
+
+UNTARGETED = ("simclr", "ddpm")
+"""Architectures trained without targets (self-supervised, generative): no labels to corrupt."""
 
 
 def _no_fault(**_) -> faults.Fault:
@@ -168,7 +192,7 @@ FIELD_FAMILIES: dict[str, FieldFamily] = {
     "healthy_bf16": FieldFamily(_no_fault, "healthy", recipe={"bf16": True}, notes="bf16 autocast"),
     "healthy_spike": FieldFamily(
         lambda t0, classes, **_: faults.MislabeledBatch(t0=t0, length=2, classes=classes), "healthy",
-        archs=tuple(a for a in FIELD_ARCHS if a != "simclr"),  # self-supervised: no targets to corrupt
+        archs=tuple(a for a in FIELD_ARCHS if a not in UNTARGETED),
         notes="two batches with wrong targets from step {t0}: a loss spike that recovers"),
     "lr_spike": FieldFamily(
         lambda t0, unit, factor, **_: faults.LrSpike(t0=t0, layer=unit, factor=factor), "diverged",
@@ -212,12 +236,14 @@ def field_families() -> list[tuple[str, str]]:
 def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     """(draw, eval_draw, classes, chance) for an architecture: characters for the LMs, clicks for
     the click model, shapes and masks for the U-Net, sorting for the seq2seq model, the block
-    model's graph for the GCN, digits otherwise (the autoencoder's and the VAE's targets are their
-    inputs, SimCLR's two views of each have none).
+    model's graph for the GCN, audio-like frames and their symbols for the CTC model, digits
+    otherwise (the autoencoder's and the VAE's targets are their inputs, SimCLR's two views of
+    each and the DDPM's digits scaled to [−1, 1] have none).
     `chance` is the loss of a model that learned nothing but the targets' marginal: ln(classes) for classifiers
     and LMs, the entropy of the click rate, the pixel variance for a reconstruction, the summed
     BCE of the mean image for the VAE (its KL term is 0 there), the entropy of the mask's pixel
-    classes for the U-Net, ln(2B − 1) for InfoNCE over 2B views."""
+    classes for the U-Net, ln(2B − 1) for InfoNCE over 2B views, 1 for the DDPM (ε's variance),
+    the CTC loss of the best input-independent frame distribution for the CTC model."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in LANGUAGE_MODELS:
         tokens, vocab = char_corpus(CORPUS_CHARS, seed)
@@ -246,11 +272,16 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         train_y, val_y = labels.masked_fill(~train_mask, -100), labels.masked_fill(~val_mask, -100)
         return (lambda: (graph, train_y)), (lambda: (graph, val_y)), int(labels.max()) + 1, \
             math.log(int(labels.max()) + 1)
+    if arch == "ctc":
+        return ctc_batch_sampler(micro, seed), ctc_batch_sampler(64, seed + 1), SPEECH.classes, _ctc_chance()
     rows = digits("rows")
     x = rows.x.unsqueeze(1) if arch in IMAGE_MODELS else rows.x
     if arch == "simclr":
         return (two_views_sampler(x[:1500], micro, seed), two_views_sampler(x[1500:], 128, seed + 1), 10,
                 math.log(2 * micro - 1))
+    if arch == "ddpm":  # DDPM's data scaling
+        x = 2 * x - 1
+        return images_sampler(x[:1500], micro, seed), images_sampler(x[1500:], 128, seed + 1), 10, 1.0
     if arch == "vae":
         x = (x > 0.5).float()  # binarised digits, as VAEs are trained on binarised MNIST
     if arch in ("autoencoder", "vae"):
@@ -261,6 +292,30 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10, chance
     train, held = Dataset(x[:1500], rows.y[:1500]), Dataset(x[1500:], rows.y[1500:])
     return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10, math.log(10)
+
+
+@lru_cache(maxsize=1)
+def _ctc_chance() -> float:
+    """The CTC loss of one frame distribution for every frame of every input (blank and symbol
+    log-probabilities fitted by Adam on held-out batches): what a recogniser that ignores its
+    input can reach."""
+    draw = ctc_batch_sampler(256, 99)
+    batches = [draw() for _ in range(2)]
+    logits = torch.zeros(SPEECH.classes, requires_grad=True)
+    optimizer = torch.optim.Adam([logits], lr=0.1)
+
+    def loss_on(batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        lengths = torch.div(batch["attention_mask"].sum(1) - 1, 2, rounding_mode="floor") + 1
+        frames = int(lengths.max())
+        log_probs = torch.log_softmax(logits, 0).expand(frames, len(labels), -1)
+        return ctc_loss((log_probs, lengths), labels)
+
+    for _ in range(150):
+        optimizer.zero_grad()
+        loss_on(*batches[0]).backward()
+        optimizer.step()
+    with torch.no_grad():
+        return float(loss_on(*batches[1]))
 
 
 @lru_cache(maxsize=None)  # 24 twins; the catalogue visits them family by family
@@ -282,6 +337,11 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     model = build_field_model(arch, classes)
     lr = recipe.lr * spec.lr_factor
     optimizer = torch.optim.AdamW(_param_groups(model, recipe, lr), lr=lr, betas=recipe.betas)
+    after_step = None
+    if recipe.ema is not None:  # torchvision's and diffusers' EMA: averaged weights, updated after each step
+        ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(
+            recipe.ema))
+        after_step = lambda: ema.update_parameters(model)  # noqa: E731
     picked = _draws(model, rng)
     fault = spec.fault(t0=t0, factor=factor, classes=classes, **picked)
     schedule = _schedule(Recipe(**{**recipe.__dict__, "warmup": options["warmup"]}), STEPS)
@@ -291,7 +351,7 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     outcome = train_field(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, fault=fault,
                           accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
                           eval_draw=eval_draw, loss_fn=LOSSES.get(arch, token_cross_entropy), config=config,
-                          recorder_options=recorder_options)
+                          recorder_options=recorder_options, after_step=after_step)
     # Parameters outside every unit's module (the classifier's `pos`) sit before the first block.
     units = [*(n for n, _ in model.named_parameters() if not any(n.startswith(u + ".") for u in model.units)),
              *model.units]

@@ -52,10 +52,24 @@
   L2-normalised projections with temperature 0.2 (the pair of each view is its positive, itself
   masked out); no labels.
 
+- `GaussianDiffusion`: a DDPM (Ho et al. 2020; lucidrains' `GaussianDiffusion` wrapping a denoiser,
+  `model`): the linear β schedule over 1000 steps as buffers, and in `forward(x0)` a random t per
+  sample, noise ε and x_t = √ᾱ_t x0 + √(1−ᾱ_t) ε; the denoiser (`Denoiser`, a small DDPM U-Net on
+  the 8×8 digits scaled to [−1, 1]: a sinusoidal timestep embedding through an MLP, GroupNorm/SiLU
+  residual blocks that add the time embedding, a strided-conv downsample, nearest upsample and a
+  skip by concatenation) predicts ε; returns (prediction, ε) for `ddpm_loss`, their MSE. Trained
+  with an EMA copy of the weights (`field.RECIPES`' `ema`) updated after each optimizer step.
+- `CTCRecognizer`: a DeepSpeech2-style recogniser over generated audio-like feature frames
+  (`data.ctc_batch_sampler`): a strided `Conv1d` front-end (BatchNorm, Hardtanh(0, 20)), a 2-layer
+  bidirectional LSTM, a Linear to the symbols and the blank (0), log_softmax as (T, N, C) and the
+  frames' lengths after the stride; `ctc_loss` is `nn.CTCLoss(blank=0, zero_infinity=True)` with
+  Hugging Face's wav2vec2 handling of labels padded with -100 (target lengths from the mask).
+
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
 `llama`, `autoencoder` and `recsys` before the third, `moe` and `vae` before the fourth, `unet`,
-`seq2seq`, `gnn` and `simclr` before the fifth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`seq2seq`, `gnn` and `simclr` before the fifth, `ddpm` and `ctc` before the sixth
+(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -74,7 +88,8 @@ from torch import nn
 from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
-           "RecSys", "MoELM", "VAE", "UNet", "Seq2Seq", "GCN", "SimCLR", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
+           "RecSys", "MoELM", "VAE", "UNet", "Seq2Seq", "GCN", "SimCLR", "GaussianDiffusion", "Denoiser",
+           "CTCRecognizer", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
 
 
 def nanogpt_init(model: TinyGPT) -> TinyGPT:
@@ -743,15 +758,135 @@ def info_nce_loss(z: torch.Tensor, _targets=None, temperature: float = 0.2) -> t
     return torch.nn.functional.cross_entropy(logits, pairs)
 
 
+def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """DDPM's sinusoidal embedding of integer timesteps (the transformer's positions): (B,) → (B, dim)."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000) * torch.arange(half, device=t.device) / (half - 1))
+    args = t.float()[:, None] * freqs[None]
+    return torch.cat([args.sin(), args.cos()], dim=-1)
+
+
+class TimeResBlock(nn.Module):
+    """DDPM's ResnetBlock: GroupNorm → SiLU → conv, plus a projection of the time embedding per
+    channel, GroupNorm → SiLU → conv, added to the input (a 1×1 conv where the channels change)."""
+
+    def __init__(self, cin: int, cout: int, tdim: int, groups: int = 2) -> None:
+        super().__init__()
+        self.norm1 = nn.GroupNorm(groups, cin)
+        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
+        self.time_proj = nn.Linear(tdim, cout)
+        self.norm2 = nn.GroupNorm(groups, cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+        self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+
+    def forward(self, x: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
+        h = self.conv1(torch.nn.functional.silu(self.norm1(x)))
+        h = h + self.time_proj(torch.nn.functional.silu(temb))[:, :, None, None]
+        h = self.conv2(torch.nn.functional.silu(self.norm2(h)))
+        return self.skip(x) + h
+
+
+class Denoiser(nn.Module):
+    """A small DDPM U-Net for 8×8 images: init conv, a residual block at 8×8, a strided-conv
+    downsample, a residual block at 4×4, nearest upsample + conv, concatenation with the 8×8
+    skip, a residual block, GroupNorm → SiLU → conv to the predicted noise."""
+
+    def __init__(self, channels: int = 8, tdim: int = 32) -> None:
+        super().__init__()
+        c = channels
+        self.tdim = tdim
+        self.time_mlp = nn.Sequential(nn.Linear(tdim, tdim), nn.SiLU(), nn.Linear(tdim, tdim))
+        self.init_conv = nn.Conv2d(1, c, 3, padding=1)
+        self.down1 = TimeResBlock(c, c, tdim)
+        self.downsample = nn.Conv2d(c, c, 3, stride=2, padding=1)
+        self.mid = TimeResBlock(c, 2 * c, tdim)
+        self.upsample = nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(2 * c, c, 3, padding=1))
+        self.up1 = TimeResBlock(2 * c, c, tdim)
+        self.final = nn.Sequential(nn.GroupNorm(2, c), nn.SiLU(), nn.Conv2d(c, 1, 3, padding=1))
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        temb = self.time_mlp(timestep_embedding(t, self.tdim))
+        h0 = self.init_conv(x)
+        h1 = self.down1(h0, temb)
+        h = self.mid(self.downsample(h1), temb)
+        h = self.up1(torch.cat([self.upsample(h), h1], dim=1), temb)
+        return self.final(h)
+
+
+class GaussianDiffusion(nn.Module):
+    """DDPM training: the linear β schedule (1e-4 → 0.02 over `timesteps`) and its √ᾱ, √(1−ᾱ) as
+    buffers; `forward(x0)` draws t ~ U{0, …, T−1} and ε ~ N(0, I) per sample, noises x0 to x_t and
+    returns (the denoiser's ε prediction, ε)."""
+
+    def __init__(self, model: nn.Module, timesteps: int = 1000) -> None:
+        super().__init__()
+        self.model = model
+        self.timesteps = timesteps
+        betas = torch.linspace(1e-4, 0.02, timesteps)
+        alphas_cumprod = torch.cumprod(1.0 - betas, dim=0)
+        self.register_buffer("sqrt_alphas_cumprod", alphas_cumprod.sqrt())
+        self.register_buffer("sqrt_one_minus_alphas_cumprod", (1.0 - alphas_cumprod).sqrt())
+        units = ["time_mlp", "init_conv", "down1", "downsample", "mid", "upsample", "up1", "final"]
+        self.units = [f"model.{u}" for u in units]
+        self.hidden = ["model.down1", "model.mid", "model.up1"]
+        self.exposed = ["model.final.2"]  # every other layer's output meets a GroupNorm on its way to the loss
+
+    def forward(self, x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        t = torch.randint(0, self.timesteps, (len(x0),), device=x0.device)
+        noise = torch.randn_like(x0)
+        x_t = self.sqrt_alphas_cumprod[t].view(-1, 1, 1, 1) * x0 + \
+            self.sqrt_one_minus_alphas_cumprod[t].view(-1, 1, 1, 1) * noise
+        return self.model(x_t, t), noise
+
+
+def ddpm_loss(output: tuple[torch.Tensor, torch.Tensor], _targets=None) -> torch.Tensor:
+    """The simple DDPM objective: the MSE between the predicted and the drawn noise."""
+    prediction, noise = output
+    return torch.nn.functional.mse_loss(prediction, noise)
+
+
+class CTCRecognizer(nn.Module):
+    """(B, T, features) frames with an `attention_mask` → ((T', B, classes) log-probabilities,
+    (B,) output lengths), T' = the frames after the front-end's stride 2."""
+
+    def __init__(self, features: int, classes: int, channels: int = 32, hidden: int = 32, layers: int = 2) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv1d(features, channels, 5, stride=2, padding=2, bias=False),
+                                  nn.BatchNorm1d(channels), nn.Hardtanh(0, 20))
+        self.rnn = nn.LSTM(channels, hidden, layers, batch_first=True, bidirectional=True, dropout=0.1)
+        self.fc = nn.Linear(2 * hidden, classes)
+        self.units = ["conv", "rnn", "fc"]
+        self.hidden = ["conv", "rnn"]
+        self.exposed = ["rnn", "fc"]
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        lengths = batch["attention_mask"].sum(dim=1)
+        x = self.conv(batch["input_features"].transpose(1, 2)).transpose(1, 2)
+        out, _ = self.rnn(x)
+        log_probs = torch.nn.functional.log_softmax(self.fc(out), dim=-1).transpose(0, 1)
+        return log_probs, torch.div(lengths + 2 * 2 - 5, 2, rounding_mode="floor") + 1
+
+
+CTC_LOSS = nn.CTCLoss(blank=0, zero_infinity=True)
+
+
+def ctc_loss(output: tuple[torch.Tensor, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+    """CTC over labels padded with -100 (wav2vec2's `labels >= 0` mask gives the target lengths
+    and the flattened targets); mean over the batch of the loss per target symbol."""
+    log_probs, lengths = output
+    mask = labels >= 0
+    return CTC_LOSS(log_probs, labels.masked_select(mask), lengths, mask.sum(dim=-1))
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
-               "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr")
+               "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
 
 def build_field_model(arch: str, vocab: int) -> nn.Module:
     """The architecture's model; `vocab` is the LMs' and the seq2seq model's vocabulary, the classes
-    of the segmentation and node classifiers (ignored by the others)."""
+    of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""
     if arch == "gpt":
         return nanogpt_init(TinyGPT(vocab=vocab, context=CONTEXT, width=32, heads=4, layers=2))
     if arch == "transformer":
@@ -790,4 +925,10 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         return GCN(GRAPH.features, vocab)
     if arch == "simclr":
         return SimCLR()
+    if arch == "ddpm":
+        return GaussianDiffusion(Denoiser())
+    if arch == "ctc":
+        from .data import SPEECH
+
+        return CTCRecognizer(SPEECH.features, vocab)
     raise ValueError(f"unknown field architecture {arch!r}")

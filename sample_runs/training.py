@@ -148,8 +148,10 @@ def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Te
 
 def _float32(output):
     """The model's output in float32; a tuple (logits and an auxiliary loss, a VAE's reconstruction
-    logits, mu and logvar) element by element."""
-    return tuple(o.float() for o in output) if isinstance(output, tuple) else output.float()
+    logits, mu and logvar) element by element, integer elements (a CTC model's lengths) as they are."""
+    if isinstance(output, tuple):
+        return tuple(o.float() if o.is_floating_point() else o for o in output)
+    return output.float()
 
 
 class _Unrecorded:
@@ -185,6 +187,7 @@ def train_field(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = token_cross_entropy,
     config: dict | None = None,
     recorder_options: dict | None = None,
+    after_step: Callable[[], None] | None = None,
 ) -> Outcome:
     """nanoGPT's loop: schedule → `accumulation` micro-batches of forward/backward (loss / accum),
     clip → `optimizer.step()` → `zero_grad(set_to_none=True)` → `rec.step`, an eval loop every
@@ -195,6 +198,7 @@ def train_field(
     a tuple output element by element (default: cross-entropy over class indices,
     `token_cross_entropy`; a regression's MSE, a click model's BCE-with-logits). The recorded `loss` is the step's mean micro-batch loss
     (unscaled), as nanoGPT logs it.
+    `after_step()` runs right after each `optimizer.step()` (an EMA update of the weights).
     `run_dir=None` trains without recording (the losses only).
     """
     from recorders import Recorder
@@ -235,6 +239,8 @@ def train_field(
                     nn.utils.clip_grad_norm_(model.parameters(), clip)
                 if fault.take_step(step):
                     optimizer.step()
+                    if after_step is not None:
+                        after_step()
                 if fault.zero_grad(step):
                     optimizer.zero_grad(set_to_none=True)
                 rec.step(loss=total, inputs=x, targets=y, **extra)

@@ -9,10 +9,12 @@ import torch
 from sample_run_helpers import read_stats
 
 from sample_runs import HELD_OUT_ARCHS, SCENARIOS, make
-from sample_runs.data import GRAPH, SORT, sort_batch_sampler, sbm_graph
-from sample_runs.field import FIELD_FAMILIES, _twin_losses
-from sample_runs.field_models import FIELD_ARCHS, build_field_model, info_nce_loss, moe_lm_loss, seq2seq_loss, vae_loss
-from sample_runs.training import broke_against, stalled_against
+from sample_runs import faults
+from sample_runs.data import GRAPH, SORT, SPEECH, ctc_batch_sampler, sbm_graph, sort_batch_sampler
+from sample_runs.field import FIELD_FAMILIES, _ctc_chance, _twin_losses
+from sample_runs.field_models import (FIELD_ARCHS, build_field_model, ctc_loss, ddpm_loss, info_nce_loss, moe_lm_loss,
+                                      seq2seq_loss, vae_loss)
+from sample_runs.training import broke_against, stalled_against, train_field
 
 
 def _losses(run):
@@ -33,7 +35,7 @@ def test_catalogue_looks_like_the_field():
     field = [s for s in SCENARIOS.values() if s.arch in HELD_OUT_ARCHS]
     assert {s.arch for s in field} == {"gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn",
                                        "llama", "autoencoder", "recsys", "moe", "vae", "unet", "seq2seq", "gnn",
-                                       "simclr"}
+                                       "simclr", "ddpm", "ctc"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -210,6 +212,69 @@ def test_simclr_info_nce_is_low_for_matched_views_and_its_runs_have_no_targets(t
     stats = read_stats(tmp_path / "run")
     assert set(stats["role"]) >= {"input", "param", "grad"} and "target" not in set(stats["role"])
     assert stats.query("role == 'input' and step == 0")["shape"].tolist() == ["64x1x8x8"]  # two views of 32
+
+
+def test_ddpm_predicts_the_noise_of_x_t_at_a_random_timestep_and_its_runs_have_no_targets(tmp_path):
+    diffusion = build_field_model("ddpm", 10)
+    assert not any(n.startswith("sqrt") for n, _ in diffusion.named_parameters())  # the schedule is buffers
+    x0 = 2 * torch.rand(4, 1, 8, 8) - 1
+    torch.manual_seed(0)
+    prediction, noise = diffusion(x0)
+    torch.manual_seed(0)
+    t = torch.randint(0, diffusion.timesteps, (4,))
+    assert torch.equal(noise, torch.randn_like(x0))
+    signal, spread = (v[t].view(-1, 1, 1, 1) for v in (diffusion.sqrt_alphas_cumprod,
+                                                       diffusion.sqrt_one_minus_alphas_cumprod))
+    assert torch.allclose(signal ** 2 + spread ** 2, torch.ones_like(signal))
+    assert torch.allclose(prediction, diffusion.model(signal * x0 + spread * noise, t), atol=1e-6)
+    assert float(ddpm_loss((noise, noise))) == 0.0
+    truth = make("weight_scale-ddpm-s0", tmp_path / "run")
+    t0 = _t0(truth)
+    losses, twin = _losses(tmp_path / "run"), list(_twin_losses("ddpm", 0))
+    assert losses[:t0] == pytest.approx(twin[:t0], rel=1e-5)  # same noise and timesteps until the fault
+    assert truth.verdict == ("diverged" if broke_against(losses, twin, t0) else "healthy")
+    assert _mean(twin[-10:]) < 0.5 * _mean(twin[:10])  # the healthy recipe learns
+    stats = read_stats(tmp_path / "run")
+    assert "target" not in set(stats["role"])
+    assert stats.query("role == 'input' and step == 0")["shape"].tolist() == ["32x1x8x8"]
+
+
+def test_after_step_follows_each_optimizer_step_taken():
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    calls = []
+    train_field(None, model, optimizer, lambda: (torch.randn(4, 2), torch.randn(4, 1)), steps=5, lr_at=lambda _: 1.0,
+                fault=faults.MissingStep(t0=3), loss_fn=torch.nn.functional.mse_loss,
+                after_step=lambda: calls.append(model.weight.detach().clone()))
+    assert len(calls) == 3  # the EMA update of steps 0-2; none once the loop stops stepping
+
+
+def test_ctc_reads_variable_length_frames_and_a_detached_lstm_is_judged_by_its_twin(tmp_path):
+    batch, labels = ctc_batch_sampler(8, 0)()
+    targets = (labels >= 0).sum(1)
+    assert ((labels[labels >= 0] >= 1) & (labels[labels >= 0] <= SPEECH.symbols)).all()  # never the blank
+    assert SPEECH.shortest <= targets.min() and targets.max() <= SPEECH.longest and len(set(targets.tolist())) > 1
+    assert torch.equal(labels == -100, torch.arange(labels.shape[1]) >= targets.unsqueeze(1))  # padded at the end
+    assert torch.equal(batch["attention_mask"].sum(1) > 0, torch.ones(8, dtype=torch.bool))
+    model = build_field_model("ctc", SPEECH.classes).eval()
+    with torch.no_grad():
+        log_probs, lengths = model(batch)
+    assert log_probs.shape == (int(lengths.max()), 8, SPEECH.classes)  # (T, N, C)
+    assert torch.allclose(log_probs.exp().sum(-1), torch.ones(log_probs.shape[:2]), atol=1e-5)
+    assert lengths.dtype == torch.int64 and len(set(lengths.tolist())) > 1 and (lengths >= 2 * targets - 1).all()
+    assert math.isfinite(float(ctc_loss((log_probs, lengths), labels)))
+    uniform = torch.full_like(log_probs, -math.log(SPEECH.classes))
+    assert _ctc_chance() < float(ctc_loss((uniform, lengths), labels))  # the marginal beats knowing nothing
+    truth = make("detach-ctc-s0", tmp_path / "run")
+    t0 = _t0(truth)
+    losses, twin = _losses(tmp_path / "run"), list(_twin_losses("ctc", 0))
+    assert truth.verdict == ("not_learning" if stalled_against(losses, twin, t0) else "healthy")
+    assert _mean(twin[-10:]) < 0.5 * _mean(twin[:10]) and _mean(twin[-10:]) < 0.5 * _ctc_chance()
+    stats = read_stats(tmp_path / "run")
+    grads = stats.query("role == 'grad' and name == 'rnn.weight_ih_l0'").set_index("step")["norm"]
+    assert grads[t0 - 1] > 0 and grads[t0:].fillna(0).max() == 0  # no gradient reaches the detached LSTM
+    assert set(stats.query("role == 'input'")["name"]) == {"input.input_features", "input.attention_mask"}
+    assert set(stats.query("role == 'target'")["kind"]) == {"index"}
 
 
 def test_lr_spike_raises_the_groups_lr_at_t0_and_the_run_does_not_come_back(tmp_path):
