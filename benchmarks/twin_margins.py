@@ -5,7 +5,8 @@
 The truth of a fault injected at step t0 (sample_runs/training.py `broke_against`) compares the
 run with its fault-free twin (`healthy-<arch>-s<seed>`: same model, seed and batches): it
 diverged when the loss jumped ≥ 1.2× within 10 steps of t0 and it ends ≥ 1.25× the twin's final
-loss. The analyzer has no twin; it calls a finite incident recovered when the loss ends within
+loss (a fault from step 0, `lr_too_high`/`lr_too_low`: not learning when it ends ≥ 1.25× the
+twin, among others; its "level before" here is the median of its first 10 losses, t0 shown as 10). The analyzer has no twin; it calls a finite incident recovered when the loss ends within
 1.1× its own level before the onset (`OutcomeThresholds.recovered_factor`). For every run whose
 fault is dated in its notes and whose loss stayed finite, this prints both margins: end / twin
 end (the truth's yardstick) and end / level before t0 (the run's own), and with `--score` (a
@@ -25,6 +26,7 @@ import numpy as np
 import pyarrow.dataset as ds
 
 _T0 = re.compile(r"(?:at|from) step (\d+)")
+_FROM_START = ("lr_too_high-", "lr_too_low-")  # wrong from step 0: "before" is the first 10 losses
 
 
 def _loss(run: Path) -> np.ndarray:
@@ -38,9 +40,9 @@ def margins(runs: Path, called: dict[str, str]) -> list[dict]:
         expected = json.loads((run / "expected.json").read_text())
         found = _T0.search(expected.get("notes") or "")
         twin = runs / f"healthy-{expected.get('arch')}-s{expected.get('seed')}"
-        if not found or not twin.exists() or run == twin:
+        if not twin.exists() or run == twin or (not found and not run.name.startswith(_FROM_START)):
             continue
-        t0, loss, twin_loss = int(found.group(1)), _loss(run), _loss(twin)
+        t0, loss, twin_loss = int(found.group(1)) if found else 10, _loss(run), _loss(twin)
         if len(loss) < t0 + 10 or t0 < 10 or not np.all(np.isfinite(loss)):
             continue
         end = float(np.mean(loss[-10:]))
