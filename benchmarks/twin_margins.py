@@ -6,7 +6,8 @@ The truth of a fault injected at step t0 (sample_runs/training.py `broke_against
 run with its fault-free twin (`healthy-<arch>-s<seed>`: same model, seed and batches): it
 diverged when the loss jumped ≥ 1.2× within 10 steps of t0 and it ends ≥ 1.25× the twin's final
 loss (a fault from step 0, `lr_too_high`/`lr_too_low`: not learning when it ends ≥ 1.25× the
-twin, among others; its "level before" here is the median of its first 10 losses, t0 shown as 10). The analyzer has no twin; it calls a finite incident recovered when the loss ends within
+twin, among others; its "level before" here is the median of its first 10 losses, t0 shown as
+10). The analyzer has no twin; it calls a finite incident recovered when the loss ends within
 1.1× its own level before the onset (`OutcomeThresholds.recovered_factor`). For every run whose
 fault is dated in its notes and whose loss stayed finite, this prints both margins: end / twin
 end (the truth's yardstick) and end / level before t0 (the run's own), and with `--score` (a
