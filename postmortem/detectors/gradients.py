@@ -293,8 +293,11 @@ def accumulation_broke(stale: list[Finding], steps: np.ndarray, values: np.ndarr
     loss jump by `loss_jumped`'s test: the run broke there (diverged), it did not merely stall."""
     if not stale:
         return False
-    low, high = stale[0].evidence["onset_interval"]
-    return loss_jumped(steps, values, (int(low), int(high)), th)
+    low, high = (int(v) for v in stale[0].evidence["onset_interval"])
+    # Only a loss that was there to jump says so (loss_jumped keeps a diverged call without one).
+    if np.sum(steps < low) < 3 or not np.any(steps >= high):
+        return False
+    return loss_jumped(steps, values, (low, high), th)
 
 
 def _loss_jumped_at(steps: np.ndarray, values: np.ndarray, step: int, th: GradientThresholds) -> bool:

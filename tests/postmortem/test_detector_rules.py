@@ -267,6 +267,8 @@ def test_accumulation_broke_reads_the_loss_from_where_the_accumulation_began():
     drift = np.concatenate([np.full(50, 0.05), np.linspace(0.05, 0.09, 50)])
     assert not accumulation_broke(stale, STEPS, drift, TH.gradients)
     assert not accumulation_broke([], STEPS, jump, TH.gradients)  # no accumulation, nothing to say
+    assert not accumulation_broke(stale, STEPS[:0], jump[:0], TH.gradients)  # no loss, no jump
+    assert not accumulation_broke(stale, STEPS[48:], jump[48:], TH.gradients)  # 2 losses before: too few
 
 
 def test_vanishing_gradient_needs_layers_shrinking_toward_the_input_and_no_learning():
