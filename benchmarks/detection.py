@@ -90,8 +90,8 @@ INFORMED_DEFAULTS = {
                                   "were read afterwards",
     "moe, vae": "never-seen round 4, scored once in session 6 (its headline); their failures were read in "
                 "session 7, when every family of rounds 1-4 informed the last changes (helper 12h)",
-    "unet, seq2seq, gnn, simclr": "never-seen round 5, scored once in session 7 (its headline); their failures "
-                                  "were read in session 7 (helper 12j)",
+    "unet, seq2seq, gnn, simclr": "never-seen round 5, scored once in session 7 at 45084e2 (its headline); "
+                                  "their failures were read afterwards in session 7 (helper 12j)",
 }
 """Which families informed the defaults, and since when."""
 

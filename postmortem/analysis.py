@@ -131,6 +131,11 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
         if precomputed["stale_gradients"] and not nonfinite and not gradients.loss_jumped(
                 loss_steps, loss, onset.interval, thresholds.gradients):
             diverged = False
+    elif gradients.accumulation_broke(precomputed["stale_gradients"], loss_steps, loss, thresholds.gradients):
+        # The mirror: an accumulation whose loss jumped from where it began broke the run even
+        # when no statistic ran away in log space (a running sum of noisy gradients grows ×40,
+        # short of a break; issue 12j, missing_zero_grad-gnn-s2: loss 0.45 → 0.87 and stays).
+        onset, diverged = onsets.accumulation_onset(None, precomputed["stale_gradients"], first), True
     evidence = Evidence(table=table, summary=pd.DataFrame(), scalars=scalars, events=events,
                         manifest=run.manifest, first_nonfinite=first, onset=onset if diverged else None,
                         diverged=diverged, recovered=False, breaks=breaks, outcome=outcome)

@@ -19,6 +19,7 @@ __all__ = [
     "GradientHistory",
     "LayerGradients",
     "SilentGradients",
+    "accumulation_broke",
     "global_grad_norm",
     "grad_norm_series",
     "gradient_history",
@@ -285,6 +286,18 @@ def loss_jumped(steps: np.ndarray, values: np.ndarray, interval: tuple[int, int]
     bookkeeping, not a runaway: a run whose loss then only drifts up stopped learning; one whose
     loss jumps or explodes broke (diverged)."""
     return all(_loss_jumped_at(steps, values, step, th) for step in range(interval[0], interval[1] + 1))
+
+
+def accumulation_broke(stale: list[Finding], steps: np.ndarray, values: np.ndarray, th: GradientThresholds) -> bool:
+    """Whether an accumulation of gradients (the first `stale_gradients` finding) began with a
+    loss jump by `loss_jumped`'s test: the run broke there (diverged), it did not merely stall."""
+    if not stale:
+        return False
+    low, high = (int(v) for v in stale[0].evidence["onset_interval"])
+    # Only a loss that was there to jump says so (loss_jumped keeps a diverged call without one).
+    if np.sum(steps < low) < 3 or not np.any(steps >= high):
+        return False
+    return loss_jumped(steps, values, (low, high), th)
 
 
 def _loss_jumped_at(steps: np.ndarray, values: np.ndarray, step: int, th: GradientThresholds) -> bool:

@@ -32,6 +32,7 @@ from postmortem.detectors.gradients import (
     GradientHistory,
     LayerGradients,
     SilentGradients,
+    accumulation_broke,
     loss_jumped,
     no_gradient,
     stale_gradients,
@@ -257,6 +258,17 @@ def test_loss_jumped_from_every_step_of_the_bends_interval():
     assert loss_jumped(STEPS, late, (50, 52), TH.gradients)
     # ...but not of 48: from there the loss only drifted.
     assert not loss_jumped(STEPS, late, (48, 52), TH.gradients)
+
+
+def test_accumulation_broke_reads_the_loss_from_where_the_accumulation_began():
+    stale = [Finding("stale_gradients", 50, [], {"onset_interval": [50, 51]}, "")]
+    jump = np.concatenate([np.full(50, 0.05), np.full(50, 0.08)])  # ×1.6 from the accumulation on
+    assert accumulation_broke(stale, STEPS, jump, TH.gradients)
+    drift = np.concatenate([np.full(50, 0.05), np.linspace(0.05, 0.09, 50)])
+    assert not accumulation_broke(stale, STEPS, drift, TH.gradients)
+    assert not accumulation_broke([], STEPS, jump, TH.gradients)  # no accumulation, nothing to say
+    assert not accumulation_broke(stale, STEPS[:0], jump[:0], TH.gradients)  # no loss, no jump
+    assert not accumulation_broke(stale, STEPS[48:], jump[48:], TH.gradients)  # 2 losses before: too few
 
 
 def test_vanishing_gradient_needs_layers_shrinking_toward_the_input_and_no_learning():

@@ -353,3 +353,20 @@ def test_a_finite_run_whose_loss_a_batch_out_of_range_spiked_for_good_diverged_t
     # The same spike without an out-of-range batch (new data, seed 000's domain switch) is a note.
     analysis, labels = _labels(tmp_path / "data", _layers(), loss)
     assert analysis.verdict == "healthy" and "batch_out_of_range" not in labels
+
+
+@pytest.mark.parametrize("jumps", [True, False])
+def test_an_accumulation_whose_loss_jumps_diverged_there(tmp_path, jumps):
+    # Issue 12j (missing_zero_grad-gnn-s2): a running sum of noisy gradients grows short of a
+    # log-space break; when the loss jumps where the accumulation began and stays up, the run
+    # broke there (diverged, onset at the accumulation), else it stalled (not learning).
+    t0 = 60
+    stats, grad_norm = _accumulating(t0, 5)
+    loss = _loss("flat") if not jumps else np.where(np.arange(STEPS) >= t0, 1.6, 1.0) * _loss("flat")
+    analysis, labels = _labels(tmp_path, stats, loss, extra_scalars=[scalar_rows("grad_norm", grad_norm)])
+    assert "stale_gradients" in labels
+    if jumps:
+        assert analysis.verdict == "diverged"
+        assert abs(analysis.onset.step - t0) <= 2
+    else:
+        assert analysis.verdict == "not_learning"

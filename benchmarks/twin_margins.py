@@ -1,0 +1,88 @@
+"""Where the field zoo's truth sits against what a run alone can show.
+
+    python benchmarks/twin_margins.py --runs /tmp/s8-runs [--score detection.json]
+
+The truth of a fault injected at step t0 (sample_runs/training.py `broke_against`) compares the
+run with its fault-free twin (`healthy-<arch>-s<seed>`: same model, seed and batches): it
+diverged when the loss jumped ≥ 1.2× within 10 steps of t0 and it ends ≥ 1.25× the twin's final
+loss (a fault from step 0, `lr_too_high`/`lr_too_low`: not learning when it ends ≥ 1.25× the
+twin, among others; its "level before" here is the median of its first 10 losses, t0 shown as
+10). The analyzer has no twin; it calls a finite incident recovered when the loss ends within
+1.1× its own level before the onset (`OutcomeThresholds.recovered_factor`). For every run whose
+fault is dated in its notes and whose loss stayed finite, this prints both margins: end / twin
+end (the truth's yardstick) and end / level before t0 (the run's own), and with `--score` (a
+`benchmarks/detection.py --json` file) what the analyzer called it at the defaults. Reads the
+run directories with pyarrow only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.dataset as ds
+
+_T0 = re.compile(r"(?:at|from) step (\d+)")
+_FROM_START = ("lr_too_high-", "lr_too_low-")  # wrong from step 0: "before" is the first 10 losses
+
+
+def _loss(run: Path) -> np.ndarray:
+    table = ds.dataset(run / "scalars", format="parquet").to_table().to_pandas()
+    return table[table["name"] == "loss"].groupby("step")["value"].mean().sort_index().to_numpy(np.float64)
+
+
+def margins(runs: Path, called: dict[str, str]) -> list[dict]:
+    rows = []
+    for run in sorted(p for p in runs.iterdir() if (p / "expected.json").exists()):
+        expected = json.loads((run / "expected.json").read_text())
+        found = _T0.search(expected.get("notes") or "")
+        twin = runs / f"healthy-{expected.get('arch')}-s{expected.get('seed')}"
+        if not twin.exists() or run == twin or (not found and not run.name.startswith(_FROM_START)):
+            continue
+        t0, loss, twin_loss = int(found.group(1)) if found else 10, _loss(run), _loss(twin)
+        if len(loss) < t0 + 10 or t0 < 10 or not np.all(np.isfinite(loss)):
+            continue
+        end = float(np.mean(loss[-10:]))
+        rows.append({
+            "run": run.name, "truth": expected["verdict"], "called": called.get(run.name), "t0": t0,
+            "end_over_twin": end / float(np.mean(twin_loss[-10:])),
+            "end_over_before": float(np.median(loss[-10:])) / float(np.median(loss[t0 - 10:t0])),
+        })
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, required=True)
+    parser.add_argument("--score", type=Path, help="a benchmarks/detection.py --json file (default rows)")
+    parser.add_argument("--family", action="append", help="only runs whose name starts with FAMILY- (repeatable)")
+    args = parser.parse_args(argv)
+    if not args.runs.is_dir():
+        print(f"not a directory: {args.runs}", file=sys.stderr)
+        return 2
+    called = {}
+    if args.score:
+        called = {r["run"]: r["verdict"] for r in json.loads(args.score.read_text()) if r.get("config") == "default"}
+    rows = margins(args.runs, called)
+    if args.family:
+        rows = [r for r in rows if any(r["run"].startswith(f + "-") for f in args.family)]
+    print(f"{'run':34s} {'truth':12s} {'called':12s} {'t0':>4s} {'end/twin':>9s} {'end/before':>10s}")
+    for r in sorted(rows, key=lambda r: (r["truth"], r["end_over_before"])):
+        print(f"{r['run']:34s} {r['truth']:12s} {str(r['called']):12s} {r['t0']:4d} "
+              f"{r['end_over_twin']:9.3f} {r['end_over_before']:10.3f}")
+    # The overlap: runs the own yardstick calls recovered (end within 1.1× the level before).
+    back = [r for r in rows if r["end_over_before"] <= 1.1]
+    for truth in ("healthy", "diverged", "not_learning"):
+        chosen = [r["end_over_before"] for r in back if r["truth"] == truth]
+        if chosen:
+            print(f"ended within 1.1× the level before t0, truth {truth}: {len(chosen)} runs, "
+                  f"end/before {min(chosen):.2f}–{max(chosen):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

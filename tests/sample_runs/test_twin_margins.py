@@ -1,0 +1,46 @@
+"""benchmarks/twin_margins.py on two hand-built runs and their twin."""
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def margins():
+    spec = importlib.util.spec_from_file_location("twin_margins", ROOT / "benchmarks" / "twin_margins.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(folder: Path, name: str, loss: np.ndarray, notes: str, verdict: str) -> None:
+    (folder / name / "scalars").mkdir(parents=True)
+    pd.DataFrame({"step": np.arange(len(loss)), "name": "loss", "value": loss}).to_parquet(
+        folder / name / "scalars" / "part-000000.parquet")
+    arch, seed = name.split("-")[1], int(name[-1])
+    (folder / name / "expected.json").write_text(json.dumps(
+        {"arch": arch, "seed": seed, "notes": notes, "verdict": verdict}))
+
+
+def test_margins_against_the_twin_and_the_runs_own_level(margins, tmp_path):
+    twin = np.linspace(2.0, 1.0, 60)
+    _run(tmp_path, "healthy-toy-s0", twin, "", "healthy")
+    stuck = twin.copy()
+    stuck[30:] = stuck[25]  # back to its level before step 30 and stays there: the twin went on
+    _run(tmp_path, "lr_spike-toy-s0", stuck, "lr raised at step 30", "diverged")
+    _run(tmp_path, "nan-toy-s0", np.where(np.arange(60) > 40, np.nan, twin), "at step 40", "diverged")
+    rows = {r["run"]: r for r in margins.margins(tmp_path, {"lr_spike-toy-s0": "healthy"})}
+    assert set(rows) == {"lr_spike-toy-s0"}  # the twin itself and a non-finite run are left out
+    row = rows["lr_spike-toy-s0"]
+    assert row["t0"] == 30 and row["called"] == "healthy"
+    assert row["end_over_twin"] == pytest.approx(stuck[-1] / np.mean(twin[-10:]))
+    assert row["end_over_before"] == pytest.approx(stuck[-1] / np.median(twin[20:30]))
+
+
+def test_a_missing_runs_folder_exits_2(margins, tmp_path):
+    assert margins.main(["--runs", str(tmp_path / "none")]) == 2
