@@ -118,7 +118,7 @@ elif mode == "report":
     print(json.dumps({{"exit_code": done.returncode, "stderr": done.stderr[-500:],
                       "wall_s": time.perf_counter() - start,
                       "cpu_s": usage.ru_utime + usage.ru_stime,
-                      "peak_rss_mb": usage.ru_maxrss / 1024}}))
+                      "peak_rss_mb": usage.ru_maxrss / 1024, "page_faults": usage.ru_minflt}}))
     sys.exit(0)
 else:
     import postmortem
@@ -131,6 +131,7 @@ usage = resource.getrusage(resource.RUSAGE_SELF)
 result["wall_s"] = time.perf_counter() - start
 result["cpu_s"] = usage.ru_utime + usage.ru_stime  # includes interpreter start and imports
 result["peak_rss_mb"] = usage.ru_maxrss / 1024
+result["page_faults"] = usage.ru_minflt  # minor faults: fresh pages the kernel had to clear
 print(json.dumps(result))
 """
 
