@@ -82,7 +82,8 @@ if mode in ("scan", "rowgroups", "rowgroups_pool", "rowgroups2"):
             # one thread by reader n % 2 (each its own ParquetFile), two ahead, across files,
             # handed over in order.
             from collections import deque
-            tasks = [(path, index) for path in files for index in range(pq.read_metadata(path).num_row_groups)]
+            tasks = [(path, index) for path in files
+                     for index in range(pq.read_metadata(path).num_row_groups)]
             opened = [None, None]
             def decode(reader, path, index):
                 if opened[reader] is None or opened[reader][0] != path:
@@ -350,7 +351,8 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, help="reuse or create the synthetic run here")
     parser.add_argument("--report", action="store_true",
                         help="also time `postmortem analyze RUN -o report.html` end to end")
-    parser.add_argument("--only", choices=("scan", "rowgroups", "rowgroups_pool", "rowgroups2", "analyze", "report"),
+    parser.add_argument("--only", choices=("scan", "rowgroups", "rowgroups_pool", "rowgroups2", "analyze",
+                                           "report"),
                         action="append",
                         help="measure only these, in this order (repeatable; default: scan and analyze)")
     parser.add_argument("--repeat", type=int, default=1,

@@ -345,7 +345,7 @@ def _row_groups(paths: list[Path], schema: pa.Schema, columns: list[str], steps:
     across segment boundaries too. Each row group is decoded on one thread
     (`use_threads=False`: spreading its columns over pyarrow's pool too took the same CPU
     time, `rowgroups_pool` in benchmarks/analyze_scale.py). A ParquetFile must not be read
-    from two threads at once (two row groups of one decoding together segfaulted), so each
+    from two threads at once (two row groups of one file decoding at once segfaulted), so each
     reader opens the file itself: task n goes to reader n % _READERS, and task n + _READERS
     is handed out only once task n is done, so no reader ever has two tasks at once.
     """
