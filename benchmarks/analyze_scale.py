@@ -18,11 +18,11 @@ with resource.getrusage; the load average is printed beside them (other jobs sha
     python benchmarks/analyze_scale.py [--steps 100000] [--tensors 1500] [--dir DIR] [--report]
         [--only scan --only rowgroups --only report] [--repeat 5]
 
-Two bare scans of the columns the analyzer reads (`READ_COLUMNS` and the scalars): `scan`,
-pyarrow's dataset scanner (multi-threaded, with readahead), and `rowgroups`, the analyzer's
-own way of reading (row group by row group, each decoded on one thread, the next one on a
-second thread meanwhile; `rowgroups_pool`: the same with each row group's columns spread over
-pyarrow's pool; `rowgroups2`: the loader's way since session 7, two readers, each its own
+Bare scans of the columns the analyzer reads (`READ_COLUMNS` and the scalars): `scan`,
+pyarrow's dataset scanner (multi-threaded, with readahead); `rowgroups`, the analyzer's way
+of reading until session 7 (row group by row group, each decoded on one thread, the next one
+on a second thread meanwhile; `rowgroups_pool`: the same with each row group's columns spread
+over pyarrow's pool); `rowgroups2`, the loader's way since then (two readers, each its own
 ParquetFile, decoding the next two row groups, handed over in order).
 With --repeat the modes alternate, round after round, and the medians of
 each mode and of each round's ratios are printed.
