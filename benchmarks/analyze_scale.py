@@ -18,11 +18,12 @@ with resource.getrusage; the load average is printed beside them (other jobs sha
     python benchmarks/analyze_scale.py [--steps 100000] [--tensors 1500] [--dir DIR] [--report]
         [--only scan --only rowgroups --only report] [--repeat 5]
 
-Two bare scans of the columns the analyzer reads (`READ_COLUMNS` and the scalars): `scan`,
-pyarrow's dataset scanner (multi-threaded, with readahead), and `rowgroups`, the analyzer's
-own way of reading (row group by row group, each decoded on one thread, the next one on a
-second thread meanwhile; `rowgroups_pool`: the same with each row group's columns spread over
-pyarrow's pool).
+Bare scans of the columns the analyzer reads (`READ_COLUMNS` and the scalars): `scan`,
+pyarrow's dataset scanner (multi-threaded, with readahead); `rowgroups`, the analyzer's way
+of reading until session 7 (row group by row group, each decoded on one thread, the next one
+on a second thread meanwhile; `rowgroups_pool`: the same with each row group's columns spread
+over pyarrow's pool); `rowgroups2`, the loader's way since then (two readers, each its own
+ParquetFile, decoding the next two row groups, handed over in order).
 With --repeat the modes alternate, round after round, and the medians of
 each mode and of each round's ratios are printed.
 """
@@ -61,7 +62,7 @@ import json, resource, sys, time
 sys.path.insert(0, {root!r})
 mode, run_dir = sys.argv[1], sys.argv[2]
 start = time.perf_counter()
-if mode in ("scan", "rowgroups", "rowgroups_pool"):
+if mode in ("scan", "rowgroups", "rowgroups_pool", "rowgroups2"):
     # Decode every column the analyzer reads (READ_COLUMNS, given by the parent: importing
     # postmortem here would add its imports to the baseline) of every segment once, nothing else.
     from pathlib import Path
@@ -74,11 +75,30 @@ if mode in ("scan", "rowgroups", "rowgroups_pool"):
             for batch in ds.dataset(files, format="parquet").to_batches(columns=columns):
                 rows += batch.num_rows
             continue
-        # What the analyzer's loader does: row group by row group, each decoded on one thread
-        # (use_threads=False; rowgroups_pool: on pyarrow's pool), the next one on a second
-        # thread while this one is handed over.
         import pyarrow.parquet as pq
         from concurrent.futures import ThreadPoolExecutor
+        if mode == "rowgroups2":
+            # What the analyzer's loader does since session 7 (18s): row group n decoded on
+            # one thread by reader n % 2 (each its own ParquetFile), two ahead, across files,
+            # handed over in order.
+            from collections import deque
+            tasks = [(path, index) for path in files
+                     for index in range(pq.read_metadata(path).num_row_groups)]
+            opened = [None, None]
+            def decode(reader, path, index):
+                if opened[reader] is None or opened[reader][0] != path:
+                    opened[reader] = (path, pq.ParquetFile(path))
+                return opened[reader][1].read_row_group(index, columns=columns, use_threads=False)
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                pending = deque(pool.submit(decode, n % 2, *task) for n, task in enumerate(tasks[:2]))
+                for n in range(2, len(tasks) + 2):
+                    rows += pending.popleft().result().num_rows
+                    if n < len(tasks):
+                        pending.append(pool.submit(decode, n % 2, *tasks[n]))
+            continue
+        # What the analyzer's loader did until session 7: row group by row group, each decoded
+        # on one thread (use_threads=False; rowgroups_pool: on pyarrow's pool), the next one on
+        # a second thread while this one is handed over.
         with ThreadPoolExecutor(max_workers=1) as pool:
             for path in files:
                 file = pq.ParquetFile(path)
@@ -99,7 +119,7 @@ elif mode == "report":
     print(json.dumps({{"exit_code": done.returncode, "stderr": done.stderr[-500:],
                       "wall_s": time.perf_counter() - start,
                       "cpu_s": usage.ru_utime + usage.ru_stime,
-                      "peak_rss_mb": usage.ru_maxrss / 1024}}))
+                      "peak_rss_mb": usage.ru_maxrss / 1024, "page_faults": usage.ru_minflt}}))
     sys.exit(0)
 else:
     import postmortem
@@ -112,6 +132,7 @@ usage = resource.getrusage(resource.RUSAGE_SELF)
 result["wall_s"] = time.perf_counter() - start
 result["cpu_s"] = usage.ru_utime + usage.ru_stime  # includes interpreter start and imports
 result["peak_rss_mb"] = usage.ru_maxrss / 1024
+result["page_faults"] = usage.ru_minflt  # minor faults: fresh pages the kernel had to clear
 print(json.dumps(result))
 """
 
@@ -132,7 +153,7 @@ def medians(rounds: list[dict]) -> dict:
         summary[mode] = {k: float(np.median([r[mode][k] for r in rounds]))
                          for k in ("wall_s", "cpu_s", "peak_rss_mb")}
     for mode in (m for m in modes if m in ("analyze", "report")):
-        for scan in (m for m in modes if m in ("scan", "rowgroups", "rowgroups_pool")):
+        for scan in (m for m in modes if m in ("scan", "rowgroups", "rowgroups_pool", "rowgroups2")):
             for k in ("wall_s", "cpu_s"):
                 ratios = [r[mode][k] / r[scan][k] for r in rounds]
                 summary[mode][f"{k[:-2]}_ratio_to_{scan}"] = float(np.median(ratios))
@@ -330,7 +351,8 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, help="reuse or create the synthetic run here")
     parser.add_argument("--report", action="store_true",
                         help="also time `postmortem analyze RUN -o report.html` end to end")
-    parser.add_argument("--only", choices=("scan", "rowgroups", "rowgroups_pool", "analyze", "report"),
+    parser.add_argument("--only", choices=("scan", "rowgroups", "rowgroups_pool", "rowgroups2", "analyze",
+                                           "report"),
                         action="append",
                         help="measure only these, in this order (repeatable; default: scan and analyze)")
     parser.add_argument("--repeat", type=int, default=1,

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import re
 import stat
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +41,7 @@ _MAX_ROWS_PER_BYTE = 10
 _MAX_DECODED_PER_BYTE = 200
 _ROWS_ALWAYS_ALLOWED = 65_536
 _DECODED_ALWAYS_ALLOWED = 64 * 2**20
+_READERS = 2  # row groups decoded at once, each by its own reader, while the caller works
 
 _STEP_TEXT = re.compile(rb"[0-9]{1,19}")  # a checkpoint's step metadata: an int64 in ASCII digits
 # Segments are read through the run format's schemas (those of version 2; version 1 lacks dtype
@@ -160,23 +163,24 @@ class Run:
                  ) -> Iterator[pa.RecordBatch]:
         schema = _SCHEMAS[kind]
         read = columns if filt is None else list(dict.fromkeys([*columns, *filt]))
-        for path in list(self.segments[kind]):
-            # Row group by row group: a compacted segment of a long run holds tens of millions
-            # of rows, and reading it whole would hold all of them at once.
-            groups = _row_groups(path, schema, read, steps)
-            while True:
-                try:
-                    table = next(groups, None)
-                    if table is not None and filt is not None:
-                        table = table.filter(_allowed_rows(table, filt)).select(columns)
-                except (OSError, pa.ArrowException) as exc:
-                    self.segments[kind].remove(path)
-                    self._warn(f"skipped unreadable segment {path}: {exc}")
-                    break
-                if table is None:
-                    break
-                for batch in table.to_batches():
-                    yield self._valid_steps(batch, path) if "step" in columns else batch
+        failed = None  # the segment that failed last: its remaining row groups are skipped
+        # Row group by row group: a compacted segment of a long run holds tens of millions
+        # of rows, and reading it whole would hold all of them at once.
+        for path, table in _row_groups(list(self.segments[kind]), schema, read, steps):
+            if path == failed:
+                continue
+            try:
+                if isinstance(table, Exception):
+                    raise table
+                if filt is not None:
+                    table = table.filter(_allowed_rows(table, filt)).select(columns)
+            except (OSError, pa.ArrowException) as exc:
+                failed = path
+                self.segments[kind].remove(path)
+                self._warn(f"skipped unreadable segment {path}: {exc}")
+                continue
+            for batch in table.to_batches():
+                yield self._valid_steps(batch, path) if "step" in columns else batch
 
     def _valid_steps(self, batch: pa.RecordBatch, path: Path) -> pa.RecordBatch:
         """Rows whose step is present and in 0..MAX_STEP; the others are dropped with a warning."""
@@ -329,35 +333,62 @@ def _segment_problem(meta: pq.FileMetaData, size: int, kind: str) -> str | None:
     return None
 
 
-def _row_groups(path: Path, schema: pa.Schema, columns: list[str], steps: tuple[int, int] | None
-                ) -> Iterator[pa.Table]:
-    """A segment's row groups projected onto `columns` of `schema` (missing columns read as
-    nulls); with `steps`, only those whose `step` statistics may hold a step in that range.
+def _row_groups(paths: list[Path], schema: pa.Schema, columns: list[str], steps: tuple[int, int] | None
+                ) -> Iterator[tuple[Path, pa.Table | OSError | pa.ArrowException]]:
+    """The segments' row groups in order, each projected onto `columns` of `schema` (missing
+    columns read as nulls) and tagged with its segment, or that segment's read error; with
+    `steps`, only those whose `step` statistics may hold a step in that range.
 
-    Without a row filter this is about twice as fast as a one-file pyarrow dataset scan. The
-    next row group is decoded on a second thread while the caller works on this one (pyarrow
-    releases the GIL): a compacted segment's row groups hold a million rows each. Each is
-    decoded on that one thread (`use_threads=False`: spreading its columns over pyarrow's
-    pool too took the same CPU time, `rowgroups_pool` in benchmarks/analyze_scale.py). One
-    thread only: a ParquetFile must not be read from two threads at once.
+    Without a row filter this is about twice as fast as a one-file pyarrow dataset scan. While
+    the caller works on one row group, the next _READERS are decoded on as many threads
+    (pyarrow releases the GIL; a compacted segment's row groups hold a million rows each),
+    across segment boundaries too. Each row group is decoded on one thread
+    (`use_threads=False`: spreading its columns over pyarrow's pool too took the same CPU
+    time, `rowgroups_pool` in benchmarks/analyze_scale.py). A ParquetFile must not be read
+    from two threads at once (two row groups of one file decoding at once segfaulted), so each
+    reader opens the file itself: task n goes to reader n % _READERS, and task n + _READERS
+    is handed out only once task n is done, so no reader ever has two tasks at once.
     """
-    file = pq.ParquetFile(path)
-    stored = set(file.schema_arrow.names)
-    present = [c for c in columns if c in stored]
-    wanted = [i for i in range(file.metadata.num_row_groups)
-              if steps is None or _may_hold(file.metadata.row_group(i), steps)]
-    if len(wanted) <= 1:
-        for index in wanted:
-            yield _projected(file.read_row_group(index, columns=present, use_threads=False),
-                             schema, columns, stored)
-        return
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(file.read_row_group, wanted[0], columns=present, use_threads=False)
-        for following in [*wanted[1:], None]:
-            table = pending.result()
-            if following is not None:
-                pending = pool.submit(file.read_row_group, following, columns=present, use_threads=False)
-            yield _projected(table, schema, columns, stored)
+    opened: list[tuple[Path, pq.ParquetFile, set[str]] | None] = [None] * _READERS
+
+    def decode(reader: int, path: Path, index: int | OSError | pa.ArrowException):
+        if not isinstance(index, int):
+            return path, index
+        try:
+            held = opened[reader]
+            if held is None or held[0] != path:
+                file = pq.ParquetFile(path)
+                held = opened[reader] = (path, file, set(file.schema_arrow.names))
+            _, file, stored = held
+            present = [c for c in columns if c in stored]
+            table = file.read_row_group(index, columns=present, use_threads=False)
+            return path, _projected(table, schema, columns, stored)
+        except (OSError, pa.ArrowException) as exc:
+            return path, exc
+
+    tasks = enumerate(_wanted_row_groups(paths, steps))
+    with ThreadPoolExecutor(max_workers=_READERS) as pool:
+        pending = deque(pool.submit(decode, n % _READERS, *task) for n, task in islice(tasks, _READERS))
+        while pending:
+            done = pending.popleft().result()
+            for n, task in islice(tasks, 1):  # the reader of the task just done is free
+                pending.append(pool.submit(decode, n % _READERS, *task))
+            yield done
+
+
+def _wanted_row_groups(paths: list[Path], steps: tuple[int, int] | None
+                       ) -> Iterator[tuple[Path, int | OSError | pa.ArrowException]]:
+    """(segment, row group index) of each row group to read, in order; (segment, its error)
+    for a segment whose footer cannot be read."""
+    for path in paths:
+        try:
+            meta = pq.read_metadata(path)
+        except (OSError, pa.ArrowException) as exc:
+            yield path, exc
+            continue
+        for index in range(meta.num_row_groups):
+            if steps is None or _may_hold(meta.row_group(index), steps):
+                yield path, index
 
 
 def _may_hold(group: pq.RowGroupMetaData, steps: tuple[int, int]) -> bool:

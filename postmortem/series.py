@@ -180,29 +180,35 @@ class _Builder:
         self.inputs: list[pa.Table] = []
         self._dictionaries: tuple[pa.Array, ...] | None = None
         self._lut = np.zeros(0, np.int64)
+        self._buffers: dict[str, np.ndarray] = {}
 
     def add(self, batch: pa.RecordBatch, window: tuple[int, int] | None = None) -> None:
         """Keep the batch's rows: all of them, those of the coarse pass (stride > 1), or those
         inside a fine pass's `window` (its batches were seen by the coarse pass already)."""
-        sid, starts, role_codes, role_names = self._series_ids(batch)
+        run_sid, starts, role_codes, role_names = self._series_ids(batch)
         step = _ints(batch.column("step"))
         nf = _ints(batch.column("nonfinite"))
         if window is None:
             self.hashes.extend(_input_hashes(batch))
             self.kinds.update(_input_kinds(batch))
             self.inputs.append(_input_rows(batch, starts, role_codes, role_names))
-        keep, mag = None, _magnitude(batch)
+        keep, mag = None, _magnitude(batch, self._scratch("magnitude", batch.num_rows, np.float64))
         if window is not None:
             keep = (step >= window[0]) & (step <= window[1])
         elif self.stride > 1:
-            distinct, keep = _coarse_steps(step, self.stride, self.tail)
+            distinct, keep = _coarse_steps(step, self.stride, self.tail,
+                                           self._scratch("offset", batch.num_rows, np.int64))
             self.steps_seen.append(distinct)
-            keep |= (nf > 0) | _extremes(sid, starts, mag)
+            keep |= (nf > 0) | _extremes(run_sid, starts, mag)
         rows = None  # the batch's rows kept, None: all of them
         if keep is not None and not keep.all():
             rows = np.flatnonzero(keep)
-            sid, step, nf, role_codes, mag = sid[rows], step[rows], nf[rows], role_codes[rows], mag[rows]
+            sid = run_sid[np.searchsorted(starts, rows, side="right") - 1]  # a row's run's series
+            step, nf, role_codes, mag = step[rows], nf[rows], role_codes[rows], mag[rows]
             starts = _run_starts(sid)
+        else:
+            sid = np.repeat(run_sid, np.diff(np.r_[starts, batch.num_rows]))
+            self._keep_scratch("magnitude", mag)
         self.parts["sid"].append(sid)
         self.parts["step"].append(step)
         self.parts["mag"].append(mag)
@@ -224,11 +230,25 @@ class _Builder:
             self.numel[first] = sizes[first]
             self.numel_known |= present
 
+    def _scratch(self, name: str, rows: int, dtype: type) -> np.ndarray:
+        """A buffer of `rows` values for a per-batch temporary, reused batch after batch: a
+        fresh one each batch had its pages faulted in and cleared by the kernel each time."""
+        buffer = self._buffers.get(name)
+        if buffer is None or len(buffer) < rows:
+            buffer = self._buffers[name] = np.empty(rows, dtype)
+        return buffer[:rows]
+
+    def _keep_scratch(self, name: str, kept: np.ndarray) -> None:
+        """`kept` is kept beyond this batch: if it is the scratch buffer, take a new one next time."""
+        buffer = self._buffers.get(name)
+        if buffer is not None and np.may_share_memory(buffer, kept):
+            del self._buffers[name]
+
     def _series_ids(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
-        """Global series id per row (int32), the first row of each run of rows of one series,
-        each row's role code and the role dictionary. The work per row is finding where the
-        runs begin (the recorder writes a flush's rows series by series); the ids are looked
-        up per run."""
+        """Global series id (int32) of each run of rows of one series, the first row of each
+        run, each row's role code and the role dictionary. The work per row is finding where
+        the runs begin (the recorder writes a flush's rows series by series); the ids are
+        looked up per run."""
         role, name, key = (_dictionary(batch.column(c)) for c in ("role", "name", "key"))
         r, n, k = _codes(role), _codes(name), _codes(key)  # key -1 means null
         nn, nk = len(name.dictionary), len(key.dictionary) + 1
@@ -256,8 +276,7 @@ class _Builder:
         run_sid = self._lut[code].astype(np.int32)
         # Codes of one series (a dictionary that repeats a value) make one run.
         merged = np.r_[True, run_sid[1:] != run_sid[:-1]]
-        starts, run_sid = starts[merged], run_sid[merged]
-        return np.repeat(run_sid, np.diff(np.r_[starts, len(r)])), starts, r, role_names
+        return run_sid[merged], starts[merged], r, role_names
 
     def fine_windows(self) -> list[tuple[int, int]]:
         """Step ranges to read whole: FINE_STEPS steps before the end, before the first
@@ -380,14 +399,13 @@ def _deduplicated(table: SeriesTable) -> SeriesTable:
     )
 
 
-def _extremes(sid: np.ndarray, starts: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
+def _extremes(run_sid: np.ndarray, starts: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
     """Rows a coarse pass keeps besides its stride: the first row of each series in the batch
     and one row of its largest and one of its smallest magnitude, so that the thinned history
     keeps its range (a healthy batch scale, a spike). Vectorised over the batch's runs of
-    rows of one series (`starts`, a flush's), not its million rows."""
-    run_sid = sid[starts]
-    lengths = np.diff(np.r_[starts, len(sid)])
-    keep = np.zeros(len(sid), bool)
+    rows of one series (beginning at `starts`, of series `run_sid`), not its million rows."""
+    lengths = np.diff(np.r_[starts, len(magnitude)])
+    keep = np.zeros(len(magnitude), bool)
     keep[starts[np.unique(run_sid, return_index=True)[1]]] = True
     with np.errstate(invalid="ignore"):
         for reduce in (np.fmax, np.fmin):
@@ -397,8 +415,9 @@ def _extremes(sid: np.ndarray, starts: np.ndarray, magnitude: np.ndarray) -> np.
             # Only a run whose extreme is its series' can hold a row that reaches it.
             reaching = np.flatnonzero(extreme == best[run_sid])
             rows = _run_rows(starts[reaching], lengths[reaching])
-            hits = rows[magnitude[rows] == best[sid[rows]]]  # a constant series ties at every row
-            keep[hits[np.unique(sid[hits], return_index=True)[1]]] = True
+            row_sid = np.repeat(run_sid[reaching], lengths[reaching])
+            hit = magnitude[rows] == best[row_sid]  # a constant series ties at every row
+            keep[rows[hit][np.unique(row_sid[hit], return_index=True)[1]]] = True
     return keep
 
 
@@ -417,17 +436,19 @@ def _run_rows(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(int(lengths.sum())) + offsets
 
 
-def _coarse_steps(step: np.ndarray, stride: int, tail: int | None) -> tuple[np.ndarray, np.ndarray]:
+def _coarse_steps(step: np.ndarray, stride: int, tail: int | None, scratch: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """The distinct steps of a (non-empty) batch, ascending, and the rows the coarse pass keeps
     for their step: every `stride`-th step, every step from `tail` on. A bitmap and a lookup
     table over the batch's step range (a batch spans a few hundred steps): 10x faster than
-    np.unique and an int64 modulo of every row."""
+    np.unique and an int64 modulo of every row. `scratch`: room for the batch's int64 step
+    offsets."""
     low, high = int(step.min()), int(step.max())
     if high - low > 4 * len(step):
         steps, offset = np.unique(step, return_inverse=True)
         present = steps
     else:
-        offset = step - low
+        offset = np.subtract(step, low, out=scratch)
         steps = np.arange(low, high + 1)
         seen = np.zeros(len(steps), bool)
         seen[offset] = True
@@ -473,13 +494,15 @@ def _nan_filled(column: pa.Array) -> np.ndarray:
     return column.to_numpy(zero_copy_only=False)
 
 
-def _magnitude(batch: pa.RecordBatch) -> np.ndarray:
-    """norm where recorded (param/grad/update/state), else max_abs, else max(|min|, |max|)."""
-    magnitude = _nan_filled(batch.column("norm")).astype(np.float64, copy=False)
-    missing = np.isnan(magnitude)
+def _magnitude(batch: pa.RecordBatch, scratch: np.ndarray) -> np.ndarray:
+    """norm where recorded (param/grad/update/state), else max_abs, else max(|min|, |max|);
+    written into `scratch` (float64, a value per row) unless norm is recorded on every row."""
+    norm = _nan_filled(batch.column("norm"))
+    missing = np.isnan(norm)
     if not missing.any():
-        return magnitude
-    magnitude = magnitude.copy()
+        return norm.astype(np.float64, copy=False)
+    magnitude = scratch
+    np.copyto(magnitude, norm)
     np.copyto(magnitude, _nan_filled(batch.column("max_abs")), where=missing)
     missing = np.flatnonzero(np.isnan(magnitude))
     if len(missing):

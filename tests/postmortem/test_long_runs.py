@@ -1,7 +1,9 @@
 """A run too long to keep every row: thinned history, every row of the steps that decide."""
 
 import numpy as np
+import pandas as pd
 import pytest
+from pm_runs import make_run, series_rows
 
 import postmortem
 from postmortem import series
@@ -131,3 +133,28 @@ def test_each_series_keeps_the_recorded_statistics_of_its_role(long_run, monkeyp
         for column in series.AUX_COLUMNS[key.role]:
             expected = recorded[column].astype(np.float32).to_numpy()
             np.testing.assert_array_equal(table.column(index, column), expected, err_msg=f"{key} {column}")
+
+
+def test_a_batch_kept_whole_keeps_its_values_when_later_batches_are_thinned(tmp_path, monkeypatch):
+    # The segment of the last steps (kept whole) comes first, the older one (thinned) after it:
+    # the per-batch buffers the second reuses must not be the rows the first kept.
+    rng = np.random.default_rng(0)
+    stats = pd.concat([series_rows(role, name, rng.uniform(1, 2, 200))
+                       for role, name in (("grad", "a"), ("param", "a"), ("activation", "a"))])
+    root = make_run(tmp_path / "run", stats, segments=2)
+    early, late = (root / "stats" / f"part-{i:06d}.parquet" for i in range(2))
+    early.rename(root / "stats" / "part-000002.parquet")
+    late.rename(early)
+    monkeypatch.setattr(series, "FULL_ROWS", 100)
+    monkeypatch.setattr(series, "COARSE_ROWS", 100)
+    monkeypatch.setattr(series, "FINE_STEPS", 100)
+    run = load_run(root)
+    table = series.read_series(run)
+    stored = run.stats(columns=["norm", "max_abs"])
+    assert len(table.step) < len(stored)
+    for index, key in enumerate(table.keys):
+        recorded = stored[(stored["role"] == key.role) & (stored["name"] == key.name)].set_index("step")
+        magnitude = recorded["max_abs" if key.role == "activation" else "norm"].astype(np.float64)
+        rows = table.rows(index)
+        assert set(range(100, 200)) <= set(table.step[rows].tolist())
+        np.testing.assert_array_equal(table.magnitude[rows], magnitude.loc[table.step[rows]].to_numpy())

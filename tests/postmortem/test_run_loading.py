@@ -7,10 +7,12 @@ import shutil
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from pm_runs import make_run, scalar_rows, series_rows
 from postmortem import RunDirectoryError, SchemaVersionError, analyze, load_run
+from postmortem import loading
 from postmortem.exceptions import PostmortemError
 from postmortem.series import SeriesKey, read_series
 
@@ -175,3 +177,64 @@ def test_nonfinite_counts_beyond_int32_are_capped():
 
     counts = _counts(np.array([0, 5, 2**40, 2**31 - 1], np.int64))
     assert counts.dtype == np.int32 and counts.tolist() == [0, 5, 2**31 - 1, 2**31 - 1]
+
+
+def _in_row_groups(tmp_path, segments=5, rows_per_group=7):
+    """A run whose stats segments hold several row groups each (as a compacted segment does)."""
+    root = _run(tmp_path, segments=segments, steps=60)
+    for path in sorted((root / "stats").glob("part-*.parquet")):
+        pq.write_table(pq.read_table(path), path, row_group_size=rows_per_group)
+    return root
+
+
+def _one_reader(root, columns, broken=None):
+    """The batches a plain loop gives: segment after segment, row group after row group, one
+    ParquetFile each, a segment's row groups up to the first that fails (`broken`: its path
+    and row group)."""
+    batches = []
+    for path in sorted((root / "stats").glob("part-*.parquet")):
+        file = pq.ParquetFile(path)
+        for index in range(file.metadata.num_row_groups):
+            if (path, index) == broken:
+                break
+            batches += file.read_row_group(index, columns=columns, use_threads=False).to_batches()
+    return batches
+
+
+def _same(batches, expected):
+    """Equal batch by batch: schema and values (NaN where NaN)."""
+    return len(batches) == len(expected) and all(
+        a.schema.equals(b.schema) and a.to_pandas().equals(b.to_pandas()) for a, b in zip(batches, expected))
+
+
+def test_row_groups_decoded_ahead_arrive_in_order_with_the_same_contents(tmp_path):
+    root = _in_row_groups(tmp_path)
+    columns = ["step", "role", "name", "key", "norm", "max_abs", "nonfinite"]
+    expected = _one_reader(root, columns)
+    assert len(expected) > 3 * loading._READERS
+    for _ in range(20):  # the decoding threads finish in any order; the batches must not
+        got = list(load_run(root).stats_batches(columns))
+        assert _same(got, expected)
+    window = [b for b in load_run(root).stats_batches(columns, steps=(30, 40))]
+    assert 0 < len(window) < len(expected)
+    assert all(b.column("step").to_numpy().max() >= 30 and b.column("step").to_numpy().min() <= 40
+               for b in window)
+    partial = load_run(root).stats_batches(columns)  # given up after one batch: no hang
+    assert _same([next(partial)], expected[:1])
+    partial.close()
+
+
+def test_a_row_group_that_fails_to_decode_skips_the_rest_of_its_segment(tmp_path):
+    root = _in_row_groups(tmp_path)
+    path = root / "stats" / "part-000002.parquet"
+    column = pq.read_metadata(path).row_group(1).column(0)
+    data = bytearray(path.read_bytes())
+    data[column.data_page_offset:column.data_page_offset + 16] = b"\xff" * 16  # its page header
+    path.write_bytes(bytes(data))
+    columns = ["step", "role", "name", "key", "norm"]
+    expected = _one_reader(root, columns, broken=(path, 1))
+    run = load_run(root)
+    got = list(run.stats_batches(columns))
+    assert _same(got, expected)
+    assert [w for w in run.warnings if "part-000002.parquet" in w and "unreadable" in w]
+    assert path not in run.segments["stats"]
