@@ -14,6 +14,7 @@ from .detectors import CAUSE_LABELS, NOTE, REGISTRY, Evidence, Thresholds, diagn
 from .detectors import onsets
 from .detectors import verdict as diagnoses_verdict
 from .detectors.base import loss_curve, main_loss, metric_curves
+from .detectors.thresholds import GradientThresholds
 from .findings import Finding, FirstNonfinite, Onset, RankedTensor
 from .gaps import missing_step_warnings, unmeasured_warnings
 from .loading import Run, load_run
@@ -124,18 +125,8 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
                               loss=main_loss(scalars))
     precomputed = {"stale_gradients": gradients.stale_gradients(
         gradients.gradient_history(table, scalars), thresholds.gradients)}
-    if diverged:
-        onset = onsets.accumulation_onset(onset, precomputed["stale_gradients"], first)
-        # A finite run whose recorded gradients grew only because they accumulate, while its
-        # loss drifted instead of jumping, stopped learning; it did not diverge.
-        if precomputed["stale_gradients"] and not nonfinite and not gradients.loss_jumped(
-                loss_steps, loss, onset.interval, thresholds.gradients):
-            diverged = False
-    elif gradients.accumulation_broke(precomputed["stale_gradients"], loss_steps, loss, thresholds.gradients):
-        # The mirror: an accumulation whose loss jumped from where it began broke the run even
-        # when no statistic ran away in log space (a running sum of noisy gradients grows ×40,
-        # short of a break; issue 12j, missing_zero_grad-gnn-s2: loss 0.45 → 0.87 and stays).
-        onset, diverged = onsets.accumulation_onset(None, precomputed["stale_gradients"], first), True
+    onset, diverged = _accumulated(onset, diverged, nonfinite, precomputed["stale_gradients"],
+                                   (loss_steps, loss), first, thresholds.gradients)
     evidence = Evidence(table=table, summary=pd.DataFrame(), scalars=scalars, events=events,
                         manifest=run.manifest, first_nonfinite=first, onset=onset if diverged else None,
                         diverged=diverged, recovered=False, breaks=breaks, outcome=outcome)
@@ -158,6 +149,25 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     advance("ranking and writing the story")
     return _concluded(run, evidence, findings, involved, onset)
 
+
+def _accumulated(onset: Onset | None, diverged: bool, nonfinite: bool, stale: list[Finding],
+                 curve: tuple[np.ndarray, np.ndarray], first: FirstNonfinite | None,
+                 th: GradientThresholds) -> tuple[Onset | None, bool]:
+    """(onset, diverged) once an accumulation of gradients (a missing zero_grad) is accounted for:
+    the onset moves to where it began, and the loss decides whether it broke the run."""
+    loss_steps, loss = curve
+    if diverged:
+        onset = onsets.accumulation_onset(onset, stale, first)
+        # A finite run whose recorded gradients grew only because they accumulate, while its
+        # loss drifted instead of jumping, stopped learning; it did not diverge.
+        if stale and not nonfinite and not gradients.loss_jumped(loss_steps, loss, onset.interval, th):
+            diverged = False
+    elif gradients.accumulation_broke(stale, loss_steps, loss, th):
+        # The mirror: an accumulation whose loss jumped from where it began broke the run even
+        # when no statistic ran away in log space (a running sum of noisy gradients grows ×40,
+        # short of a break; issue 12j, missing_zero_grad-gnn-s2: loss 0.45 → 0.87 and stays).
+        onset, diverged = onsets.accumulation_onset(None, stale, first), True
+    return onset, diverged
 
 def _concluded(run: Run, ev: Evidence, findings: list[Finding], involved: list[TensorBreak], onset: Onset | None) -> Analysis:
     """The verdict `findings` give; for a divergence, what amplified first and the story of it."""
