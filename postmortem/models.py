@@ -74,6 +74,14 @@ class NoBreak(_Model):
 CHI2_95 = 3.841458820694124
 
 
+def _prepared(x, y, min_pre: int) -> tuple[np.ndarray, np.ndarray, "_SuffixSums"]:
+    """Validated steps, centred values and their suffix sums: what every break model fits on."""
+    x, y = _validate(x, y)
+    if len(y) < min_pre + 1:
+        raise ValueError(f"need at least {min_pre + 1} points, got {len(y)}")
+    y = y - median(y)  # centring keeps the cumulative sums well conditioned
+    return x, y, _SuffixSums(x, y)
+
 class _BreakModel(_Model):
     """Stable level before t0, a model-specific shape from t0 on; t0 by profile likelihood."""
 
@@ -81,11 +89,7 @@ class _BreakModel(_Model):
         self.min_pre = min_pre
 
     def fit(self, x, y) -> "_BreakModel":
-        x, y = _validate(x, y)
-        if len(y) < self.min_pre + 1:
-            raise ValueError(f"need at least {self.min_pre + 1} points, got {len(y)}")
-        y = y - median(y)  # centring keeps the cumulative sums well conditioned
-        return self._fit(x, y, _SuffixSums(x, y))
+        return self._fit(*_prepared(x, y, self.min_pre))
 
     def _fit(self, x: np.ndarray, y: np.ndarray, sums: "_SuffixSums") -> "_BreakModel":
         """The fit on validated steps `x` and centred `y` (the same for every break model)."""
@@ -180,13 +184,8 @@ BREAK_MODELS = (JumpAt, ExponentialFrom, JumpThenExponential)
 def select_break(x, y, *, min_pre: int = 3) -> tuple[_BreakModel, float]:
     """Best break model by BIC and its BIC advantage over the no-break model."""
     baseline = NoBreak().fit(x, y)
-    x, y = _validate(x, y)
-    if len(y) < min_pre + 1:
-        raise ValueError(f"need at least {min_pre + 1} points, got {len(y)}")
-    # Validated, centred and summed once for the three models (each fit() would do it again).
-    y = y - median(y)
-    sums = _SuffixSums(x, y)
-    fitted = [model(min_pre=min_pre)._fit(x, y, sums) for model in BREAK_MODELS]
+    prepared = _prepared(x, y, min_pre)  # once for the three models, not once per fit()
+    fitted = [model(min_pre=min_pre)._fit(*prepared) for model in BREAK_MODELS]
     best = min(fitted, key=lambda m: m.bic_)
     return best, float(baseline.bic_ - best.bic_)
 
