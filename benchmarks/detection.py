@@ -75,7 +75,7 @@ SECTION = "## Detection"
 BENIGN_LABELS = {"healthy", "loss_spike_recovered", "recovered_incident"}
 DEFAULT = "default"
 GENERATED_FILE = ".generated.json"
-NEVER_SEEN_ARCHS = ("ddpm", "ctc")
+NEVER_SEEN_ARCHS = ("mamba", "fttransformer", "convnext")
 """Model families added to the zoo before the detectors' last changes and never analysed while any
 detector changed: the headline's runs."""
 INFORMED_DEFAULTS = {
@@ -92,6 +92,8 @@ INFORMED_DEFAULTS = {
                 "session 7, when every family of rounds 1-4 informed the last changes (helper 12h)",
     "unet, seq2seq, gnn, simclr": "never-seen round 5, scored once in session 7 at 45084e2 (its headline); "
                                   "their failures were read afterwards in session 7 (helper 12j)",
+    "ddpm, ctc": "never-seen round 6, scored once in session 7 at 0eb5e07 (its headline); their failures were "
+                 "read in session 8 (helper 12m)",
 }
 """Which families informed the defaults, and since when."""
 
@@ -753,7 +755,7 @@ NOTES = """Notes on the method rows:
 - postmortem's findings of severity `note` are not counted (benign on any run)."""
 
 
-PROTOCOL = """Six rounds, each: add never-seen model families to the zoo (field fault menu, healthy
+PROTOCOL = """Seven rounds, each: add never-seen model families to the zoo (field fault menu, healthy
 variants, truths from fault-free twins), commit them and generate their runs without analysing
 them; change detectors by reading the failures of the families already seen; then score once,
 the never-seen families' scores being the headline, and change nothing after reading them.
@@ -805,8 +807,22 @@ the never-seen families' scores being the headline, and change nothing after rea
    `nn.CTCLoss(blank=0, zero_infinity=True)` with variable input and target lengths, a dict
    batch with an attention mask, labels padded with -100, Adam), committed and generated before
    the second wave's detector changes were final and analysed only for this scoring; detectors
-   changed on every other family. This table is round 6's single scoring.
-7. Lead time: "median lead (steps)" counts runs whose first non-finite value comes after the
+   changed on every other family. Scored once in session 7 at 0eb5e07 (its headline); ddpm and
+   ctc's failures were read in session 8 (helper 12m), so they informed defaults since.
+7. Round 7 (session 8): new `mamba` (a selective state-space character LM, mamba-minimal style:
+   RMSNorm, in_proj to x and a gate z, a depthwise causal Conv1d, input-dependent Δ, B, C with
+   softplus on Δ, A = −exp(A_log), a D skip, a sequential selective scan, y · SiLU(z), out_proj,
+   a tied head; AdamW, warm-up + cosine, clip 1.0), `fttransformer` (an FT-Transformer on a
+   generated table: per-feature linear tokens of the numeric columns, embeddings of the
+   categorical ones, a [CLS] token, pre-norm blocks with a ReGLU feed-forward, a head on [CLS];
+   a dict batch of `x_num` and `x_cat`; AdamW with no decay on the tokenizers, norms and biases)
+   and `convnext` (a ConvNeXt classifier of generated colour patterns: patchify stem, depthwise
+   7×7 conv, channels-last LayerNorm, inverted-bottleneck Linear ×4 with GELU, layer scale,
+   stochastic depth, LayerNorm downsampling; AdamW, warm-up + cosine, label smoothing),
+   committed and generated in session 8 before its detector changes were final and analysed
+   only for this scoring; detectors changed on every other family. This table is round 7's
+   single scoring.
+8. Lead time: "median lead (steps)" counts runs whose first non-finite value comes after the
    truth's onset (a NaN batch, or a run that overflows on the injection step, has no lead to
    give; the old all-runs median, "median lead, all", counted those as 0); `(n)` is how many runs
    it is over."""

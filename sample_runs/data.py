@@ -38,6 +38,12 @@ __all__ = [
     "SPEECH",
     "SpeechSpec",
     "ctc_batch_sampler",
+    "TABLE",
+    "TableSpec",
+    "table_data",
+    "PATTERNS",
+    "PatternSpec",
+    "pattern_images",
 ]
 
 
@@ -422,3 +428,72 @@ def ctc_batch_sampler(batch_size: int, seed: int):
         return {"input_features": features, "attention_mask": mask}, labels
 
     return draw
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """The tabular task: `numeric` features (standardised, some heavy-tailed as income-like columns
+    are before a quantile transform, here after it), categorical columns of the given
+    cardinalities, `classes` balanced classes, `rows` rows."""
+
+    numeric: int = 8
+    cardinalities: tuple[int, ...] = (4, 7, 3)
+    classes: int = 3
+    rows: int = 3000
+
+
+TABLE = TableSpec()
+
+
+@lru_cache(maxsize=1)
+def table_data() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """A generated table (the same for every seed): a dict of `x_num` float32 (rows × numeric,
+    standardised) and `x_cat` int64 (rows × categorical columns), and int64 class labels: the
+    terciles of a score made of a random two-layer teacher on the numeric columns, a pairwise
+    interaction, and one effect per category of each categorical column."""
+    spec, generator = TABLE, torch.Generator().manual_seed(2468)
+    x_num = torch.randn(spec.rows, spec.numeric, generator=generator)
+    x_num[:, : spec.numeric // 4] = torch.sinh(x_num[:, : spec.numeric // 4])  # skewed columns
+    x_num = (x_num - x_num.mean(0)) / x_num.std(0)
+    x_cat = torch.stack([torch.randint(0, c, (spec.rows,), generator=generator) for c in spec.cardinalities], 1)
+    hidden = torch.tanh(x_num @ torch.randn(spec.numeric, 16, generator=generator))
+    score = hidden @ torch.randn(16, generator=generator) / 2 + x_num[:, 0] * x_num[:, 1]
+    for column, cardinality in enumerate(spec.cardinalities):
+        score = score + 1.5 * torch.randn(cardinality, generator=generator)[x_cat[:, column]]
+    edges = torch.quantile(score, torch.tensor([1 / 3, 2 / 3]))
+    return {"x_num": x_num, "x_cat": x_cat}, torch.bucketize(score, edges)
+
+
+@dataclass(frozen=True)
+class PatternSpec:
+    """The image task: (3, size, size) colour images of one pattern of `classes` kinds (a filled
+    square, a cross, a square frame, a diagonal stroke) of random place, size and colour on a
+    noisy background."""
+
+    size: int = 16
+    classes: int = 4
+    images: int = 2000
+
+
+PATTERNS = PatternSpec()
+
+
+@lru_cache(maxsize=1)
+def pattern_images() -> Dataset:
+    """The pattern images and their int64 classes (the same for every seed), standardised per
+    channel as a torchvision `Normalize` leaves them."""
+    spec, generator = PATTERNS, torch.Generator().manual_seed(1357)
+    rows, cols = torch.meshgrid(torch.arange(spec.size), torch.arange(spec.size), indexing="ij")
+    labels = torch.randint(0, spec.classes, (spec.images,), generator=generator)
+    images = 0.2 * torch.randn(spec.images, 3, spec.size, spec.size, generator=generator)
+    for i, kind in enumerate(labels.tolist()):
+        r, c = torch.randint(5, spec.size - 5, (2,), generator=generator).tolist()
+        half = int(torch.randint(3, 5, (1,), generator=generator))
+        dr, dc = rows - r, cols - c
+        box = (dr.abs() <= half) & (dc.abs() <= half)
+        inside = [box, box & ((dr == 0) | (dc == 0)), box & ((dr.abs() == half) | (dc.abs() == half)),
+                  box & (dr == dc)][kind]
+        colour = 0.5 + torch.rand(3, 1, generator=generator)
+        images[i][:, inside] += colour
+    mean, std = images.mean((0, 2, 3), keepdim=True), images.std((0, 2, 3), keepdim=True)
+    return Dataset((images - mean) / std, labels)

@@ -9,7 +9,10 @@ cross-entropy), an `nn.Transformer` seq2seq model sorting sequences (padding mas
 forcing, label smoothing), a hand-written GCN classifying the nodes of a stochastic block model
 (full batch, a train mask), a SimCLR encoder (two augmented views, InfoNCE), a DDPM denoiser
 (noise prediction at a random timestep, MSE, an EMA copy of the weights) and a CTC recogniser
-(conv front-end and bidirectional LSTM over audio-like frames, variable lengths) (`field_models`),
+(conv front-end and bidirectional LSTM over audio-like frames, variable lengths), a Mamba
+selective state-space character LM, an FT-Transformer classifying rows of a table (numeric and
+categorical feature tokens, a [CLS] token) and a ConvNeXt classifying colour patterns (layer
+scale, stochastic depth, label smoothing) (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop. Faults come from `faults.py`, at a step t0 and on a
@@ -30,8 +33,10 @@ from torch import nn
 
 from . import faults
 from .data import (
+    PATTERNS,
     SORT,
     SPEECH,
+    TABLE,
     Dataset,
     batch_sampler,
     char_corpus,
@@ -40,9 +45,11 @@ from .data import (
     digits,
     images_sampler,
     lm_batch_sampler,
+    pattern_images,
     sort_batch_sampler,
     sbm_graph,
     shapes_data,
+    table_data,
     two_views_sampler,
 )
 from .expected import Expected
@@ -55,6 +62,7 @@ from .field_models import (
     info_nce_loss,
     moe_lm_loss,
     seq2seq_loss,
+    smoothed_cross_entropy,
     vae_loss,
 )
 from .nanogpt import LoopConfig, lr_at
@@ -102,16 +110,23 @@ RECIPES = {
     "simclr": Recipe(lr=3e-3, weight_decay=1e-4, batch=32, clip=None),
     "ddpm": Recipe(lr=2e-3, weight_decay=0.01, batch=32, ema=0.995),
     "ctc": Recipe(lr=3e-3, weight_decay=0.0, batch=16, clip=None),
+    "mamba": Recipe(lr=3e-3, weight_decay=0.1, batch=16, betas=(0.9, 0.95)),
+    "fttransformer": Recipe(lr=1e-3, weight_decay=1e-5, batch=64, clip=None, warmup=0),
+    "convnext": Recipe(lr=4e-3, weight_decay=0.05, batch=32, clip=None),
 }
-LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe")
+LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba")
 IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm")
 """Architectures that take (B, 1, 8, 8) digits."""
 LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "recsys": torch.nn.functional.binary_cross_entropy_with_logits,
           "moe": moe_lm_loss, "vae": vae_loss, "unet": torch.nn.functional.cross_entropy,
           "seq2seq": seq2seq_loss, "gnn": torch.nn.functional.cross_entropy, "simclr": info_nce_loss,
-          "ddpm": ddpm_loss, "ctc": ctc_loss}
+          "ddpm": ddpm_loss, "ctc": ctc_loss, "convnext": smoothed_cross_entropy}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
+
+
+TIED = {"mamba": ("embedding",)}
+"""Units whose weight is also the head's (no gradient lost when a later block is detached), beyond GPT's `wte`."""
 
 
 def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
@@ -123,8 +138,10 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
 
 def _param_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
     """nanoGPT's `configure_optimizers` per unit: matrices decay, biases/norms/embeddings of rank < 2
-    do not; every group is tagged with its unit so that one block's lr can be changed. Tied
-    parameters are given once, to the first unit that holds them."""
+    do not, nor the parameters a model names in `no_decay` (a path component: FT-Transformer's
+    tokenizers, Mamba's A_log and D); every group is tagged with its unit so that one block's lr
+    can be changed. Tied parameters are given once, to the first unit that holds them."""
+    exempt = {id(p) for n, p in model.named_parameters() if set(n.split(".")) & set(getattr(model, "no_decay", ()))}
     groups, seen = [], set()
     for unit in model.units:
         params = [p for p in model.get_submodule(unit).parameters() if id(p) not in seen]
@@ -132,7 +149,7 @@ def _param_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
             params.append(model.pos)  # the classifier's learned positions belong to its embedding
         seen.update(id(p) for p in params)
         for decay in (True, False):
-            chosen = [p for p in params if (p.dim() >= 2) == decay]
+            chosen = [p for p in params if (p.dim() >= 2 and id(p) not in exempt) == decay]
             if chosen:
                 groups.append({"params": chosen, "lr": lr, "weight_decay": recipe.weight_decay if decay else 0.0,
                                "layer": unit})
@@ -173,7 +190,7 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
 
 
 FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae", "unet", "gnn",
-                "simclr", "ddpm", "ctc")
+                "simclr", "ddpm", "ctc", "fttransformer", "convnext")
 """Architectures whose batch has float features (the bad-batch faults); the LMs read token IDs."""
 
 
@@ -236,7 +253,8 @@ def field_families() -> list[tuple[str, str]]:
 def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     """(draw, eval_draw, classes, chance) for an architecture: characters for the LMs, clicks for
     the click model, shapes and masks for the U-Net, sorting for the seq2seq model, the block
-    model's graph for the GCN, audio-like frames and their symbols for the CTC model, digits
+    model's graph for the GCN, audio-like frames and their symbols for the CTC model, a table's
+    rows for the FT-Transformer, colour patterns for the ConvNeXt, digits
     otherwise (the autoencoder's and the VAE's targets are their inputs, SimCLR's two views of
     each and the DDPM's digits scaled to [−1, 1] have none).
     `chance` is the loss of a model that learned nothing but the targets' marginal: ln(classes) for classifiers
@@ -274,6 +292,18 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
             math.log(int(labels.max()) + 1)
     if arch == "ctc":
         return ctc_batch_sampler(micro, seed), ctc_batch_sampler(64, seed + 1), SPEECH.classes, _ctc_chance()
+    if arch == "fttransformer":
+        x, y = table_data()
+        split = int(0.8 * len(y))
+        train = Dataset({k: v[:split] for k, v in x.items()}, y[:split])
+        held = Dataset({k: v[split:] for k, v in x.items()}, y[split:])
+        return batch_sampler(train, micro, seed), batch_sampler(held, 256, seed + 1), TABLE.classes, \
+            math.log(TABLE.classes)
+    if arch == "convnext":
+        images = pattern_images()
+        train, held = Dataset(images.x[:1600], images.y[:1600]), Dataset(images.x[1600:], images.y[1600:])
+        return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), PATTERNS.classes, \
+            math.log(PATTERNS.classes)
     rows = digits("rows")
     x = rows.x.unsqueeze(1) if arch in IMAGE_MODELS else rows.x
     if arch == "simclr":
@@ -369,7 +399,8 @@ def field_run(run_dir: Path, family: str, arch: str, seed: int, recorder_options
     culprit = picked[spec.culprit] if spec.culprit and not shrugged else None
     alternatives = []
     if family == "detach" and culprit:
-        alternatives = [u for u in units[: units.index(culprit)] if u != "wte"]  # wte: still fed by the tied head
+        # wte, Mamba's embedding: still fed by the tied head
+        alternatives = [u for u in units[: units.index(culprit)] if u not in ("wte", *TIED.get(arch, ()))]
     labels = [] if shrugged else list(spec.labels)
     if verdict == "diverged" and "diverged" not in labels:
         labels.insert(0, "diverged")

@@ -65,11 +65,25 @@
   frames' lengths after the stride; `ctc_loss` is `nn.CTCLoss(blank=0, zero_infinity=True)` with
   Hugging Face's wav2vec2 handling of labels padded with -100 (target lengths from the mask).
 
+- `Mamba`: a selective state-space character LM (johnma2006/mamba-minimal's layout and names):
+  embedding, residual blocks of RMSNorm → in_proj to (x, z) → depthwise causal Conv1d → SiLU →
+  input-dependent Δ, B, C (x_proj; dt_proj and softplus for Δ), A = −exp(A_log), a D skip, a
+  sequential selective scan, y · SiLU(z) → out_proj; norm_f and a head tied to the embedding.
+- `FTTransformer`: Gorishniy et al.'s FT-Transformer (rtdl's layout) classifying rows of a
+  generated table (`data.table_data`): per-feature linear tokens of the numeric columns,
+  embeddings of the categorical ones, a [CLS] token, pre-norm blocks (no attention LayerNorm in
+  the first, ReGLU feed-forward, attention dropout), a LayerNorm → ReLU → Linear head on [CLS];
+  a dict batch `x_num` (float) and `x_cat` (int64).
+- `ConvNeXt`: facebookresearch/ConvNeXt's classifier, small, on generated 16×16 colour patterns
+  (`data.pattern_images`): patchify stem, blocks of depthwise 7×7 conv → channels-last LayerNorm
+  → Linear ×4 → GELU → Linear with layer scale γ (1e-6) and stochastic depth, LayerNorm +
+  strided-conv downsampling; trained with label smoothing 0.1.
+
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
 `llama`, `autoencoder` and `recsys` before the third, `moe` and `vae` before the fourth, `unet`,
-`seq2seq`, `gnn` and `simclr` before the fifth, `ddpm` and `ctc` before the sixth
-(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`seq2seq`, `gnn` and `simclr` before the fifth, `ddpm` and `ctc` before the sixth, `mamba`,
+`fttransformer` and `convnext` before the seventh (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -89,7 +103,7 @@ from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
            "RecSys", "MoELM", "VAE", "UNet", "Seq2Seq", "GCN", "SimCLR", "GaussianDiffusion", "Denoiser",
-           "CTCRecognizer", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
+           "CTCRecognizer", "Mamba", "FTTransformer", "ConvNeXt", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
 
 
 def nanogpt_init(model: TinyGPT) -> TinyGPT:
@@ -878,8 +892,292 @@ def ctc_loss(output: tuple[torch.Tensor, torch.Tensor], labels: torch.Tensor) ->
     return CTC_LOSS(log_probs, labels.masked_select(mask), lengths, mask.sum(dim=-1))
 
 
+class MambaRMSNorm(nn.Module):
+    """mamba-minimal's RMSNorm: x · rsqrt(mean(x²) + eps) · weight."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class MambaBlock(nn.Module):
+    """mamba-minimal's `MambaBlock`: in_proj to (x, z), depthwise causal Conv1d on x, SiLU, the
+    selective SSM (Δ, B, C from x by x_proj, Δ through dt_proj and softplus, A = −exp(A_log), a
+    D skip), y · SiLU(z), out_proj. dt_proj is initialised as `mamba_simple.Mamba` does it (Δ
+    log-uniform in [1e-3, 1e-1] through the inverse softplus as its bias)."""
+
+    def __init__(self, dim: int, state: int = 8, conv: int = 4, expand: int = 2) -> None:
+        super().__init__()
+        inner, self.state = expand * dim, state
+        self.dt_rank = math.ceil(dim / 16)
+        self.in_proj = nn.Linear(dim, 2 * inner, bias=False)
+        self.conv1d = nn.Conv1d(inner, inner, conv, groups=inner, padding=conv - 1)
+        self.x_proj = nn.Linear(inner, self.dt_rank + 2 * state, bias=False)
+        self.dt_proj = nn.Linear(self.dt_rank, inner)
+        nn.init.uniform_(self.dt_proj.weight, -self.dt_rank ** -0.5, self.dt_rank ** -0.5)
+        dt = torch.exp(torch.rand(inner) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
+        with torch.no_grad():
+            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, state + 1, dtype=torch.float32).repeat(inner, 1)))
+        self.D = nn.Parameter(torch.ones(inner))
+        self.out_proj = nn.Linear(inner, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[1]
+        x, z = self.in_proj(x).chunk(2, dim=-1)
+        x = torch.nn.functional.silu(self.conv1d(x.transpose(1, 2))[:, :, :length].transpose(1, 2))
+        delta, B, C = self.x_proj(x).split([self.dt_rank, self.state, self.state], dim=-1)
+        delta = torch.nn.functional.softplus(self.dt_proj(delta))
+        y = selective_scan(x, delta, -torch.exp(self.A_log.float()), B, C, self.D.float())
+        return self.out_proj(y * torch.nn.functional.silu(z))
+
+
+def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                   D: torch.Tensor) -> torch.Tensor:
+    """mamba-minimal's selective scan, h_t = exp(Δ_t A) h_{t−1} + Δ_t B_t u_t, y_t = C_t h_t + D u_t
+    over (batch, length, inner) inputs and an (inner, state) A, with the recurrence composed as
+    a parallel (Hillis–Steele) scan in log2(length) steps instead of one Python step per token:
+    the same sums (`sequential_scan` is the reference)."""
+    a = torch.exp(delta.unsqueeze(-1) * A)
+    h = delta.unsqueeze(-1) * B.unsqueeze(2) * u.unsqueeze(-1)
+    offset = 1
+    while offset < u.shape[1]:  # (a, h)_t ∘ (a, h)_{t−offset}: h_t += a_t h_{t−offset}, a_t *= a_{t−offset}
+        h = torch.cat([h[:, :offset], h[:, offset:] + a[:, offset:] * h[:, :-offset]], dim=1)
+        a = torch.cat([a[:, :offset], a[:, offset:] * a[:, :-offset]], dim=1)
+        offset *= 2
+    return (h * C.unsqueeze(2)).sum(-1) + u * D
+
+
+def sequential_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                    D: torch.Tensor) -> torch.Tensor:
+    """mamba-minimal's `selective_scan` as written there: one step of the recurrence per token."""
+    deltaA = torch.exp(delta.unsqueeze(-1) * A)
+    deltaB_u = delta.unsqueeze(-1) * B.unsqueeze(2) * u.unsqueeze(-1)
+    h = torch.zeros(u.shape[0], u.shape[2], A.shape[1], dtype=deltaA.dtype)
+    ys = []
+    for t in range(u.shape[1]):
+        h = deltaA[:, t] * h + deltaB_u[:, t]
+        ys.append(torch.einsum("bdn,bn->bd", h, C[:, t]))
+    return torch.stack(ys, dim=1) + u * D
+
+
+class MambaResidualBlock(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.norm = MambaRMSNorm(dim)
+        self.mixer = MambaBlock(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mixer(self.norm(x))
+
+
+class Mamba(nn.Module):
+    """mamba-minimal's `Mamba` LM: embedding → residual Mamba blocks (pre-RMSNorm) → norm_f → an
+    lm_head tied to the embedding. A_log and D are exempt from weight decay (`no_decay`, their
+    `_no_weight_decay` in mamba_simple)."""
+
+    def __init__(self, vocab: int, dim: int = 32, layers: int = 2) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList(MambaResidualBlock(dim) for _ in range(layers))
+        self.norm_f = MambaRMSNorm(dim)
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+        self.lm_head.weight = self.embedding.weight
+        nn.init.normal_(self.embedding.weight, std=0.02)  # mamba_simple's _init_weights
+        for layer in self.layers:  # GPT-2's rescaling of the residual writes, as mamba_simple does
+            nn.init.kaiming_uniform_(layer.mixer.out_proj.weight, a=math.sqrt(5))
+            with torch.no_grad():
+                layer.mixer.out_proj.weight /= math.sqrt(layers)
+        self.units = ["embedding", *(f"layers.{i}" for i in range(layers)), "norm_f"]
+        self.hidden = [f"layers.{i}" for i in range(layers)]
+        self.exposed = ["embedding", f"layers.{layers - 1}.mixer.out_proj"]  # the tied head; a residual write
+        self.no_decay = ("A_log", "D")
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embedding(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.lm_head(self.norm_f(x))
+
+
+class NumericalFeatureTokenizer(nn.Module):
+    """rtdl's tokenizer of numeric features: token_j = x_j · W_j + b_j, one d-vector pair per feature."""
+
+    def __init__(self, features: int, dim: int) -> None:
+        super().__init__()
+        bound = dim ** -0.5
+        self.weight = nn.Parameter(torch.empty(features, dim).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(features, dim).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight[None] * x[..., None] + self.bias[None]
+
+
+class CategoricalFeatureTokenizer(nn.Module):
+    """rtdl's tokenizer of categorical features: one embedding table over every column's categories
+    (offsets as a buffer) and a bias per column."""
+
+    def __init__(self, cardinalities: tuple[int, ...], dim: int) -> None:
+        super().__init__()
+        self.register_buffer("category_offsets", torch.tensor([0, *cardinalities[:-1]]).cumsum(0))
+        bound = dim ** -0.5
+        self.embeddings = nn.Embedding(sum(cardinalities), dim)
+        nn.init.uniform_(self.embeddings.weight, -bound, bound)
+        self.bias = nn.Parameter(torch.empty(len(cardinalities), dim).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.embeddings(x + self.category_offsets[None]) + self.bias[None]
+
+
+class CLSToken(nn.Module):
+    """rtdl's [CLS] token: a learned d-vector appended to every row's tokens."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        bound = dim ** -0.5
+        self.weight = nn.Parameter(torch.empty(dim).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, self.weight.expand(len(x), 1, -1)], dim=1)
+
+
+class FTBlock(nn.Module):
+    """An FT-Transformer block with pre-normalisation: attention (its LayerNorm skipped in the first
+    block, as rtdl does), then a ReGLU feed-forward; dropout 0.2 on attention, 0.1 in the FFN."""
+
+    def __init__(self, dim: int, heads: int, first: bool) -> None:
+        super().__init__()
+        self.attention_normalization = nn.Identity() if first else nn.LayerNorm(dim)
+        self.attention = nn.MultiheadAttention(dim, heads, dropout=0.2, batch_first=True)
+        self.ffn_normalization = nn.LayerNorm(dim)
+        hidden = int(dim * 4 / 3)
+        self.linear_first = nn.Linear(dim, 2 * hidden)
+        self.ffn_dropout = nn.Dropout(0.1)
+        self.linear_second = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.attention_normalization(x)
+        x = x + self.attention(h, h, h, need_weights=False)[0]
+        a, b = self.linear_first(self.ffn_normalization(x)).chunk(2, dim=-1)
+        return x + self.linear_second(self.ffn_dropout(a * torch.relu(b)))
+
+
+class FTTransformer(nn.Module):
+    """Gorishniy et al.'s FT-Transformer (rtdl's layout): numeric and categorical feature tokens, a
+    [CLS] token appended last, pre-norm Transformer blocks, a head (LayerNorm → ReLU → Linear) on
+    the [CLS] token. Its batch is a dict of `x_num` and `x_cat`. The tokenizers, the [CLS] token,
+    norms and biases are exempt from weight decay (`no_decay`, rtdl's `make_parameter_groups`)."""
+
+    def __init__(self, numeric: int, cardinalities: tuple[int, ...], classes: int, dim: int = 32, heads: int = 4,
+                 layers: int = 3) -> None:
+        super().__init__()
+        self.num_tokenizer = NumericalFeatureTokenizer(numeric, dim)
+        self.cat_tokenizer = CategoricalFeatureTokenizer(cardinalities, dim)
+        self.cls_token = CLSToken(dim)
+        self.blocks = nn.ModuleList(FTBlock(dim, heads, first=i == 0) for i in range(layers))
+        self.head = nn.Sequential(nn.LayerNorm(dim), nn.ReLU(), nn.Linear(dim, classes))
+        self.units = ["num_tokenizer", "cat_tokenizer", "cls_token", *(f"blocks.{i}" for i in range(layers)), "head"]
+        self.hidden = [f"blocks.{i}" for i in range(layers)]
+        self.exposed = ["num_tokenizer", "head.2"]  # the first block's attention has no LayerNorm before it
+        self.no_decay = ("num_tokenizer", "cat_tokenizer", "cls_token")
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        tokens = torch.cat([self.num_tokenizer(batch["x_num"]), self.cat_tokenizer(batch["x_cat"])], dim=1)
+        x = self.cls_token(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x[:, -1])
+
+
+def smoothed_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy with label smoothing 0.1 (ConvNeXt's recipe)."""
+    return torch.nn.functional.cross_entropy(logits, targets, label_smoothing=0.1)
+
+
+class ConvNeXtLayerNorm(nn.Module):
+    """ConvNeXt's LayerNorm over the channels of a channels-first (B, C, H, W) tensor."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight, self.bias, self.eps = nn.Parameter(torch.ones(dim)), nn.Parameter(torch.zeros(dim)), eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = x.mean(1, keepdim=True)
+        var = (x - mean).pow(2).mean(1, keepdim=True)
+        x = (x - mean) / torch.sqrt(var + self.eps)
+        return self.weight[:, None, None] * x + self.bias[:, None, None]
+
+
+def drop_path(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """timm's stochastic depth: each sample's residual branch dropped with probability p, kept ones ÷ (1 − p)."""
+    if p == 0.0 or not training:
+        return x
+    keep = x.new_empty(x.shape[0], *(1,) * (x.dim() - 1)).bernoulli_(1 - p)
+    return x * keep / (1 - p)
+
+
+class ConvNeXtBlock(nn.Module):
+    """ConvNeXt's block: depthwise 7×7 conv → channels-last LayerNorm → Linear ×4 → GELU → Linear,
+    layer scale γ, stochastic depth on the residual branch."""
+
+    def __init__(self, dim: int, drop: float, layer_scale: float) -> None:
+        super().__init__()
+        self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.act = nn.GELU()
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(layer_scale * torch.ones(dim))
+        self.drop = drop
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.dwconv(x).permute(0, 2, 3, 1))
+        h = (self.gamma * self.pwconv2(self.act(self.pwconv1(h)))).permute(0, 3, 1, 2)
+        return x + drop_path(h, self.drop, self.training)
+
+
+class ConvNeXt(nn.Module):
+    """facebookresearch/ConvNeXt's classifier, small: a patchify stem (2×2 conv, stride 2, then a
+    channels-first LayerNorm), stages of ConvNeXt blocks, downsampling layers (LayerNorm, 2×2
+    conv stride 2) between them, global average pooling, LayerNorm, a linear head; trunc-normal
+    init (std 0.02), biases 0, stochastic depth rising linearly to `drop_path_rate`."""
+
+    def __init__(self, classes: int, dims: tuple[int, ...] = (16, 32), depths: tuple[int, ...] = (2, 2),
+                 drop_path_rate: float = 0.1, layer_scale: float = 1e-6) -> None:
+        super().__init__()
+        self.downsample_layers = nn.ModuleList([nn.Sequential(nn.Conv2d(3, dims[0], 2, stride=2),
+                                                              ConvNeXtLayerNorm(dims[0]))])
+        for i in range(len(dims) - 1):
+            self.downsample_layers.append(nn.Sequential(ConvNeXtLayerNorm(dims[i]),
+                                                        nn.Conv2d(dims[i], dims[i + 1], 2, stride=2)))
+        rates = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        self.stages = nn.ModuleList(
+            nn.Sequential(*(ConvNeXtBlock(dim, rates[sum(depths[:i]) + j], layer_scale) for j in range(depth)))
+            for i, (dim, depth) in enumerate(zip(dims, depths)))
+        self.norm = nn.LayerNorm(dims[-1], eps=1e-6)
+        self.head = nn.Linear(dims[-1], classes)
+        for module in self.modules():
+            if isinstance(module, (nn.Conv2d, nn.Linear)):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                nn.init.zeros_(module.bias)
+        stages = len(dims)
+        self.units = [u for i in range(stages) for u in (f"downsample_layers.{i}", f"stages.{i}")] + ["norm", "head"]
+        self.hidden = self.units[1:-2]
+        self.exposed = ["head", f"stages.{stages - 1}.{depths[-1] - 1}.pwconv2"]  # a residual write (× γ)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for downsample, stage in zip(self.downsample_layers, self.stages):
+            x = stage(downsample(x))
+        return self.head(self.norm(x.mean((-2, -1))))
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
-               "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc")
+               "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
+               "convnext")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -931,4 +1229,12 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         from .data import SPEECH
 
         return CTCRecognizer(SPEECH.features, vocab)
+    if arch == "mamba":
+        return Mamba(vocab)
+    if arch == "fttransformer":
+        from .data import TABLE
+
+        return FTTransformer(TABLE.numeric, TABLE.cardinalities, vocab)
+    if arch == "convnext":
+        return ConvNeXt(vocab)
     raise ValueError(f"unknown field architecture {arch!r}")

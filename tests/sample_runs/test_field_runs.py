@@ -10,10 +10,11 @@ from sample_run_helpers import read_stats
 
 from sample_runs import HELD_OUT_ARCHS, SCENARIOS, make
 from sample_runs import faults
-from sample_runs.data import GRAPH, SORT, SPEECH, ctc_batch_sampler, sbm_graph, sort_batch_sampler
-from sample_runs.field import FIELD_FAMILIES, _ctc_chance, _twin_losses
+from sample_runs.data import (GRAPH, PATTERNS, SORT, SPEECH, TABLE, ctc_batch_sampler, pattern_images, sbm_graph,
+                               sort_batch_sampler, table_data)
+from sample_runs.field import FIELD_FAMILIES, RECIPES, _ctc_chance, _param_groups, _twin_losses
 from sample_runs.field_models import (FIELD_ARCHS, build_field_model, ctc_loss, ddpm_loss, info_nce_loss, moe_lm_loss,
-                                      seq2seq_loss, vae_loss)
+                                      selective_scan, sequential_scan, seq2seq_loss, smoothed_cross_entropy, vae_loss)
 from sample_runs.training import broke_against, stalled_against, train_field
 
 
@@ -35,7 +36,7 @@ def test_catalogue_looks_like_the_field():
     field = [s for s in SCENARIOS.values() if s.arch in HELD_OUT_ARCHS]
     assert {s.arch for s in field} == {"gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn",
                                        "llama", "autoencoder", "recsys", "moe", "vae", "unet", "seq2seq", "gnn",
-                                       "simclr", "ddpm", "ctc"}
+                                       "simclr", "ddpm", "ctc", "mamba", "fttransformer", "convnext"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -275,6 +276,98 @@ def test_ctc_reads_variable_length_frames_and_a_detached_lstm_is_judged_by_its_t
     assert grads[t0 - 1] > 0 and grads[t0:].fillna(0).max() == 0  # no gradient reaches the detached LSTM
     assert set(stats.query("role == 'input'")["name"]) == {"input.input_features", "input.attention_mask"}
     assert set(stats.query("role == 'target'")["kind"]) == {"index"}
+
+
+def _decay_of(model, arch):
+    """Each parameter's weight decay in the optimizer's groups, by name."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {names[id(p)]: group["weight_decay"] for group in _param_groups(model, RECIPES[arch], 1e-3)
+            for p in group["params"]}
+
+
+def test_mamba_scans_selectively_and_causally_and_a_scaled_tied_head_breaks_it(tmp_path):
+    u, delta = torch.randn(2, 32, 6), torch.nn.functional.softplus(torch.randn(2, 32, 6))
+    A, B, C, D = -torch.rand(6, 4) * 4, torch.randn(2, 32, 4), torch.randn(2, 32, 4), torch.randn(6)
+    assert torch.allclose(selective_scan(u, delta, A, B, C, D), sequential_scan(u, delta, A, B, C, D), atol=1e-5)
+    model = build_field_model("mamba", 27).eval()
+    assert model.lm_head.weight is model.embedding.weight
+    assert (-torch.exp(model.layers[0].mixer.A_log) < 0).all()
+    tokens = torch.randint(0, 27, (2, 32))
+    changed = tokens.clone()
+    changed[:, 20] = (changed[:, 20] + 1) % 27
+    with torch.no_grad():
+        logits, other = model(tokens), model(changed)
+    assert torch.allclose(logits[:, :20], other[:, :20], atol=1e-5) and not torch.allclose(logits[:, 20], other[:, 20])
+    decay = _decay_of(model, "mamba")
+    assert decay["layers.0.mixer.A_log"] == decay["layers.0.mixer.D"] == 0.0  # mamba's _no_weight_decay
+    assert decay["layers.0.mixer.in_proj.weight"] == 0.1 and decay["layers.0.mixer.dt_proj.bias"] == 0.0
+    truth = make("weight_scale-mamba-s0", tmp_path / "run")
+    t0 = _t0(truth)
+    losses, twin = _losses(tmp_path / "run"), list(_twin_losses("mamba", 0))
+    assert losses[:t0] == pytest.approx(twin[:t0], rel=1e-5)
+    assert truth.verdict == ("diverged" if broke_against(losses, twin, t0) else "healthy")
+    assert _mean(twin[-10:]) < 0.5 * _mean(twin[:10])  # the healthy recipe learns
+    inputs = read_stats(tmp_path / "run").query("role == 'input'")
+    assert set(inputs["kind"]) == {"index"}
+
+
+def test_fttransformer_tokenizes_each_feature_and_a_scaled_batch_scales_its_numeric_columns_only(tmp_path):
+    x, y = table_data()
+    assert x["x_num"].dtype == torch.float32 and x["x_cat"].dtype == torch.int64 and y.dtype == torch.int64
+    assert x["x_num"].shape[1] == TABLE.numeric and (x["x_cat"].max(0).values < torch.tensor(TABLE.cardinalities)).all()
+    assert torch.bincount(y).min() > 0.3 * len(y)  # balanced terciles
+    model = build_field_model("fttransformer", TABLE.classes).eval()
+    batch = {k: v[:4] for k, v in x.items()}
+    tokens = torch.cat([model.num_tokenizer(batch["x_num"]), model.cat_tokenizer(batch["x_cat"])], dim=1)
+    assert tokens.shape == (4, TABLE.numeric + len(TABLE.cardinalities), 32)
+    assert torch.allclose(model.cls_token(tokens)[:, -1], model.cls_token.weight.expand(4, -1))  # [CLS] last
+    with torch.no_grad():
+        assert model(batch).shape == (4, TABLE.classes)
+    decay = _decay_of(model, "fttransformer")
+    assert {n for n, d in decay.items() if d > 0} == {n for n in decay if n.startswith("blocks.") and
+                                                       n.endswith("weight") and "normalization" not in n} | {
+        "head.2.weight"}  # no decay on tokenizers, [CLS], norms, biases
+    truth = make("batch_scale-fttransformer-s0", tmp_path / "run")
+    t0 = _t0(truth)
+    losses, twin = _losses(tmp_path / "run"), list(_twin_losses("fttransformer", 0))
+    assert truth.verdict == ("diverged" if broke_against(losses, twin, t0) else "healthy")
+    assert _mean(twin[-10:]) < 0.6 * _mean(twin[:10])
+    inputs = read_stats(tmp_path / "run").query("role == 'input'")
+    assert set(inputs.query("name == 'input.x_cat'")["kind"]) == {"index"}
+    std = inputs.query("name == 'input.x_num'").set_index("step")["std"]
+    assert std[t0] / std[t0 - 1] == pytest.approx(1e3, rel=0.5)
+
+
+def test_convnext_scales_its_residual_branches_and_an_lr_spike_hits_one_stage(tmp_path):
+    images = pattern_images()
+    assert images.x.shape == (PATTERNS.images, 3, PATTERNS.size, PATTERNS.size)
+    assert torch.bincount(images.y).min() > 0.2 * PATTERNS.images
+    model = build_field_model("convnext", PATTERNS.classes)
+    gammas = [float(block.gamma.detach().abs().max()) for stage in model.stages for block in stage]
+    assert gammas == pytest.approx([1e-6] * 4)
+    x = images.x[:4]
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(x), model(x))  # stochastic depth only while training
+        block = model.stages[1][1]
+        h = model.downsample_layers[1](model.stages[0](model.downsample_layers[0](x)))
+        assert torch.allclose(block(h), h, atol=1e-4)  # a branch scaled by γ = 1e-6
+    logits, targets = torch.randn(8, 4), torch.randint(0, 4, (8,))
+    log_p = torch.log_softmax(logits, -1)
+    smoothed = 0.9 * torch.nn.functional.nll_loss(log_p, targets) - 0.1 * log_p.mean(-1).mean()
+    assert float(smoothed_cross_entropy(logits, targets)) == pytest.approx(float(smoothed), rel=1e-5)
+    truth = make("lr_spike-convnext-s0", tmp_path / "run")
+    t0 = _t0(truth)
+    losses, twin = _losses(tmp_path / "run"), list(_twin_losses("convnext", 0))
+    assert losses[:t0] == pytest.approx(twin[:t0], rel=1e-5)
+    assert truth.verdict == ("diverged" if broke_against(losses, twin, t0) else "healthy")
+    assert _mean(twin[-10:]) < 0.5 * _mean(twin[:10])
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    factor = float(truth.notes.split("multiplied by ")[1].split(" ")[0])
+    layer = truth.notes.split("param groups of ")[1].split(" ")[0]
+    for i, group in enumerate(_param_groups(model, RECIPES["convnext"], 1e-3)):
+        lr = scalars[scalars["name"] == f"hp.optimizer.{i}.lr"].set_index("step")["value"]
+        assert lr[t0] / lr[t0 - 1] == pytest.approx(factor if group["layer"] == layer else 1.0, rel=0.05)
 
 
 def test_lr_spike_raises_the_groups_lr_at_t0_and_the_run_does_not_come_back(tmp_path):
