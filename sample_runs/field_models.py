@@ -892,18 +892,6 @@ def ctc_loss(output: tuple[torch.Tensor, torch.Tensor], labels: torch.Tensor) ->
     return CTC_LOSS(log_probs, labels.masked_select(mask), lengths, mask.sum(dim=-1))
 
 
-class MambaRMSNorm(nn.Module):
-    """mamba-minimal's RMSNorm: x · rsqrt(mean(x²) + eps) · weight."""
-
-    def __init__(self, dim: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
 class MambaBlock(nn.Module):
     """mamba-minimal's `MambaBlock`: in_proj to (x, z), depthwise causal Conv1d on x, SiLU, the
     selective SSM (Δ, B, C from x by x_proj, Δ through dt_proj and softplus, A = −exp(A_log), a
@@ -968,7 +956,7 @@ def sequential_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: to
 class MambaResidualBlock(nn.Module):
     def __init__(self, dim: int) -> None:
         super().__init__()
-        self.norm = MambaRMSNorm(dim)
+        self.norm = RMSNorm(dim)  # mamba-minimal's: x · rsqrt(mean(x²) + eps) · weight, as LLaMA's
         self.mixer = MambaBlock(dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -984,7 +972,7 @@ class Mamba(nn.Module):
         super().__init__()
         self.embedding = nn.Embedding(vocab, dim)
         self.layers = nn.ModuleList(MambaResidualBlock(dim) for _ in range(layers))
-        self.norm_f = MambaRMSNorm(dim)
+        self.norm_f = RMSNorm(dim)
         self.lm_head = nn.Linear(dim, vocab, bias=False)
         self.lm_head.weight = self.embedding.weight
         nn.init.normal_(self.embedding.weight, std=0.02)  # mamba_simple's _init_weights
