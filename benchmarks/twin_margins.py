@@ -14,6 +14,7 @@ end (the truth's yardstick) and end / level before t0 (the run's own), and with 
 `benchmarks/detection.py --json` file) what the analyzer called it at the defaults. Reads the
 run directories with pyarrow only.
 
+mean/before is the mean of the last 10 losses over that level (`OutcomeThresholds.recovered_mean_factor`).
 Two more yardsticks of the run's own record are printed beside them (session 8, helper 12m):
 end / trend, the final loss over where the run's own pre-fault trend was heading (a power law,
 log loss against log step, fitted on the losses from step 5 to t0 and extrapolated to the last
@@ -76,9 +77,10 @@ def margins(runs: Path, called: dict[str, str]) -> list[dict]:
             continue
         end, trend = float(np.mean(loss[-10:])), _trend(loss, t0)
         rows.append({
-            "run": run.name, "truth": expected["verdict"], "called": called.get(run.name), "t0": t0,
+            "run": run.name, "arch": expected.get("arch"), "truth": expected["verdict"], "called": called.get(run.name), "t0": t0,
             "end_over_twin": end / float(np.mean(twin_loss[-10:])),
             "end_over_before": float(np.median(loss[-10:])) / float(np.median(loss[t0 - 10:t0])),
+            "mean_over_before": end / float(np.median(loss[t0 - 10:t0])),
             "end_over_trend": end / trend, "twin_over_trend": float(np.mean(twin_loss[-10:])) / trend,
             "val_end_over_before": _val_end_over_before(run, t0),
         })
@@ -90,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, required=True)
     parser.add_argument("--score", type=Path, help="a benchmarks/detection.py --json file (default rows)")
     parser.add_argument("--family", action="append", help="only runs whose name starts with FAMILY- (repeatable)")
+    parser.add_argument("--arch", action="append", help="only runs of this model family (repeatable)")
     args = parser.parse_args(argv)
     if not args.runs.is_dir():
         print(f"not a directory: {args.runs}", file=sys.stderr)
@@ -100,11 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = margins(args.runs, called)
     if args.family:
         rows = [r for r in rows if any(r["run"].startswith(f + "-") for f in args.family)]
+    if args.arch:
+        rows = [r for r in rows if r["arch"] in args.arch]
     print(f"{'run':34s} {'truth':12s} {'called':12s} {'t0':>4s} {'end/twin':>9s} {'end/before':>10s} "
-          f"{'end/trend':>9s} {'twin/trend':>10s} {'val end/before':>14s}")
+          f"{'mean/before':>11s} {'end/trend':>9s} {'twin/trend':>10s} {'val end/before':>14s}")
     for r in sorted(rows, key=lambda r: (r["truth"], r["end_over_before"])):
         print(f"{r['run']:34s} {r['truth']:12s} {str(r['called']):12s} {r['t0']:4d} "
-              f"{r['end_over_twin']:9.3f} {r['end_over_before']:10.3f} {r['end_over_trend']:9.3f} "
+              f"{r['end_over_twin']:9.3f} {r['end_over_before']:10.3f} {r['mean_over_before']:11.3f} {r['end_over_trend']:9.3f} "
               f"{r['twin_over_trend']:10.3f} {r['val_end_over_before']:14.3f}")
     # The overlap: runs the own yardstick calls recovered (end within 1.1× the level before).
     back = [r for r in rows if r["end_over_before"] <= 1.1]
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         if chosen:
             print(f"ended within 1.1× the level before t0, truth {truth}: {len(chosen)} runs, "
                   f"end/before {min(chosen):.2f}–{max(chosen):.2f}")
-    for key in ("end_over_trend", "val_end_over_before"):
+    for key in ("mean_over_before", "end_over_trend", "val_end_over_before"):
         for truth in ("healthy", "diverged", "not_learning"):
             chosen = [r[key] for r in back if r["truth"] == truth and np.isfinite(r[key])]
             if chosen:
