@@ -13,6 +13,14 @@ fault is dated in its notes and whose loss stayed finite, this prints both margi
 end (the truth's yardstick) and end / level before t0 (the run's own), and with `--score` (a
 `benchmarks/detection.py --json` file) what the analyzer called it at the defaults. Reads the
 run directories with pyarrow only.
+
+mean/before is the mean of the last 10 losses over that level (`OutcomeThresholds.recovered_mean_factor`).
+Two more yardsticks of the run's own record are printed beside them (session 8, helper 12m):
+end / trend, the final loss over where the run's own pre-fault trend was heading (a power law,
+log loss against log step, fitted on the losses from step 5 to t0 and extrapolated to the last
+10 steps), with twin / trend, the same prediction held against the twin's end (how well the
+trend foresees what the truth compares with); and val end / before, the last `val_loss` over the
+last one recorded before t0, where the run records one.
 """
 
 from __future__ import annotations
@@ -30,9 +38,30 @@ _T0 = re.compile(r"(?:at|from) step (\d+)")
 _FROM_START = ("lr_too_high-", "lr_too_low-")  # wrong from step 0: "before" is the first 10 losses
 
 
-def _loss(run: Path) -> np.ndarray:
+def _scalar(run: Path, name: str):
     table = ds.dataset(run / "scalars", format="parquet").to_table().to_pandas()
-    return table[table["name"] == "loss"].groupby("step")["value"].mean().sort_index().to_numpy(np.float64)
+    return table[table["name"] == name].groupby("step")["value"].mean().sort_index()
+
+
+def _loss(run: Path) -> np.ndarray:
+    return _scalar(run, "loss").to_numpy(np.float64)
+
+
+def _trend(loss: np.ndarray, t0: int) -> float:
+    """Where the loss before t0 was heading at the last 10 steps: log loss against log step,
+    fitted from step 5 (past the first steps' fall) to t0; NaN with < 10 positive losses."""
+    steps = np.arange(5, t0)
+    values = loss[5:t0]
+    if len(values) < 10 or np.any(values <= 0):
+        return float("nan")
+    slope, intercept = np.polyfit(np.log(steps), np.log(values), 1)
+    return float(np.exp(intercept + slope * np.log(np.mean(np.arange(len(loss))[-10:]))))
+
+
+def _val_end_over_before(run: Path, t0: int) -> float:
+    val = _scalar(run, "val_loss")
+    before = val[val.index < t0]
+    return float(val.iloc[-1] / before.iloc[-1]) if len(before) and val.index[-1] > t0 else float("nan")
 
 
 def margins(runs: Path, called: dict[str, str]) -> list[dict]:
@@ -46,11 +75,14 @@ def margins(runs: Path, called: dict[str, str]) -> list[dict]:
         t0, loss, twin_loss = int(found.group(1)) if found else 10, _loss(run), _loss(twin)
         if len(loss) < t0 + 10 or t0 < 10 or not np.all(np.isfinite(loss)):
             continue
-        end = float(np.mean(loss[-10:]))
+        end, trend = float(np.mean(loss[-10:])), _trend(loss, t0)
         rows.append({
-            "run": run.name, "truth": expected["verdict"], "called": called.get(run.name), "t0": t0,
+            "run": run.name, "arch": expected.get("arch"), "truth": expected["verdict"], "called": called.get(run.name), "t0": t0,
             "end_over_twin": end / float(np.mean(twin_loss[-10:])),
             "end_over_before": float(np.median(loss[-10:])) / float(np.median(loss[t0 - 10:t0])),
+            "mean_over_before": end / float(np.median(loss[t0 - 10:t0])),
+            "end_over_trend": end / trend, "twin_over_trend": float(np.mean(twin_loss[-10:])) / trend,
+            "val_end_over_before": _val_end_over_before(run, t0),
         })
     return rows
 
@@ -60,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, required=True)
     parser.add_argument("--score", type=Path, help="a benchmarks/detection.py --json file (default rows)")
     parser.add_argument("--family", action="append", help="only runs whose name starts with FAMILY- (repeatable)")
+    parser.add_argument("--arch", action="append", help="only runs of this model family (repeatable)")
     args = parser.parse_args(argv)
     if not args.runs.is_dir():
         print(f"not a directory: {args.runs}", file=sys.stderr)
@@ -70,10 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = margins(args.runs, called)
     if args.family:
         rows = [r for r in rows if any(r["run"].startswith(f + "-") for f in args.family)]
-    print(f"{'run':34s} {'truth':12s} {'called':12s} {'t0':>4s} {'end/twin':>9s} {'end/before':>10s}")
+    if args.arch:
+        rows = [r for r in rows if r["arch"] in args.arch]
+    print(f"{'run':34s} {'truth':12s} {'called':12s} {'t0':>4s} {'end/twin':>9s} {'end/before':>10s} "
+          f"{'mean/before':>11s} {'end/trend':>9s} {'twin/trend':>10s} {'val end/before':>14s}")
     for r in sorted(rows, key=lambda r: (r["truth"], r["end_over_before"])):
         print(f"{r['run']:34s} {r['truth']:12s} {str(r['called']):12s} {r['t0']:4d} "
-              f"{r['end_over_twin']:9.3f} {r['end_over_before']:10.3f}")
+              f"{r['end_over_twin']:9.3f} {r['end_over_before']:10.3f} {r['mean_over_before']:11.3f} {r['end_over_trend']:9.3f} "
+              f"{r['twin_over_trend']:10.3f} {r['val_end_over_before']:14.3f}")
     # The overlap: runs the own yardstick calls recovered (end within 1.1× the level before).
     back = [r for r in rows if r["end_over_before"] <= 1.1]
     for truth in ("healthy", "diverged", "not_learning"):
@@ -81,6 +118,16 @@ def main(argv: list[str] | None = None) -> int:
         if chosen:
             print(f"ended within 1.1× the level before t0, truth {truth}: {len(chosen)} runs, "
                   f"end/before {min(chosen):.2f}–{max(chosen):.2f}")
+    for key in ("mean_over_before", "end_over_trend", "val_end_over_before"):
+        for truth in ("healthy", "diverged", "not_learning"):
+            chosen = [r[key] for r in back if r["truth"] == truth and np.isfinite(r[key])]
+            if chosen:
+                print(f"  of those, truth {truth}: {key} {min(chosen):.2f}–{max(chosen):.2f} ({len(chosen)} runs)")
+    predicted = [r["twin_over_trend"] for r in rows if np.isfinite(r["twin_over_trend"])]
+    if predicted:
+        print(f"the trend against the twin's end (twin/trend), {len(predicted)} runs: "
+              f"{min(predicted):.2f}–{max(predicted):.2f}, 5–95 % {np.percentile(predicted, 5):.2f}–"
+              f"{np.percentile(predicted, 95):.2f}")
     return 0
 
 

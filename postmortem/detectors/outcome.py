@@ -43,16 +43,21 @@ def loss_came_back(steps: np.ndarray, values: np.ndarray, onset: int, th: Outcom
     """After an incident at `onset`, the training loss (finite, step order) came back to within
     10 % of its level before (median of the 10 losses before; a 5-step rolling median after),
     did so within the first half of the steps that follow, and ends there. A run that spends
-    most of what is left getting back to where it was ends far behind where it was heading."""
+    most of what is left getting back to where it was ends far behind where it was heading.
+    Its last losses must also average below 2× that level: a median can sit at 0 while every
+    other step is ×30 (a head rescaled ×100 makes logits that are right with certainty or wrong
+    with certainty)."""
     before = values[steps < onset][-th.min_steps:]
     after = values[steps > onset]
     if len(before) < 3 or len(after) < th.min_steps:
         return False
-    level = th.recovered_factor * abs(float(np.median(before)))
+    level = abs(float(np.median(before)))
     rolling = pd.Series(after).rolling(5).median().to_numpy()[4:]
-    back = np.flatnonzero(rolling <= level)
+    back = np.flatnonzero(rolling <= th.recovered_factor * level)
+    last = after[-th.min_steps:]
     return bool(len(back) and back[0] <= th.recovered_within * len(after)
-                and np.median(after[-th.min_steps:]) <= level)
+                and np.median(last) <= th.recovered_factor * level
+                and np.mean(last) <= th.recovered_mean_factor * level)
 
 
 def loss_spikes(values: np.ndarray, th: OutcomeThresholds) -> tuple[np.ndarray, np.ndarray]:

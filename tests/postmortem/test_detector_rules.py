@@ -112,6 +112,16 @@ def test_a_loss_that_came_back_soon_and_ends_there_came_back():
     assert not loss_came_back(*_spiked_loss(None), 50, TH.outcome)
 
 
+def test_a_loss_whose_median_came_back_but_whose_mean_did_not_did_not_come_back():
+    steps, loss = _spiked_loss(10)
+    loss[100:] = 0.0  # certain and right on two steps of three: the median is back at 0...
+    loss[100::3] = 9.0  # ...certain and wrong on the third: a mean 3× the level before
+    assert np.median(loss[-10:]) == 0.0 and np.mean(loss[-10:]) > 2.0
+    assert not loss_came_back(steps, loss, 50, TH.outcome)
+    loss[100::3] = 1.5  # a mean of 0.5: back
+    assert loss_came_back(steps, loss, 50, TH.outcome)
+
+
 def test_loss_spikes_are_ten_times_the_recent_level():
     steps, loss = _spiked_loss(1)
     spikes, level = loss_spikes(loss, TH.outcome)

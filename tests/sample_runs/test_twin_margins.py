@@ -40,6 +40,20 @@ def test_margins_against_the_twin_and_the_runs_own_level(margins, tmp_path):
     assert row["t0"] == 30 and row["called"] == "healthy"
     assert row["end_over_twin"] == pytest.approx(stuck[-1] / np.mean(twin[-10:]))
     assert row["end_over_before"] == pytest.approx(stuck[-1] / np.median(twin[20:30]))
+    # The trend of steps 5-29 (a power law) heads below the stuck run's end, and the twin's end
+    # sits nearer to it than the stuck run's; no val_loss recorded, none compared.
+    assert row["end_over_trend"] > row["twin_over_trend"] and row["end_over_trend"] > 1.0
+    assert np.isnan(row["val_end_over_before"])
+
+
+def test_the_val_loss_end_over_its_last_value_before_t0(margins, tmp_path):
+    _run(tmp_path, "healthy-toy-s0", np.linspace(2.0, 1.0, 60), "", "healthy")
+    _run(tmp_path, "lr_spike-toy-s0", np.linspace(2.0, 1.0, 60), "lr raised at step 30", "diverged")
+    scalars = tmp_path / "lr_spike-toy-s0" / "scalars"
+    pd.DataFrame({"step": [0, 25, 50], "name": "val_loss", "value": [2.0, 1.6, 2.4]}).to_parquet(
+        scalars / "part-000001.parquet")
+    (row,) = margins.margins(tmp_path, {})
+    assert row["val_end_over_before"] == pytest.approx(2.4 / 1.6)
 
 
 def test_a_missing_runs_folder_exits_2(margins, tmp_path):
