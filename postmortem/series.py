@@ -19,7 +19,9 @@ step and fitted on the final rise (onset.py), so a divergence whose rise lasts u
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -115,6 +117,31 @@ def read_series(run: Run, progress: Callable[[str], None] | None = None) -> Seri
 
     `progress(label)` is called READ_STAGES times, as each READ_STAGES-th of the rows is read.
     """
+    with _small_pages():
+        return _read_series(run, progress)
+
+
+@contextmanager
+def _small_pages() -> Iterator[None]:
+    """numpy's large arrays without transparent huge pages while inside. The read's arrays
+    are written once each (the kept rows of a batch, then the grouped arrays they are
+    scattered into, series by series): with huge pages the first row written anywhere in 2 MB
+    has the kernel clear all of it, and the grouped arrays are faulted in whole while the
+    batches' rows are still held. Measured at 150 M rows: ~270 MB less peak RSS, ~1 s less
+    kernel time. A numpy without the switch (it is private) keeps its default."""
+    core = getattr(np, "_core", None) or np.core
+    switch = getattr(core.multiarray, "_set_madvise_hugepage", None)
+    if switch is None:
+        yield
+        return
+    previous = switch(False)
+    try:
+        yield
+    finally:
+        switch(previous)
+
+
+def _read_series(run: Run, progress: Callable[[str], None] | None) -> SeriesTable:
     total = run.stats_rows()
     stride = 1 if total <= FULL_ROWS else -(-total // COARSE_ROWS)
     last = run.stats_last_step() if stride > 1 else None
@@ -507,20 +534,49 @@ def _nan_filled(column: pa.Array) -> np.ndarray:
 
 def _magnitude(batch: pa.RecordBatch, scratch: np.ndarray) -> np.ndarray:
     """norm where recorded (param/grad/update/state), else max_abs, else max(|min|, |max|);
-    written into `scratch` (float64, a value per row) unless norm is recorded on every row."""
-    norm = _nan_filled(batch.column("norm"))
+    written into `scratch` (float64, a value per row) unless norm is recorded on every row.
+    Read from the columns' own buffers and validity bitmaps: filling their nulls first made a
+    new 8 MB array of each column every batch."""
+    norm, valid = _raw(batch.column("norm"))
     missing = np.isnan(norm)
+    if valid is not None:
+        missing |= ~valid
     if not missing.any():
         return norm.astype(np.float64, copy=False)
     magnitude = scratch
     np.copyto(magnitude, norm)
-    np.copyto(magnitude, _nan_filled(batch.column("max_abs")), where=missing)
-    missing = np.flatnonzero(np.isnan(magnitude))
+    max_abs, valid = _raw(batch.column("max_abs"))
+    np.copyto(magnitude, max_abs, where=missing)
+    left = np.isnan(magnitude)
+    if valid is not None:
+        left |= missing & ~valid
+    missing = np.flatnonzero(left)
     if len(missing):
-        low = np.abs(_nan_filled(batch.column("min"))[missing])
-        high = np.abs(_nan_filled(batch.column("max"))[missing])
+        low = np.abs(_raw_at(batch.column("min"), missing))
+        high = np.abs(_raw_at(batch.column("max"), missing))
         magnitude[missing] = np.fmax(low, high)
     return magnitude
+
+
+def _raw(column: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+    """A fixed-width numeric column's values as numpy, without a copy (any value where null),
+    and which rows are valid (None: all of them)."""
+    validity, data = column.buffers()[:2]
+    start, rows = column.offset, len(column)
+    values = np.frombuffer(data, column.type.to_pandas_dtype(), count=start + rows)[start:]
+    if not column.null_count:
+        return values, None
+    bits = np.unpackbits(np.frombuffer(validity, np.uint8), count=start + rows, bitorder="little")
+    return values, bits[start:].view(bool)
+
+
+def _raw_at(column: pa.Array, rows: np.ndarray) -> np.ndarray:
+    """A numeric column's values at `rows`, NaN where null."""
+    values, valid = _raw(column)
+    taken = values[rows]
+    if valid is not None:
+        taken[~valid[rows]] = np.nan
+    return taken
 
 
 def _aux(batch: pa.RecordBatch, rows: np.ndarray | None, starts: np.ndarray, role_codes: np.ndarray,
