@@ -524,14 +524,6 @@ def _counts(values: np.ndarray) -> np.ndarray:
     return values.astype(np.int32)
 
 
-def _nan_filled(column: pa.Array) -> np.ndarray:
-    """A float column as numpy, NaN for null (filled by Arrow: numpy's conversion of a column
-    with nulls is 4x slower)."""
-    if column.null_count:
-        column = pc.fill_null(column, float("nan"))
-    return column.to_numpy(zero_copy_only=False)
-
-
 def _magnitude(batch: pa.RecordBatch, scratch: np.ndarray) -> np.ndarray:
     """norm where recorded (param/grad/update/state), else max_abs, else max(|min|, |max|);
     written into `scratch` (float64, a value per row) unless norm is recorded on every row.
@@ -559,11 +551,14 @@ def _magnitude(batch: pa.RecordBatch, scratch: np.ndarray) -> np.ndarray:
 
 
 def _raw(column: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
-    """A fixed-width numeric column's values as numpy, without a copy (any value where null),
-    and which rows are valid (None: all of them)."""
+    """A fixed-width numeric column's values as numpy, without a copy (a bool column's
+    unpacked to 0/1), any value where null, and which rows are valid (None: all of them)."""
     validity, data = column.buffers()[:2]
     start, rows = column.offset, len(column)
-    values = np.frombuffer(data, column.type.to_pandas_dtype(), count=start + rows)[start:]
+    if pa.types.is_boolean(column.type):  # one bit a value
+        values = np.unpackbits(np.frombuffer(data, np.uint8), count=start + rows, bitorder="little")[start:]
+    else:
+        values = np.frombuffer(data, column.type.to_pandas_dtype(), count=start + rows)[start:]
     if not column.null_count:
         return values, None
     bits = np.unpackbits(np.frombuffer(validity, np.uint8), count=start + rows, bitorder="little")
@@ -571,9 +566,9 @@ def _raw(column: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def _raw_at(column: pa.Array, rows: np.ndarray) -> np.ndarray:
-    """A numeric column's values at `rows`, NaN where null."""
+    """A float column's values at `rows` (a bool column's as float32 0/1), NaN where null."""
     values, valid = _raw(column)
-    taken = values[rows]
+    taken = values[rows] if values.dtype.kind == "f" else values[rows].astype(np.float32)
     if valid is not None:
         taken[~valid[rows]] = np.nan
     return taken
@@ -592,7 +587,7 @@ def _aux(batch: pa.RecordBatch, rows: np.ndarray | None, starts: np.ndarray, rol
     begin, span_roles = starts[first], run_roles[first]
     end = np.r_[begin[1:], len(role_codes)]
     sliced = rows is None and len(begin) <= _SLICED_SPANS
-    whole: dict[str, np.ndarray] = {}
+    whole: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
     for code in np.unique(span_roles).tolist():
         columns = AUX_COLUMNS.get(role_names[code]) if code >= 0 else None
         if columns is None:
@@ -601,21 +596,18 @@ def _aux(batch: pa.RecordBatch, rows: np.ndarray | None, starts: np.ndarray, rol
         if sliced:
             for slot, column in zip(slots, columns):
                 if column not in whole:
-                    whole[column] = _aux_values(batch.column(column))
+                    whole[column] = _raw(batch.column(column))
+                values, valid = whole[column]
                 for low, high in zip(begin[mine].tolist(), end[mine].tolist()):
-                    slot[low:high] = whole[column][low:high]
+                    slot[low:high] = values[low:high]
+                    if valid is not None:
+                        np.copyto(slot[low:high], np.nan, where=~valid[low:high])
             continue
         at = _run_rows(begin[mine], (end - begin)[mine])
-        taken = pa.array(at if rows is None else rows[at])
+        taken = at if rows is None else rows[at]
         for slot, column in zip(slots, columns):
-            slot[at] = _aux_values(batch.column(column).take(taken))
+            slot[at] = _raw_at(batch.column(column), taken)
     return slots
-
-
-def _aux_values(column: pa.Array) -> np.ndarray:
-    if pa.types.is_boolean(column.type):
-        column = pc.cast(column, pa.float32())
-    return _nan_filled(column)
 
 
 def _input_hashes(batch: pa.RecordBatch) -> list[pa.Table]:
