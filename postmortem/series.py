@@ -555,6 +555,9 @@ def _raw(column: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     unpacked to 0/1), any value where null, and which rows are valid (None: all of them)."""
     validity, data = column.buffers()[:2]
     start, rows = column.offset, len(column)
+    if data is None:  # no values at all (every row null)
+        kind = np.uint8 if pa.types.is_boolean(column.type) else column.type.to_pandas_dtype()
+        return np.zeros(rows, kind), np.zeros(rows, bool)
     if pa.types.is_boolean(column.type):  # one bit a value
         values = np.unpackbits(np.frombuffer(data, np.uint8), count=start + rows, bitorder="little")[start:]
     else:
