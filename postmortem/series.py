@@ -228,7 +228,8 @@ class _Builder:
             distinct, keep = _coarse_steps(step, self.stride, self.tail,
                                            self._scratch("offset", batch.num_rows, np.int64))
             self.steps_seen.append(distinct)
-            keep |= (nf > 0) | _extremes(run_sid, starts, mag)
+            if not keep.all():  # else (a batch of the last steps) every row is kept already
+                keep |= (nf > 0) | _extremes(run_sid, starts, mag)
         rows = None  # the batch's rows kept, None: all of them
         if keep is not None and not keep.all():
             rows = np.flatnonzero(keep)
@@ -505,10 +506,8 @@ def _dictionary(column: pa.Array) -> pa.DictionaryArray:
 
 def _codes(column: pa.DictionaryArray) -> np.ndarray:
     """Dictionary codes as int32, -1 for null."""
-    indices = column.indices
-    if indices.null_count:
-        indices = pc.fill_null(indices, -1)
-    return indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    values, valid = _raw(column.indices)
+    return (values if valid is None else np.where(valid, values, -1)).astype(np.int32, copy=False)
 
 
 def _ints(column: pa.Array) -> np.ndarray:
