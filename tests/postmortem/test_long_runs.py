@@ -2,6 +2,8 @@
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from pm_runs import make_run, series_rows
 
@@ -158,3 +160,17 @@ def test_a_batch_kept_whole_keeps_its_values_when_later_batches_are_thinned(tmp_
         rows = table.rows(index)
         assert set(range(100, 200)) <= set(table.step[rows].tolist())
         np.testing.assert_array_equal(table.magnitude[rows], magnitude.loc[table.step[rows]].to_numpy())
+
+
+@pytest.mark.parametrize("kind", [pa.float32(), pa.float64(), pa.bool_()])
+def test_column_values_read_from_their_buffers_match_arrow_at_any_offset(kind):
+    # The per-batch reads take a column's values and validity from its buffers (no filled copy):
+    # sliced at offsets that are not a multiple of 8 they still give Arrow's values, NaN for null.
+    rng = np.random.default_rng(1)
+    values = rng.uniform(-1, 1, 100) > 0 if kind == pa.bool_() else rng.uniform(-1, 1, 100)
+    column = pa.array(values, kind, mask=rng.uniform(0, 1, 100) < 0.3)
+    for start, length in ((0, 100), (3, 50), (13, 1), (97, 3), (40, 0)):
+        piece = column.slice(start, length)
+        expected = pc.fill_null(pc.cast(piece, pa.float64()), float("nan")).to_numpy(zero_copy_only=False)
+        rows = np.arange(length)[::-1]
+        np.testing.assert_array_equal(series._raw_at(piece, rows).astype(np.float64), expected[rows])
