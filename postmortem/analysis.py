@@ -115,7 +115,8 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     advance(f"fitting {len(table.keys):,} series")
     breaks = fit_breaks(table, scalars, first.step if first else None)
     nonfinite = nonfinite_beyond_inputs(table, scalars, ignore_grads=scaled)
-    leaders = diverging(breaks, scalars, stayed_finite=not nonfinite)
+    stale = gradients.stale_gradients(gradients.gradient_history(table, scalars), thresholds.gradients)
+    leaders = diverging(breaks, scalars, stayed_finite=not nonfinite, loss_must_feel=not (nonfinite or stale))
     onset, involved = run_onset(breaks, leaders, first, tie_order,
                                 robust_floor=thresholds.root_causes.robust_floor)
     diverged = bool(leaders) or nonfinite
@@ -123,9 +124,8 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     loss_steps, loss = loss_curve(scalars)
     outcome = measure_outcome(loss_steps, loss, metric_curves(scalars), thresholds.outcome,
                               loss=main_loss(scalars))
-    precomputed = {"stale_gradients": gradients.stale_gradients(
-        gradients.gradient_history(table, scalars), thresholds.gradients)}
-    onset, diverged = _accumulated(onset, diverged, nonfinite, precomputed["stale_gradients"],
+    precomputed = {"stale_gradients": stale}
+    onset, diverged = _accumulated(onset, diverged, nonfinite, stale,
                                    (loss_steps, loss), first, thresholds.gradients)
     evidence = Evidence(table=table, summary=pd.DataFrame(), scalars=scalars, events=events,
                         manifest=run.manifest, first_nonfinite=first, onset=onset if diverged else None,

@@ -38,6 +38,10 @@ _SPREAD_STEPS = 50
 SETTLE_STEPS = 10
 ABRUPT_PARAM_JUMP = 10.0  # a parameter norm never moves ×10 in one healthy step
 LOSS_RECOVERED_FACTOR = 2.0
+# A tensor's gradient break counts only when the loss rose above ×1.1 its level (outcome's
+# recovered_factor) within the 20 steps after it (session 8, read on round 7's convnext).
+FELT_STEPS = 20
+FELT_FACTOR = 1.1
 _LOSS_WINDOW = 10
 SHARP_JUMP = 2.0  # a visible jump at the break...
 SHARP_GROWTH = 1.1  # ...or growth doubling in ≤ 7 steps
@@ -132,7 +136,8 @@ def clips_recorded(scalars: pd.DataFrame) -> bool:
     return bool(scalars["name"].isin(("clip_coef", "grad_norm_clipped")).any())
 
 
-def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite: bool = False) -> list[TensorBreak]:
+def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite: bool = False,
+              loss_must_feel: bool = False) -> list[TensorBreak]:
     """Series whose break makes the run diverged.
 
     Either a loss, gradient or parameter series ends ≥ 100× above its stable level after a
@@ -143,6 +148,9 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite
     not a divergence on its own: every step was bounded, so only a loss or a parameter running
     away says the run broke (seed 003's GAN: the discriminator wins, its gradient grows ×100
     while the generator, badly initialised, never learns).
+
+    With `loss_must_feel` (a finite run whose gradients do not accumulate), one tensor's gradient
+    break counts only when the loss rose within FELT_STEPS after it.
     """
     found = []
     bounded = stayed_finite and clips_recorded(scalars)
@@ -155,6 +163,13 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite
         # from zero and grow for hundreds of steps by design, and activations count through
         # what they do to the rest: none of them decides on its own.
         settled = b.fit.onset_step >= b.fit.first_step + SETTLE_STEPS
+        if loss_must_feel and b.role == "grad" and _loss_unmoved(scalars, b.fit.onset_step):
+            # One tensor's gradient growing while the loss keeps falling is a branch waking up (a
+            # residual branch behind ConvNeXt's layer scale 1e-6 passes its block ×1e-6 of the
+            # gradient until gamma grows), not a runaway: the loss (or the global grad norm, a
+            # scalar) must feel it. Accumulating gradients are a running sum whose growth is the
+            # story before the loss feels it, hence the flag.
+            continue
         if b.fit.diverges and b.role in ("scalar", "grad") and (settled or _sharp_measured(b)):
             # A slow climb from the first step is a model starting to learn (gradients of a
             # badly initialised deep net grow ×100 as it wakes up), not a divergence.
@@ -185,6 +200,22 @@ def _loss_recovered(scalars: pd.DataFrame, step: int) -> bool:
     if len(before) == 0 or len(after) == 0:
         return True
     return float(np.median(after)) <= LOSS_RECOVERED_FACTOR * abs(float(np.median(before)))
+
+
+def _loss_unmoved(scalars: pd.DataFrame, step: int) -> bool:
+    """Did the loss stay within 10 % of its level at `step` (median of the 10 losses up to it)
+    over the FELT_STEPS after it, by a 5-step rolling median (one spiky batch is no rise)?"""
+    name = main_loss(scalars)
+    if name is None:
+        return False  # nothing says the model was spared
+    loss = scalars[scalars["name"] == name]
+    steps, values = loss["step"].to_numpy(np.int64), loss["value"].to_numpy(np.float64)
+    before = values[steps <= step][-_LOSS_WINDOW:]
+    after = values[(steps >= step) & (steps < step + FELT_STEPS)]
+    if len(before) == 0 or len(after) < FELT_STEPS // 2 or not np.isfinite(after).all():
+        return False
+    rolling = pd.Series(after).rolling(5).median().to_numpy()[4:]
+    return bool(np.all(rolling <= FELT_FACTOR * abs(float(np.median(before)))))
 
 
 def run_onset(

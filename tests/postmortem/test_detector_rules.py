@@ -537,3 +537,15 @@ def test_clipping_from_a_capped_grad_norm_or_a_recorded_coefficient():
     assert not clipping(none, _noisy(1.0, 6, 0.3)).clips
     coef = pd.DataFrame({"step": [3], "name": ["clip_coef"], "value": [0.5]})
     assert clipping(coef, _noisy(1.0, 6, 0.3)).clips
+
+
+def test_a_tensor_gradient_growing_while_the_loss_falls_is_no_divergence():
+    grows = [_break("grad", "stages.0.1.dwconv.weight", 13)]
+    steps = np.arange(60)
+    falling = pd.DataFrame({"step": steps, "name": "loss", "value": 1.4 * 0.99 ** steps})
+    assert diverging(grows, falling, stayed_finite=True, loss_must_feel=True) == []
+    assert len(diverging(grows, falling, stayed_finite=True)) == 1  # an accumulation's running sum is its story
+    felt = falling.assign(value=np.where(steps >= 20, 3.0, falling["value"]))  # the loss rose 7 steps later
+    assert len(diverging(grows, felt, stayed_finite=True, loss_must_feel=True)) == 1
+    global_norm = [_break("scalar", "grad_norm", 13)]
+    assert len(diverging(global_norm, falling, stayed_finite=True, loss_must_feel=True)) == 1
