@@ -116,7 +116,8 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     breaks = fit_breaks(table, scalars, first.step if first else None)
     nonfinite = nonfinite_beyond_inputs(table, scalars, ignore_grads=scaled)
     stale = gradients.stale_gradients(gradients.gradient_history(table, scalars), thresholds.gradients)
-    leaders = diverging(breaks, scalars, stayed_finite=not nonfinite, loss_must_feel=not (nonfinite or stale))
+    leaders = diverging(breaks, scalars, stayed_finite=not nonfinite, loss_must_feel=not stale,
+                        nonfinite_at=first.step if first else None)
     onset, involved = run_onset(breaks, leaders, first, tie_order,
                                 robust_floor=thresholds.root_causes.robust_floor)
     diverged = bool(leaders) or nonfinite

@@ -137,7 +137,7 @@ def clips_recorded(scalars: pd.DataFrame) -> bool:
 
 
 def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite: bool = False,
-              loss_must_feel: bool = False) -> list[TensorBreak]:
+              loss_must_feel: bool = False, nonfinite_at: int | None = None) -> list[TensorBreak]:
     """Series whose break makes the run diverged.
 
     Either a loss, gradient or parameter series ends ≥ 100× above its stable level after a
@@ -149,8 +149,9 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite
     away says the run broke (seed 003's GAN: the discriminator wins, its gradient grows ×100
     while the generator, badly initialised, never learns).
 
-    With `loss_must_feel` (a finite run whose gradients do not accumulate), one tensor's gradient
-    break counts only when the loss rose within FELT_STEPS after it.
+    With `loss_must_feel` (a run whose gradients do not accumulate), one tensor's gradient break
+    counts only when the loss rose, or something went non-finite (`nonfinite_at`), within
+    FELT_STEPS after it.
     """
     found = []
     bounded = stayed_finite and clips_recorded(scalars)
@@ -163,7 +164,8 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite
         # from zero and grow for hundreds of steps by design, and activations count through
         # what they do to the rest: none of them decides on its own.
         settled = b.fit.onset_step >= b.fit.first_step + SETTLE_STEPS
-        if loss_must_feel and b.role == "grad" and _loss_unmoved(scalars, b.fit.onset_step):
+        if (loss_must_feel and b.role == "grad" and _loss_unmoved(scalars, b.fit.onset_step)
+                and not (nonfinite_at is not None and nonfinite_at < b.fit.onset_step + FELT_STEPS)):
             # One tensor's gradient growing while the loss keeps falling is a branch waking up (a
             # residual branch behind ConvNeXt's layer scale 1e-6 passes its block ×1e-6 of the
             # gradient until gamma grows), not a runaway: the loss (or the global grad norm, a

@@ -547,5 +547,7 @@ def test_a_tensor_gradient_growing_while_the_loss_falls_is_no_divergence():
     assert len(diverging(grows, falling, stayed_finite=True)) == 1  # an accumulation's running sum is its story
     felt = falling.assign(value=np.where(steps >= 20, 3.0, falling["value"]))  # the loss rose 7 steps later
     assert len(diverging(grows, felt, stayed_finite=True, loss_must_feel=True)) == 1
+    assert len(diverging(grows, falling, loss_must_feel=True, nonfinite_at=25)) == 1  # a NaN 12 steps later felt it
+    assert diverging(grows, falling, loss_must_feel=True, nonfinite_at=97) == []  # a NaN batch 84 steps later did not
     global_norm = [_break("scalar", "grad_norm", 13)]
     assert len(diverging(global_norm, falling, stayed_finite=True, loss_must_feel=True)) == 1
