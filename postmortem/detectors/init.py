@@ -18,6 +18,7 @@ __all__ = ["InitialWeight", "InitialWeights", "poor_init"]
 class InitialWeight:
     name: str
     std: float  # std of the weight at its first record
+    norm: float  # its norm there
     numel: int
     shape: tuple[int, ...] | None
 
@@ -32,9 +33,10 @@ def _initial_weights(ev: Evidence) -> InitialWeights:
     params = role(ev.summary, "param")
     shapes = parameter_shapes(ev.manifest)
     weights = []
-    for name, std, numel in zip(params.get("name", []), params.get("std_first", []), params.get("numel", [])):
+    for name, std, norm, numel in zip(params.get("name", []), params.get("std_first", []), params.get("first", []),
+                                      params.get("numel", [])):
         shape = shapes.get(name)
-        weights.append(InitialWeight(name, float(std), int(numel), tuple(shape) if shape is not None else None))
+        weights.append(InitialWeight(name, float(std), float(norm), int(numel), tuple(shape) if shape is not None else None))
     return InitialWeights(weights, ev.outcome)
 
 
@@ -45,7 +47,9 @@ def poor_init(initial: InitialWeights, th: InitThresholds) -> list[Finding]:
         if not w.name.endswith("weight") or w.numel <= 1 or not np.isfinite(w.std):
             continue
         if w.std == 0:
-            bad[w.name] = 0.0
+            # All zeros is a poor init; a constant gain (a norm layer's ones) is the usual one.
+            if w.norm == 0:
+                bad[w.name] = 0.0
             continue
         if w.shape is None or len(w.shape) < 2 or w.shape[0] == 0:
             continue

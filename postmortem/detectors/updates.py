@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..findings import Finding
+from ..manifest import parameter_shapes
 from .base import ERROR, Evidence, Outcome, finding, loss_curve, register, role, scalar
 from .gradients import SilentGradients, silence
 from .thresholds import Thresholds, UpdateThresholds
@@ -100,14 +101,22 @@ class LossPace:
     lr: float | None
     outcome: Outcome
     diverged: bool
+    gradients_vanish: bool = False  # vanishing_gradient found: the updates are tiny because the gradients are
 
 
 def _loss_pace(ev: Evidence) -> LossPace:
     updates = role(ev.summary, "update")
+    # CS231n's ratio is about weight matrices: a bias, a norm's gain or a layer scale starts at
+    # 0, 1 or 1e-6, and its ratio follows that start more than the step size (ConvNeXt at lr
+    # ×1e-4: median 9e-3 over every tensor, 3e-6 over its 2-D+ weights).
+    shapes = parameter_shapes(ev.manifest)
+    matrices = updates[[len(shapes.get(n) or ()) >= 2 for n in updates["name"]]] if not updates.empty else updates
+    updates = matrices if not matrices.empty else updates
     ratios = updates["ratio_median"].replace(0, np.nan).dropna() if not updates.empty else []
     _, loss = loss_curve(ev.scalars)
     return LossPace(loss, float(np.median(ratios)) if len(ratios) else None, peak_lr(ev.scalars),
-                    ev.outcome, ev.diverged and not ev.recovered)
+                    ev.outcome, ev.diverged and not ev.recovered,
+                    any(f.label == "vanishing_gradient" and f.severity == ERROR for f in ev.found))
 
 
 @register("lr_too_low", "updates", _loss_pace)
@@ -119,7 +128,8 @@ def lr_too_low(pace: LossPace, th: UpdateThresholds) -> list[Finding]:
     improvement = pace.outcome.improvement
     slow = slow_steady_descent(pace.loss, improvement, th)
     tiny_updates = pace.update_ratio is not None and pace.update_ratio <= th.ratio_low and \
-        not pace.outcome.learns and (improvement is None or improvement <= th.slow_max_improvement)
+        not pace.outcome.learns and (improvement is None or improvement <= th.slow_max_improvement) \
+        and not pace.gradients_vanish
     if not (tiny_updates or slow):
         return []
     fix = "raise the learning rate ×10"

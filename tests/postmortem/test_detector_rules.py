@@ -318,6 +318,8 @@ def test_lr_too_low():
     assert "below" not in lr_too_low(LossPace(slow, 1e-2, 1e-3, outcome, False), TH.updates)[0].fix
     flat = np.full(N, 2.3)
     assert lr_too_low(LossPace(flat, 1e-7, 1e-7, FLAT, False), TH.updates)
+    # Tiny updates from gradients that vanish toward the input are not a step size to raise.
+    assert lr_too_low(LossPace(flat, 1e-7, 1e-3, FLAT, False, gradients_vanish=True), TH.updates) == []
     converging = 2.0 * np.exp(-STEPS / 20) + 0.1
     outcome = measure_outcome(STEPS, converging, {}, TH.outcome)
     assert lr_too_low(LossPace(converging, 1e-3, 0.1, outcome, False), TH.updates) == []
@@ -354,10 +356,13 @@ def test_log_of_zero_names_the_sigmoid_whose_outputs_reached_a_bound_before_the_
 
 
 def test_poor_init():
-    zeros = InitialWeights([InitialWeight("fc.weight", 0.0, 64, (8, 8))], FLAT)
+    zeros = InitialWeights([InitialWeight("fc.weight", 0.0, 0.0, 64, (8, 8))], FLAT)
     assert poor_init(zeros, TH.init)[0].tensors == ["fc.weight"]
-    default = InitialWeights([InitialWeight("fc.weight", 0.58 / 8, 64, (8, 8))], FLAT)
+    default = InitialWeights([InitialWeight("fc.weight", 0.58 / 8, 4.6, 64, (8, 8))], FLAT)
     assert poor_init(default, TH.init) == []
+    # A LayerNorm's gain starts at ones: constant (std 0), not zero; a tiny lr keeps it there.
+    gain = InitialWeights([InitialWeight("norm.weight", 0.0, 8.0, 64, (64,))], FLAT)
+    assert poor_init(gain, TH.init) == []
 
 
 # ---------------------------------------------------------------- root causes
