@@ -47,8 +47,9 @@ def poor_init(initial: InitialWeights, th: InitThresholds) -> list[Finding]:
         if not w.name.endswith("weight") or w.numel <= 1 or not np.isfinite(w.std):
             continue
         if w.std == 0:
-            # All zeros is a poor init; a constant gain (a norm layer's ones) is the usual one.
-            if w.norm == 0:
+            # All zeros, or a matrix of one value (every unit the same), is a poor init; a
+            # constant vector (a norm layer's gain of ones) is the usual one.
+            if w.norm == 0 or (w.shape is not None and len(w.shape) >= 2):
                 bad[w.name] = 0.0
             continue
         if w.shape is None or len(w.shape) < 2 or w.shape[0] == 0:

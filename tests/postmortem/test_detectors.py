@@ -179,7 +179,7 @@ def test_finite_accumulation_whose_loss_drifts_is_not_learning_not_diverged(tmp_
 
 def _early_growth_then_rescale(learning: bool) -> tuple[pd.DataFrame, np.ndarray]:
     """fc1's gradient grows ×300 from step 15 (a credible break), fc2's weights are multiplied
-    ×100 outside the optimizer at step 80, the loss ×50 from 81."""
+    ×100 outside the optimizer at step 80, the loss ×50 from 81 (rising ×1.02 a step from 15 when not learning)."""
     stats = _layers()
     grow = np.ones(STEPS)
     grow[15:] = np.minimum(1.25 ** np.arange(STEPS - 15), 300.0)
@@ -192,6 +192,9 @@ def _early_growth_then_rescale(learning: bool) -> tuple[pd.DataFrame, np.ndarray
     jumped[80] = 99 * 5.0
     stats.loc[update, "norm"] = jumped
     loss = _loss("learning" if learning else "flat")
+    if not learning:
+        # The loss follows the gradient up (a gradient break the loss never feels is no onset).
+        loss[15:] *= np.minimum(1.02 ** np.arange(STEPS - 15), 1.5)
     loss[81:] *= 50
     return stats, loss
 
