@@ -155,6 +155,7 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite
     """
     found = []
     bounded = stayed_finite and clips_recorded(scalars)
+    curve = _main_loss_curve(scalars) if loss_must_feel else None
     for b in breaks:
         if not b.fit.credible:
             continue
@@ -164,7 +165,7 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite
         # from zero and grow for hundreds of steps by design, and activations count through
         # what they do to the rest: none of them decides on its own.
         settled = b.fit.onset_step >= b.fit.first_step + SETTLE_STEPS
-        if (loss_must_feel and b.role == "grad" and _loss_unmoved(scalars, b.fit.onset_step)
+        if (curve is not None and b.role == "grad" and _loss_unmoved(curve, b.fit.onset_step)
                 and not (nonfinite_at is not None and nonfinite_at < b.fit.onset_step + FELT_STEPS)):
             # One tensor's gradient growing while the loss keeps falling is a branch waking up (a
             # residual branch behind ConvNeXt's layer scale 1e-6 passes its block ×1e-6 of the
@@ -192,26 +193,33 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite
 
 def _loss_recovered(scalars: pd.DataFrame, step: int) -> bool:
     """Is the loss at the end of the run within 2× of its level just before `step`?"""
-    name = main_loss(scalars)
-    if name is None:
+    curve = _main_loss_curve(scalars)
+    if curve is None:
         return True  # nothing says the model was hurt
-    loss = scalars[scalars["name"] == name]
-    before = loss.loc[loss["step"] < step, "value"].tail(_LOSS_WINDOW).to_numpy(np.float64)
-    after = loss.loc[loss["step"] >= step, "value"].to_numpy(np.float64)
+    steps, values = curve
+    before = values[steps < step][-_LOSS_WINDOW:]
+    after = values[steps >= step]
     after = after[np.isfinite(after)][-_LOSS_WINDOW:]
     if len(before) == 0 or len(after) == 0:
         return True
     return float(np.median(after)) <= LOSS_RECOVERED_FACTOR * abs(float(np.median(before)))
 
 
-def _loss_unmoved(scalars: pd.DataFrame, step: int) -> bool:
-    """Did the loss stay within 10 % of its level at `step` (median of the 10 losses up to it)
-    over the FELT_STEPS after it, by a 5-step rolling median (one spiky batch is no rise)?"""
+def _main_loss_curve(scalars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
     name = main_loss(scalars)
     if name is None:
-        return False  # nothing says the model was spared
+        return None
     loss = scalars[scalars["name"] == name]
-    steps, values = loss["step"].to_numpy(np.int64), loss["value"].to_numpy(np.float64)
+    return loss["step"].to_numpy(np.int64), loss["value"].to_numpy(np.float64)
+
+
+def _loss_unmoved(curve: tuple[np.ndarray, np.ndarray] | None, step: int) -> bool:
+    """Did the loss (steps, values) stay within 10 % of its level at `step` (median of the 10
+    losses up to it) over the FELT_STEPS after it, by a 5-step rolling median (one spiky batch
+    is no rise)?"""
+    if curve is None:
+        return False  # nothing says the model was spared
+    steps, values = curve
     before = values[steps <= step][-_LOSS_WINDOW:]
     after = values[(steps >= step) & (steps < step + FELT_STEPS)]
     if len(before) == 0 or len(after) < FELT_STEPS // 2 or not np.isfinite(after).all():
