@@ -9,7 +9,7 @@ import pandas as pd
 
 from .findings import FirstNonfinite, Onset, RankedTensor
 from .onset import SeriesBreak, analyse_series
-from .scalars import is_loss, main_loss
+from .scalars import is_loss, loss_curve, main_loss
 from .series import SeriesTable
 
 __all__ = [
@@ -155,7 +155,7 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite
     """
     found = []
     bounded = stayed_finite and clips_recorded(scalars)
-    curve = _main_loss_curve(scalars) if loss_must_feel else None
+    curve = loss_curve(scalars) if loss_must_feel else None
     for b in breaks:
         if not b.fit.credible:
             continue
@@ -193,36 +193,27 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite
 
 def _loss_recovered(scalars: pd.DataFrame, step: int) -> bool:
     """Is the loss at the end of the run within 2× of its level just before `step`?"""
-    curve = _main_loss_curve(scalars)
-    if curve is None:
+    name = main_loss(scalars)
+    if name is None:
         return True  # nothing says the model was hurt
-    steps, values = curve
-    before = values[steps < step][-_LOSS_WINDOW:]
-    after = values[steps >= step]
+    loss = scalars[scalars["name"] == name]
+    before = loss.loc[loss["step"] < step, "value"].tail(_LOSS_WINDOW).to_numpy(np.float64)
+    after = loss.loc[loss["step"] >= step, "value"].to_numpy(np.float64)
     after = after[np.isfinite(after)][-_LOSS_WINDOW:]
     if len(before) == 0 or len(after) == 0:
         return True
     return float(np.median(after)) <= LOSS_RECOVERED_FACTOR * abs(float(np.median(before)))
 
 
-def _main_loss_curve(scalars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
-    name = main_loss(scalars)
-    if name is None:
-        return None
-    loss = scalars[scalars["name"] == name]
-    return loss["step"].to_numpy(np.int64), loss["value"].to_numpy(np.float64)
-
-
-def _loss_unmoved(curve: tuple[np.ndarray, np.ndarray] | None, step: int) -> bool:
-    """Did the loss (steps, values) stay within 10 % of its level at `step` (median of the 10
-    losses up to it) over the FELT_STEPS after it, by a 5-step rolling median (one spiky batch
-    is no rise)?"""
-    if curve is None:
-        return False  # nothing says the model was spared
+def _loss_unmoved(curve: tuple[np.ndarray, np.ndarray], step: int) -> bool:
+    """Did the loss (`scalars.loss_curve`: finite, step order; a non-finite one is `nonfinite_at`'s
+    to say) stay within 10 % of its level at `step` (median of the 10 losses up to it) over the
+    FELT_STEPS after it, by a 5-step rolling median (one spiky batch is no rise)? No loss, or too
+    few points, says nothing: the break counts."""
     steps, values = curve
     before = values[steps <= step][-_LOSS_WINDOW:]
     after = values[(steps >= step) & (steps < step + FELT_STEPS)]
-    if len(before) == 0 or len(after) < FELT_STEPS // 2 or not np.isfinite(after).all():
+    if len(before) == 0 or len(after) < FELT_STEPS // 2:
         return False
     rolling = pd.Series(after).rolling(5).median().to_numpy()[4:]
     return bool(np.all(rolling <= FELT_FACTOR * abs(float(np.median(before)))))
