@@ -62,9 +62,7 @@ class NoBreak(_Model):
     n_params = 2
 
     def fit(self, x, y) -> "NoBreak":
-        return self._fit(*_validate(x, y))
-
-    def _fit(self, x: np.ndarray, y: np.ndarray) -> "NoBreak":
+        x, y = _validate(x, y)
         self.level_ = float(np.mean(y))
         self._score(np.sum((y - self.level_) ** 2), len(y))
         return self
@@ -78,10 +76,7 @@ CHI2_95 = 3.841458820694124
 
 def _prepared(x, y, min_pre: int) -> tuple[np.ndarray, np.ndarray, "_SuffixSums"]:
     """Validated steps, centred values and their suffix sums: what every break model fits on."""
-    return _centred(*_validate(x, y), min_pre)
-
-
-def _centred(x: np.ndarray, y: np.ndarray, min_pre: int) -> tuple[np.ndarray, np.ndarray, "_SuffixSums"]:
+    x, y = _validate(x, y)
     if len(y) < min_pre + 1:
         raise ValueError(f"need at least {min_pre + 1} points, got {len(y)}")
     y = y - median(y)  # centring keeps the cumulative sums well conditioned
@@ -188,9 +183,8 @@ BREAK_MODELS = (JumpAt, ExponentialFrom, JumpThenExponential)
 
 def select_break(x, y, *, min_pre: int = 3) -> tuple[_BreakModel, float]:
     """Best break model by BIC and its BIC advantage over the no-break model."""
-    x, y = _validate(x, y)  # once for the four models, not once per fit()
-    baseline = NoBreak()._fit(x, y)
-    prepared = _centred(x, y, min_pre)
+    baseline = NoBreak().fit(x, y)
+    prepared = _prepared(x, y, min_pre)  # once for the three models, not once per fit()
     fitted = [model(min_pre=min_pre)._fit(*prepared) for model in BREAK_MODELS]
     best = min(fitted, key=lambda m: m.bic_)
     return best, float(baseline.bic_ - best.bic_)
@@ -206,18 +200,11 @@ class _SuffixSums:
         self.n = len(y)
         u = x[-1] - x
 
-        # The sums accumulated straight into their place (np.cumsum's order, no concatenated copies).
         def prefix(v):
-            out = np.empty(len(v) + 1)
-            out[0] = 0.0
-            np.cumsum(v, out=out[1:])
-            return out
+            return np.concatenate([[0.0], np.cumsum(v)])
 
         def suffix(v):
-            out = np.empty(len(v) + 1)
-            out[-1] = 0.0
-            np.cumsum(v[::-1], out=out[-2::-1])
-            return out
+            return np.concatenate([np.cumsum(v[::-1])[::-1], [0.0]])
 
         self.u = u
         self.py, self.pyy = prefix(y), prefix(y * y)
