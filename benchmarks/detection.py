@@ -831,10 +831,10 @@ the never-seen families' scores being the headline, and change nothing after rea
    positions, 80/10/10 masking, the decoder tied to the word embeddings; AdamW with no decay on
    LayerNorm and biases, warm-up + cosine, clip 1.0), `siren` (an implicit neural
    representation: sine layers with ω0 = 30 and SIREN's uniform init fitting a generated image
-   from its pixel coordinates in [−1, 1]², MSE, Adam at 1e-4) and `pointnet` (a PointNet
-   classifier of generated point clouds: an input T-net initialised to the identity, a shared
-   per-point MLP as Conv1d + BatchNorm1d, a symmetric max-pool over points, the T-net's
-   orthogonality regulariser added to the cross-entropy, Adam), committed and generated in
+   from its pixel coordinates in [−1, 1]², the whole image per step, MSE, Adam at 1e-4) and
+   `pointnet` (a PointNet classifier of generated point clouds: an input T-net initialised to
+   the identity, a shared per-point MLP as Conv1d + BatchNorm1d, a symmetric max-pool over
+   points, the T-net's orthogonality regulariser added to the cross-entropy, Adam), committed and generated in
    session 9 before its detector changes were final and analysed only for this scoring;
    detectors changed on every other family. This table is round 8's single scoring.
 9. Lead time: "median lead (steps)" counts runs whose first non-finite value comes after the

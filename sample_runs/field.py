@@ -39,6 +39,7 @@ from .data import (
     CLOUDS,
     MLM,
     PATTERNS,
+    SIGNAL,
     SORT,
     SPEECH,
     TABLE,
@@ -123,7 +124,7 @@ RECIPES = {
     "fttransformer": Recipe(lr=1e-3, weight_decay=1e-5, batch=64, clip=None, warmup=0),
     "convnext": Recipe(lr=4e-3, weight_decay=0.05, batch=32, clip=None),
     "bert_mlm": Recipe(lr=5e-3, weight_decay=0.01, batch=32),
-    "siren": Recipe(lr=1e-4, weight_decay=0.0, batch=512, clip=None, warmup=0),
+    "siren": Recipe(lr=1e-4, weight_decay=0.0, batch=SIGNAL.size ** 2, clip=None, warmup=0),  # the whole image
     "pointnet": Recipe(lr=3e-3, weight_decay=0.0, batch=32, clip=None, warmup=0),
 }
 LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba")
