@@ -44,6 +44,15 @@ __all__ = [
     "PATTERNS",
     "PatternSpec",
     "pattern_images",
+    "MLM",
+    "MaskedLMSpec",
+    "masked_lm_sampler",
+    "SIGNAL",
+    "SignalSpec",
+    "signal_pixels",
+    "CLOUDS",
+    "CloudSpec",
+    "point_clouds",
 ]
 
 
@@ -497,3 +506,170 @@ def pattern_images() -> Dataset:
         images[i][:, inside] += colour
     mean, std = images.mean((0, 2, 3), keepdim=True), images.std((0, 2, 3), keepdim=True)
     return Dataset((images - mean) / std, labels)
+
+
+@dataclass(frozen=True)
+class MaskedLMSpec:
+    """The masked-LM task: word-level token IDs of `sentences` sentences of the seeded grammar
+    (`_WORDS`) per sequence, between [CLS] and [SEP], in which every noun has its own adjective
+    and its own two verbs (so a masked word can be read from its neighbours); BERT's special IDs
+    first, then the words and "."; each word masked with probability `mask_prob`."""
+
+    sentences: int = 2
+    mask_prob: float = 0.15
+    pad: int = 0
+    unk: int = 1
+    cls: int = 2
+    sep: int = 3
+    mask: int = 4
+
+    @property
+    def words(self) -> list[str]:
+        return [w for group in _WORDS.values() for w in group] + ["."]
+
+    @property
+    def vocab(self) -> int:
+        return 5 + len(self.words)
+
+    @property
+    def longest(self) -> int:
+        """[CLS], at most 9 words per sentence ("det adj noun adv verb det adj noun ."), [SEP]."""
+        return 2 + 9 * self.sentences
+
+
+MLM = MaskedLMSpec()
+
+
+def masked_lm_sampler(batch_size: int, seed: int):
+    """Returns `draw()` giving a Hugging-Face-style dict batch (`input_ids` padded to the longest
+    sequence of the batch, `attention_mask` 1/0) and `labels`: the original ID where a word was
+    chosen for masking (probability `mask_prob`; never [CLS], [SEP] or padding), -100 elsewhere.
+    A chosen word becomes [MASK] 80 % of the time, a random word 10 %, stays itself 10 %, as
+    `DataCollatorForLanguageModeling.torch_mask_tokens` does it."""
+    import random
+
+    spec, rng = MLM, random.Random(seed)
+    generator = torch.Generator().manual_seed(seed)
+    index = {w: 5 + i for i, w in enumerate(spec.words)}
+    nouns, adjectives, verbs = _WORDS["noun"], _WORDS["adj"], _WORDS["verb"]
+
+    def noun_phrase(noun: int) -> list[str]:
+        adjective = [adjectives[noun % len(adjectives)]] if rng.random() < 0.5 else []
+        return [rng.choice(_WORDS["det"]), *adjective, nouns[noun]]
+
+    def sentence() -> list[str]:
+        subject, obj = rng.randrange(len(nouns)), rng.randrange(len(nouns))
+        adverb = [rng.choice(_WORDS["adv"])] if rng.random() < 0.3 else []
+        verb = verbs[(subject + rng.choice((0, 3))) % len(verbs)]
+        return [*noun_phrase(subject), *adverb, verb, *noun_phrase(obj), "."]
+
+    def draw() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        rows = [[spec.cls, *(index[w] for _ in range(spec.sentences) for w in sentence()), spec.sep]
+                for _ in range(batch_size)]
+        length = max(map(len, rows))
+        input_ids = torch.full((batch_size, length), spec.pad, dtype=torch.int64)
+        attention_mask = torch.zeros(batch_size, length, dtype=torch.int64)
+        for i, row in enumerate(rows):
+            input_ids[i, : len(row)], attention_mask[i, : len(row)] = torch.tensor(row), 1
+        words = input_ids >= 5
+        chosen = words & (torch.rand(input_ids.shape, generator=generator) < spec.mask_prob)
+        labels = torch.where(chosen, input_ids, -100)
+        replace = chosen & (torch.rand(input_ids.shape, generator=generator) < 0.8)
+        randomise = chosen & ~replace & (torch.rand(input_ids.shape, generator=generator) < 0.5)
+        random_words = torch.randint(5, spec.vocab, input_ids.shape, generator=generator)
+        input_ids = torch.where(replace, spec.mask, torch.where(randomise, random_words, input_ids))
+        return {"input_ids": input_ids, "attention_mask": attention_mask}, labels
+
+    return draw
+
+
+@dataclass(frozen=True)
+class SignalSpec:
+    """The implicit-representation task: a generated grey image on [−1, 1]² (smooth blobs, a disc
+    with a sharp edge, a band of stripes), sampled on a `size` × `size` pixel grid."""
+
+    size: int = 48
+    blobs: int = 5
+
+
+SIGNAL = SignalSpec()
+
+
+def _signal(coords: torch.Tensor) -> torch.Tensor:
+    """The image's value at (N, 2) coordinates in [−1, 1]², in [−1, 1] (as SIREN's images after
+    `Normalize(0.5, 0.5)`)."""
+    generator = torch.Generator().manual_seed(8642)
+    centres = torch.rand(SIGNAL.blobs, 2, generator=generator) * 1.6 - 0.8
+    widths = 0.1 + 0.3 * torch.rand(SIGNAL.blobs, generator=generator)
+    heights = torch.rand(SIGNAL.blobs, generator=generator) * 2 - 1
+    x, y = coords[:, 0], coords[:, 1]
+    value = (heights * torch.exp(-((coords[:, None] - centres) ** 2).sum(-1) / (2 * widths ** 2))).sum(-1)
+    value = value + 0.8 * (((x - 0.3) ** 2 + (y + 0.35) ** 2) < 0.12).float()  # a disc: a sharp edge
+    value = value + 0.4 * torch.sin(12 * (x + y)) * (y > 0.2).float()  # stripes in the upper band
+    return (value.clamp(-2, 2) / 2).unsqueeze(-1)
+
+
+@lru_cache(maxsize=1)
+def signal_pixels() -> tuple[Dataset, Dataset]:
+    """(grid, between): the image's pixels as (N, 2) float32 coordinates and (N, 1) values, on the
+    `size` × `size` grid spanning [−1, 1]² (SIREN's `get_mgrid`), and at the centres between grid
+    points (held out: what the representation interpolates)."""
+    axis = torch.linspace(-1, 1, SIGNAL.size)
+    grid = torch.stack(torch.meshgrid(axis, axis, indexing="ij"), -1).reshape(-1, 2)
+    middle = (axis[:-1] + axis[1:]) / 2
+    between = torch.stack(torch.meshgrid(middle, middle, indexing="ij"), -1).reshape(-1, 2)
+    return Dataset(grid, _signal(grid)), Dataset(between, _signal(between))
+
+
+@dataclass(frozen=True)
+class CloudSpec:
+    """The point-cloud task: `points` points on the surface of one of `classes` shapes (a sphere,
+    a cube, a cylinder, a cone, a torus) of random proportions, rotated about the up axis,
+    jittered, then centred and scaled into the unit ball (ModelNet's preprocessing)."""
+
+    points: int = 128
+    classes: int = 5
+    clouds: int = 1500
+    jitter: float = 0.02
+
+
+CLOUDS = CloudSpec()
+
+
+def _surface(kind: int, n: int, generator: torch.Generator) -> torch.Tensor:
+    """`n` (x, y, z) points on the surface of a unit shape of `kind`."""
+    u, v = torch.rand(n, generator=generator), torch.rand(n, generator=generator)
+    angle = 2 * math.pi * u
+    if kind == 0:  # sphere
+        points = torch.randn(n, 3, generator=generator)
+        return points / points.norm(dim=1, keepdim=True)
+    if kind == 1:  # cube: a face, then a point on it
+        points = torch.rand(n, 3, generator=generator) * 2 - 1
+        face = torch.randint(0, 3, (n,), generator=generator)
+        points[torch.arange(n), face] = torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0)
+        return points
+    if kind == 2:  # cylinder, its side
+        return torch.stack([angle.cos(), angle.sin(), 2 * v - 1], 1)
+    if kind == 3:  # cone, its side (apex up)
+        radius = 1 - v.sqrt()
+        return torch.stack([radius * angle.cos(), radius * angle.sin(), 2 * (1 - radius) - 1], 1)
+    tube = 2 * math.pi * v  # torus, tube radius 0.35
+    return torch.stack([(1 + 0.35 * tube.cos()) * angle.cos(), (1 + 0.35 * tube.cos()) * angle.sin(),
+                        0.35 * tube.sin()], 1)
+
+
+@lru_cache(maxsize=1)
+def point_clouds() -> Dataset:
+    """The point clouds as (clouds, points, 3) float32 (the same for every seed) and their int64 classes."""
+    spec, generator = CLOUDS, torch.Generator().manual_seed(9753)
+    labels = torch.randint(0, spec.classes, (spec.clouds,), generator=generator)
+    clouds = []
+    for kind in labels.tolist():
+        points = _surface(kind, spec.points, generator) * (0.6 + 0.8 * torch.rand(3, generator=generator))
+        theta = 2 * math.pi * float(torch.rand(1, generator=generator))
+        rotation = torch.tensor([[math.cos(theta), -math.sin(theta), 0.0], [math.sin(theta), math.cos(theta), 0.0],
+                                 [0.0, 0.0, 1.0]])
+        points = points @ rotation.T + spec.jitter * torch.randn(spec.points, 3, generator=generator)
+        points = points - points.mean(0)
+        clouds.append(points / points.norm(dim=1).max())
+    return Dataset(torch.stack(clouds), labels)

@@ -11,8 +11,11 @@ forcing, label smoothing), a hand-written GCN classifying the nodes of a stochas
 (noise prediction at a random timestep, MSE, an EMA copy of the weights) and a CTC recogniser
 (conv front-end and bidirectional LSTM over audio-like frames, variable lengths), a Mamba
 selective state-space character LM, an FT-Transformer classifying rows of a table (numeric and
-categorical feature tokens, a [CLS] token) and a ConvNeXt classifying colour patterns (layer
-scale, stochastic depth, label smoothing) (`field_models`),
+categorical feature tokens, a [CLS] token), a ConvNeXt classifying colour patterns (layer
+scale, stochastic depth, label smoothing), Hugging Face's `BertForMaskedLM` (masked-LM on padded
+word sequences, labels -100 off the masked positions), a SIREN fitting an image from its pixel
+coordinates (sine activations, MSE) and a PointNet classifying point clouds (an input T-net and
+its orthogonality regulariser) (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop. Faults come from `faults.py`, at a step t0 and on a
@@ -33,7 +36,10 @@ from torch import nn
 
 from . import faults
 from .data import (
+    CLOUDS,
+    MLM,
     PATTERNS,
+    SIGNAL,
     SORT,
     SPEECH,
     TABLE,
@@ -45,10 +51,13 @@ from .data import (
     digits,
     images_sampler,
     lm_batch_sampler,
+    masked_lm_sampler,
     pattern_images,
+    point_clouds,
     sort_batch_sampler,
     sbm_graph,
     shapes_data,
+    signal_pixels,
     table_data,
     two_views_sampler,
 )
@@ -61,6 +70,7 @@ from .field_models import (
     ddpm_loss,
     info_nce_loss,
     moe_lm_loss,
+    pointnet_loss,
     seq2seq_loss,
     smoothed_cross_entropy,
     vae_loss,
@@ -113,6 +123,9 @@ RECIPES = {
     "mamba": Recipe(lr=3e-3, weight_decay=0.1, batch=16, betas=(0.9, 0.95)),
     "fttransformer": Recipe(lr=1e-3, weight_decay=1e-5, batch=64, clip=None, warmup=0),
     "convnext": Recipe(lr=4e-3, weight_decay=0.05, batch=32, clip=None),
+    "bert_mlm": Recipe(lr=5e-3, weight_decay=0.01, batch=32),
+    "siren": Recipe(lr=1e-4, weight_decay=0.0, batch=SIGNAL.size ** 2, clip=None, warmup=0),  # the whole image
+    "pointnet": Recipe(lr=3e-3, weight_decay=0.0, batch=32, clip=None, warmup=0),
 }
 LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba")
 IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm")
@@ -121,11 +134,12 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "recsys": torch.nn.functional.binary_cross_entropy_with_logits,
           "moe": moe_lm_loss, "vae": vae_loss, "unet": torch.nn.functional.cross_entropy,
           "seq2seq": seq2seq_loss, "gnn": torch.nn.functional.cross_entropy, "simclr": info_nce_loss,
-          "ddpm": ddpm_loss, "ctc": ctc_loss, "convnext": smoothed_cross_entropy}
+          "ddpm": ddpm_loss, "ctc": ctc_loss, "convnext": smoothed_cross_entropy,
+          "siren": torch.nn.functional.mse_loss, "pointnet": pointnet_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
-TIED = {"mamba": ("embedding",)}
+TIED = {"mamba": ("embedding",), "bert_mlm": ("mlm.bert.embeddings",)}
 """Units whose weight is also the head's (no gradient lost when a later block is detached), beyond GPT's `wte`."""
 
 
@@ -190,8 +204,8 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
 
 
 FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae", "unet", "gnn",
-                "simclr", "ddpm", "ctc", "fttransformer", "convnext")
-"""Architectures whose batch has float features (the bad-batch faults); the LMs read token IDs."""
+                "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet")
+"""Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token IDs."""
 
 
 UNTARGETED = ("simclr", "ddpm")
@@ -254,14 +268,16 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     """(draw, eval_draw, classes, chance) for an architecture: characters for the LMs, clicks for
     the click model, shapes and masks for the U-Net, sorting for the seq2seq model, the block
     model's graph for the GCN, audio-like frames and their symbols for the CTC model, a table's
-    rows for the FT-Transformer, colour patterns for the ConvNeXt, digits
+    rows for the FT-Transformer, colour patterns for the ConvNeXt, masked word sequences for
+    BERT, an image's pixels (coordinates → values) for the SIREN, point clouds for the PointNet, digits
     otherwise (the autoencoder's and the VAE's targets are their inputs, SimCLR's two views of
     each and the DDPM's digits scaled to [−1, 1] have none).
     `chance` is the loss of a model that learned nothing but the targets' marginal: ln(classes) for classifiers
     and LMs, the entropy of the click rate, the pixel variance for a reconstruction, the summed
     BCE of the mean image for the VAE (its KL term is 0 there), the entropy of the mask's pixel
     classes for the U-Net, ln(2B − 1) for InfoNCE over 2B views, 1 for the DDPM (ε's variance),
-    the CTC loss of the best input-independent frame distribution for the CTC model."""
+    the CTC loss of the best input-independent frame distribution for the CTC model, the entropy
+    of the masked words for BERT."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in LANGUAGE_MODELS:
         tokens, vocab = char_corpus(CORPUS_CHARS, seed)
@@ -304,6 +320,17 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         train, held = Dataset(images.x[:1600], images.y[:1600]), Dataset(images.x[1600:], images.y[1600:])
         return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), PATTERNS.classes, \
             math.log(PATTERNS.classes)
+    if arch == "bert_mlm":
+        return masked_lm_sampler(micro, seed), masked_lm_sampler(64, seed + 1), MLM.vocab, _mlm_chance()
+    if arch == "siren":
+        grid, between = signal_pixels()
+        return batch_sampler(grid, micro, seed), batch_sampler(between, 1024, seed + 1), 1, \
+            float(grid.y.var(unbiased=False))
+    if arch == "pointnet":
+        clouds = point_clouds()
+        train, held = Dataset(clouds.x[:1200], clouds.y[:1200]), Dataset(clouds.x[1200:], clouds.y[1200:])
+        return batch_sampler(train, micro, seed), batch_sampler(held, 150, seed + 1), CLOUDS.classes, \
+            math.log(CLOUDS.classes)
     rows = digits("rows")
     x = rows.x.unsqueeze(1) if arch in IMAGE_MODELS else rows.x
     if arch == "simclr":
@@ -346,6 +373,17 @@ def _ctc_chance() -> float:
         optimizer.step()
     with torch.no_grad():
         return float(loss_on(*batches[1]))
+
+
+@lru_cache(maxsize=1)
+def _mlm_chance() -> float:
+    """The entropy of the masked words' marginal (what an MLM that ignores its context can reach),
+    counted over many held-out batches."""
+    draw = masked_lm_sampler(256, 99)
+    labels = torch.cat([draw()[1].flatten() for _ in range(8)])
+    share = torch.bincount(labels[labels >= 0]).double()
+    share = share[share > 0] / share.sum()
+    return float(-(share * share.log()).sum())
 
 
 @lru_cache(maxsize=None)  # 24 twins; the catalogue visits them family by family

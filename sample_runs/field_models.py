@@ -79,11 +79,27 @@
   → Linear ×4 → GELU → Linear with layer scale γ (1e-6) and stochastic depth, LayerNorm +
   strided-conv downsampling; trained with label smoothing 0.1.
 
+- `BertMLM`: Hugging Face's `BertForMaskedLM`, built from a small `BertConfig` (no download;
+  post-LN encoder, GELU, dropout 0.1, the MLM head's decoder tied to the word embeddings, HF's
+  N(0, 0.02²) init), masked-LM on word-level sentences of the grammar (`data.masked_lm_sampler`:
+  a dict batch of `input_ids` padded per batch and an `attention_mask`, labels -100 off the
+  masked positions, 80/10/10 masking); `forward(batch)` is `model(**batch).logits`.
+- `Siren`: Sitzmann et al.'s SIREN (vsitzmann/siren's `Siren`, `outermost_linear=True`): sine
+  layers sin(ω0 (W x + b)) with ω0 = 30, the first layer's weights uniform in ±1/in, the
+  others' in ±sqrt(6/in)/ω0, a linear output; fits a generated image from its pixel
+  coordinates in [−1, 1]² (MSE).
+- `PointNet`: Qi et al.'s PointNet classifier (fxia22/pointnet.pytorch's layout): an input T-net
+  (shared per-point MLP as `Conv1d` + `BatchNorm1d`, max-pool, an MLP to a 3×3 transform
+  initialised to the identity), the transform applied to the points, the shared per-point MLP,
+  a symmetric max-pool over points, a BatchNorm/dropout MLP head; returns the logits and the
+  transform, whose orthogonality regulariser is added to the cross-entropy (`pointnet_loss`).
+
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
 `llama`, `autoencoder` and `recsys` before the third, `moe` and `vae` before the fourth, `unet`,
 `seq2seq`, `gnn` and `simclr` before the fifth, `ddpm` and `ctc` before the sixth, `mamba`,
-`fttransformer` and `convnext` before the seventh (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`fttransformer` and `convnext` before the seventh, `bert_mlm`, `siren` and `pointnet` before the eighth
+(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -103,7 +119,8 @@ from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
            "RecSys", "MoELM", "VAE", "UNet", "Seq2Seq", "GCN", "SimCLR", "GaussianDiffusion", "Denoiser",
-           "CTCRecognizer", "Mamba", "FTTransformer", "ConvNeXt", "build_field_model", "nanogpt_init", "FIELD_ARCHS"]
+           "CTCRecognizer", "Mamba", "FTTransformer", "ConvNeXt", "BertMLM", "Siren", "PointNet", "build_field_model",
+           "nanogpt_init", "FIELD_ARCHS"]
 
 
 def nanogpt_init(model: TinyGPT) -> TinyGPT:
@@ -1163,9 +1180,129 @@ class ConvNeXt(nn.Module):
         return self.head(self.norm(x.mean((-2, -1))))
 
 
+class BertMLM(nn.Module):
+    """`BertForMaskedLM` from a small `BertConfig` (built, not downloaded), as `mlm`; `forward(batch)`
+    takes the dict batch (`input_ids`, `attention_mask`) and returns the (B, T, vocab) logits of
+    the MLM head, whose decoder is the word embeddings (`tie_word_embeddings`, the default)."""
+
+    def __init__(self, vocab: int, dim: int = 64, heads: int = 4, layers: int = 2, positions: int = 32) -> None:
+        super().__init__()
+        from transformers import BertConfig, BertForMaskedLM
+
+        config = BertConfig(vocab_size=vocab, hidden_size=dim, num_hidden_layers=layers, num_attention_heads=heads,
+                            intermediate_size=4 * dim, max_position_embeddings=positions, pad_token_id=0)
+        self.mlm = BertForMaskedLM(config)
+        encoder = [f"mlm.bert.encoder.layer.{i}" for i in range(layers)]
+        self.units = ["mlm.bert.embeddings", *encoder, "mlm.cls"]
+        self.hidden = encoder
+        # The tied decoder (the word embeddings), and a query projection: every other output meets a LayerNorm.
+        self.exposed = ["mlm.bert.embeddings.word_embeddings", f"{encoder[-1]}.attention.self.query"]
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+
+
+class SineLayer(nn.Module):
+    """SIREN's `SineLayer`: sin(ω0 · (W x + b)), W uniform in ±1/in for the first layer and in
+    ±sqrt(6/in)/ω0 after it (the bias keeps `nn.Linear`'s init)."""
+
+    def __init__(self, features: int, out: int, first: bool, omega_0: float = 30.0) -> None:
+        super().__init__()
+        self.omega_0 = omega_0
+        self.linear = nn.Linear(features, out)
+        bound = 1 / features if first else math.sqrt(6 / features) / omega_0
+        nn.init.uniform_(self.linear.weight, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(self.omega_0 * self.linear(x))
+
+
+class Siren(nn.Module):
+    """vsitzmann/siren's `Siren` with `outermost_linear=True`: a first sine layer, `hidden_layers`
+    sine layers, a linear output initialised as the hidden layers are; (N, 2) coordinates in
+    [−1, 1]² → (N, 1) values."""
+
+    def __init__(self, features: int = 2, width: int = 64, hidden_layers: int = 2, out: int = 1,
+                 omega_0: float = 30.0) -> None:
+        super().__init__()
+        layers = [SineLayer(features, width, True, omega_0),
+                  *(SineLayer(width, width, False, omega_0) for _ in range(hidden_layers)), nn.Linear(width, out)]
+        bound = math.sqrt(6 / width) / omega_0
+        nn.init.uniform_(layers[-1].weight, -bound, bound)
+        self.net = nn.Sequential(*layers)
+        self.units = [f"net.{i}" for i in range(len(layers))]
+        self.hidden = self.units[1:-1]
+        self.exposed = [*(f"net.{i}.linear" for i in range(len(layers) - 1)), self.units[-1]]  # no normalisation
+
+    def forward(self, coords: torch.Tensor) -> torch.Tensor:
+        return self.net(coords)
+
+
+def _shared_mlp(*widths: int, last_relu: bool = True) -> nn.Sequential:
+    """PointNet's shared per-point MLP: 1×1 `Conv1d` + `BatchNorm1d` (+ ReLU) per width."""
+    layers = []
+    for i, (features, out) in enumerate(zip(widths, widths[1:])):
+        layers += [nn.Conv1d(features, out, 1), nn.BatchNorm1d(out)]
+        if last_relu or i < len(widths) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class TNet(nn.Module):
+    """PointNet's input transform net (`STN3d`): a shared MLP over the (B, 3, N) points, a max-pool,
+    an MLP to a 3×3 matrix whose last Linear starts at the identity (zero weights, the identity
+    as its bias: the transform starts as no transform)."""
+
+    def __init__(self, k: int = 3) -> None:
+        super().__init__()
+        self.k = k
+        self.mlp = _shared_mlp(k, 16, 32, 64)
+        self.fc = nn.Sequential(nn.Linear(64, 32), nn.BatchNorm1d(32), nn.ReLU(),
+                                nn.Linear(32, 16), nn.BatchNorm1d(16), nn.ReLU())
+        self.transform = nn.Linear(16, k * k)
+        nn.init.zeros_(self.transform.weight)
+        with torch.no_grad():
+            self.transform.bias.copy_(torch.eye(k).flatten())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.transform(self.fc(self.mlp(x).max(dim=2).values)).view(-1, self.k, self.k)
+
+
+class PointNet(nn.Module):
+    """PointNet's classifier (`PointNetCls` without the feature transform): (B, N, 3) points → the
+    T-net's 3×3 transform applied to every point → shared MLP 3→32→32→64 (no ReLU after the
+    last BatchNorm) → max over points → Linear/BatchNorm/ReLU 64→32→16 with dropout 0.3 → the
+    logits; returns (logits, transform)."""
+
+    def __init__(self, classes: int) -> None:
+        super().__init__()
+        self.stn = TNet(3)
+        self.mlp1 = _shared_mlp(3, 32, 32)
+        self.mlp2 = _shared_mlp(32, 64, last_relu=False)
+        self.head = nn.Sequential(nn.Linear(64, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 16),
+                                  nn.Dropout(0.3), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, classes))
+        self.units = ["stn", "mlp1", "mlp2", "head"]
+        self.hidden = ["stn", "mlp1", "mlp2"]
+        self.exposed = ["head.7", "stn.transform"]  # the logits; the transform (the BatchNorms follow every other)
+
+    def forward(self, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        transform = self.stn(points.transpose(1, 2))
+        x = torch.bmm(points, transform).transpose(1, 2)
+        return self.head(self.mlp2(self.mlp1(x)).max(dim=2).values), transform
+
+
+def pointnet_loss(output: tuple[torch.Tensor, torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy plus 0.001 × the transform's orthogonality regulariser, the batch mean of
+    ‖A Aᵀ − I‖_F (fxia22's `feature_transform_regularizer`, applied to the input transform)."""
+    logits, transform = output
+    identity = torch.eye(transform.shape[-1], dtype=transform.dtype)
+    regulariser = torch.linalg.matrix_norm(transform @ transform.transpose(1, 2) - identity).mean()
+    return torch.nn.functional.cross_entropy(logits, targets) + 0.001 * regulariser
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
-               "convnext")
+               "convnext", "bert_mlm", "siren", "pointnet")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -1225,4 +1362,12 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         return FTTransformer(TABLE.numeric, TABLE.cardinalities, vocab)
     if arch == "convnext":
         return ConvNeXt(vocab)
+    if arch == "bert_mlm":
+        from .data import MLM
+
+        return BertMLM(vocab, positions=MLM.longest)
+    if arch == "siren":
+        return Siren()
+    if arch == "pointnet":
+        return PointNet(vocab)
     raise ValueError(f"unknown field architecture {arch!r}")

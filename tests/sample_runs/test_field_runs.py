@@ -10,11 +10,13 @@ from sample_run_helpers import read_stats
 
 from sample_runs import HELD_OUT_ARCHS, SCENARIOS, make
 from sample_runs import faults
-from sample_runs.data import (GRAPH, PATTERNS, SORT, SPEECH, TABLE, ctc_batch_sampler, pattern_images, sbm_graph,
+from sample_runs.data import (CLOUDS, GRAPH, MLM, PATTERNS, SIGNAL, SORT, SPEECH, TABLE, ctc_batch_sampler,
+                               masked_lm_sampler, pattern_images, point_clouds, sbm_graph, signal_pixels,
                                sort_batch_sampler, table_data)
-from sample_runs.field import FIELD_FAMILIES, RECIPES, _ctc_chance, _param_groups, _twin_losses
+from sample_runs.field import FIELD_FAMILIES, RECIPES, _ctc_chance, _mlm_chance, _param_groups, _twin_losses
 from sample_runs.field_models import (FIELD_ARCHS, build_field_model, ctc_loss, ddpm_loss, info_nce_loss, moe_lm_loss,
-                                      selective_scan, sequential_scan, seq2seq_loss, smoothed_cross_entropy, vae_loss)
+                                      pointnet_loss, selective_scan, sequential_scan, seq2seq_loss,
+                                      smoothed_cross_entropy, vae_loss)
 from sample_runs.training import broke_against, stalled_against, train_field
 
 
@@ -36,7 +38,8 @@ def test_catalogue_looks_like_the_field():
     field = [s for s in SCENARIOS.values() if s.arch in HELD_OUT_ARCHS]
     assert {s.arch for s in field} == {"gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn",
                                        "llama", "autoencoder", "recsys", "moe", "vae", "unet", "seq2seq", "gnn",
-                                       "simclr", "ddpm", "ctc", "mamba", "fttransformer", "convnext"}
+                                       "simclr", "ddpm", "ctc", "mamba", "fttransformer", "convnext", "bert_mlm",
+                                       "siren", "pointnet"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -368,6 +371,99 @@ def test_convnext_scales_its_residual_branches_and_an_lr_spike_hits_one_stage(tm
     for i, group in enumerate(_param_groups(model, RECIPES["convnext"], 1e-3)):
         lr = scalars[scalars["name"] == f"hp.optimizer.{i}.lr"].set_index("step")["value"]
         assert lr[t0] / lr[t0 - 1] == pytest.approx(factor if group["layer"] == layer else 1.0, rel=0.05)
+
+
+def test_bert_masks_words_80_10_10_ignores_padding_and_a_detached_encoder_leaves_the_tied_embeddings_learning(
+        tmp_path):
+    batch, labels = masked_lm_sampler(256, 0)()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    assert ids.shape == labels.shape and ids.shape[1] <= MLM.longest and len(set(mask.sum(1).tolist())) > 1
+    assert (ids[mask == 0] == MLM.pad).all() and (ids[:, 0] == MLM.cls).all()
+    chosen = labels != -100
+    assert (labels[chosen] >= 5).all() and not chosen[mask == 0].any()  # words only: no special token, no padding
+    assert 0.1 < chosen.sum() / (mask.sum() - 2 * len(ids)) < 0.2
+    masked, kept = (ids[chosen] == MLM.mask).float().mean(), (ids[chosen] == labels[chosen]).float().mean()
+    assert 0.75 < masked < 0.85 and 0.07 < kept < 0.15  # 80 % [MASK]; 10 % random (a few hit the word), 10 % kept
+    assert (ids[~chosen & (mask == 1)] != MLM.mask).all()
+    model = build_field_model("bert_mlm", MLM.vocab).eval()
+    assert model.mlm.cls.predictions.decoder.weight is model.mlm.bert.embeddings.word_embeddings.weight
+    short = {k: v[:4] for k, v in batch.items()}
+    with torch.no_grad():
+        logits = model(short)
+        padded = dict(short, input_ids=short["input_ids"].masked_fill(short["attention_mask"] == 0, 7))
+        real = short["attention_mask"].bool()
+        assert torch.allclose(model(padded)[real], logits[real], atol=1e-5)  # padding is masked out
+    assert logits.shape == (4, ids.shape[1], MLM.vocab)
+    decay = _decay_of(model, "bert_mlm")
+    assert all(d == 0.0 for n, d in decay.items() if "LayerNorm" in n or n.endswith("bias"))
+    assert decay["mlm.bert.encoder.layer.0.attention.self.query.weight"] == 0.01
+    assert _mlm_chance() < math.log(MLM.vocab)  # the words' marginal beats knowing nothing
+    truth = make("detach-bert_mlm-s0", tmp_path / "run")
+    t0 = _t0(truth)
+    losses, twin = _losses(tmp_path / "run"), list(_twin_losses("bert_mlm", 0))
+    assert losses[:t0] == pytest.approx(twin[:t0], rel=1e-5)
+    assert truth.verdict == ("not_learning" if stalled_against(losses, twin, t0) else "healthy")
+    if truth.culprit:
+        assert truth.culprit == "mlm.bert.encoder.layer.1" and "mlm.bert.embeddings" not in truth.culprit_alternatives
+    assert _mean(twin[-10:]) < 0.7 * _mean(twin[:10]) and _mean(twin[-10:]) < 0.8 * _mlm_chance()
+    stats = read_stats(tmp_path / "run")
+    grads = stats.query("role == 'grad'")
+    query = grads.query("name == 'mlm.bert.encoder.layer.0.attention.self.query.weight'").set_index("step")["norm"]
+    words = grads.query("name == 'mlm.bert.embeddings.word_embeddings.weight'").set_index("step")["norm"]
+    assert query[t0 - 1] > 0 and query[t0:].fillna(0).max() == 0 and words[t0:].min() > 0  # fed by the tied head
+    assert set(stats.query("role == 'input'")["name"]) == {"input.input_ids", "input.attention_mask"}
+    assert set(stats.query("role == 'target'")["kind"]) == {"index"}
+
+
+def test_siren_is_a_sine_net_with_its_init_and_a_nan_coordinate_breaks_it(tmp_path):
+    grid, between = signal_pixels()
+    assert grid.x.shape == (SIGNAL.size ** 2, 2) and grid.x.abs().max() == 1 and between.x.abs().max() < 1
+    assert grid.y.shape == (SIGNAL.size ** 2, 1) and grid.y.abs().max() <= 1 and grid.y.std() > 0.1
+    model = build_field_model("siren", 1)
+    first, hidden = model.net[0].linear.weight, model.net[1].linear.weight
+    assert first.abs().max() <= 1 / 2 and first.abs().max() > 0.4  # ±1/in
+    bound = math.sqrt(6 / 64) / 30
+    assert bound * 0.9 < hidden.abs().max() <= bound and model.net[-1].weight.abs().max() <= bound
+    x = grid.x[:16]
+    with torch.no_grad():
+        assert torch.allclose(model.net[0](x), torch.sin(30 * model.net[0].linear(x)))
+        assert model(x).shape == (16, 1)
+    truth = make("batch_nan-siren-s0", tmp_path / "run")
+    t0 = int(truth.notes.split("batch at step ")[1].split(" ")[0])
+    assert truth.verdict == "diverged" and truth.first_nonfinite_loss_step == t0 and "nonfinite_input" in truth.labels
+    twin = list(_twin_losses("siren", 0))
+    chance = float(grid.y.var(unbiased=False))
+    assert _mean(twin[-10:]) < 0.1 * _mean(twin[:10]) and _mean(twin[-10:]) < 0.1 * chance  # it fits the image
+    inputs = read_stats(tmp_path / "run").query("role == 'input'").set_index("step")
+    assert inputs.loc[t0, "nonfinite"] > 0 and inputs.loc[t0 - 1, "nonfinite"] == 0
+
+
+def test_pointnet_starts_from_the_identity_transform_pools_symmetrically_and_a_scaled_batch_is_judged_by_its_twin(
+        tmp_path):
+    clouds = point_clouds()
+    assert clouds.x.shape == (CLOUDS.clouds, CLOUDS.points, 3) and torch.bincount(clouds.y).min() > 0.15 * CLOUDS.clouds
+    assert clouds.x.norm(dim=-1).max(dim=1).values == pytest.approx(torch.ones(CLOUDS.clouds))  # in the unit ball
+    model = build_field_model("pointnet", CLOUDS.classes)
+    points, labels = clouds.x[:8], clouds.y[:8]
+    with torch.no_grad():
+        logits, transform = model(points)
+    assert torch.allclose(transform, torch.eye(3).expand(8, 3, 3))  # the T-net starts as no transform
+    cross_entropy = torch.nn.functional.cross_entropy(logits, labels)
+    assert float(pointnet_loss((logits, transform), labels)) == pytest.approx(float(cross_entropy))
+    skewed = transform * 2
+    assert float(pointnet_loss((logits, skewed), labels)) == pytest.approx(float(cross_entropy) + 0.001 * 3 ** 0.5 * 3)
+    model.eval()
+    with torch.no_grad():
+        shuffled = points[:, torch.randperm(CLOUDS.points)]
+        assert torch.allclose(model(shuffled)[0], model(points)[0], atol=1e-5)  # the max-pool ignores point order
+    truth = make("batch_scale-pointnet-s0", tmp_path / "run")
+    t0 = int(truth.notes.split("batch at step ")[1].split(" ")[0])
+    losses, twin = _losses(tmp_path / "run"), list(_twin_losses("pointnet", 0))
+    assert losses[:t0] == pytest.approx(twin[:t0], rel=1e-5)
+    assert truth.verdict == ("diverged" if broke_against(losses, twin, t0) else "healthy")
+    assert _mean(twin[-10:]) < 0.5 * _mean(twin[:10])
+    std = read_stats(tmp_path / "run").query("role == 'input'").set_index("step")["std"]
+    assert std[t0] / std[t0 - 1] == pytest.approx(1e3, rel=0.5)
 
 
 def test_lr_spike_raises_the_groups_lr_at_t0_and_the_run_does_not_come_back(tmp_path):
