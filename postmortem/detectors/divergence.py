@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..findings import Finding, FirstNonfinite, Onset
-from ..ranking import PRECURSOR_STEPS, TensorBreak, clips_recorded
+from ..ranking import TensorBreak, clips_recorded
 from ..scalars import is_loss
 from .base import ERROR, NOTE, WARNING, Evidence, finding, loss_curve, register, role
 from .gradients import grad_norm_series
@@ -76,7 +76,7 @@ class Incident:
     onset: Onset | None
     first_nonfinite: FirstNonfinite | None
     culprits: list[str]  # amplified tensors, earliest first
-    grad_breaks: list[TensorBreak]  # amplified gradient series of this divergence
+    grad_breaks: list[TensorBreak]  # amplified gradient series (none before a direct cause that dates the onset)
     update_breaks: list[TensorBreak]
     healthy_max_grad_norm: float | None
     lr: float | None  # at the onset
@@ -106,13 +106,12 @@ def _incident(ev: Evidence) -> Incident:
     amplified = sorted((b for b in ev.breaks if b.fit.amplified and b.role != "scalar"),
                        key=lambda b: b.fit.onset_step)
     culprits = list(dict.fromkeys(b.name for b in amplified))[:3]
-    # This divergence's gradients: not a break long before the onset (another story), nor one
-    # before the direct cause that dates it.
+    # This divergence's gradients: none before the direct cause that dates it (exploding_gradient
+    # also drops breaks long before the onset, by its precursor_steps).
     causes = [f for f in ev.found if f.label in CAUSES]
     dated_by_cause = any(f.step == onset_step for f in causes)
-    reach = 0 if dated_by_cause else PRECURSOR_STEPS
     near = [b for b in ev.breaks if b.fit.amplified
-            and (onset_step is None or b.fit.onset_step >= onset_step - reach)]
+            and (onset_step is None or not dated_by_cause or b.fit.onset_step >= onset_step)]
     return Incident(
         diverged=ev.diverged, recovered=ev.recovered, onset=ev.onset, first_nonfinite=first,
         culprits=culprits,
@@ -184,9 +183,12 @@ def diverged(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
 
 @register("exploding_gradient", "divergence", _incident)
 def exploding_gradient(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
-    if not incident.diverged or not incident.grad_breaks:
+    # This divergence's gradients: not a break long before the onset (another story).
+    breaks = [b for b in incident.grad_breaks
+              if incident.onset is None or b.fit.onset_step >= incident.onset.step - th.precursor_steps]
+    if not incident.diverged or not breaks:
         return []
-    top = min(incident.grad_breaks, key=lambda b: b.fit.onset_step)
+    top = min(breaks, key=lambda b: b.fit.onset_step)
     clip = incident.healthy_max_grad_norm
     if incident.clipping.clips:
         fix = ("the run already clips gradients: the clipped norm still grew, so the cause lies upstream "
@@ -197,7 +199,7 @@ def exploding_gradient(incident: Incident, th: DivergenceThresholds) -> list[Fin
             "then clip gradients with torch.nn.utils.clip_grad_norm_")
     return [finding(
         "exploding_gradient", top.fit.onset_step,
-        sorted({b.name for b in incident.grad_breaks if b.role == "grad"}),
+        sorted({b.name for b in breaks if b.role == "grad"}),
         {"series": top.fit.label, "stable_level": top.fit.stable_level,
          "final_level": top.fit.final_level, "jump": top.fit.jump,
          "growth_per_step": top.fit.growth_per_step, "healthy_max_grad_norm": clip,

@@ -556,3 +556,8 @@ def test_a_tensor_gradient_growing_while_the_loss_falls_is_no_divergence():
     assert diverging(grows, falling, loss_must_feel=True, nonfinite_at=97) == []  # a NaN batch 84 steps later did not
     global_norm = [_break("scalar", "grad_norm", 13)]
     assert len(diverging(global_norm, falling, stayed_finite=True, loss_must_feel=True)) == 1
+    # The window and factor are Thresholds.ranking's: a rise 7 steps later is not felt in 5 steps.
+    short = replace(TH.ranking, felt_steps=5)
+    assert diverging(grows, felt, stayed_finite=True, loss_must_feel=True, thresholds=short) == []
+    assert diverging(grows, felt, stayed_finite=True, loss_must_feel=True,
+                     thresholds=replace(TH.ranking, felt_factor=3.0)) == []
