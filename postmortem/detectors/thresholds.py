@@ -50,7 +50,8 @@ class DivergenceThresholds:
     sharp_update_jump: float = 10.0  # an update ×10 in one step while its gradient stays put
     grad_jump_share: float = 1 / 3  # ...its gradient did not jump ≥ ×(10/3)
     update_ratio_high: float = 1e-1  # CS231n target 1e-3 ×100: the first updates were far too big
-    update_ratio_erases_init: float = 0.5  # CS231n 1e-3 ×500: the first update is half the weights (init erased in two steps)
+    update_ratio_erases_init: float = 0.5  # CS231n 1e-3 ×500: an early update is half the weights (init erased in two steps)
+    erases_init_within: int = 5  # ...within each weight's first 5 recorded updates (median over weights of their largest); session 9 (helper 12p): ConvNeXt at lr ×100 reads 0.40 on its first step, 6.6–7.2 within five (its blocks, behind a layer scale of 1e-6, wake up); healthy runs ≤ 0.1 over their first 20
     from_start_steps: int = 3  # a divergence starting in the first 3 steps: the step size from the start
     precursor_steps: int = 3  # a break up to 3 steps before the earliest sharp one belongs to the same onset (an update jumping with the lr a step before the parameters follow); exploding_gradient dates only gradient breaks that close to the onset (cnn_domain_shift-s0)
 
