@@ -113,12 +113,13 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     scaled = bool((scalars["name"] == "grad_scale").any())
     first = first_nonfinite(table, scalars, tie_order, ignore_grads=scaled)
     advance(f"fitting {len(table.keys):,} series")
-    breaks = fit_breaks(table, scalars, first.step if first else None)
+    breaks = fit_breaks(table, scalars, first.step if first else None, thresholds.breaks)
     nonfinite = nonfinite_beyond_inputs(table, scalars, ignore_grads=scaled)
     stale = gradients.stale_gradients(gradients.gradient_history(table, scalars), thresholds.gradients)
     leaders = diverging(breaks, scalars, stayed_finite=not nonfinite, loss_must_feel=not stale,
-                        nonfinite_at=first.step if first else None)
-    onset, involved = run_onset(breaks, leaders, first, tie_order,
+                        nonfinite_at=first.step if first else None, thresholds=thresholds.ranking)
+    onset, involved = run_onset(breaks, leaders, first, tie_order, thresholds=thresholds.ranking,
+                                precursor_steps=thresholds.divergence.precursor_steps,
                                 robust_floor=thresholds.root_causes.robust_floor)
     diverged = bool(leaders) or nonfinite
     advance("diagnosing")
@@ -148,7 +149,7 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
         summary=summarize(table, before=_healthy_until(table, onset, thresholds) if diverged else None))
     findings = diagnose(evidence, thresholds, precomputed)
     advance("ranking and writing the story")
-    return _concluded(run, evidence, findings, involved, onset)
+    return _concluded(run, evidence, findings, involved, onset, thresholds.root_causes.batch_range_factor)
 
 
 def _accumulated(onset: Onset | None, diverged: bool, nonfinite: bool, stale: list[Finding],
@@ -170,13 +171,14 @@ def _accumulated(onset: Onset | None, diverged: bool, nonfinite: bool, stale: li
         onset, diverged = onsets.accumulation_onset(None, stale, first), True
     return onset, diverged
 
-def _concluded(run: Run, ev: Evidence, findings: list[Finding], involved: list[TensorBreak], onset: Onset | None) -> Analysis:
+def _concluded(run: Run, ev: Evidence, findings: list[Finding], involved: list[TensorBreak], onset: Onset | None,
+               batch_range_factor: float) -> Analysis:
     """The verdict `findings` give; for a divergence, what amplified first and the story of it."""
     verdict = diagnoses_verdict(findings)
     failed = verdict == "diverged"
     first, table, scalars = ev.first_nonfinite, ev.table, ev.scalars
-    ranking = _cause_first(rank(involved, first, table, onset), findings) if failed else []
-    chain = chain_sentences(ev, ranking) if failed else []
+    ranking = _cause_first(rank(involved, first, table, onset, batch_range_factor), findings) if failed else []
+    chain = chain_sentences(ev, ranking, batch_range_factor) if failed else []
     onset = onset if failed else None
     data = report_data(run, onset=onset, first_nonfinite=first, ranking=ranking, findings=findings,
                        table=table, scalars=scalars, events=ev.events)

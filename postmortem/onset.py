@@ -1,6 +1,7 @@
 """Per-series break analysis: did this series diverge, and when did its growth begin?
 
-Thresholds (docs/diagnoses.md cites them):
+Thresholds (`BreakThresholds`, a field of `postmortem.detectors.Thresholds`; docs/diagnoses.md
+cites them):
 - a break is credible when the best break model beats the no-break model by ΔBIC ≥ 10
   ("very strong" evidence on the Kass & Raftery scale);
 - a series diverges when its final level is ≥ 100× its stable level and ≥ 10× anything seen in
@@ -17,17 +18,27 @@ import numpy as np
 
 from .models import ExponentialFrom, JumpThenExponential, median, select_break
 
-__all__ = ["SeriesBreak", "analyse_series", "BIC_MARGIN", "DIVERGENCE_DECADES", "AMPLIFIED_DECADES"]
+__all__ = ["BreakThresholds", "SeriesBreak", "analyse_series"]
 
-BIC_MARGIN = 10.0
-DIVERGENCE_DECADES = 2.0
-AMPLIFIED_DECADES = 1.0
-SHARP_DECADES = np.log10(2.0)  # an earlier break counts when it jumps at least ×2
+# Structure of the fit, not tunables: the fewest points a break model is fitted to, how far
+# before a rise a precursor is searched, the recent stable window (the noise yardstick), the
+# stable phase kept in front of the final rise and the tail whose median is the final level.
 _MIN_POINTS = 6
 _PRECURSOR_REACH = 5
 _LOCAL_STABLE = 20
 _MIN_STABLE = 50  # steps of stable phase kept in front of the final rise
 _TAIL = 3  # the final level is the median of the last few finite points
+
+
+@dataclass(frozen=True)
+class BreakThresholds:
+    """What makes one series' break credible, diverging, amplified (`Thresholds.breaks`)."""
+
+    bic_margin: float = 10.0  # ΔBIC ≥ 10: "very strong" evidence for the break (Kass & Raftery)
+    divergence_decades: float = 2.0  # ends ≥ 100× its stable level (seed 000: 9 → 483 → 1e14+; our choice: far above healthy noise and warm-up)
+    beyond_stable_decades: float = 1.0  # ...and ≥ 10× anything seen in the stable phase (our choice: one noisy spike is no stable level)
+    amplified_decades: float = 1.0  # ends ≥ 10× its stable level: enters the ranking (our choice)
+    sharp_decades: float = float(np.log10(2.0))  # an earlier break counts when it jumps at least ×2 (our choice)
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,8 @@ class SeriesBreak:
 
 
 def analyse_series(
-    label: str, steps: np.ndarray, values: np.ndarray, *, earliest: bool = False
+    label: str, steps: np.ndarray, values: np.ndarray, *, earliest: bool = False,
+    thresholds: BreakThresholds = BreakThresholds(),
 ) -> SeriesBreak | None:
     """Fit the break models to log10(values) over the finite, positive points.
 
@@ -73,7 +85,7 @@ def analyse_series(
         return None
     model, delta_bic = select_break(x, y)
     if earliest:
-        x, y, model, delta_bic = _earliest_break(x, y, model, delta_bic)
+        x, y, model, delta_bic = _earliest_break(x, y, model, delta_bic, thresholds)
     k = model.index_
     onset_index = _visible_onset(y, k, model)
     at_first_step = int(x[0]) == first_step  # the window still starts at the series' start
@@ -83,8 +95,8 @@ def analyse_series(
     stable_level = median(stable)
     final_level = median(y[-_TAIL:])
     rise = final_level - stable_level
-    credible = delta_bic >= BIC_MARGIN and model.jump_decades_ + max(model.rate_, 0.0) > 0
-    diverges = rise >= DIVERGENCE_DECADES and final_level >= float(np.max(stable)) + 1.0
+    credible = delta_bic >= thresholds.bic_margin and model.jump_decades_ + max(model.rate_, 0.0) > 0
+    diverges = rise >= thresholds.divergence_decades and final_level >= float(np.max(stable)) + thresholds.beyond_stable_decades
     return SeriesBreak(
         label=label,
         first_step=first_step,
@@ -102,18 +114,18 @@ def analyse_series(
         final_level=float(10**final_level),
         credible=credible,
         diverges=diverges,
-        amplified=credible and rise >= AMPLIFIED_DECADES,
+        amplified=credible and rise >= thresholds.amplified_decades,
     )
 
 
-def _earliest_break(x: np.ndarray, y: np.ndarray, model, delta_bic: float):
+def _earliest_break(x: np.ndarray, y: np.ndarray, model, delta_bic: float, th: BreakThresholds):
     """Binary segmentation to the left of `model`'s break: the earliest sharp sustained rise,
     with the window (x, y) it was fitted on."""
     # Only a precursor of this rise: no further back than the rise itself lasted.
     bound = x[model.index_] - max(_PRECURSOR_REACH, len(y) - model.index_)
     while True:
         lo = max(0, int(np.searchsorted(x, bound)) - _MIN_STABLE)
-        earlier = _earlier_sharp_break(x[lo: model.index_], y[lo: model.index_])
+        earlier = _earlier_sharp_break(x[lo: model.index_], y[lo: model.index_], th)
         if earlier is None or earlier[0].t0_ < bound:
             return x, y, model, delta_bic
         x, y = x[lo:], y[lo:]
@@ -149,14 +161,14 @@ def _robust_sigma(values: np.ndarray) -> float:
     return 1.4826 * median(np.abs(values - median(values)))
 
 
-def _earlier_sharp_break(x: np.ndarray, y: np.ndarray):
+def _earlier_sharp_break(x: np.ndarray, y: np.ndarray, th: BreakThresholds):
     """A credible break before the current one that jumps ≥ ×2 and whose level holds."""
     if len(y) < _MIN_POINTS:
         return None
     model, delta_bic = select_break(x, y)
     k = model.index_
     held = float(np.min(y[k:])) - median(y[:k])
-    if delta_bic < BIC_MARGIN or model.jump_decades_ < SHARP_DECADES or held < SHARP_DECADES / 2:
+    if delta_bic < th.bic_margin or model.jump_decades_ < th.sharp_decades or held < th.sharp_decades / 2:
         return None
     return model, delta_bic
 

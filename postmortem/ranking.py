@@ -8,18 +8,18 @@ import numpy as np
 import pandas as pd
 
 from .findings import FirstNonfinite, Onset, RankedTensor
-from .onset import SeriesBreak, analyse_series
+from .onset import BreakThresholds, SeriesBreak, analyse_series
 from .scalars import is_loss, loss_curve, main_loss
 from .series import SeriesTable
 
 __all__ = [
     "CAUSAL_ORDER",
+    "RankingThresholds",
     "TensorBreak",
     "first_nonfinite",
     "fit_breaks",
     "run_onset",
     "rank",
-    "BATCH_RANGE_FACTOR",
     "healthy_range",
     "out_of_range",
     "clips_recorded",
@@ -34,22 +34,24 @@ CAUSAL_ORDER = {
     "grad": 5, "state": 6, "update": 7,
 }
 _FITTED_ROLES = ("param", "grad", "update", "state", "activation")
-_SPREAD_STEPS = 50
-SETTLE_STEPS = 10
-ABRUPT_PARAM_JUMP = 10.0  # a parameter norm never moves ×10 in one healthy step
-LOSS_RECOVERED_FACTOR = 2.0
-# A tensor's gradient break counts only when the loss rose above ×1.1 its level (outcome's
-# recovered_factor) within the 20 steps after it (session 8, read on round 7's convnext).
-FELT_STEPS = 20
-FELT_FACTOR = 1.1
-_LOSS_WINDOW = 10
-SHARP_JUMP = 2.0  # a visible jump at the break...
-SHARP_GROWTH = 1.1  # ...or growth doubling in ≤ 7 steps
-PRECURSOR_STEPS = 3
-NOISE_SIGMAS = 3.0
-# A batch is unusual when its largest |x| lies this far outside the range of every batch before
-# it (the story, the batch_out_of_range detector and the ranking read it alike).
-BATCH_RANGE_FACTOR = 10.0
+_SPREAD_STEPS = 50  # steps of the non-finite spread listed (what the report shows, not a test)
+_LOSS_WINDOW = 10  # the loss's level: the median of its 10 values up to a step (outcome's windows)
+
+
+@dataclass(frozen=True)
+class RankingThresholds:
+    """Which fitted breaks make a run diverged (`diverging`), which are sharp (`run_onset`):
+    `Thresholds.ranking`. How far a precursor may lead is `DivergenceThresholds.precursor_steps`
+    (the divergence rules read it too), a batch out of range `RootCauseThresholds.batch_range_factor`."""
+
+    settle_steps: int = 10  # a break ≥ 10 steps after a series' first point: a slow climb from the first steps is a model waking up, not a divergence (our choice)
+    abrupt_param_jump: float = 10.0  # a parameter norm never moves ×10 in one healthy step (our choice: a decade, as the other one-step factors)
+    loss_recovered_factor: float = 2.0  # a parameter that jumped ×10 and stayed: the run is not destroyed while its final loss is within 2× its level before (Megatron-LM's "back below 2×")
+    felt_steps: int = 20  # a tensor's gradient break counts when the loss felt it within 20 steps (two loss windows; session 8, read on round 7's convnext)
+    felt_factor: float = 1.1  # ...by rising above 1.1× its level at the break (OutcomeThresholds.recovered_factor)
+    sharp_jump: float = 2.0  # a sharp break: a visible jump ≥ ×2 at the break...
+    noise_sigmas: float = 3.0  # ...beyond 3 robust σ of the series' own noise...
+    sharp_growth: float = 1.1  # ...or growth ×1.1 a step (doubling in ≤ 7 steps; our choice)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,8 @@ def first_nonfinite(
     return FirstNonfinite(step=step, tensor=name, role=role, key=key, spread=spread)
 
 
-def fit_breaks(table: SeriesTable, scalars: pd.DataFrame, cut: int | None) -> list[TensorBreak]:
+def fit_breaks(table: SeriesTable, scalars: pd.DataFrame, cut: int | None,
+               thresholds: BreakThresholds = BreakThresholds()) -> list[TensorBreak]:
     """Fit every tensor series and every loss / grad-norm scalar up to (not including) `cut`."""
     found = []
     for index, key in enumerate(table.keys):
@@ -108,7 +111,7 @@ def fit_breaks(table: SeriesTable, scalars: pd.DataFrame, cut: int | None) -> li
             continue
         rows = table.rows(index)
         steps, values = table.step[rows], table.magnitude[rows]
-        fit = _fit_before(key.label, steps, values, table.nonfinite[rows], cut, earliest=True)
+        fit = _fit_before(key.label, steps, values, table.nonfinite[rows], cut, thresholds, earliest=True)
         if fit is not None:
             found.append(TensorBreak(key.role, key.name, key.key, fit))
     for name, group in scalars.groupby("name", sort=True, observed=True):
@@ -116,19 +119,19 @@ def fit_breaks(table: SeriesTable, scalars: pd.DataFrame, cut: int | None) -> li
             continue
         steps = group["step"].to_numpy(np.int64)
         values = group["value"].to_numpy(np.float64)
-        fit = _fit_before(f"scalar {name}", steps, values, np.zeros(len(steps), np.int64), cut)
+        fit = _fit_before(f"scalar {name}", steps, values, np.zeros(len(steps), np.int64), cut, thresholds)
         if fit is not None:
             found.append(TensorBreak("scalar", str(name), None, fit))
     return found
 
 
-def _fit_before(label, steps, values, nonfinite, cut, *, earliest=False) -> SeriesBreak | None:
+def _fit_before(label, steps, values, nonfinite, cut, thresholds, *, earliest=False) -> SeriesBreak | None:
     keep = nonfinite == 0
     if cut is not None:
         keep &= steps < cut
     # Tensors get the earliest sharp rise; scalars (the loss) keep their main break, since a
     # loss also steps up at every domain switch without anything amplifying yet.
-    return analyse_series(label, steps[keep], values[keep], earliest=earliest)
+    return analyse_series(label, steps[keep], values[keep], earliest=earliest, thresholds=thresholds)
 
 
 def clips_recorded(scalars: pd.DataFrame) -> bool:
@@ -137,7 +140,8 @@ def clips_recorded(scalars: pd.DataFrame) -> bool:
 
 
 def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite: bool = False,
-              loss_must_feel: bool = False, nonfinite_at: int | None = None) -> list[TensorBreak]:
+              loss_must_feel: bool = False, nonfinite_at: int | None = None,
+              thresholds: RankingThresholds = RankingThresholds()) -> list[TensorBreak]:
     """Series whose break makes the run diverged.
 
     Either a loss, gradient or parameter series ends ≥ 100× above its stable level after a
@@ -151,8 +155,9 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite
 
     With `loss_must_feel` (a run whose gradients do not accumulate), one tensor's gradient break
     counts only when the loss rose, or something went non-finite (`nonfinite_at`), within
-    FELT_STEPS after it.
+    `felt_steps` after it.
     """
+    th = thresholds
     found = []
     bounded = stayed_finite and clips_recorded(scalars)
     curve = loss_curve(scalars) if loss_must_feel else None
@@ -164,35 +169,35 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite
         # Updates follow the LR schedule (a warm-up is no divergence), Adam's moments start
         # from zero and grow for hundreds of steps by design, and activations count through
         # what they do to the rest: none of them decides on its own.
-        settled = b.fit.onset_step >= b.fit.first_step + SETTLE_STEPS
-        if (curve is not None and b.role == "grad" and _loss_unmoved(curve, b.fit.onset_step)
-                and not (nonfinite_at is not None and nonfinite_at < b.fit.onset_step + FELT_STEPS)):
+        settled = b.fit.onset_step >= b.fit.first_step + th.settle_steps
+        if (curve is not None and b.role == "grad" and _loss_unmoved(curve, b.fit.onset_step, th)
+                and not (nonfinite_at is not None and nonfinite_at < b.fit.onset_step + th.felt_steps)):
             # One tensor's gradient growing while the loss keeps falling is a branch waking up (a
             # residual branch behind ConvNeXt's layer scale 1e-6 passes its block ×1e-6 of the
             # gradient until gamma grows), not a runaway: the loss (or the global grad norm, a
             # scalar) must feel it. Accumulating gradients are a running sum whose growth is the
             # story before the loss feels it, hence the flag.
             continue
-        if b.fit.diverges and b.role in ("scalar", "grad") and (settled or _sharp_measured(b)):
+        if b.fit.diverges and b.role in ("scalar", "grad") and (settled or _sharp_measured(b, th)):
             # A slow climb from the first step is a model starting to learn (gradients of a
             # badly initialised deep net grow ×100 as it wakes up), not a divergence.
             found.append(b)
         elif (b.fit.diverges and b.role == "param"
-              and (b.fit.jump >= ABRUPT_PARAM_JUMP or b.fit.growth_per_step >= SHARP_GROWTH)
+              and (b.fit.jump >= th.abrupt_param_jump or b.fit.growth_per_step >= th.sharp_growth)
               and settled):
             # Small or zero-initialised parameters (biases) may grow by orders of magnitude
             # while the model learns, but slowly and from the first steps on.
             found.append(b)
-        elif (b.role == "param" and b.fit.step_jump >= ABRUPT_PARAM_JUMP
+        elif (b.role == "param" and b.fit.step_jump >= th.abrupt_param_jump
               and settled
-              and b.fit.final_level >= ABRUPT_PARAM_JUMP * b.fit.stable_level
-              and not _loss_recovered(scalars, b.fit.onset_step)):
+              and b.fit.final_level >= th.abrupt_param_jump * b.fit.stable_level
+              and not _loss_recovered(scalars, b.fit.onset_step, th.loss_recovered_factor)):
             found.append(b)
     return found
 
 
-def _loss_recovered(scalars: pd.DataFrame, step: int) -> bool:
-    """Is the loss at the end of the run within 2× of its level just before `step`?"""
+def _loss_recovered(scalars: pd.DataFrame, step: int, factor: float) -> bool:
+    """Is the loss at the end of the run within `factor` (2×) of its level just before `step`?"""
     name = main_loss(scalars)
     if name is None:
         return True  # nothing says the model was hurt
@@ -202,31 +207,33 @@ def _loss_recovered(scalars: pd.DataFrame, step: int) -> bool:
     after = after[np.isfinite(after)][-_LOSS_WINDOW:]
     if len(before) == 0 or len(after) == 0:
         return True
-    return float(np.median(after)) <= LOSS_RECOVERED_FACTOR * abs(float(np.median(before)))
+    return float(np.median(after)) <= factor * abs(float(np.median(before)))
 
 
-def _loss_unmoved(curve: tuple[np.ndarray, np.ndarray], step: int) -> bool:
+def _loss_unmoved(curve: tuple[np.ndarray, np.ndarray], step: int, th: RankingThresholds) -> bool:
     """Did the loss (`scalars.loss_curve`: finite, step order; a non-finite one is `nonfinite_at`'s
-    to say) stay within 10 % of its level at `step` (median of the 10 losses up to it) over the
-    FELT_STEPS after it, by a 5-step rolling median (one spiky batch is no rise)? No loss, or too
-    few points, says nothing: the break counts."""
+    to say) stay within `felt_factor` (10 %) of its level at `step` (median of the 10 losses up to
+    it) over the `felt_steps` after it, by a 5-step rolling median (one spiky batch is no rise)?
+    No loss, or too few points, says nothing: the break counts."""
     steps, values = curve
     before = values[steps <= step][-_LOSS_WINDOW:]
-    after = values[(steps >= step) & (steps < step + FELT_STEPS)]
-    if len(before) == 0 or len(after) < FELT_STEPS // 2:
+    after = values[(steps >= step) & (steps < step + th.felt_steps)]
+    if len(before) == 0 or len(after) < th.felt_steps // 2:
         return False
     rolling = pd.Series(after).rolling(5).median().to_numpy()[4:]
-    return bool(np.all(rolling <= FELT_FACTOR * abs(float(np.median(before)))))
+    return bool(np.all(rolling <= th.felt_factor * abs(float(np.median(before)))))
 
 
 def run_onset(
     breaks: list[TensorBreak], leaders: list[TensorBreak], first: FirstNonfinite | None,
-    tie_order: dict[str, int], *, robust_floor: float = 0.05,
+    tie_order: dict[str, int], *, precursor_steps: int, robust_floor: float = 0.05,
+    thresholds: RankingThresholds = RankingThresholds(),
 ) -> tuple[Onset | None, list[TensorBreak]]:
     """The run's onset and the amplified series that belong to the divergence.
 
     Precursors (an update that jumped with the LR one step before the parameters followed)
-    may lead the earliest diverging series by a few steps; older breaks are other stories.
+    may lead the earliest diverging series by a few steps (`precursor_steps`,
+    `DivergenceThresholds.precursor_steps`); older breaks are other stories.
     """
     if not leaders:
         if first is None:
@@ -236,15 +243,15 @@ def run_onset(
         return onset, []
     # Slow drifts (a parameter norm creeping up while the model learns) also end far above
     # their start; the onset is where amplification became sharp, if any series shows it.
-    sharp = [b for b in leaders if _sharp(b)] or leaders
+    sharp = [b for b in leaders if _sharp(b, thresholds)] or leaders
     earliest = min(b.fit.onset_step for b in sharp)
     # Membership by identity: dataclass equality would compare every fit field, and a 7 B
     # model's 1 500 series made these tests quadratic.
     sharp_ids, leader_ids = {id(b) for b in sharp}, {id(b) for b in leaders}
     involved = [
         b for b in breaks
-        if b.fit.amplified and (_sharp(b) or id(b) in sharp_ids)
-        and b.fit.onset_step >= earliest - PRECURSOR_STEPS
+        if b.fit.amplified and (_sharp(b, thresholds) or id(b) in sharp_ids)
+        and b.fit.onset_step >= earliest - precursor_steps
         and (id(b) in leader_ids or b.role != "scalar")
     ]
     involved.sort(key=lambda b: _rank_key(b, tie_order, robust_floor))
@@ -261,17 +268,17 @@ def run_onset(
     return onset, involved
 
 
-def _sharp(b: TensorBreak) -> bool:
+def _sharp(b: TensorBreak, th: RankingThresholds) -> bool:
     """A jump ≥ ×2 and beyond the series' own noise (3 σ), or fast growth."""
-    return b.fit.jump >= _jump_floor(b) or b.fit.growth_per_step >= SHARP_GROWTH
+    return b.fit.jump >= _jump_floor(b, th) or b.fit.growth_per_step >= th.sharp_growth
 
 
-def _sharp_measured(b: TensorBreak) -> bool:
-    return b.fit.step_jump >= _jump_floor(b) or b.fit.growth_per_step >= SHARP_GROWTH
+def _sharp_measured(b: TensorBreak, th: RankingThresholds) -> bool:
+    return b.fit.step_jump >= _jump_floor(b, th) or b.fit.growth_per_step >= th.sharp_growth
 
 
-def _jump_floor(b: TensorBreak) -> float:
-    return max(SHARP_JUMP, 10 ** (NOISE_SIGMAS * b.fit.noise_decades))
+def _jump_floor(b: TensorBreak, th: RankingThresholds) -> float:
+    return max(th.sharp_jump, 10 ** (th.noise_sigmas * b.fit.noise_decades))
 
 
 def nonfinite_beyond_inputs(table: SeriesTable, scalars: pd.DataFrame, *, ignore_grads: bool) -> bool:
@@ -304,12 +311,14 @@ def healthy_range(before: np.ndarray) -> tuple[float, float] | None:
     return (float(np.min(before)), float(np.max(before))) if len(before) >= 3 else None
 
 
-def out_of_range(value: float, bounds: tuple[float, float], factor: float = BATCH_RANGE_FACTOR) -> bool:
+def out_of_range(value: float, bounds: tuple[float, float], factor: float) -> bool:
+    """A batch whose largest |x| lies `factor` (`RootCauseThresholds.batch_range_factor`) outside
+    the range of every batch before it (the story, batch_out_of_range and the ranking alike)."""
     low, high = bounds
     return value > factor * high or value * factor < low
 
 
-def extreme_batch(table: SeriesTable, step: int) -> tuple[str, float] | None:
+def extreme_batch(table: SeriesTable, step: int, factor: float) -> tuple[str, float] | None:
     """An input batch at `step` whose largest |x| is far above anything in the steps before it
     (out of range, upwards: a batch that shrank did not amplify anything)."""
     for index in table.indices("input"):
@@ -318,23 +327,23 @@ def extreme_batch(table: SeriesTable, step: int) -> tuple[str, float] | None:
         bounds = healthy_range(magnitude[steps < step])
         now = magnitude[steps == step]
         if bounds is not None and len(now) and np.isfinite(now[0]) and now[0] > bounds[1] \
-                and out_of_range(float(now[0]), bounds):
+                and out_of_range(float(now[0]), bounds, factor):
             return table.keys[index].name, float(now[0] / bounds[1])
     return None
 
 
 def rank(involved: list[TensorBreak], first: FirstNonfinite | None,
-         table: SeriesTable, onset: Onset | None) -> list[RankedTensor]:
+         table: SeriesTable, onset: Onset | None, batch_range_factor: float) -> list[RankedTensor]:
     """Tensors in the order they began to amplify (scalars are summaries, not tensors).
 
-    An input batch far above anything seen before (×BATCH_RANGE_FACTOR) at the onset step leads:
+    An input batch far above anything seen before (×`batch_range_factor`) at the onset step leads:
     the data came first in that step.
     """
     ranked = [
         RankedTensor(b.name, b.role, b.key, b.fit.onset_step, b.fit.growth_per_step, b.fit.jump)
         for b in involved if b.role != "scalar"
     ]
-    batch = extreme_batch(table, onset.step) if onset is not None else None
+    batch = extreme_batch(table, onset.step, batch_range_factor) if onset is not None else None
     if batch is not None:
         ranked.insert(0, RankedTensor(batch[0], "input", None, onset.step, None, batch[1]))
     seen = {(r.tensor, r.role, r.key) for r in ranked}

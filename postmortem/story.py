@@ -46,12 +46,12 @@ def _how(r: RankedTensor) -> str:
     return " and ".join(parts) or "began to amplify"
 
 
-def chain_sentences(ev: Evidence, ranking: list[RankedTensor]) -> list[str]:
+def chain_sentences(ev: Evidence, ranking: list[RankedTensor], batch_range_factor: float) -> list[str]:
     """The story in order: the events before the onset, an unusual batch, what amplified first,
     what carried it to the first non-finite value (seed 000: momentum buffers ~1e14, activations
     ~1e15) and how that value came (a float32 overflow); an ordinary batch last."""
     sentences = list(events_near(ev))
-    batch = batch_at(ev)
+    batch = batch_at(ev, batch_range_factor)
     ordinary = batch is not None and " looked ordinary" in batch
     if batch and not ordinary:
         sentences.append(batch)
@@ -159,8 +159,9 @@ def events_before(events: pd.DataFrame, onset: Onset) -> pd.DataFrame:
     return events[events["step"] <= onset.step]
 
 
-def batch_at(ev: Evidence) -> str | None:
-    """Was the batch at the onset unusual compared with the healthy phase?"""
+def batch_at(ev: Evidence, factor: float) -> str | None:
+    """Was the batch at the onset unusual (`factor` outside the healthy range) compared with the
+    healthy phase?"""
     if ev.onset is None:
         return None
     table, step = ev.table, ev.onset.step
@@ -183,7 +184,7 @@ def batch_at(ev: Evidence) -> str | None:
         repeat = " It is a batch already seen in the healthy phase." if seen else ""
         if not np.isfinite(value):
             return f"the batch `{key.name}` at step {step} holds non-finite values.{repeat}"
-        if out_of_range(value, healthy):
+        if out_of_range(value, healthy, factor):
             return (f"the batch `{key.name}` at step {step} was unusual: max |x| {value:.3g} "
                     f"vs {low:.3g}–{high:.3g} in the healthy phase.{repeat}")
         return (f"the batch `{key.name}` at step {step} looked ordinary: max |x| {value:.3g} "

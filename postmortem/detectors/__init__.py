@@ -26,11 +26,13 @@ from . import inputs, root_causes, divergence, gradients, updates, activations, 
 from .base import ERROR, NOTE, REGISTRY, SEVERITIES, WARNING, Evidence, Outcome, Rule, finding, measure_outcome, summarize
 from .thresholds import (
     ActivationThresholds,
+    BreakThresholds,
     DivergenceThresholds,
     GradientThresholds,
     InitThresholds,
     InputThresholds,
     OutcomeThresholds,
+    RankingThresholds,
     RootCauseThresholds,
     Thresholds,
     UpdateThresholds,
@@ -38,6 +40,7 @@ from .thresholds import (
 
 __all__ = [
     "ActivationThresholds",
+    "BreakThresholds",
     "CAUSE_LABELS",
     "DivergenceThresholds",
     "ERROR",
@@ -52,6 +55,7 @@ __all__ = [
     "OutcomeThresholds",
     "REGISTRY",
     "RUN_ORDER",
+    "RankingThresholds",
     "RootCauseThresholds",
     "Rule",
     "SEVERITIES",

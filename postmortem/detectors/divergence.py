@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 
 from ..findings import Finding, FirstNonfinite, Onset
-from ..ranking import PRECURSOR_STEPS, TensorBreak, clips_recorded
+from ..ranking import TensorBreak, clips_recorded
 from ..scalars import is_loss
+from ..series import SeriesTable
 from .base import ERROR, NOTE, WARNING, Evidence, finding, loss_curve, register, role
 from .gradients import grad_norm_series
 from .outcome import loss_spikes
@@ -76,12 +77,12 @@ class Incident:
     onset: Onset | None
     first_nonfinite: FirstNonfinite | None
     culprits: list[str]  # amplified tensors, earliest first
-    grad_breaks: list[TensorBreak]  # amplified gradient series of this divergence
+    grad_breaks: list[TensorBreak]  # amplified gradient series (none before a direct cause that dates the onset)
     update_breaks: list[TensorBreak]
     healthy_max_grad_norm: float | None
     lr: float | None  # at the onset
     first_update_ratio: float | None  # median over parameters of the first update/param ratio
-    first_weight_update_ratio: float | None  # ...over weights of > 1 element (an init has a scale)
+    weight_update_ratios: tuple[np.ndarray, ...]  # each weight's (> 1 element: an init has a scale) first update/param ratios
     steps_from_start: int | None  # onset step − the run's first recorded step
     loss_first_alone: bool  # the loss was the first NaN while no tensor amplified
     clipping: Clipping
@@ -91,28 +92,40 @@ class Incident:
     inputs_unscaled: bool = False  # unscaled_inputs fired: huge first updates are the data's doing
 
 
+_EARLY_READ = 64  # recorded updates read per weight for the first steps (≥ any sane erases_init_within)
+
+
+def _weight_update_ratios(table: SeriesTable) -> tuple[np.ndarray, ...]:
+    """The finite update/param ratios of each weight of more than one element, its first ones."""
+    found = []
+    for index in table.indices("update"):
+        if table.keys[index].name.endswith("weight") and table.numel[index] > 1:
+            ratios = table.column(index, "ratio")[:_EARLY_READ]
+            ratios = ratios[np.isfinite(ratios)]
+            if len(ratios):
+                found.append(ratios)
+    return tuple(found)
+
+
 def _incident(ev: Evidence) -> Incident:
     onset_step = ev.onset.step if ev.onset is not None else None
     steps, norms = grad_norm_series(ev.table, ev.scalars)
     healthy = np.isfinite(norms) & ((steps < onset_step) if onset_step is not None else True)
     updates = role(ev.summary, "update")
-    first_ratio = weight_ratio = None
+    first_ratio = None
     if not updates.empty and updates["ratio_first"].notna().any():
         first_ratio = float(np.nanmedian(updates["ratio_first"]))
-        weights = updates[updates["name"].str.endswith("weight") & (updates["numel"] > 1)]["ratio_first"]
-        weight_ratio = float(np.nanmedian(weights)) if weights.notna().any() else None
     start = int(ev.table.step.min()) if len(ev.table.step) else None
     first = ev.first_nonfinite
     amplified = sorted((b for b in ev.breaks if b.fit.amplified and b.role != "scalar"),
                        key=lambda b: b.fit.onset_step)
     culprits = list(dict.fromkeys(b.name for b in amplified))[:3]
-    # This divergence's gradients: not a break long before the onset (another story), nor one
-    # before the direct cause that dates it.
+    # This divergence's gradients: none before the direct cause that dates it (exploding_gradient
+    # also drops breaks long before the onset, by its precursor_steps).
     causes = [f for f in ev.found if f.label in CAUSES]
     dated_by_cause = any(f.step == onset_step for f in causes)
-    reach = 0 if dated_by_cause else PRECURSOR_STEPS
     near = [b for b in ev.breaks if b.fit.amplified
-            and (onset_step is None or b.fit.onset_step >= onset_step - reach)]
+            and (onset_step is None or not dated_by_cause or b.fit.onset_step >= onset_step)]
     return Incident(
         diverged=ev.diverged, recovered=ev.recovered, onset=ev.onset, first_nonfinite=first,
         culprits=culprits,
@@ -121,7 +134,7 @@ def _incident(ev: Evidence) -> Incident:
         healthy_max_grad_norm=float(np.max(norms[healthy])) if healthy.any() else None,
         lr=lr_at(ev.scalars, onset_step),
         first_update_ratio=first_ratio,
-        first_weight_update_ratio=weight_ratio,
+        weight_update_ratios=_weight_update_ratios(ev.table),
         steps_from_start=onset_step - start if onset_step is not None and start is not None else None,
         loss_first_alone=(first is not None and first.role == "scalar" and is_loss(first.tensor)
                           and not any(b.fit.amplified for b in ev.breaks if b.role != "scalar")),
@@ -184,9 +197,12 @@ def diverged(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
 
 @register("exploding_gradient", "divergence", _incident)
 def exploding_gradient(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
-    if not incident.diverged or not incident.grad_breaks:
+    # This divergence's gradients: not a break long before the onset (another story).
+    breaks = [b for b in incident.grad_breaks
+              if incident.onset is None or b.fit.onset_step >= incident.onset.step - th.precursor_steps]
+    if not incident.diverged or not breaks:
         return []
-    top = min(incident.grad_breaks, key=lambda b: b.fit.onset_step)
+    top = min(breaks, key=lambda b: b.fit.onset_step)
     clip = incident.healthy_max_grad_norm
     if incident.clipping.clips:
         fix = ("the run already clips gradients: the clipped norm still grew, so the cause lies upstream "
@@ -197,7 +213,7 @@ def exploding_gradient(incident: Incident, th: DivergenceThresholds) -> list[Fin
             "then clip gradients with torch.nn.utils.clip_grad_norm_")
     return [finding(
         "exploding_gradient", top.fit.onset_step,
-        sorted({b.name for b in incident.grad_breaks if b.role == "grad"}),
+        sorted({b.name for b in breaks if b.role == "grad"}),
         {"series": top.fit.label, "stable_level": top.fit.stable_level,
          "final_level": top.fit.final_level, "jump": top.fit.jump,
          "growth_per_step": top.fit.growth_per_step, "healthy_max_grad_norm": clip,
@@ -261,14 +277,16 @@ def _erased_init(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
     healthy twin, its loss still falling). Read on weights of more than one element: a scalar
     weight (seed 002's Linear(1, 1)) has no init scale to erase; inputs in the thousands
     (unscaled_inputs) make huge first updates at any lr, and their fix comes first."""
-    ratio = incident.first_weight_update_ratio
+    within = th.erases_init_within
+    ratios = [float(np.max(r[:within])) for r in incident.weight_update_ratios]
+    ratio = float(np.median(ratios)) if ratios else None
     if ratio is None or ratio < th.update_ratio_erases_init or incident.inputs_unscaled:
         return []
     lr = incident.lr
     return [finding(
         "lr_too_high", None, [],
-        {"first_update_ratio_median": ratio, "cs231n_target_ratio": 1e-3, "first_lr": lr},
-        f"the first update moved the weights by {ratio:.2g}× their norm (CS231n: ~1e-3), erasing the "
+        {"early_update_ratio_median": ratio, "within_steps": within, "cs231n_target_ratio": 1e-3, "first_lr": lr},
+        f"the first {within} updates moved the weights by up to {ratio:.2g}× their norm (CS231n: ~1e-3), erasing the "
         "initialisation: " + (f"lower the learning rate ×10 (lr {lr:.3g} → {lr / 10:.3g})" if lr else
                               "lower the learning rate ×10") + " or warm it up from ~0 over the first "
         "hundreds of steps; sweep 0.1, 0.01, 0.001",

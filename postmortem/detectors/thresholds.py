@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ranking import BATCH_RANGE_FACTOR
+from ..onset import BreakThresholds
+from ..ranking import RankingThresholds
 
 __all__ = [
     "ActivationThresholds",
+    "BreakThresholds",
     "DivergenceThresholds",
     "GradientThresholds",
     "InitThresholds",
     "InputThresholds",
     "OutcomeThresholds",
+    "RankingThresholds",
     "RootCauseThresholds",
     "Thresholds",
     "UpdateThresholds",
@@ -47,15 +50,17 @@ class DivergenceThresholds:
     sharp_update_jump: float = 10.0  # an update ×10 in one step while its gradient stays put
     grad_jump_share: float = 1 / 3  # ...its gradient did not jump ≥ ×(10/3)
     update_ratio_high: float = 1e-1  # CS231n target 1e-3 ×100: the first updates were far too big
-    update_ratio_erases_init: float = 0.5  # CS231n 1e-3 ×500: the first update is half the weights (init erased in two steps)
+    update_ratio_erases_init: float = 0.5  # CS231n 1e-3 ×500: an early update is half the weights (init erased in two steps)
+    erases_init_within: int = 5  # ...within each weight's first 5 recorded updates (median over weights of their largest); session 9 (helper 12p): ConvNeXt at lr ×100 reads 0.40 on its first step, 6.6–7.2 within five (its blocks, behind a layer scale of 1e-6, wake up); healthy runs ≤ 0.1 over their first 20
     from_start_steps: int = 3  # a divergence starting in the first 3 steps: the step size from the start
+    precursor_steps: int = 3  # a break up to 3 steps before the earliest sharp one belongs to the same onset (an update jumping with the lr a step before the parameters follow); exploding_gradient dates only gradient breaks that close to the onset (cnn_domain_shift-s0)
 
 
 @dataclass(frozen=True)
 class RootCauseThresholds:
     """Direct causes at the onset (postmortem.detectors.root_causes)."""
 
-    window: int = 3  # a cause counts up to 3 steps after the fitted onset (ranking.PRECURSOR_STEPS: a break may lead by noise)
+    window: int = 3  # a cause counts up to 3 steps after the fitted onset (DivergenceThresholds.precursor_steps: a break may lead by noise)
     lookback: int = 40  # ...and up to 40 before (≤ 200: tensors are read that far around the onset)
     hp_change_factor: float = 2.0  # a hyperparameter ×2 (or ÷2) between two records
     hp_beyond_history: float = 2.0  # ...and ×2 beyond its largest step-to-step change before
@@ -64,7 +69,7 @@ class RootCauseThresholds:
     update_over_grad_jump: float = 10 / 3  # ...its update jumped ×3.3 more than its gradient (lr_too_high's 10 vs 3.3)
     state_jump_factor: float = 10.0  # an optimizer state norm ÷10 in one step (an EMA decays by β at most)
     state_reset_explains: float = 1.5  # a second moment ÷1.5 in one step (impossible for β2 ≥ 0.67) explains its tensor's update jump: not weights changed outside the optimizer (issue 12h: in adam_state-gpt-s1 the refilled states fell ÷1.8–÷19, only 3 past ÷10)
-    batch_range_factor: float = BATCH_RANGE_FACTOR  # a batch 10× outside the healthy range (the story's and the ranking's)
+    batch_range_factor: float = 10.0  # a batch 10× outside the range of every batch before it (the chain's unusual-batch factor; the story and the ranking read it too)
     robust_floor: float = 0.05  # decades: floor of a tensor's robust σ when ranking jumps
     learned_after: float = 0.1  # the loss's 10-step rolling median fell ≥ 10 % below its level before a fitted onset: the run kept learning (SageMaker LossNotDecreasing's idea; our choice)
     rise_after_best: float = 2.0  # ...until it rose ×2 above that best level: the incident starts there (Megatron-LM's "back below 2×", as OutcomeThresholds.spike_recovered)
@@ -88,7 +93,7 @@ class GradientThresholds:
     stale_step_size: float = 2.0  # median |step change| ≤ 2× the norm before (one fresh gradient)
     stale_min_climb: int = 5  # steps of climb before any explosion
     stale_earlier_bends: int = 2  # a bend whose climb fails the checks: search up to 2 more times before it (a sharper later bend outscores the start; issue 12h, missing_zero_grad-lstm-s1/tcn-s0)
-    stale_exploded: float = 100.0  # ×100 the calm norm: exploded (DIVERGENCE_DECADES)
+    stale_exploded: float = 100.0  # ×100 the calm norm: exploded (BreakThresholds.divergence_decades)
     stale_loss_jump: float = 1.2  # a finite accumulation diverged only if a loss within 10 steps of t0 is ≥ 1.2× the 10 before (the truths' jump, sample_runs/training.broke_against); from every step of the bend's interval (issue 12h)
     stale_jump_window: int = 10  # ...those 10 steps
 
@@ -131,7 +136,10 @@ class InitThresholds:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """All detector thresholds; `Thresholds()` are the defaults."""
+    """All detector thresholds; `Thresholds()` are the defaults. `breaks` (one series' fitted
+    break: credible, diverging, amplified) and `ranking` (which breaks make the run diverged)
+    are defined beside the code that reads them, postmortem.onset and postmortem.ranking, which
+    the detectors import."""
 
     outcome: OutcomeThresholds = field(default_factory=OutcomeThresholds)
     divergence: DivergenceThresholds = field(default_factory=DivergenceThresholds)
@@ -141,3 +149,5 @@ class Thresholds:
     activations: ActivationThresholds = field(default_factory=ActivationThresholds)
     inputs: InputThresholds = field(default_factory=InputThresholds)
     init: InitThresholds = field(default_factory=InitThresholds)
+    breaks: BreakThresholds = field(default_factory=BreakThresholds)
+    ranking: RankingThresholds = field(default_factory=RankingThresholds)

@@ -463,7 +463,7 @@ def _incident(**changes) -> Incident:
     onset = Onset(60, (60, 60), "grad fc2.weight", 2.0, 1.0, 50.0, 6)
     base = dict(diverged=True, recovered=False, onset=onset, first_nonfinite=None, culprits=["fc2.weight"],
                 grad_breaks=[_break("grad", "fc2.weight", 60)], update_breaks=[], healthy_max_grad_norm=9.1,
-                lr=0.05, first_update_ratio=1e-3, first_weight_update_ratio=1e-3, steps_from_start=60,
+                lr=0.05, first_update_ratio=1e-3, weight_update_ratios=(np.full(5, 1e-3),), steps_from_start=60,
                 loss_first_alone=False,
                 clipping=Clipping(False, ""), causes=[], nonfinite_input=None, log_of_zero=None)
     base.update(changes)
@@ -505,11 +505,18 @@ def test_lr_too_high_dates_a_divergence_from_the_start_by_its_threshold():
 
 
 def test_lr_too_high_in_a_run_that_stayed_finite_reads_the_first_update_against_the_weights():
-    erased = _incident(diverged=False, onset=None, first_weight_update_ratio=0.7, lr=0.3)
+    erased = _incident(diverged=False, onset=None, weight_update_ratios=(np.full(5, 0.7), np.full(5, 0.9), np.full(5, 0.6)), lr=0.3)
     found = lr_too_high(erased, TH.divergence)
     assert found[0].severity == "error" and "0.7× their norm" in found[0].fix and "lr 0.3 → 0.03" in found[0].fix
-    # A warm-up's (or any sane lr's) first update is a small share of the weights.
-    assert lr_too_high(_incident(diverged=False, onset=None, first_weight_update_ratio=0.02), TH.divergence) == []
+    # A warm-up's (or any sane lr's) first updates are a small share of the weights.
+    assert lr_too_high(_incident(diverged=False, onset=None, weight_update_ratios=(np.full(5, 0.02),)), TH.divergence) == []
+    # Weights whose gradient wakes up (behind a layer scale of 1e-6) move little on the first step,
+    # by their whole size within the first few: the largest of the first 5 counts, not later ones.
+    waking = _incident(diverged=False, onset=None, weight_update_ratios=(np.array([0.05, 0.4, 6.0, 7.0, 7.0]),) * 3)
+    assert lr_too_high(waking, TH.divergence)[0].evidence["early_update_ratio_median"] == 7.0
+    assert lr_too_high(waking, replace(TH.divergence, erases_init_within=2)) == []
+    late = _incident(diverged=False, onset=None, weight_update_ratios=(np.array([0.01] * 5 + [0.9] * 5),))
+    assert lr_too_high(late, TH.divergence) == []
     assert lr_too_high(_incident(diverged=False, onset=None, first_update_ratio=0.7), TH.divergence) == []
     assert lr_too_high(replace(erased, inputs_unscaled=True), TH.divergence) == []  # the data's doing
 
@@ -556,3 +563,8 @@ def test_a_tensor_gradient_growing_while_the_loss_falls_is_no_divergence():
     assert diverging(grows, falling, loss_must_feel=True, nonfinite_at=97) == []  # a NaN batch 84 steps later did not
     global_norm = [_break("scalar", "grad_norm", 13)]
     assert len(diverging(global_norm, falling, stayed_finite=True, loss_must_feel=True)) == 1
+    # The window and factor are Thresholds.ranking's: a rise 7 steps later is not felt in 5 steps.
+    short = replace(TH.ranking, felt_steps=5)
+    assert diverging(grows, felt, stayed_finite=True, loss_must_feel=True, thresholds=short) == []
+    assert diverging(grows, felt, stayed_finite=True, loss_must_feel=True,
+                     thresholds=replace(TH.ranking, felt_factor=3.0)) == []

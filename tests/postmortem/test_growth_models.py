@@ -10,7 +10,7 @@ import pytest
 
 from postmortem.models import (CHI2_95, ExponentialFrom, JumpAt, JumpThenExponential, NoBreak, median,
                                select_break)
-from postmortem.onset import analyse_series
+from postmortem.onset import BreakThresholds, analyse_series
 
 N = 300
 NOISE = 0.1  # decades
@@ -119,6 +119,11 @@ def test_divergence_is_called_with_its_onset(t0):
     assert fit.credible and fit.diverges and fit.amplified
     assert fit.onset_step == t0
     assert fit.interval[0] <= t0 <= fit.interval[1]
+    # What counts as credible and diverging is Thresholds.breaks'.
+    strict = analyse_series("grad fc2.weight", steps, 10**y, thresholds=BreakThresholds(bic_margin=1e9))
+    assert not strict.credible and not strict.amplified
+    far = analyse_series("grad fc2.weight", steps, 10**y, thresholds=BreakThresholds(divergence_decades=50.0))
+    assert far.credible and not far.diverges
 
 
 @pytest.mark.parametrize("t0", _t0s(11, 3))

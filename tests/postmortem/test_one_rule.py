@@ -3,6 +3,7 @@ the last event before the onset."""
 import numpy as np
 import pandas as pd
 
+from postmortem.detectors import Thresholds
 from postmortem.findings import Onset
 from postmortem.ranking import extreme_batch, healthy_range, out_of_range
 from postmortem.report_data import _last_event, _scalar_curves
@@ -33,11 +34,13 @@ def _inputs(magnitudes: list[float]) -> SeriesTable:
 def test_the_story_and_the_ranking_agree_on_an_unusual_batch():
     table = _inputs([1.0, 2.0, 1.5, 1.2, 30.0])  # ×15 above every batch before it
     assert healthy_range(np.array([1.0, 2.0, 1.5, 0.0, np.nan])) == (1.0, 2.0)
-    assert out_of_range(30.0, (1.0, 2.0)) and not out_of_range(15.0, (1.0, 2.0))
-    assert extreme_batch(table, 4) == ("x", 15.0)
+    factor = Thresholds().root_causes.batch_range_factor  # the one factor both read
+    assert out_of_range(30.0, (1.0, 2.0), factor) and not out_of_range(15.0, (1.0, 2.0), factor)
+    assert extreme_batch(table, 4, factor) == ("x", 15.0)
     ev = type("Ev", (), {"table": table, "onset": Onset(4, (4, 4), "", None, None, None, None)})()
-    assert "was unusual" in batch_at(ev)
-    assert extreme_batch(_inputs([1.0, 2.0, 1.5, 1.2, 15.0]), 4) is None
+    assert "was unusual" in batch_at(ev, factor)
+    assert "looked ordinary" in batch_at(ev, 20.0)
+    assert extreme_batch(_inputs([1.0, 2.0, 1.5, 1.2, 15.0]), 4, factor) is None
 
 
 def test_an_event_after_the_onset_step_is_not_before_it():
