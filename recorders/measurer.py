@@ -239,17 +239,17 @@ class StepMeasurer:
     def _measure_grads(self, params: list[nn.Parameter], scaled: bool = True) -> _GradCapture:
         """Queue (and on the host, read) `params`' gradients; `scaled`: as backward left them,
         multiplied by the GradScaler's scale if one is in use."""
-        present = [(id(p), g) for p in params if (g := p.grad) is not None]
-        grads = {pid: (g, g._version) for pid, g in present}
-        moments = host_rows([g for _, g in present], zeros=True)  # the common case
+        grads = {id(p): (g, g._version) for p in params if (g := p.grad) is not None}
+        tensors = [g for g, _ in grads.values()]
+        moments = host_rows(tensors, zeros=True)  # the common case: all on the host
         if moments is not None:
-            capture = _GradCapture({pid: i for i, (pid, _) in enumerate(present)}, grads, None,
-                                   moments)
+            capture = _GradCapture(dict(zip(grads, range(len(tensors)))), grads, None, moments)
+            on_host = True
         else:
             batch = MomentBatch()
-            capture = _GradCapture({pid: batch.add(g, zeros=True) for pid, g in present}, grads,
-                                   batch)
-        on_host = all(g.is_cpu for _, g in present)
+            capture = _GradCapture({pid: batch.add(g, zeros=True)
+                                    for pid, (g, _) in grads.items()}, grads, batch)
+            on_host = all(g.is_cpu for g in tensors)
         scaler = self._scaler
         if scaled and capture.rows and scaler is not None and scaler.is_enabled():
             scale = getattr(scaler, "_scale", None)  # a tensor: no sync on the device
@@ -359,7 +359,8 @@ class StepMeasurer:
         blocks.extend(self._activation_blocks(step, moments))
         blocks.extend(_io_block(step, role, tensors, moments, batch)
                       for role, tensors in io.items() if tensors)
-        nonfinite = any((block.moments[:, MomentColumn.NONFINITE] > 0).any() for block in blocks)
+        nonfinite = bool((np.concatenate([block.moments[:, MomentColumn.NONFINITE]
+                                          for block in blocks]) > 0).any())
         self._reset_step_state()
         read = {name: flat[scalar_offsets[name]] if name in scalar_offsets else v
                 for name, v in values.items()}
@@ -370,7 +371,7 @@ class StepMeasurer:
         free: measured at once, `prev` refilled in the same fused pass; elsewhere queued."""
         plan = self._param_plan
         if plan is not None and not self.fresh \
-                and plan.signatures == [signature(p) for p in self._tracker.params]:
+                and plan.signatures == list(map(signature, self._tracker.params)):
             params, updates, _ = plan.call.measure()
             return _ParamReads(params, updates)
         current = [p.detach() for p in self._tracker.params]
@@ -389,7 +390,7 @@ class StepMeasurer:
             pairs = [(current[i], prevs[i]) for i in on_host]
             reads.params[on_host], reads.updates[on_host] = params_and_updates(pairs)
             if len(on_host) == len(current) and (call := fused_pairs(pairs)) is not None:
-                self._param_plan = _Plan([signature(now) for now in current], call)
+                self._param_plan = _Plan(list(map(signature, current)), call)
         host = set(on_host)
         for i, (now, prev) in enumerate(zip(current, prevs)):
             if i in host:
@@ -418,7 +419,7 @@ class StepMeasurer:
                         names.append(name)
                         keys.append(str(key))
                         tensors.append(value)
-        signatures = (names, keys, [signature(t) for t in tensors])
+        signatures = (names, keys, list(map(signature, tensors)))
         plan = self._state_plan
         if plan is not None and plan.signatures == signatures:
             return names, keys, list(batch.add_call(plan.call))

@@ -43,7 +43,7 @@ def stats_columns(blocks: Sequence[StatsBlock]) -> dict[str, np.ndarray | list]:
     if not parts:
         return {}
     return {name: np.concatenate([p[name] for p in parts]) if isinstance(parts[0][name], np.ndarray)
-            else [v for p in parts for v in p[name]] for name in parts[0]}
+            else list(chain.from_iterable(p[name] for p in parts)) for name in parts[0]}
 
 
 def _role_columns(role: str, blocks: list[StatsBlock]) -> dict[str, np.ndarray | list]:
