@@ -16,7 +16,7 @@ import pandas as pd
 from ..findings import Finding, FirstNonfinite, Onset
 from ..series import SeriesTable
 from . import outcome, root_causes
-from .base import REGISTRY, Evidence, loss_curve, main_loss
+from .base import REGISTRY, Evidence, Outcome, loss_curve, main_loss
 from .thresholds import OutcomeThresholds, Thresholds
 
 __all__ = ["accumulation_onset", "after_learning", "came_back", "cause_onset", "regression_onset", "root_cause_findings"]
@@ -105,16 +105,17 @@ def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite
             continue  # the loss did not rise
         onset = Onset(step, (step, step), series, None, None, None,
                       (first.step - step) if first is not None else None)
-        if not came_back(ev.table, ev.scalars, onset, th, ignore_grads=True):
+        if not came_back(ev.table, ev.scalars, onset, th, ignore_grads=True, run_outcome=ev.outcome):
             return onset
         recovered = recovered or (onset if lasting else None)
     return recovered
 
 
 def came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th: OutcomeThresholds,
-               *, ignore_grads: bool) -> bool:
-    """The run ends finite and its loss came back (`detectors.outcome.loss_came_back`): a spike
-    it shrugged off, not a run it ruined."""
+               *, ignore_grads: bool, run_outcome: Outcome) -> bool:
+    """The run ends finite, its loss came back (`detectors.outcome.loss_came_back`) and the
+    incident did not stop a run that learned until then (`outcome.learning_stopped`): a spike it
+    shrugged off, not a run it ruined."""
     name = main_loss(scalars)
     if onset is None or not len(table.step) or name is None:
         return False
@@ -129,7 +130,9 @@ def came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th
     raw = scalars.loc[scalars["name"] == name, "value"].to_numpy(np.float64)
     if len(raw) == 0 or not np.isfinite(raw[-1]):
         return False
-    return outcome.loss_came_back(*loss_curve(scalars), onset.step, th)
+    steps, loss = loss_curve(scalars)
+    return (outcome.loss_came_back(steps, loss, onset.step, th)
+            and not outcome.learning_stopped(steps, loss, onset.step, run_outcome, th))
 
 
 def accumulation_onset(

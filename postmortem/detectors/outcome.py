@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 
 from ..findings import Finding
-from .base import Evidence, Outcome, finding, loss_curve, register
+from .base import Evidence, Outcome, finding, loss_curve, measure_outcome, register
 from .thresholds import OutcomeThresholds
 
-__all__ = ["LossOutcome", "loss_came_back", "loss_plateau", "loss_spikes"]
+__all__ = ["LossOutcome", "learning_stopped", "loss_came_back", "loss_plateau", "loss_spikes"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,18 @@ def loss_came_back(steps: np.ndarray, values: np.ndarray, onset: int, th: Outcom
     return bool(len(back) and back[0] <= th.recovered_within * len(after)
                 and np.median(last) <= th.recovered_factor * level
                 and np.mean(last) <= th.recovered_mean_factor * level)
+
+
+def learning_stopped(steps: np.ndarray, values: np.ndarray, onset: int, run: Outcome,
+                     th: OutcomeThresholds) -> bool:
+    """The loss (finite, step order) learned until `onset` by the run's own yardstick, and the
+    whole run does not: the incident took the progress and the run never made it again (an lr
+    left ×100 on one group: the loss gets back near where it was and stays there), so it did not
+    recover from it (session 9, read on round 8's lr_spike-bert_mlm-s2)."""
+    if run.learns is not False:
+        return False
+    before = steps < onset
+    return bool(measure_outcome(steps[before], values[before], {}, th).learns)
 
 
 def loss_spikes(values: np.ndarray, th: OutcomeThresholds) -> tuple[np.ndarray, np.ndarray]:
