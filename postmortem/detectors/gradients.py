@@ -105,7 +105,12 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
     quiet = {n: s for n, s in quiet.items() if not (n in grads.frozen and s == grads.first_step[n])}
     if not quiet:
         return []
-    ordered = sorted(quiet, key=lambda n: quiet[n])  # stable: model order within a step
+    # Within a step, the deepest layer first (its parameters in model order): the graph is cut
+    # right after the last silent layer (every unit before a .detach() loses its gradient).
+    depth: dict[str, int] = {}
+    for n in quiet:
+        depth.setdefault(n.rpartition(".")[0], len(depth))
+    ordered = sorted(quiet, key=lambda n: (quiet[n], -depth[n.rpartition(".")[0]]))
     everything = len(quiet) == len(grads.first_step)
     structural = _structural(grads, quiet)
     since = min(quiet.values())

@@ -40,7 +40,7 @@ from postmortem.detectors.gradients import (
 )
 from postmortem.detectors.init import InitialWeight, InitialWeights, poor_init
 from postmortem.detectors.inputs import InputFeatures, InputSeries, NonfiniteBatches, nonfinite_input, unscaled_inputs
-from postmortem.detectors.outcome import LossOutcome, loss_came_back, loss_plateau, loss_spikes
+from postmortem.detectors.outcome import LossOutcome, learning_stopped, loss_came_back, loss_plateau, loss_spikes
 from postmortem.detectors.root_causes import (
     OnsetWindow,
     Series,
@@ -122,6 +122,21 @@ def test_a_loss_whose_median_came_back_but_whose_mean_did_not_did_not_come_back(
     assert loss_came_back(steps, loss, 50, TH.outcome)
 
 
+def test_an_incident_that_stopped_a_learning_run_stopped_it():
+    # Falling from 3.5 to 3.0 until step 60, a jump there, then back near where it was and flat
+    # to the end: the last quarter is no better than the first.
+    rng = np.random.default_rng(2)
+    steps = np.arange(150)
+    loss = np.concatenate([np.linspace(3.5, 3.0, 60), 3.35 + rng.normal(0, 0.1, 90)]) + rng.normal(0, 0.02, 150)
+    whole = measure_outcome(steps, loss, {}, TH.outcome)
+    assert whole.learns is False and learning_stopped(steps, loss, 60, whole, TH.outcome)
+    # A run that learns over the whole run was not stopped, whatever its incident.
+    assert not learning_stopped(steps, loss, 60, LEARNS, TH.outcome)
+    # Flat before the incident too: it never learned, so the incident did not stop it.
+    flat = 3.35 + rng.normal(0, 0.1, 150)
+    assert not learning_stopped(steps, flat, 60, measure_outcome(steps, flat, {}, TH.outcome), TH.outcome)
+
+
 def test_loss_spikes_are_ten_times_the_recent_level():
     steps, loss = _spiked_loss(1)
     spikes, level = loss_spikes(loss, TH.outcome)
@@ -164,6 +179,16 @@ def test_no_gradient_on_a_layer_cut_mid_run():
     assert found[0].tensors == ["fc1.weight", "fc1.bias"] and found[0].severity == "error"
     assert "detach" in found[0].fix
     assert no_gradient(_silent({"fc1.weight": None, "fc2.weight": None}), TH.gradients) == []
+
+
+def test_a_cut_names_the_deepest_silent_layer_first():
+    # A .detach() after embed and fc1: both lose their gradient at step 50, fc2 keeps it. The cut
+    # sits right after fc1, so fc1 is named first, its parameters in model order.
+    cut = {"embed.weight": 50, "fc1.weight": 50, "fc1.bias": 50, "fc2.weight": None}
+    assert no_gradient(_silent(cut), TH.gradients)[0].tensors == ["fc1.weight", "fc1.bias", "embed.weight"]
+    # A layer silent from an earlier step still comes first: the first silence dates the finding.
+    earlier = {"embed.weight": 30, "fc1.weight": 50, "fc1.bias": 50, "fc2.weight": None}
+    assert no_gradient(_silent(earlier), TH.gradients)[0].tensors == ["embed.weight", "fc1.weight", "fc1.bias"]
 
 
 def test_a_layer_cut_off_in_a_run_that_keeps_learning_is_a_warning():
