@@ -124,9 +124,10 @@ def headline(analysis) -> str:
             else "Not learning."
     steps = analysis.data.step_count
     incident = next((f for f in analysis.significant if f.label == "recovered_incident"), None)
-    if incident is None and not any(f.label == "healthy" for f in analysis.findings):
+    if not labels and not any(f.label == "healthy" for f in analysis.findings):
         # The analyzer claims health only when it saw tensor statistics (see the warnings); a
-        # run that came back from an incident has no `healthy` finding beside its warning.
+        # run that came back from an incident, or that learns despite a warning (a layer cut
+        # off while the rest learns on), has no `healthy` finding beside that warning.
         return (f"No divergence found over {steps} recorded steps, but the run lacks the "
                 "statistics to call it healthy: see the warnings.")
     text = f"Healthy: no divergence and no not-learning pattern over {steps} recorded steps."

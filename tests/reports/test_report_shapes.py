@@ -60,3 +60,7 @@ def test_a_run_that_came_back_from_an_incident_is_healthy_recovered(tmp_path):
     recovered = replace(analysis, findings=[incident])
     assert headline(recovered).startswith("Healthy, recovered") and "step 30" in headline(recovered)
     assert "lacks the statistics" in headline(replace(analysis, findings=[]))
+    # A run that learns on while one layer was cut off: its warning replaces the note too.
+    cut = Finding("no_gradient", 40, ["fc1.weight"], {}, "remove the .detach()", Severity.WARNING)
+    assert headline(replace(analysis, findings=[cut])).startswith("Healthy:")
+    assert "no gradient" in headline(replace(analysis, findings=[cut])).replace("_", " ")
