@@ -143,8 +143,7 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
         onset = onsets.regression_onset(evidence, thresholds, first)
         diverged = onset is not None
         evidence = replace(evidence, onset=onset, diverged=diverged)
-    recovered = diverged and onsets.came_back(table, scalars, onset, thresholds.outcome, ignore_grads=scaled,
-                                                     run_outcome=outcome)
+    recovered = diverged and onsets.came_back(table, scalars, onset, thresholds.outcome, ignore_grads=scaled, run_outcome=outcome)
     evidence = replace(
         evidence, onset=onset if diverged else None, recovered=recovered,
         summary=summarize(table, before=_healthy_until(table, onset, thresholds) if diverged else None))
