@@ -53,6 +53,13 @@ __all__ = [
     "CLOUDS",
     "CloudSpec",
     "point_clouds",
+    "T5_SORT",
+    "T5SortSpec",
+    "t5_rows",
+    "t5_collate",
+    "CAPTIONS",
+    "CaptionSpec",
+    "captioned_digits",
 ]
 
 
@@ -673,3 +680,83 @@ def point_clouds() -> Dataset:
         points = points - points.mean(0)
         clouds.append(points / points.norm(dim=1).max())
     return Dataset(torch.stack(clouds), labels)
+
+
+@dataclass(frozen=True)
+class T5SortSpec:
+    """T5's sorting task: sort 3–8 symbols. T5's IDs: 0 padding (the decoder's start token), 1
+    EOS, 2 unused (T5's UNK), 3… the symbols."""
+
+    symbols: int = 10
+    shortest: int = 3
+    longest: int = 8
+    pad: int = 0
+    eos: int = 1
+
+    @property
+    def vocab(self) -> int:
+        return self.symbols + 3
+
+
+T5_SORT = T5SortSpec()
+
+
+def t5_rows(n: int, seed: int) -> list[dict[str, torch.Tensor]]:
+    """`n` examples as Hugging Face dataset rows: `input_ids` (the symbols + EOS, unpadded) and
+    `labels` (the sorted symbols + EOS), each example's own length."""
+    spec, generator = T5_SORT, torch.Generator().manual_seed(seed)
+    rows = []
+    for length in torch.randint(spec.shortest, spec.longest + 1, (n,), generator=generator).tolist():
+        symbols = torch.randint(3, spec.vocab, (length,), generator=generator)
+        eos = torch.tensor([spec.eos])
+        rows.append({"input_ids": torch.cat([symbols, eos]), "labels": torch.cat([symbols.sort().values, eos])})
+    return rows
+
+
+def t5_collate(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """`DataCollatorForSeq2Seq`'s batch: `input_ids` padded with 0 to the batch's longest, an
+    `attention_mask`, `labels` padded with -100."""
+    longest = max(len(r["input_ids"]) for r in rows)
+    ids = torch.full((len(rows), longest), T5_SORT.pad)
+    labels = torch.full((len(rows), longest), -100)
+    for i, row in enumerate(rows):
+        ids[i, : len(row["input_ids"])] = row["input_ids"]
+        labels[i, : len(row["labels"])] = row["labels"]
+    return {"input_ids": ids, "attention_mask": (ids != T5_SORT.pad).long(), "labels": labels}
+
+
+@dataclass(frozen=True)
+class CaptionSpec:
+    """CLIP's paired data: each digit image with a caption of `length` token IDs: one of its
+    class's `synonyms` words at a random position among filler words, padded (0) to `length`
+    from a random length of at least `shortest`."""
+
+    classes: int = 10
+    synonyms: int = 3
+    fillers: int = 20
+    shortest: int = 3
+    length: int = 6
+
+    @property
+    def vocab(self) -> int:
+        return 1 + self.classes * self.synonyms + self.fillers
+
+
+CAPTIONS = CaptionSpec()
+
+
+@lru_cache(maxsize=1)
+def captioned_digits() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(images (N, 1, 8, 8) in [0, 1], captions (N, length) int64, classes): every digit with one
+    caption (the same for every seed)."""
+    spec, generator = CAPTIONS, torch.Generator().manual_seed(2468)
+    images, labels = _digits_arrays()
+    y = torch.from_numpy(labels)
+    n = len(y)
+    lengths = torch.randint(spec.shortest, spec.length + 1, (n,), generator=generator)
+    captions = 1 + spec.classes * spec.synonyms + torch.randint(0, spec.fillers, (n, spec.length), generator=generator)
+    word = 1 + y * spec.synonyms + torch.randint(0, spec.synonyms, (n,), generator=generator)
+    where = (torch.rand(n, generator=generator) * lengths).long()
+    captions[torch.arange(n), where] = word
+    captions[torch.arange(spec.length).unsqueeze(0) >= lengths.unsqueeze(1)] = 0
+    return torch.from_numpy(images).unsqueeze(1), captions, y

@@ -181,8 +181,8 @@ class DetachedLayer(Fault):
                 return None
             if isinstance(output, tuple) and isinstance(module, nn.RNNBase):  # (sequence, h or (h, c))
                 return (output[0].detach(), output[1])
-            if isinstance(output, tuple):  # every tensor the block returns (an MoE block's aux loss too)
-                return tuple(o.detach() for o in output)
+            if isinstance(output, tuple):  # every tensor the block returns (an MoE block's aux loss too; T5's None)
+                return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in output)
             return output.detach()
 
         model.get_submodule(self.layer).register_forward_hook(detach, prepend=True)

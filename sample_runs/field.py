@@ -14,11 +14,14 @@ selective state-space character LM, an FT-Transformer classifying rows of a tabl
 categorical feature tokens, a [CLS] token), a ConvNeXt classifying colour patterns (layer
 scale, stochastic depth, label smoothing), Hugging Face's `BertForMaskedLM` (masked-LM on padded
 word sequences, labels -100 off the masked positions), a SIREN fitting an image from its pixel
-coordinates (sine activations, MSE) and a PointNet classifying point clouds (an input T-net and
-its orthogonality regulariser) (`field_models`),
+coordinates (sine activations, MSE), a PointNet classifying point clouds (an input T-net and
+its orthogonality regulariser), Hugging Face's `T5ForConditionalGeneration` sorting sequences, a
+CLIP-style two-tower contrastive model and a DenseNet-BC (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
-cosine decay, gradient clipping, an eval loop. Faults come from `faults.py`, at a step t0 and on a
+cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
+model by Lightning instead (`framework_loops`), the DenseNet with SGD (Nesterov) and a step
+schedule. Faults come from `faults.py`, at a step t0 and on a
 tensor drawn per (family, arch, seed); the truth comes from the injection and from the losses the
 loop saw (a fault the run shrugs off is recorded as healthy), never from the analyzer.
 """
@@ -36,15 +39,18 @@ from torch import nn
 
 from . import faults
 from .data import (
+    CAPTIONS,
     CLOUDS,
     MLM,
     PATTERNS,
     SIGNAL,
     SORT,
     SPEECH,
+    T5_SORT,
     TABLE,
     Dataset,
     batch_sampler,
+    captioned_digits,
     char_corpus,
     click_data,
     ctc_batch_sampler,
@@ -58,6 +64,8 @@ from .data import (
     sbm_graph,
     shapes_data,
     signal_pixels,
+    t5_collate,
+    t5_rows,
     table_data,
     two_views_sampler,
 )
@@ -66,6 +74,7 @@ from .field_models import (
     CONTEXT,
     FIELD_ARCHS,
     build_field_model,
+    clip_loss,
     ctc_loss,
     ddpm_loss,
     info_nce_loss,
@@ -76,6 +85,7 @@ from .field_models import (
     vae_loss,
 )
 from .nanogpt import LoopConfig, lr_at
+from .framework_loops import train_hf_trainer, train_lightning
 from .training import broke_against, stalled_against, token_cross_entropy, train_field
 
 __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
@@ -98,6 +108,10 @@ class Recipe:
     warmup: int = 15
     ema: float | None = None
     """The decay of an EMA copy of the weights updated after each optimizer step (diffusion models)."""
+    optimizer: str = "adamw"
+    """`adamw`, or `sgd` (Nesterov momentum 0.9)."""
+    schedule: str = "cosine"
+    """`cosine` (nanoGPT's warm-up then cosine), or `step` (÷10 at 50 % and 75 % of the steps: DenseNet's)."""
 
 
 RECIPES = {
@@ -126,26 +140,31 @@ RECIPES = {
     "bert_mlm": Recipe(lr=5e-3, weight_decay=0.01, batch=32),
     "siren": Recipe(lr=1e-4, weight_decay=0.0, batch=SIGNAL.size ** 2, clip=None, warmup=0),  # the whole image
     "pointnet": Recipe(lr=3e-3, weight_decay=0.0, batch=32, clip=None, warmup=0),
+    "t5": Recipe(lr=3e-3, weight_decay=0.01, batch=32),
+    "clip": Recipe(lr=2e-3, weight_decay=0.1, batch=32, betas=(0.9, 0.98)),
+    "densenet": Recipe(lr=0.1, weight_decay=1e-4, batch=32, clip=None, warmup=0, optimizer="sgd", schedule="step"),
 }
 LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba")
-IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm")
+IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm", "densenet")
 """Architectures that take (B, 1, 8, 8) digits."""
 LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "recsys": torch.nn.functional.binary_cross_entropy_with_logits,
           "moe": moe_lm_loss, "vae": vae_loss, "unet": torch.nn.functional.cross_entropy,
           "seq2seq": seq2seq_loss, "gnn": torch.nn.functional.cross_entropy, "simclr": info_nce_loss,
           "ddpm": ddpm_loss, "ctc": ctc_loss, "convnext": smoothed_cross_entropy,
-          "siren": torch.nn.functional.mse_loss, "pointnet": pointnet_loss}
+          "siren": torch.nn.functional.mse_loss, "pointnet": pointnet_loss, "clip": clip_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
-TIED = {"mamba": ("embedding",), "bert_mlm": ("mlm.bert.embeddings",)}
+TIED = {"mamba": ("embedding",), "bert_mlm": ("mlm.bert.embeddings",), "t5": ("shared",)}
 """Units whose weight is also the head's (no gradient lost when a later block is detached), beyond GPT's `wte`."""
 
 
 def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
     """nanoGPT's `get_lr` (`nanogpt.lr_at`) as a factor on each group's base lr: linear warm-up,
-    then cosine decay to 10 %."""
+    then cosine decay to 10 %; or DenseNet's steps (÷10 at 50 % and at 75 % of the steps)."""
+    if recipe.schedule == "step":
+        return lambda step: 0.1 ** ((step >= steps // 2) + (step >= 3 * steps // 4))
     config = LoopConfig(steps=steps, warmup=recipe.warmup, lr=1.0)
     return lambda step: lr_at(step, config)
 
@@ -154,7 +173,8 @@ def _param_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
     """nanoGPT's `configure_optimizers` per unit: matrices decay, biases/norms/embeddings of rank < 2
     do not, nor the parameters a model names in `no_decay` (a path component: FT-Transformer's
     tokenizers, Mamba's A_log and D); every group is tagged with its unit so that one block's lr
-    can be changed. Tied parameters are given once, to the first unit that holds them."""
+    can be changed. Tied parameters are given once, to the first unit that holds them; parameters
+    a model names in `loose` (CLIP's logit scale) get a group of their own, without decay."""
     exempt = {id(p) for n, p in model.named_parameters() if set(n.split(".")) & set(getattr(model, "no_decay", ()))}
     groups, seen = [], set()
     for unit in model.units:
@@ -167,6 +187,10 @@ def _param_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
             if chosen:
                 groups.append({"params": chosen, "lr": lr, "weight_decay": recipe.weight_decay if decay else 0.0,
                                "layer": unit})
+    for name in getattr(model, "loose", ()):
+        param = model.get_parameter(name)
+        seen.add(id(param))
+        groups.append({"params": [param], "lr": lr, "weight_decay": 0.0, "layer": name})
     missing = [n for n, p in model.named_parameters() if id(p) not in seen]
     if missing:
         raise ValueError(f"parameters outside every unit: {missing}")
@@ -204,12 +228,25 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
 
 
 FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae", "unet", "gnn",
-                "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet")
+                "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token IDs."""
 
 
-UNTARGETED = ("simclr", "ddpm")
-"""Architectures trained without targets (self-supervised, generative): no labels to corrupt."""
+UNTARGETED = ("simclr", "ddpm", "clip")
+"""Architectures trained without targets (self-supervised, generative, contrastive): no labels to corrupt."""
+
+
+LEFT_OUT = {
+    # Hugging Face's Trainer calls optimizer.step() and model.zero_grad() itself on every step: a loop
+    # that forgets either cannot be written through it without patching the Trainer.
+    "t5": ("missing_zero_grad", "missing_step"),
+    # Lightning's callback records a step where an optimizer stepped: a module whose optimizer_step
+    # override forgets optimizer.step() (the closure still runs) leaves a run of no recorded step.
+    "clip": ("missing_step",),
+    # SGD keeps no Adam moments to corrupt.
+    "densenet": ("adam_state",),
+}
+"""Fault families an architecture's loop cannot express honestly."""
 
 
 def _no_fault(**_) -> faults.Fault:
@@ -261,7 +298,8 @@ FIELD_FAMILIES: dict[str, FieldFamily] = {
 
 def field_families() -> list[tuple[str, str]]:
     """(family, arch) pairs of the catalogue."""
-    return [(family, arch) for family, spec in FIELD_FAMILIES.items() for arch in FIELD_ARCHS if arch in spec.archs]
+    return [(family, arch) for family, spec in FIELD_FAMILIES.items() for arch in FIELD_ARCHS
+            if arch in spec.archs and family not in LEFT_OUT.get(arch, ())]
 
 
 def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
@@ -331,6 +369,15 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         train, held = Dataset(clouds.x[:1200], clouds.y[:1200]), Dataset(clouds.x[1200:], clouds.y[1200:])
         return batch_sampler(train, micro, seed), batch_sampler(held, 150, seed + 1), CLOUDS.classes, \
             math.log(CLOUDS.classes)
+    if arch == "t5":  # Hugging Face dataset rows, collated by the Trainer's data collator
+        return t5_rows(2048, seed), t5_rows(128, seed + 1), T5_SORT.vocab, math.log(T5_SORT.vocab)
+    if arch == "clip":  # DataLoaders of dict batches for Lightning; InfoNCE over each micro-batch's pairs
+        images, captions, _ = captioned_digits()
+        pairs = [{"pixel_values": image, "input_ids": caption} for image, caption in zip(images, captions)]
+        loader = torch.utils.data.DataLoader
+        return (loader(pairs[:1536], batch_size=micro, shuffle=True, drop_last=True,
+                       generator=torch.Generator().manual_seed(seed)),
+                loader(pairs[1536:], batch_size=64), CAPTIONS.vocab, math.log(micro))
     rows = digits("rows")
     x = rows.x.unsqueeze(1) if arch in IMAGE_MODELS else rows.x
     if arch == "simclr":
@@ -404,7 +451,10 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     draw, eval_draw, classes, chance = _data(arch, recipe, seed, options["accumulation"])
     model = build_field_model(arch, classes)
     lr = recipe.lr * spec.lr_factor
-    optimizer = torch.optim.AdamW(_param_groups(model, recipe, lr), lr=lr, betas=recipe.betas)
+    if recipe.optimizer == "sgd":
+        optimizer = torch.optim.SGD(_param_groups(model, recipe, lr), lr=lr, momentum=0.9, nesterov=True)
+    else:
+        optimizer = torch.optim.AdamW(_param_groups(model, recipe, lr), lr=lr, betas=recipe.betas)
     after_step = None
     if recipe.ema is not None:  # torchvision's and diffusers' EMA: averaged weights, updated after each step
         ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(
@@ -416,12 +466,25 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     # What a user would log; never the scenario or the fault (the analyzer must not see the answer).
     config = {"arch": arch, "seed": seed, "lr": lr, "batch_size": recipe.batch, "steps": STEPS,
               "accumulation": options["accumulation"], "clip": recipe.clip, "bf16": options["bf16"]}
-    outcome = train_field(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, fault=fault,
-                          accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
-                          eval_draw=eval_draw, loss_fn=LOSSES.get(arch, token_cross_entropy), config=config,
-                          recorder_options=recorder_options, after_step=after_step)
+    micro = max(1, recipe.batch * recipe.accumulation // options["accumulation"])
+    if arch == "t5":
+        outcome = train_hf_trainer(run_dir, model, optimizer, draw, eval_draw, t5_collate, steps=STEPS, lr_at=schedule,
+                                   fault=fault, micro_batch=micro, accumulation=options["accumulation"],
+                                   clip=recipe.clip, bf16=options["bf16"], seed=seed, config=config,
+                                   recorder_options=recorder_options)
+    elif arch == "clip":
+        outcome = train_lightning(run_dir, model, optimizer, draw, eval_draw, steps=STEPS, lr_at=schedule, fault=fault,
+                                  loss_fn=clip_loss, accumulation=options["accumulation"], clip=recipe.clip,
+                                  bf16=options["bf16"], after_step=model.clamp_logit_scale, config=config,
+                                  recorder_options=recorder_options)
+    else:
+        outcome = train_field(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, fault=fault,
+                              accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
+                              eval_draw=eval_draw, loss_fn=LOSSES.get(arch, token_cross_entropy), config=config,
+                              recorder_options=recorder_options, after_step=after_step)
     # Parameters outside every unit's module (the classifier's `pos`) sit before the first block.
-    units = [*(n for n, _ in model.named_parameters() if not any(n.startswith(u + ".") for u in model.units)),
+    units = [*(n for n, _ in model.named_parameters()
+               if not any(n.startswith(u + ".") for u in model.units) and n not in getattr(model, "loose", ())),
              *model.units]
     return outcome, t0, factor, picked, units, chance
 

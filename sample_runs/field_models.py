@@ -93,13 +93,30 @@
   initialised to the identity), the transform applied to the points, the shared per-point MLP,
   a symmetric max-pool over points, a BatchNorm/dropout MLP head; returns the logits and the
   transform, whose orthogonality regulariser is added to the cross-entropy (`pointnet_loss`).
+- `t5_sorter`: Hugging Face's `T5ForConditionalGeneration` from a small `T5Config` (no download:
+  RMS-norm pre-norm blocks, relative position bias in each stack's first self-attention, no
+  absolute positions, ReLU feed-forward, dropout 0.1, the LM head tied to the shared
+  embeddings and scaled by d_model^-0.5) sorting token sequences (`data.t5_rows`); its loss is
+  the model's own (`labels` in the batch, decoder inputs shifted from them by the model).
+  Trained by Hugging Face's `Trainer` (`framework_loops.train_hf_trainer`).
+- `CLIP`: a CLIP-style two-tower model: a conv image encoder and a Transformer text encoder
+  (token and learned position embeddings, pre-LN, masked mean over the caption), each projected
+  without bias to a shared space and L2-normalised, a learnable `logit_scale` initialised to
+  ln(1/0.07) and clamped to ln(100) after each step as open_clip does; symmetric cross-entropy
+  over the batch's image-caption similarities (`clip_loss`). Trained by Lightning
+  (`framework_loops.train_lightning`).
+- `DenseNet`: Huang et al.'s DenseNet-BC (torchvision's `_DenseLayer` layout): BN-ReLU-Conv1×1
+  bottleneck (4 × growth), BN-ReLU-Conv3×3, each layer's features concatenated to its input;
+  transitions BN-ReLU-Conv1×1 with compression 0.5 and 2×2 average pooling; final BN-ReLU,
+  global pool, Linear. Trained by the plain loop with SGD, Nesterov momentum 0.9, weight decay
+  1e-4 and the paper's step schedule (lr ÷10 at 50 % and 75 % of training).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
 `llama`, `autoencoder` and `recsys` before the third, `moe` and `vae` before the fourth, `unet`,
 `seq2seq`, `gnn` and `simclr` before the fifth, `ddpm` and `ctc` before the sixth, `mamba`,
-`fttransformer` and `convnext` before the seventh, `bert_mlm`, `siren` and `pointnet` before the eighth
-(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`fttransformer` and `convnext` before the seventh, `bert_mlm`, `siren` and `pointnet` before the eighth,
+`t5`, `clip` and `densenet` before the ninth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -119,7 +136,8 @@ from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
            "RecSys", "MoELM", "VAE", "UNet", "Seq2Seq", "GCN", "SimCLR", "GaussianDiffusion", "Denoiser",
-           "CTCRecognizer", "Mamba", "FTTransformer", "ConvNeXt", "BertMLM", "Siren", "PointNet", "build_field_model",
+           "CTCRecognizer", "Mamba", "FTTransformer", "ConvNeXt", "BertMLM", "Siren", "PointNet", "t5_sorter", "CLIP",
+           "DenseNet", "clip_loss", "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -1300,9 +1318,137 @@ def pointnet_loss(output: tuple[torch.Tensor, torch.Tensor], targets: torch.Tens
     return torch.nn.functional.cross_entropy(logits, targets) + 0.001 * regulariser
 
 
+def t5_sorter(vocab: int, dim: int = 64, heads: int = 4, layers: int = 2) -> nn.Module:
+    """`T5ForConditionalGeneration` from a small `T5Config` (built, not downloaded), tagged with its
+    units (`T5Sorter`); pad 0 is the decoder's start token, EOS 1."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    class T5Sorter(T5ForConditionalGeneration):
+        """The T5 model itself (so that the Trainer and the recorder see T5's own parameter names),
+        with the zoo's `units`, `hidden` and `exposed`."""
+
+        def __init__(self, config: T5Config) -> None:
+            super().__init__(config)
+            encoder = [f"encoder.block.{i}" for i in range(config.num_layers)]
+            decoder = [f"decoder.block.{i}" for i in range(config.num_decoder_layers)]
+            self.units = ["shared", *encoder, "encoder.final_layer_norm", *decoder, "decoder.final_layer_norm"]
+            self.hidden = [*encoder, *decoder]
+            # The shared embeddings (the tied head: logits scale with them), the last feed-forward output
+            # (into the residual stream before the final RMS norm, which rescales but keeps its direction).
+            self.exposed = ["shared", f"{decoder[-1]}.layer.2.DenseReluDense.wo"]
+
+    config = T5Config(vocab_size=vocab, d_model=dim, d_kv=dim // heads, d_ff=2 * dim, num_layers=layers,
+                      num_decoder_layers=layers, num_heads=heads, relative_attention_num_buckets=16,
+                      relative_attention_max_distance=32, dropout_rate=0.1, pad_token_id=0, eos_token_id=1,
+                      decoder_start_token_id=0)
+    return T5Sorter(config)
+
+
+class CLIP(nn.Module):
+    """A CLIP-style two-tower model on (B, 1, 8, 8) digits: `image` (two convs, GELU, flattened) and `text` (token and
+    position embeddings, one pre-LN `TransformerEncoderLayer`, a final LayerNorm, the masked mean
+    over the caption's tokens) projected without bias to `embed` dims and L2-normalised;
+    `forward(batch)` returns (image features, text features, logit scale), the scale being
+    exp(`logit_scale`), initialised to 1/0.07 as CLIP does."""
+
+    def __init__(self, vocab: int, length: int, width: int = 32, embed: int = 32) -> None:
+        super().__init__()
+        self.image = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.GELU(), nn.Conv2d(16, width, 3, stride=2,
+                                                                                         padding=1),
+                                   nn.GELU(), nn.Flatten())
+        self.image_proj = nn.Linear(width * 16, embed, bias=False)  # the 4×4 map flattened: digits need their layout
+        self.token = nn.Embedding(vocab, width, padding_idx=0)
+        self.position = nn.Embedding(length, width)
+        self.text = nn.TransformerEncoder(nn.TransformerEncoderLayer(width, 4, 2 * width, dropout=0.0,
+                                                                     batch_first=True, norm_first=True), 1,
+                                          enable_nested_tensor=False)
+        self.text_norm = nn.LayerNorm(width)
+        self.text_proj = nn.Linear(width, embed, bias=False)
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))
+        # Text tower first: a detached text encoder leaves its embeddings without gradient, not the image tower.
+        self.units = ["token", "position", "text", "text_norm", "text_proj", "image", "image_proj"]
+        self.loose = ("logit_scale",)
+        """Parameters of no unit: a group of their own, without weight decay (open_clip's exclusion)."""
+        self.hidden = ["image", "text"]
+        # No norm between them and the towers' L2 normalisation (which may shrug a scaling off; the truth says so).
+        self.exposed = ["token", "image.0"]
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        image = nn.functional.normalize(self.image_proj(self.image(batch["pixel_values"])), dim=-1)
+        ids = batch["input_ids"]
+        keep = ids != 0
+        x = self.token(ids) + self.position(torch.arange(ids.shape[1]))
+        x = self.text_norm(self.text(x, src_key_padding_mask=~keep))
+        pooled = (x * keep.unsqueeze(-1)).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)
+        text = nn.functional.normalize(self.text_proj(pooled), dim=-1)
+        return image, text, self.logit_scale.exp()
+
+    def clamp_logit_scale(self) -> None:
+        """open_clip's `logit_scale.clamp_(0, ln 100)` after each optimizer step."""
+        with torch.no_grad():
+            self.logit_scale.clamp_(0, math.log(100))
+
+
+def clip_loss(output: tuple[torch.Tensor, torch.Tensor, torch.Tensor], _targets=None) -> torch.Tensor:
+    """CLIP's symmetric cross-entropy: image i's caption is caption i, and caption i's image is image i."""
+    image, text, scale = output
+    logits = scale * image @ text.T
+    targets = torch.arange(len(logits))
+    return (nn.functional.cross_entropy(logits, targets) + nn.functional.cross_entropy(logits.T, targets)) / 2
+
+
+class DenseLayer(nn.Module):
+    """torchvision's `_DenseLayer`: BN-ReLU-Conv1×1 to 4 × growth, BN-ReLU-Conv3×3 to growth; the
+    output is the input with the new features concatenated."""
+
+    def __init__(self, features: int, growth: int) -> None:
+        super().__init__()
+        self.norm1, self.conv1 = nn.BatchNorm2d(features), nn.Conv2d(features, 4 * growth, 1, bias=False)
+        self.norm2, self.conv2 = nn.BatchNorm2d(4 * growth), nn.Conv2d(4 * growth, growth, 3, padding=1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        new = self.conv2(torch.relu(self.norm2(self.conv1(torch.relu(self.norm1(x))))))
+        return torch.cat([x, new], 1)
+
+
+class DenseNet(nn.Module):
+    """DenseNet-BC on (B, 1, 8, 8) digits: a 3×3 stem conv, dense blocks of `layers` layers with
+    transitions (BN-ReLU-Conv1×1, compression 0.5, 2×2 average pool) between them, a final
+    BatchNorm, ReLU, global average pool and Linear."""
+
+    def __init__(self, classes: int, growth: int = 8, layers: tuple[int, ...] = (3, 3)) -> None:
+        super().__init__()
+        features = 2 * growth
+        self.stem = nn.Conv2d(1, features, 3, padding=1, bias=False)
+        self.units = ["stem"]
+        for b, count in enumerate(layers):
+            block = nn.Sequential()
+            for _ in range(count):
+                block.append(DenseLayer(features, growth))
+                features += growth
+            self.add_module(f"block{b + 1}", block)
+            self.units.append(f"block{b + 1}")
+            if b < len(layers) - 1:
+                out = features // 2
+                self.add_module(f"transition{b + 1}", nn.Sequential(
+                    nn.BatchNorm2d(features), nn.ReLU(), nn.Conv2d(features, out, 1, bias=False), nn.AvgPool2d(2)))
+                self.units.append(f"transition{b + 1}")
+                features = out
+        self.norm = nn.BatchNorm2d(features)
+        self.head = nn.Linear(features, classes)
+        self.units += ["norm", "head"]
+        self.hidden = self.units[1:-2]
+        self.exposed = ["head", "stem"]  # the logits; the stem's features reach the transition un-normalised
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for unit in self.units[:-2]:
+            x = getattr(self, unit)(x)
+        return self.head(torch.relu(self.norm(x)).mean((-2, -1)))
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
-               "convnext", "bert_mlm", "siren", "pointnet")
+               "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -1370,4 +1516,12 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         return Siren()
     if arch == "pointnet":
         return PointNet(vocab)
+    if arch == "t5":
+        return t5_sorter(vocab)
+    if arch == "clip":
+        from .data import CAPTIONS
+
+        return CLIP(vocab, CAPTIONS.length)
+    if arch == "densenet":
+        return DenseNet(vocab)
     raise ValueError(f"unknown field architecture {arch!r}")

@@ -1,0 +1,193 @@
+"""Field runs trained by loops we did not write: Hugging Face's `Trainer` and Lightning's `Trainer`,
+each recorded through our own callback (`recorders.integrations`), faults injected through the
+frameworks' own extension points (a `TrainerCallback`, the data collator, LightningModule hooks).
+
+A fault's `before_step` runs at the start of an optimizer step (HF's `on_step_begin`, Lightning's
+`on_train_batch_start` on the step's first micro-batch); where it changes a group's `base_lr`
+(a per-group lr multiplier) the scheduler's `base_lrs` follow it, so that the change persists
+under the schedule as it does in `training.train_field`. A loop stops a few steps after the
+loss first goes non-finite, as a user's NaN check would, through the framework's own stop flag.
+"""
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .faults import Fault
+from .training import Outcome, TrainingDiverged
+
+__all__ = ["train_hf_trainer", "train_lightning"]
+
+
+def _before_step(fault: Fault, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> None:
+    fault.before_step(step, model, optimizer)
+    scheduler.base_lrs = [group["base_lr"] for group in optimizer.param_groups]
+
+
+def _scheduler(optimizer: torch.optim.Optimizer, lr_at: Callable[[int], float]):
+    for group in optimizer.param_groups:
+        group["base_lr"] = group["lr"]
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+
+
+def _logged(outcome: Outcome, step: int, losses: list[float]) -> bool:
+    """Keeps the step's mean micro-batch loss; False where the loop should stop (non-finite for a while)."""
+    try:
+        outcome.log(step, sum(losses) / len(losses))
+    except TrainingDiverged:
+        return False
+    return True
+
+
+def train_hf_trainer(run_dir: Path | None, model: nn.Module, optimizer: torch.optim.Optimizer, train_rows: list,
+                     eval_rows: list, collate: Callable, *, steps: int, lr_at: Callable[[int], float], fault: Fault,
+                     micro_batch: int, accumulation: int, clip: float | None, bf16: bool, seed: int,
+                     eval_every: int = 25, config: dict | None = None, recorder_options: dict | None = None) -> Outcome:
+    """`transformers.Trainer` with our optimizer and a `LambdaLR` schedule (`optimizers=`),
+    `max_grad_norm`, `gradient_accumulation_steps`, `eval_strategy="steps"`, on CPU; the model's own
+    loss (`labels` in the batch). `fault.batch` runs in the data collator on each training
+    micro-batch (the Trainer prefetches a step's micro-batches, so the collator counts them);
+    the rest of the fault in a `TrainerCallback`. `train_rows` must be a multiple of
+    micro_batch × accumulation (no short step at an epoch's end)."""
+    from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
+
+    fault.install(model)
+    outcome = Outcome()
+    scheduler = _scheduler(optimizer, lr_at)
+    micro_losses: list[float] = []
+    collated = 0
+
+    held_out = {id(row) for row in eval_rows}
+
+    def collator(rows):
+        nonlocal collated
+        batch = collate(rows)
+        if id(rows[0]) in held_out:  # an evaluation batch (the model's mode says nothing: the Trainer
+            return batch  # collates a step's micro-batches before its training_step calls model.train())
+        step = collated // accumulation
+        collated += 1
+        labels = batch.pop("labels")
+        inputs, labels = fault.batch(step, batch, labels)
+        return {**inputs, "labels": labels}
+
+    def keep_loss(module, args, output):
+        if module.training and torch.is_grad_enabled():
+            micro_losses.append(float(output.loss))
+
+    class Faults(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            _before_step(fault, state.global_step, model, optimizer, scheduler)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if not _logged(outcome, state.global_step - 1, micro_losses):
+                control.should_training_stop = True
+            micro_losses.clear()
+
+    callbacks = [Faults()]
+    if run_dir is not None:
+        from recorders.integrations.transformers import PostmortemCallback
+
+        callbacks.append(PostmortemCallback(run_dir, config=config or {}, overwrite=True, **(recorder_options or {})))
+    hook = model.register_forward_hook(keep_loss)
+    with tempfile.TemporaryDirectory() as output_dir:
+        args = TrainingArguments(
+            output_dir=output_dir, max_steps=steps, per_device_train_batch_size=micro_batch,
+            per_device_eval_batch_size=64, gradient_accumulation_steps=accumulation,
+            max_grad_norm=clip or 0.0, eval_strategy="steps", eval_steps=eval_every, logging_strategy="no",
+            save_strategy="no", report_to=[], use_cpu=True, bf16=bf16, seed=seed, dataloader_drop_last=True,
+            remove_unused_columns=False, disable_tqdm=True)
+        trainer = Trainer(model=model, args=args, train_dataset=train_rows, eval_dataset=eval_rows,
+                          data_collator=collator, optimizers=(optimizer, scheduler), callbacks=callbacks)
+        trainer.remove_callback(PrinterCallback)  # it prints every evaluation's metrics
+        trainer.train()
+    hook.remove()
+    return outcome
+
+
+def train_lightning(run_dir: Path | None, model: nn.Module, optimizer: torch.optim.Optimizer, train_batches,
+                    val_batches, *, steps: int, lr_at: Callable[[int], float], fault: Fault,
+                    loss_fn: Callable, accumulation: int, clip: float | None, bf16: bool,
+                    after_step: Callable[[], None] | None = None, eval_every: int = 25, config: dict | None = None,
+                    recorder_options: dict | None = None) -> Outcome:
+    """`lightning.Trainer.fit` of a LightningModule that holds `model`'s modules under their own
+    names (so the recorder and the faults see the same parameter names), automatic optimisation,
+    `gradient_clip_val`, `accumulate_grad_batches`, `val_check_interval` (every `eval_every` optimizer
+    steps, two validation batches), a step-interval `LambdaLR`, on CPU, with no logger, checkpoint
+    or progress bar. `fault.batch` runs in `on_after_batch_transfer`, `fault.zero_grad` in an
+    `optimizer_zero_grad` override, `after_step` (CLIP's logit-scale clamp) in
+    `on_train_batch_end` after a step."""
+    import lightning as L
+
+    from .training import _float32
+
+    fault.install(model)
+    outcome = Outcome()
+    scheduler = _scheduler(optimizer, lr_at)
+
+    class FieldModule(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            for name, child in model.named_children():
+                self.add_module(name, child)
+            for name, param in model.named_parameters(recurse=False):
+                self.register_parameter(name, param)
+            self.micro_losses: list[float] = []
+
+        def forward(self, batch):
+            return model(batch)
+
+        def training_step(self, batch, batch_idx):
+            inputs, targets = batch if isinstance(batch, (tuple, list)) else (batch, None)
+            loss = loss_fn(_float32(model(inputs)), targets)
+            self.micro_losses.append(float(loss))
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            inputs, targets = batch if isinstance(batch, (tuple, list)) else (batch, None)
+            self.log("val_loss", loss_fn(_float32(model(inputs)), targets))
+
+        def on_after_batch_transfer(self, batch, dataloader_idx):
+            if not self.trainer.training:
+                return batch
+            if isinstance(batch, (tuple, list)):
+                return list(fault.batch(self.trainer.global_step, *batch))
+            return fault.batch(self.trainer.global_step, batch, None)[0]
+
+        def on_train_batch_start(self, batch, batch_idx):
+            if batch_idx % accumulation == 0:
+                _before_step(fault, self.trainer.global_step, self, optimizer, scheduler)
+
+        def optimizer_zero_grad(self, epoch, batch_idx, optimizer_):
+            if fault.zero_grad(self.trainer.global_step):
+                optimizer_.zero_grad()
+
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            if (batch_idx + 1) % accumulation:
+                return
+            if after_step is not None:
+                after_step()
+            if not _logged(outcome, self.trainer.global_step - 1, self.micro_losses):
+                self.trainer.should_stop = True
+            self.micro_losses = []
+
+        def configure_optimizers(self):
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    callbacks = []
+    if run_dir is not None:
+        from recorders.integrations.lightning import PostmortemCallback
+
+        callbacks.append(PostmortemCallback(run_dir, config=config or {}, overwrite=True, **(recorder_options or {})))
+    with tempfile.TemporaryDirectory() as root:
+        trainer = L.Trainer(max_steps=steps, accelerator="cpu", devices=1, precision="bf16-mixed" if bf16 else
+                            "32-true", gradient_clip_val=clip, accumulate_grad_batches=accumulation,
+                            val_check_interval=eval_every * accumulation, check_val_every_n_epoch=None,
+                            limit_val_batches=2, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, default_root_dir=root,
+                            callbacks=callbacks)
+        trainer.fit(FieldModule(), train_batches, val_batches)
+    return outcome
