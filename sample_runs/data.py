@@ -54,7 +54,6 @@ __all__ = [
     "CloudSpec",
     "point_clouds",
     "T5_SORT",
-    "T5SortSpec",
     "t5_rows",
     "t5_collate",
     "CAPTIONS",
@@ -682,23 +681,9 @@ def point_clouds() -> Dataset:
     return Dataset(torch.stack(clouds), labels)
 
 
-@dataclass(frozen=True)
-class T5SortSpec:
-    """T5's sorting task: sort 3–8 symbols. T5's IDs: 0 padding (the decoder's start token), 1
-    EOS, 2 unused (T5's UNK), 3… the symbols."""
-
-    symbols: int = 10
-    shortest: int = 3
-    longest: int = 8
-    pad: int = 0
-    eos: int = 1
-
-    @property
-    def vocab(self) -> int:
-        return self.symbols + 3
-
-
-T5_SORT = T5SortSpec()
+T5_SORT = SortSpec(eos=1, bos=2)
+"""T5's sorting task: the seq2seq task with T5's IDs: 0 padding (also the decoder's start token),
+1 EOS, no BOS (2 stays unused: T5's UNK), 3… the symbols."""
 
 
 def t5_rows(n: int, seed: int) -> list[dict[str, torch.Tensor]]:

@@ -76,7 +76,7 @@ def train_hf_trainer(run_dir: Path | None, model: nn.Module, optimizer: torch.op
 
     def keep_loss(module, args, output):
         if module.training and torch.is_grad_enabled():
-            micro_losses.append(float(output.loss))
+            micro_losses.append(output.loss.detach().item())
 
     class Faults(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
@@ -143,7 +143,7 @@ def train_lightning(run_dir: Path | None, model: nn.Module, optimizer: torch.opt
         def training_step(self, batch, batch_idx):
             inputs, targets = batch if isinstance(batch, (tuple, list)) else (batch, None)
             loss = loss_fn(_float32(model(inputs)), targets)
-            self.micro_losses.append(float(loss))
+            self.micro_losses.append(loss.detach().item())
             return loss
 
         def validation_step(self, batch, batch_idx):
