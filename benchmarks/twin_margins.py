@@ -26,8 +26,8 @@ With `--cut` it prints instead, for each layer cut off from the gradient (`detac
 `frozen_layer`; truth `training.stalled_against`: not learning when it ends ≥ 1.15× the twin
 and gained since t0 at most half of what the twin gained), the analyzer's yardstick (the loss's
 gain from the median of the 10 losses before t0 to the median of the last 10, against
-`GradientThresholds.cut_off_still_learns`) beside the twin's gain over the same steps (session
-10, helper 12r).
+`GradientThresholds.cut_off_still_learns`) beside the twin's gain over the same steps, and the
+outcome yardstick on the whole loss and on the losses from t0 (session 10, helper 12r).
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow.dataset as ds
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
+from postmortem.detectors.base import measure_outcome  # noqa: E402
+from postmortem.detectors.thresholds import OutcomeThresholds  # noqa: E402
+
 _T0 = re.compile(r"(?:at|from) step (\d+)")
 _FROM_START = ("lr_too_high-", "lr_too_low-")  # wrong from step 0: "before" is the first 10 losses
 
@@ -52,6 +56,11 @@ def _scalar(run: Path, name: str):
 
 def _loss(run: Path) -> np.ndarray:
     return _scalar(run, "loss").to_numpy(np.float64)
+
+
+def _learns(loss: np.ndarray) -> bool | None:
+    """The analyzer's outcome yardstick on these losses alone (`measure_outcome`, no metrics)."""
+    return measure_outcome(np.arange(len(loss)), loss, {}, OutcomeThresholds()).learns
 
 
 def _trend(loss: np.ndarray, t0: int) -> float:
@@ -89,7 +98,7 @@ def margins(runs: Path, called: dict[str, str]) -> list[dict]:
             "end_over_before": float(np.median(loss[-10:])) / float(np.median(loss[t0 - 10:t0])),
             "mean_over_before": end / float(np.median(loss[t0 - 10:t0])),
             "end_over_trend": end / trend, "twin_over_trend": float(np.mean(twin_loss[-10:])) / trend,
-            "val_end_over_before": _val_end_over_before(run, t0),
+            "val_end_over_before": _val_end_over_before(run, t0), "learns": _learns(loss),
         })
     return rows
 
@@ -113,21 +122,24 @@ def cut_gains(runs: Path, called: dict[str, str]) -> list[dict]:
 
         rows.append({"run": run.name, "arch": expected.get("arch"), "truth": expected["verdict"], "called": called.get(run.name), "t0": t0,
                      "gain": gain(loss), "twin_gain": gain(twin_loss),
-                     "end_over_twin": float(np.mean(loss[-10:])) / float(np.mean(twin_loss[-10:]))})
+                     "end_over_twin": float(np.mean(loss[-10:])) / float(np.mean(twin_loss[-10:])),
+                     "learns": _learns(loss), "learns_after": _learns(loss[t0:])})
     return rows
 
 
 def _print_cut(rows: list[dict]) -> None:
-    print(f"{'run':34s} {'truth':12s} {'called':12s} {'t0':>4s} {'gain':>7s} {'twin gain':>9s} {'end/twin':>9s}")
+    print(f"{'run':34s} {'truth':12s} {'called':12s} {'t0':>4s} {'gain':>7s} {'twin gain':>9s} {'end/twin':>9s} "
+          f"{'learns':>6s} {'after':>6s}")
     for r in sorted(rows, key=lambda r: (r["truth"], r["gain"])):
         print(f"{r['run']:34s} {r['truth']:12s} {str(r['called']):12s} {r['t0']:4d} {r['gain']:7.3f} "
-              f"{r['twin_gain']:9.3f} {r['end_over_twin']:9.3f}")
+              f"{r['twin_gain']:9.3f} {r['end_over_twin']:9.3f} {str(r['learns']):>6s} {str(r['learns_after']):>6s}")
     for truth in ("healthy", "not_learning"):
         chosen = [r for r in rows if r["truth"] == truth]
         if chosen:
             gains, twins = [r["gain"] for r in chosen], [r["twin_gain"] for r in chosen]
             print(f"truth {truth}: {len(chosen)} runs, gain since the cut {min(gains):.3f}–{max(gains):.3f}, "
-                  f"twin's gain {min(twins):.3f}–{max(twins):.3f}")
+                  f"twin's gain {min(twins):.3f}–{max(twins):.3f}, learn by the outcome yardstick "
+                  f"{sum(bool(r['learns']) for r in chosen)}, after the cut {sum(bool(r['learns_after']) for r in chosen)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,11 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         _print_cut(rows)
         return 0
     print(f"{'run':34s} {'truth':12s} {'called':12s} {'t0':>4s} {'end/twin':>9s} {'end/before':>10s} "
-          f"{'mean/before':>11s} {'end/trend':>9s} {'twin/trend':>10s} {'val end/before':>14s}")
+          f"{'mean/before':>11s} {'end/trend':>9s} {'twin/trend':>10s} {'val end/before':>14s} {'learns':>6s}")
     for r in sorted(rows, key=lambda r: (r["truth"], r["end_over_before"])):
         print(f"{r['run']:34s} {r['truth']:12s} {str(r['called']):12s} {r['t0']:4d} "
               f"{r['end_over_twin']:9.3f} {r['end_over_before']:10.3f} {r['mean_over_before']:11.3f} {r['end_over_trend']:9.3f} "
-              f"{r['twin_over_trend']:10.3f} {r['val_end_over_before']:14.3f}")
+              f"{r['twin_over_trend']:10.3f} {r['val_end_over_before']:14.3f} {str(r['learns']):>6s}")
     # The overlap: runs the own yardstick calls recovered (end within 1.1× the level before).
     back = [r for r in rows if r["end_over_before"] <= 1.1]
     for truth in ("healthy", "diverged", "not_learning"):

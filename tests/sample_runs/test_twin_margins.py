@@ -73,3 +73,4 @@ def test_cut_gains_against_the_twins_gain_since_the_cut(margins, tmp_path):
     assert row["gain"] == pytest.approx((before - np.median(cut[-10:])) / before)
     assert row["twin_gain"] == pytest.approx((before - np.median(twin[-10:])) / before)
     assert row["gain"] < row["twin_gain"] and row["end_over_twin"] > 1.0
+    assert row["learns"] and row["learns_after"]  # the loss falls over the run and after the cut
