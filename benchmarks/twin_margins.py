@@ -120,8 +120,8 @@ def cut_gains(runs: Path, called: dict[str, str]) -> list[dict]:
             before = float(np.median(values[max(0, t0 - 10):t0]))
             return (before - float(np.median(values[-10:]))) / abs(before)
 
-        rows.append({"run": run.name, "arch": expected.get("arch"), "truth": expected["verdict"], "called": called.get(run.name), "t0": t0,
-                     "gain": gain(loss), "twin_gain": gain(twin_loss),
+        rows.append({"run": run.name, "arch": expected.get("arch"), "truth": expected["verdict"],
+                     "called": called.get(run.name), "t0": t0, "gain": gain(loss), "twin_gain": gain(twin_loss),
                      "end_over_twin": float(np.mean(loss[-10:])) / float(np.mean(twin_loss[-10:])),
                      "learns": _learns(loss), "learns_after": _learns(loss[t0:])})
     return rows
