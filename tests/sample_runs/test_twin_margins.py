@@ -58,3 +58,19 @@ def test_the_val_loss_end_over_its_last_value_before_t0(margins, tmp_path):
 
 def test_a_missing_runs_folder_exits_2(margins, tmp_path):
     assert margins.main(["--runs", str(tmp_path / "none")]) == 2
+
+
+def test_cut_gains_against_the_twins_gain_since_the_cut(margins, tmp_path):
+    twin = np.linspace(2.0, 1.0, 60)
+    _run(tmp_path, "healthy-toy-s0", twin, "", "healthy")
+    cut = twin.copy()
+    cut[30:] = np.linspace(cut[30], 1.3, 30)  # learns on, more slowly than the twin, after the cut
+    _run(tmp_path, "detach-toy-s0", cut, "output of fc1 detached from step 30", "not_learning")
+    _run(tmp_path, "lr_spike-toy-s0", twin, "lr raised at step 30", "diverged")  # not a cut: left out
+    (row,) = margins.cut_gains(tmp_path, {"detach-toy-s0": "healthy"})
+    assert row["run"] == "detach-toy-s0" and row["t0"] == 30 and row["called"] == "healthy"
+    before = np.median(twin[20:30])
+    assert row["gain"] == pytest.approx((before - np.median(cut[-10:])) / before)
+    assert row["twin_gain"] == pytest.approx((before - np.median(twin[-10:])) / before)
+    assert row["gain"] < row["twin_gain"] and row["end_over_twin"] > 1.0
+    assert row["learns"] and row["learns_after"]  # the loss falls over the run and after the cut
