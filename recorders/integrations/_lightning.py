@@ -19,9 +19,13 @@ _TRAINER_SETTINGS = ("max_epochs", "max_steps", "accumulate_grad_batches", "grad
 class LightningRecording:
     """Records a Lightning ``Trainer.fit`` into `run_dir` with a :class:`recorders.Recorder`.
 
-    One recorded step per training batch in which an optimizer stepped (every
-    ``accumulate_grad_batches`` batches; every batch of a GAN whose two optimizers step in
-    ``training_step``), written at the batch's end. Its scalars are what ``training_step``
+    One recorded step per optimizer step Lightning makes, written at the batch's end: under
+    automatic optimisation every ``accumulate_grad_batches``-th batch and an epoch's last one;
+    under manual optimisation every batch in which an optimizer stepped (every batch of a GAN
+    whose two optimizers step in ``training_step``), and every batch until one first steps. So a
+    loop that never steps (a ``training_step`` that forgets ``opt.step()``, an ``optimizer_step``
+    override that runs only the closure) is recorded step by step with
+    ``optimizer_stepped.<name>`` 0, while manual accumulation records its optimizer steps. Its scalars are what ``training_step``
     returned (a tensor is ``loss``, a dict's one-element entries under their keys): under
     automatic optimisation Lightning divides ``loss`` by ``accumulate_grad_batches``, so it is
     added over the step's batches and the others averaged. Its batch is the batches seen since
@@ -48,6 +52,7 @@ class LightningRecording:
         self._used_hyperparameters: dict[int, list[dict[str, Any]]] = {}
         self._before_validation: dict[str, float] = {}
         self._started = False
+        self._ever_stepped = False  # manual optimisation: whether any optimizer has stepped
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if not trainer.is_global_zero:
@@ -82,6 +87,7 @@ class LightningRecording:
         groups = optimizer.param_groups
         self._used_hyperparameters[id(groups)] = [
             {k: v for k, v in group.items() if k != "params"} for group in groups]
+        self._ever_stepped = True
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -96,13 +102,19 @@ class LightningRecording:
                 self._step.add_scalar("loss", outputs)
         except Exception as exc:  # noqa: BLE001 - never break the user's training
             warn_once(self, f"could not read a training batch ({type(exc).__name__}: {exc})")
-        if not self._used_hyperparameters:  # no optimizer stepped: accumulating
-            return
         automatic = pl_module.automatic_optimization
+        if not self._used_hyperparameters and not self._step_ends(trainer, automatic, batch_idx):
+            return  # accumulating
         values = self._step.take(frozenset({"loss"}) if automatic else frozenset())
         with _hyperparameters_put_back(trainer.optimizers, self._used_hyperparameters):
             self._recorder.step(**values)
         self._used_hyperparameters = {}
+
+    def _step_ends(self, trainer: Any, automatic: bool, batch_idx: int) -> bool:
+        """Whether a batch in which no optimizer stepped still ends a step (see the class)."""
+        if automatic:
+            return (batch_idx + 1) % trainer.accumulate_grad_batches == 0 or trainer.is_last_batch
+        return not self._ever_stepped
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._before_validation = numeric(trainer.callback_metrics)

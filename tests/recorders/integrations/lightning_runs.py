@@ -60,11 +60,13 @@ def modules(pl):
 
     class GAN(pl.LightningModule):
         """A generator learning a shifted 2-D Gaussian against a discriminator, both Adam,
-        stepped by hand in training_step (manual optimisation)."""
+        stepped by hand in training_step (manual optimisation); with `forget_steps` neither
+        ``opt.step()`` is called (the bug)."""
 
-        def __init__(self) -> None:
+        def __init__(self, forget_steps: bool = False) -> None:
             super().__init__()
             torch.manual_seed(0)
+            self.forget_steps = forget_steps
             self.automatic_optimization = False
             self.generator = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
             self.discriminator = nn.Sequential(nn.Linear(2, 16), nn.LeakyReLU(0.2),
@@ -82,17 +84,26 @@ def modules(pl):
                       + bce(self.discriminator(fake.detach()), zeros)) / 2
             opt_d.zero_grad()
             self.manual_backward(loss_d)
-            opt_d.step()
+            if not self.forget_steps:
+                opt_d.step()
 
             loss_g = bce(self.discriminator(fake), ones)
             opt_g.zero_grad()
             self.manual_backward(loss_g)
-            opt_g.step()
+            if not self.forget_steps:
+                opt_g.step()
             return {"loss_d": loss_d.detach(), "loss_g": loss_g.detach()}
 
         def configure_optimizers(self):
             return (torch.optim.Adam(self.generator.parameters(), lr=2e-3, betas=(0.5, 0.999)),
                     torch.optim.Adam(self.discriminator.parameters(), lr=2e-3, betas=(0.5, 0.999)))
+
+    class ClosureOnly(Classifier):
+        """Overrides ``optimizer_step`` and runs only the closure (forward and backward):
+        ``optimizer.step()`` is never called."""
+
+        def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
+            optimizer_closure()
 
     class LearningRateBlowUp(pl.Callback):
         """Rewrites the lr of every optimizer to `lr` before each batch from `step` on."""
@@ -106,7 +117,7 @@ def modules(pl):
                     for group in optimizer.param_groups:
                         group["lr"] = self.lr
 
-    return Classifier, GAN, LearningRateBlowUp
+    return Classifier, GAN, LearningRateBlowUp, ClosureOnly
 
 
 def real_points(seed: int = 0) -> torch.utils.data.TensorDataset:

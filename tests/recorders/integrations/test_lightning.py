@@ -4,6 +4,7 @@ import sys
 
 import lightning.pytorch as pl
 import numpy as np
+import postmortem
 import pytest
 
 from integration_checks import (assert_diverged_at, assert_exception_run, assert_healthy,
@@ -12,7 +13,7 @@ from lightning_runs import classification_data, fit, modules, real_points
 from recorder_helpers import read_manifest, read_table
 from recorders.integrations.lightning import PostmortemCallback
 
-Classifier, GAN, LearningRateBlowUp = modules(pl)
+Classifier, GAN, LearningRateBlowUp, ClosureOnly = modules(pl)
 BATCHES = 32  # per epoch: 512 examples in batches of 16
 CLIP = 0.2  # gradient_clip_val, below every step's gradient norm
 
@@ -121,12 +122,38 @@ def test_gan_with_two_optimizers_in_manual_optimisation(tmp_path):
     assert_healthy(run)
 
 
+def test_manual_loop_that_never_steps_is_recorded_and_not_learning(tmp_path):
+    """A training_step that forgets both opt.step(): no optimizer step ever happens, yet every
+    batch is a recorded step, each saying that no optimizer stepped."""
+    run = tmp_path / "run"
+    fit(pl, PostmortemCallback, run, GAN(forget_steps=True), real_points())
+    assert read_manifest(run)["last_step"] == 2 * BATCHES - 1
+    for name in ("optimizer_stepped.optimizer_0", "optimizer_stepped.optimizer_1"):
+        steps, stepped = scalar_series(run, name)
+        assert steps.tolist() == list(range(2 * BATCHES)) and not stepped.any(), name
+    analysis = postmortem.analyze(run)
+    assert analysis.verdict == "not_learning"
+    assert "no_update" in {f.label for f in analysis.findings}
+
+
+def test_optimizer_step_override_that_only_runs_the_closure(tmp_path):
+    """Automatic optimisation whose optimizer_step never calls optimizer.step(): one recorded
+    step per accumulate_grad_batches batches all the same, none of them stepped."""
+    run = tmp_path / "run"
+    fit(pl, PostmortemCallback, run, ClosureOnly(), classification_data(), accumulate_grad_batches=2)
+    steps, stepped = scalar_series(run, "optimizer_stepped.optimizer")
+    assert steps.tolist() == list(range(BATCHES)) and not stepped.any()
+    analysis = postmortem.analyze(run)
+    assert analysis.verdict == "not_learning"
+    assert "no_update" in {f.label for f in analysis.findings}
+
+
 def test_pytorch_lightning_package_has_the_same_callback(tmp_path):
     import pytorch_lightning
 
     from recorders.integrations.pytorch_lightning import PostmortemCallback as Callback
 
-    Module, _, _ = modules(pytorch_lightning)
+    Module, *_ = modules(pytorch_lightning)
     run = tmp_path / "run"
     fit(pytorch_lightning, Callback, run, Module(), classification_data(), epochs=1)
     manifest = read_manifest(run)
