@@ -147,3 +147,36 @@ def test_slow_noisy_decline_is_not_a_divergence():
     y = _noise(13) * 3 - steps / N
     fit = analyse_series("scalar loss", steps, 10**y)
     assert not fit.diverges
+
+
+def _earlier_sharp_break_fitted(x, y, th):
+    """The search for an earlier sharp break with its three fits always run (no bound)."""
+    model, delta_bic = select_break(x, y)
+    k = model.index_
+    held = float(np.min(y[k:])) - median(y[: k])
+    if delta_bic < th.bic_margin or model.jump_decades_ < th.sharp_decades or held < th.sharp_decades / 2:
+        return None
+    return model, delta_bic
+
+
+def test_the_bound_that_skips_an_earlier_breaks_fits_changes_no_answer():
+    from postmortem.onset import _earlier_sharp_break
+
+    rng = np.random.default_rng(18)
+    th = BreakThresholds()
+    skipped = found = 0
+    for _ in range(400):
+        n = int(rng.integers(6, 200))
+        y = rng.normal(0.0, rng.choice([0.005, 0.02, 0.08]), n)
+        t0 = int(rng.integers(1, n))
+        y[t0:] += rng.uniform(0.0, 2.5 * th.sharp_decades)  # jumps either side of the thresholds
+        x = np.arange(n, dtype=np.float64) + float(rng.integers(0, 10_000))
+        reference = _earlier_sharp_break_fitted(x, y, th)
+        got = _earlier_sharp_break(x, y, th)
+        assert (got is None) == (reference is None)
+        if got is not None:
+            found += 1
+            assert got[1] == reference[1] and got[0].index_ == reference[0].index_
+        reach = np.minimum.accumulate(y[::-1])[::-1][1:] - np.minimum.accumulate(y)[:-1]
+        skipped += float(np.max(reach)) < th.sharp_decades / 2
+    assert skipped >= 20 and found >= 20  # both ways through the bound are taken
