@@ -1,6 +1,5 @@
 """postmortem: load a recorded training run, find when and where it went wrong, and why."""
 
-from . import _pool  # noqa: F401  (first: before pandas loads pyarrow)
 from .analysis import Analysis, analyze
 from .compare import Comparison, compare_runs
 from .exceptions import PostmortemError, RunDirectoryError, SchemaVersionError
