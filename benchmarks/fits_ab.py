@@ -8,22 +8,15 @@ import pickle
 import sys
 import time
 
-import numpy as np
 from postmortem import onset, ranking
 from postmortem.analysis import first_nonfinite, manifest_order
 from postmortem.loading import load_run
-from postmortem.models import median, select_break
 from postmortem.series import read_series
 
+
 def main_version(x, y, th):
-    if len(y) < onset._MIN_POINTS:
-        return None
-    model, delta_bic = select_break(x, y)
-    k = model.index_
-    held = float(np.min(y[k:])) - median(y[:k])
-    if delta_bic < th.bic_margin or model.jump_decades_ < th.sharp_decades or held < th.sharp_decades / 2:
-        return None
-    return model, delta_bic
+    return branch_version(x, y, th, bound=False)  # main's search: its three fits always run
+
 
 branch_version = onset._earlier_sharp_break
 run = load_run(sys.argv[1])
@@ -47,15 +40,15 @@ for name in "AB":
     w = sorted(t[0] for t in times[name]); c = sorted(t[1] for t in times[name])
     print(name, "wall", [round(t[0], 3) for t in times[name]], "median wall %.3f cpu %.3f" % (w[len(w)//2], c[len(c)//2]))
 # how often the bound skips
-import postmortem.onset as o
 skipped = [0, 0]
+
+
 def probe(x, y, th):
     skipped[0] += 1
-    if len(y) >= o._MIN_POINTS:
-        reach = np.minimum.accumulate(y[::-1])[::-1][1:] - np.minimum.accumulate(y)[:-1]
-        if float(np.max(reach)) < th.sharp_decades / 2:
-            skipped[1] += 1
+    skipped[1] += len(y) >= onset._MIN_POINTS and onset._held_bound(y) < th.sharp_decades / 2
     return main_version(x, y, th)
+
+
 onset._earlier_sharp_break = probe
 ranking.fit_breaks(table, scalars, cut)
 print("calls", skipped[0], "skipped by the bound", skipped[1])
