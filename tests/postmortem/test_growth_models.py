@@ -147,3 +147,25 @@ def test_slow_noisy_decline_is_not_a_divergence():
     y = _noise(13) * 3 - steps / N
     fit = analyse_series("scalar loss", steps, 10**y)
     assert not fit.diverges
+
+
+def test_the_bound_that_skips_an_earlier_breaks_fits_changes_no_answer():
+    from postmortem.onset import _earlier_sharp_break, _held_bound
+
+    rng = np.random.default_rng(18)
+    th = BreakThresholds()
+    skipped = found = 0
+    for _ in range(400):
+        n = int(rng.integers(6, 200))
+        y = rng.normal(0.0, rng.choice([0.005, 0.02, 0.08]), n)
+        t0 = int(rng.integers(1, n))
+        y[t0:] += rng.uniform(0.0, 2.5 * th.sharp_decades)  # jumps either side of the thresholds
+        x = np.arange(n, dtype=np.float64) + float(rng.integers(0, 10_000))
+        reference = _earlier_sharp_break(x, y, th, bound=False)  # its three fits always run
+        got = _earlier_sharp_break(x, y, th)
+        assert (got is None) == (reference is None)
+        if got is not None:
+            found += 1
+            assert got[1] == reference[1] and got[0].index_ == reference[0].index_
+        skipped += _held_bound(y) < th.sharp_decades / 2
+    assert skipped >= 20 and found >= 20  # both ways through the bound are taken
