@@ -240,9 +240,6 @@ LEFT_OUT = {
     # Hugging Face's Trainer calls optimizer.step() and model.zero_grad() itself on every step: a loop
     # that forgets either cannot be written through it without patching the Trainer.
     "t5": ("missing_zero_grad", "missing_step"),
-    # Lightning's callback records a step where an optimizer stepped: a module whose optimizer_step
-    # override forgets optimizer.step() (the closure still runs) leaves a run of no recorded step.
-    "clip": ("missing_step",),
     # SGD keeps no Adam moments to corrupt.
     "densenet": ("adam_state",),
 }

@@ -118,7 +118,7 @@ def train_lightning(run_dir: Path | None, model: nn.Module, optimizer: torch.opt
     `gradient_clip_val`, `accumulate_grad_batches`, `val_check_interval` (every `eval_every` optimizer
     steps, two validation batches), a step-interval `LambdaLR`, on CPU, with no logger, checkpoint
     or progress bar. `fault.batch` runs in `on_after_batch_transfer`, `fault.zero_grad` in an
-    `optimizer_zero_grad` override, `after_step` (CLIP's logit-scale clamp) in
+    `optimizer_zero_grad` override, `fault.take_step` in an `optimizer_step` override, `after_step` (CLIP's logit-scale clamp) in
     `on_train_batch_end` after a step."""
     import lightning as L
 
@@ -164,6 +164,12 @@ def train_lightning(run_dir: Path | None, model: nn.Module, optimizer: torch.opt
         def optimizer_zero_grad(self, epoch, batch_idx, optimizer_):
             if fault.zero_grad(self.trainer.global_step):
                 optimizer_.zero_grad()
+
+        def optimizer_step(self, epoch, batch_idx, optimizer_, optimizer_closure=None):
+            if fault.take_step(self.trainer.global_step):
+                optimizer_.step(closure=optimizer_closure)
+            else:  # the bug: an override that runs the closure (forward, backward) and never steps
+                optimizer_closure()
 
         def on_train_batch_end(self, outputs, batch, batch_idx):
             if (batch_idx + 1) % accumulation:

@@ -541,11 +541,11 @@ def test_seed_001_truth_names_the_sigmoid_and_log_of_zero(tmp_path):
 
 
 class _Spy(faults.Fault):
-    """Records the step of every `before_step`, `batch` and `zero_grad` call."""
+    """Records the step of every `before_step`, `batch`, `zero_grad` and `take_step` call."""
 
     def __init__(self):
         super().__init__(t0=0)
-        self.began, self.batches, self.zeroed = [], [], []
+        self.began, self.batches, self.zeroed, self.stepped = [], [], [], []
 
     def before_step(self, step, model, optimizer):
         self.began.append(step)
@@ -556,6 +556,10 @@ class _Spy(faults.Fault):
 
     def zero_grad(self, step):
         self.zeroed.append(step)
+        return True
+
+    def take_step(self, step):
+        self.stepped.append(step)
         return True
 
 
@@ -611,7 +615,18 @@ def test_the_lightning_loop_calls_the_fault_once_per_step_and_once_per_micro_bat
                               bf16=False, eval_every=2)
     assert spy.began == list(range(6)) and spy.batches == [s for s in range(6) for _ in range(2)]
     assert spy.zeroed == list(range(6))  # the module's optimizer_zero_grad decides, once per step
+    assert spy.stepped == list(range(6))  # and its optimizer_step override
     assert len(outcome.losses) == 6
+
+
+def test_a_lightning_module_that_never_steps_is_recorded_as_not_updating(tmp_path):
+    """missing_step under Lightning: an optimizer_step override that runs only the closure. The
+    callback still records every step, each with optimizer_stepped 0."""
+    truth = make("missing_step-clip-s0", tmp_path / "run")
+    assert truth.verdict == "not_learning" and truth.labels == ["no_update"]
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    stepped = scalars[scalars["name"] == "optimizer_stepped.optimizer"].sort_values("step")
+    assert len(stepped) == len(_losses(tmp_path / "run")) > 10 and (stepped["value"] == 0).all()
 
 
 def test_clip_contrasts_pairs_symmetrically_clamps_its_logit_scale_and_an_lr_spike_hits_one_group(tmp_path):
