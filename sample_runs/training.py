@@ -111,16 +111,12 @@ def train(
     The loop stops, like a user's NaN check, a few steps after the loss first becomes non-finite.
     `run_dir=None` trains without recording (the losses only: a fault-free twin).
     """
-    from recorders import Recorder
-
     fault = fault or Fault()
     fault.install(model)
     outcome = Outcome()
     params = [p for p in model.parameters()]
     try:
-        recorder = _Unrecorded() if run_dir is None else Recorder(
-            run_dir, model, optimizer, config=config or {}, overwrite=True, **(recorder_options or {}))
-        with recorder as rec:
+        with _recorder(run_dir, model, optimizer, config, recorder_options) as rec:
             for step in range(steps):
                 if events and step in events:
                     rec.event(*events[step])
@@ -158,6 +154,16 @@ def _float32(output):
     if isinstance(output, tuple):
         return tuple(o.float() if o.is_floating_point() else o for o in output)
     return output.float()
+
+
+def _recorder(run_dir: Path | None, model: nn.Module, optimizer: torch.optim.Optimizer, config: dict | None,
+              recorder_options: dict | None):
+    """The loop's `Recorder`, or `_Unrecorded` where `run_dir` is None (a fault-free twin)."""
+    from recorders import Recorder
+
+    if run_dir is None:
+        return _Unrecorded()
+    return Recorder(run_dir, model, optimizer, config=config or {}, overwrite=True, **(recorder_options or {}))
 
 
 class _Unrecorded:
@@ -210,8 +216,6 @@ def train_field(
     the data was bad before the loop mixed it).
     `run_dir=None` trains without recording (the losses only).
     """
-    from recorders import Recorder
-
     fault = fault or Fault()
     fault.install(model)
     outcome = Outcome()
@@ -230,9 +234,7 @@ def train_field(
     for group in optimizer.param_groups:
         group.setdefault("base_lr", group["lr"])
     try:
-        recorder = _Unrecorded() if run_dir is None else Recorder(
-            run_dir, model, optimizer, config=config or {}, overwrite=True, **(recorder_options or {}))
-        with recorder as rec:
+        with _recorder(run_dir, model, optimizer, config, recorder_options) as rec:
             for step in range(steps):
                 extra = {"val_loss": evaluate()} if eval_draw is not None and step % eval_every == 0 else {}
                 for group in optimizer.param_groups:
@@ -330,8 +332,6 @@ def train_policy_gradient(
     `batch` sees each micro-batch's observations and actions (a corrupted rollout buffer).
     `make_env(seed)` builds a batch of environments; `lr_at` is the schedule's factor on each
     group's `base_lr`; `bf16` runs the update's forward under CPU bf16 autocast."""
-    from recorders import Recorder
-
     fault = fault or Fault()
     fault.install(model)
     outcome = Outcome()
@@ -340,9 +340,7 @@ def train_policy_gradient(
     for group in optimizer.param_groups:
         group.setdefault("base_lr", group["lr"])
     try:
-        recorder = _Unrecorded() if run_dir is None else Recorder(
-            run_dir, model, optimizer, config=config or {}, overwrite=True, **(recorder_options or {}))
-        with recorder as rec:
+        with _recorder(run_dir, model, optimizer, config, recorder_options) as rec:
             for step in range(steps):
                 extra = {}
                 if step % eval_every == 0:
