@@ -10,6 +10,7 @@ device tensors' kernels are queued and read back together with the step, once.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -223,10 +224,10 @@ class StepMeasurer:
     def before_grad_accumulated(self, pid: int, grad: torch.Tensor) -> None:
         """A parameter's tensor hook, before its gradient is accumulated into ``.grad``. The
         first time in a record: whether ``.grad`` still holds a gradient, the previous step's,
-        carried over where no ``zero_grad()`` ran. ``None`` (``set_to_none=True``) costs one
-        ``is None``; a tensor (``set_to_none=False``) is read at one element, not reduced: a
-        zeroed one reads 0 there, a carried-over one rarely does (if it does, it is counted as
-        zeroed: the share can only read low). Device elements are read with the step. A later
+        carried over where no ``zero_grad()`` ran. ``None`` (``set_to_none=True``) is not; the
+        very tensor the last record ended with, not modified since, is; one modified in place
+        since (``zero_grad(set_to_none=False)``) or set anew is read at one element, not
+        reduced (a zeroed one reads 0 there). Device elements are read with the step. A later
         backward that finds ``.grad`` None again (a GAN's generator reached by the
         discriminator's backward, then zeroed before its own) takes the mark back."""
         index = self._tracker.param_index.get(pid)
@@ -240,6 +241,10 @@ class StepMeasurer:
             return
         self._reached.add(pid)
         if held is None:
+            return
+        then = self._grads_at_record.get(pid)
+        if then is not None and then[0]() is held and held._version == then[1]:
+            self._carried.add(pid)  # untouched since the last record ended
             return
         try:
             if held.layout != torch.strided:  # sparse: zero_() leaves no stored values
@@ -586,6 +591,10 @@ class StepMeasurer:
         self._reached: set[int] = set()
         self._carried: set[int] = set()
         self._carried_flags: dict[int, torch.Tensor] = {}
+        # What each .grad held as the record ended (not kept alive): a backward of the next one
+        # that finds the same tensor, unmodified, finds it carried over.
+        self._grads_at_record = {id(p): (weakref.ref(g), g._version)
+                                 for p in self._tracker.params if (g := p.grad) is not None}
 
     # ----------------------------------------------------------------- scalars
     def scalar_rows(self, step: int, measured: StepMeasurement, wall: float) -> list[tuple]:

@@ -133,3 +133,22 @@ def test_a_record_without_backward_has_no_value(tmp_path):
         model(torch.randn(2, 4)).sum().backward()
         rec.step(lr=0.1)
     assert carried_over(tmp_path / "run") == ([1], [0.0])
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_a_carried_over_gradient_whose_first_element_is_zero_is_carried_over(tmp_path, set_to_none):
+    """A dead first unit: every gradient of its row is exactly 0, so one element cannot tell
+    a zeroed gradient from a carried one; the tensor the last record ended with can."""
+    model = net()
+    with torch.no_grad():
+        model[0].bias[0] = -1e3  # unit 0 never fires
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with Recorder(tmp_path / "run", model, opt) as rec:
+        for step in range(STEPS):
+            if step < 3:
+                opt.zero_grad(set_to_none=set_to_none)
+            model(torch.randn(16, 4)).pow(2).mean().backward()
+            opt.step()
+            rec.step()
+    assert model[0].weight.grad[0].eq(0).all()
+    assert carried_over(tmp_path / "run")[1] == [0.0] * 3 + [1.0] * 3
