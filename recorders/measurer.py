@@ -10,6 +10,7 @@ device tensors' kernels are queued and read back together with the step, once.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -117,6 +118,7 @@ class StepMeasurement(NamedTuple):
     grad_sumsq: np.ndarray | None  # each model's sum of squared (pre-clip) gradients
     clip_scalars: dict[str, float]  # grad_norm_clipped, clip_coef
     nonfinite: bool  # whether any tensor held a NaN or an inf
+    grad_carried_over: float | None = None  # see StepMeasurer.before_grad_accumulated
 
 
 def _input_kind(t: torch.Tensor) -> str:
@@ -218,6 +220,52 @@ class StepMeasurer:
         if task != self._backward_task:
             self._backward_task = task
             torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
+
+    def before_grad_accumulated(self, pid: int, grad: torch.Tensor) -> None:
+        """A parameter's tensor hook, before its gradient is accumulated into ``.grad``. The
+        first time in a record: whether ``.grad`` still holds a gradient, the previous step's,
+        carried over where no ``zero_grad()`` ran. ``None`` (``set_to_none=True``) is not; the
+        very tensor the last record ended with, not modified since, is; one modified in place
+        since (``zero_grad(set_to_none=False)``) or set anew is read at one element, not
+        reduced (a zeroed one reads 0 there). Device elements are read with the step. A later
+        backward that finds ``.grad`` None again (a GAN's generator reached by the
+        discriminator's backward, then zeroed before its own) takes the mark back."""
+        index = self._tracker.param_index.get(pid)
+        if index is None:
+            return
+        held = self._tracker.params[index].grad
+        if pid in self._reached:
+            if held is None:
+                self._carried.discard(pid)
+                self._carried_flags.pop(pid, None)
+            return
+        self._reached.add(pid)
+        if held is None:
+            return
+        then = self._grads_at_record.get(pid)
+        if then is not None and then[0]() is held and held._version == then[1]:
+            self._carried.add(pid)  # untouched since the last record ended
+            return
+        try:
+            if held.layout != torch.strided:  # sparse: zero_() leaves no stored values
+                if held._nnz():
+                    self._carried.add(pid)
+            elif held.numel():
+                first = held[(0,) * held.dim()].detach()  # a view: compared before accumulation
+                if not first.is_cpu:
+                    self._carried_flags[pid] = first != 0
+                elif first != 0:
+                    self._carried.add(pid)
+        except Exception as exc:  # noqa: BLE001 - never break the user's backward()
+            self._failures("carried-over gradients", exc)
+
+    def _carried_over(self, flagged: float) -> float | None:
+        """The share of the parameters this record's backwards reached whose gradient was
+        carried over from before (None: no backward reached any); `flagged`: how many device
+        elements read non-zero."""
+        if not self._reached:
+            return None
+        return (len(self._carried) + flagged) / len(self._reached)
 
     def _on_backward_end(self) -> None:
         """Measure every gradient no optimizer has consumed yet in this record, as backward
@@ -342,6 +390,9 @@ class StepMeasurer:
                   for role, value in (("input", inputs), ("target", targets))}
             scalar_offsets = {name: batch.add_value(v) for name, v in values.items()
                               if isinstance(v, torch.Tensor)}
+            flags = list(self._carried_flags.values())
+            flagged = batch.add_value(torch.stack([f.to(flags[0].device) for f in flags]).sum()) \
+                if flags else None
             moments, flat = batch.read()
             if reads.refresh:
                 torch._foreach_copy_([p for p, _ in reads.refresh], [n for _, n in reads.refresh])
@@ -361,10 +412,11 @@ class StepMeasurer:
                       for role, tensors in io.items() if tensors)
         nonfinite = bool((np.concatenate([block.moments[:, MomentColumn.NONFINITE]
                                           for block in blocks]) > 0).any())
+        carried_over = self._carried_over(0.0 if flagged is None else flat[flagged])
         self._reset_step_state()
         read = {name: flat[scalar_offsets[name]] if name in scalar_offsets else v
                 for name, v in values.items()}
-        return StepMeasurement(blocks, read, grad_sumsq, clip_scalars, nonfinite)
+        return StepMeasurement(blocks, read, grad_sumsq, clip_scalars, nonfinite, carried_over)
 
     def _queue_params(self, batch: MomentBatch) -> _ParamReads:
         """Parameters and their updates since the last record. On the host reading back is
@@ -534,6 +586,15 @@ class StepMeasurer:
         self._grad_source: dict[int, _GradCapture] = {}
         self._consumed: set[int] = set()
         self._clipped: list[tuple[list[int], torch.Tensor]] = []  # post-clip norms at a step
+        # Parameters a backward reached in this record, and those of them that held a gradient
+        # then (on the host: known at once; on a device: a flag each, read with the step).
+        self._reached: set[int] = set()
+        self._carried: set[int] = set()
+        self._carried_flags: dict[int, torch.Tensor] = {}
+        # What each .grad held as the record ended (not kept alive): a backward of the next one
+        # that finds the same tensor, unmodified, finds it carried over.
+        self._grads_at_record = {id(p): (weakref.ref(g), g._version)
+                                 for p in self._tracker.params if (g := p.grad) is not None}
 
     # ----------------------------------------------------------------- scalars
     def scalar_rows(self, step: int, measured: StepMeasurement, wall: float) -> list[tuple]:
@@ -549,6 +610,8 @@ class StepMeasurer:
                 for model_name, sumsq in zip(self._tracker.models, measured.grad_sumsq.tolist()):
                     rows.append((step, f"grad_norm.{model_name}", math.sqrt(sumsq)))
         rows.extend((step, name, value) for name, value in measured.clip_scalars.items())
+        if measured.grad_carried_over is not None:
+            rows.append((step, "grad_carried_over", measured.grad_carried_over))
         first = "lr" not in measured.scalars  # an lr passed to rec.step() wins
         for opt_name, opt in self._tracker.optimizers.items():
             stepped = self._stepped[opt_name]

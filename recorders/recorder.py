@@ -189,6 +189,7 @@ class Recorder:
         tracker.install(StructureHooks(
             on_activation=self._measurer.on_activation,
             on_grad_accumulated=self._measurer.on_grad_accumulated,
+            before_grad_accumulated=self._measurer.before_grad_accumulated,
             before_optimizer_step=self._measurer.before_optimizer_step,
             on_structure_change=self._follow_structure))
         if threading.current_thread() is threading.main_thread():

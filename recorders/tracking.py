@@ -11,6 +11,7 @@ records into the run.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 import numpy as np
@@ -59,6 +60,7 @@ class StructureHooks(NamedTuple):
 
     on_activation: Callable[[nn.Module, Any, Any], None]  # a leaf module's forward hook
     on_grad_accumulated: Callable[[torch.Tensor], None]  # a parameter's gradient is ready
+    before_grad_accumulated: Callable[[int, torch.Tensor], None]  # (id(parameter), its gradient)
     before_optimizer_step: Callable[..., Any]  # an optimizer's step pre-hook
     on_structure_change: Callable[[], None]  # before a model's forward, after a change
 
@@ -190,7 +192,8 @@ class ModelTracker:
         self._module_ids: set[int] = set()
         self._handles: list[Any] = []
         self._leaf_hooks: dict[str, tuple[nn.Module, Any]] = {}  # leaf -> (module, its hook)
-        self._grad_hooks: dict[int, Any] = {}  # id(parameter) -> its post-accumulate hook
+        # id(parameter) -> its post-accumulate hook and its tensor hook (before accumulation)
+        self._grad_hooks: dict[int, tuple[Any, Any]] = {}
         self._hooks: StructureHooks | None = None
         self.scan()
 
@@ -323,14 +326,18 @@ class ModelTracker:
         return handle
 
     def _sync_grad_hooks(self) -> None:
-        """A post-accumulate-grad hook on every followed parameter that takes gradients: the
-        first to fire in a backward queues the capture at that backward's end."""
+        """Two hooks on every followed parameter that takes gradients: after accumulation (the
+        first to fire in a backward queues the capture at that backward's end), and before it,
+        while ``.grad`` still holds what was there (a gradient carried over, or nothing)."""
         followed = {id(p): p for p in self.params if p.requires_grad}
         for pid in self._grad_hooks.keys() - followed.keys():
-            self._grad_hooks.pop(pid).remove()
+            for handle in self._grad_hooks.pop(pid):
+                handle.remove()
+        before = self._hooks.before_grad_accumulated
         for pid in followed.keys() - self._grad_hooks.keys():
-            self._grad_hooks[pid] = followed[pid].register_post_accumulate_grad_hook(
-                self._grad_hook)
+            p = followed[pid]
+            self._grad_hooks[pid] = (p.register_post_accumulate_grad_hook(self._grad_hook),
+                                     p.register_hook(_Hook(functools.partial(before, pid))))
 
     def sync_leaf_hooks(self) -> None:
         """A forward hook on every leaf module the models hold now, and on no other."""
@@ -363,6 +370,7 @@ class ModelTracker:
         for _, handle in self._leaf_hooks.values():
             handle.remove()
         self._leaf_hooks.clear()
-        for handle in self._grad_hooks.values():
-            handle.remove()
+        for handles in self._grad_hooks.values():
+            for handle in handles:
+                handle.remove()
         self._grad_hooks.clear()

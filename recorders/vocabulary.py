@@ -94,7 +94,7 @@ ROLES = tuple(ROLE_STATISTICS)
 # `lr` is not among them: `rec.step(lr=...)` is how a loop without an optimizer supplies it.
 # A user's scalar of such a name is recorded as `user.<name>`.
 RESERVED_SCALARS = frozenset({"grad_norm", "grad_scale", "wall_time", "grad_norm_clipped",
-                              "clip_coef", "scaler_skipped"})
+                              "clip_coef", "scaler_skipped", "grad_carried_over"})
 RESERVED_PREFIXES = ("grad_norm.", "hp.", "optimizer_stepped.")
 USER_PREFIX = "user."
 

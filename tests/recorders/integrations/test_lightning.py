@@ -92,6 +92,12 @@ def test_healthy_run_is_healthy(healthy):
     assert_healthy(run)
 
 
+def test_no_gradient_is_carried_over_between_accumulated_steps(healthy):
+    run, _ = healthy
+    steps, carried = scalar_series(run, "grad_carried_over")
+    assert steps.tolist() == list(range(BATCHES)) and not carried.any()
+
+
 def test_lr_blow_up_is_diverged_at_its_step(tmp_path):
     blow_up = 14
     run = tmp_path / "run"
@@ -119,6 +125,8 @@ def test_gan_with_two_optimizers_in_manual_optimisation(tmp_path):
     grads = read_table(run, "stats").query("role == 'grad'")
     assert {n.split(".")[0] for n in grads["name"]} == {"generator", "discriminator"}
     assert not grads["norm"].isna().any()
+    steps, carried = scalar_series(run, "grad_carried_over")  # both zero_grad() their own
+    assert steps.tolist() == list(range(2 * BATCHES)) and not carried.any()
     assert_healthy(run)
 
 

@@ -114,6 +114,12 @@ def test_healthy_run_is_healthy(healthy):
     assert_healthy(run)
 
 
+def test_no_gradient_is_carried_over_between_accumulated_steps(healthy):
+    run, _ = healthy
+    steps, carried = scalar_series(run, "grad_carried_over")
+    assert steps.tolist() == list(range(2 * STEPS_PER_EPOCH)) and not carried.any()
+
+
 def test_lr_blow_up_is_diverged_at_its_step(tmp_path):
     """lr 5e-3 -> 1.0 from step 12 of 24 (AdamW: every weight moves by about 1 per step), early
     enough that the ordinary growth of the first steps' pre-clip gradients is still under way."""
