@@ -348,7 +348,7 @@ FIELD_FAMILIES: dict[str, FieldFamily] = {
         archs=FLOAT_INPUTS, notes="batch at step {t0} carries NaN"),
     "adam_state": FieldFamily(
         lambda t0, **_: faults.AdamStateZeroed(t0=t0, layer=""), "diverged", ("diverged",),
-        cause="optimizer_state_changed", notes="AdamW exp_avg_sq of every tensor zeroed at step {t0}, exp_avg kept (a partial state restore)"),
+        cause="optimizer_state_changed", notes="Adam(W) exp_avg_sq of every tensor zeroed at step {t0}, exp_avg kept (a partial state restore)"),
     "missing_zero_grad": FieldFamily(
         lambda t0, **_: faults.MissingZeroGrad(t0=t0), "diverged_or_stalled", ("stale_gradients",),
         notes="optimizer.zero_grad() no longer called from step {t0}"),
