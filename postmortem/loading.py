@@ -12,7 +12,7 @@ import re
 import stat
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -41,7 +41,7 @@ _MAX_ROWS_PER_BYTE = 10
 _MAX_DECODED_PER_BYTE = 200
 _ROWS_ALWAYS_ALLOWED = 65_536
 _DECODED_ALWAYS_ALLOWED = 64 * 2**20
-_AHEAD = 3  # row groups handed to the reading thread ahead of the one the caller takes
+_READERS = 2  # row groups decoded at once, each by its own reader, while the caller works
 
 _STEP_TEXT = re.compile(rb"[0-9]{1,19}")  # a checkpoint's step metadata: an int64 in ASCII digits
 # Segments are read through the run format's schemas (those of version 2; version 1 lacks dtype
@@ -340,18 +340,16 @@ def _row_groups(paths: list[Path], schema: pa.Schema, columns: list[str], steps:
     `steps`, only those whose `step` statistics may hold a step in that range.
 
     Without a row filter this is about twice as fast as a one-file pyarrow dataset scan. While
-    the caller works on one row group, a reading thread decodes the next _AHEAD (pyarrow
-    releases the GIL; a compacted segment's row groups hold a million rows each), across
-    segment boundaries too, each on one thread (`use_threads=False`: spreading its columns
-    over pyarrow's pool too took the same CPU time, `rowgroups_pool` in
-    benchmarks/analyze_scale.py). When the caller would wait, it decodes the last row group
-    not yet started itself meanwhile: two threads decode then, and never more than two are
-    busy (two readers beside the caller's work made three busy threads on two cores, each
-    slower for it). A ParquetFile must not be read from two threads at once (two row groups
-    of one file decoding at once segfaulted), so the reading thread and the caller each open
-    the file themselves.
+    the caller works on one row group, the next _READERS are decoded on as many threads
+    (pyarrow releases the GIL; a compacted segment's row groups hold a million rows each),
+    across segment boundaries too. Each row group is decoded on one thread
+    (`use_threads=False`: spreading its columns over pyarrow's pool too took the same CPU
+    time, `rowgroups_pool` in benchmarks/analyze_scale.py). A ParquetFile must not be read
+    from two threads at once (two row groups of one file decoding at once segfaulted), so each
+    reader opens the file itself: task n goes to reader n % _READERS, and task n + _READERS
+    is handed out only once task n is done, so no reader ever has two tasks at once.
     """
-    opened: list[tuple[Path, pq.ParquetFile, set[str]] | None] = [None, None]  # thread's, caller's
+    opened: list[tuple[Path, pq.ParquetFile, set[str]] | None] = [None] * _READERS
 
     def decode(reader: int, path: Path, index: int | OSError | pa.ArrowException):
         if not isinstance(index, int):
@@ -368,17 +366,13 @@ def _row_groups(paths: list[Path], schema: pa.Schema, columns: list[str], steps:
         except (OSError, pa.ArrowException) as exc:
             return path, exc
 
-    tasks = _wanted_row_groups(paths, steps)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = deque((pool.submit(decode, 0, *task), task) for task in islice(tasks, _AHEAD))
+    tasks = enumerate(_wanted_row_groups(paths, steps))
+    with ThreadPoolExecutor(max_workers=_READERS) as pool:
+        pending = deque(pool.submit(decode, n % _READERS, *task) for n, task in islice(tasks, _READERS))
         while pending:
-            if not pending[0][0].done() and len(pending) > 1 and pending[-1][0].cancel():
-                task = pending.pop()[1]  # not started: the caller decodes it while it waits
-                decoded: Future = Future()
-                decoded.set_result(decode(1, *task))
-                pending.append((decoded, task))
-            done = pending.popleft()[0].result()
-            pending.extend((pool.submit(decode, 0, *task), task) for task in islice(tasks, _AHEAD - len(pending)))
+            done = pending.popleft().result()
+            for n, task in islice(tasks, 1):  # the reader of the task just done is free
+                pending.append(pool.submit(decode, n % _READERS, *task))
             yield done
 
 

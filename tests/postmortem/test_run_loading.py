@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
-import time
 
 import numpy as np
 import pandas as pd
@@ -213,7 +211,7 @@ def test_row_groups_decoded_ahead_arrive_in_order_with_the_same_contents(tmp_pat
     root = _in_row_groups(tmp_path)
     columns = ["step", "role", "name", "key", "norm", "max_abs", "nonfinite"]
     expected = _one_reader(root, columns)
-    assert len(expected) > 3 * loading._AHEAD
+    assert len(expected) > 3 * loading._READERS
     for _ in range(20):  # the decoding threads finish in any order; the batches must not
         got = list(load_run(root).stats_batches(columns))
         assert _same(got, expected)
@@ -224,29 +222,6 @@ def test_row_groups_decoded_ahead_arrive_in_order_with_the_same_contents(tmp_pat
     partial = load_run(root).stats_batches(columns)  # given up after one batch: no hang
     assert _same([next(partial)], expected[:1])
     partial.close()
-
-
-def test_row_groups_the_caller_decodes_while_it_waits_arrive_in_order(tmp_path, monkeypatch):
-    # A slow reading thread: the caller decodes row groups not yet started itself (its own
-    # ParquetFile), and the batches still come in order with the same contents.
-    root = _in_row_groups(tmp_path)
-    columns = ["step", "role", "name", "key", "norm", "max_abs", "nonfinite"]
-    expected = _one_reader(root, columns)
-    read_row_group, caller = pq.ParquetFile.read_row_group, threading.get_ident()
-    decoded_by: list[tuple[int, pq.ParquetFile]] = []  # held: no id is reused meanwhile
-
-    def slow_off_the_caller(self, *args, **kwargs):
-        decoded_by.append((threading.get_ident(), self))
-        if threading.get_ident() != caller:
-            time.sleep(0.02)
-        return read_row_group(self, *args, **kwargs)
-
-    monkeypatch.setattr(pq.ParquetFile, "read_row_group", slow_off_the_caller)
-    assert _same(list(load_run(root).stats_batches(columns)), expected)
-    by_caller = {id(file) for thread, file in decoded_by if thread == caller}
-    by_thread = {id(file) for thread, file in decoded_by if thread != caller}
-    assert by_caller and by_thread and not by_caller & by_thread  # no file read from two threads
-    assert len(decoded_by) == len(expected)
 
 
 def test_a_row_group_that_fails_to_decode_skips_the_rest_of_its_segment(tmp_path):
