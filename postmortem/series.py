@@ -294,8 +294,7 @@ class _Builder:
             self._dictionaries = dictionaries
             self._lut = np.full(size, -1, np.int64)
         role_names = role.dictionary.to_pylist()
-        missing = np.unique(code)
-        missing = missing[self._lut[missing] < 0]
+        missing = np.unique(code[self._lut[code] < 0])  # usually none: every series seen before
         if len(missing):
             names = name.dictionary.to_pylist()
             key_names = [None, *key.dictionary.to_pylist()]
@@ -569,12 +568,30 @@ def _raw(column: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def _raw_at(column: pa.Array, rows: np.ndarray) -> np.ndarray:
-    """A float column's values at `rows` (a bool column's as float32 0/1), NaN where null."""
-    values, valid = _raw(column)
-    taken = values[rows] if values.dtype.kind == "f" else values[rows].astype(np.float32)
-    if valid is not None:
-        taken[~valid[rows]] = np.nan
+    """A float column's values at `rows` (a bool column's as float32 0/1), NaN where null.
+    For a few rows (a thinned batch keeps ~1 in 16) only their bits are read, not the whole
+    column's bitmaps unpacked."""
+    if 8 * len(rows) > len(column) or column.buffers()[1] is None:
+        values, valid = _raw(column)
+        taken = values[rows] if values.dtype.kind == "f" else values[rows].astype(np.float32)
+        if valid is not None:
+            taken[~valid[rows]] = np.nan
+        return taken
+    validity, data = column.buffers()[:2]
+    if pa.types.is_boolean(column.type):
+        taken = _bits_at(data, column.offset, rows).astype(np.float32)
+    else:
+        taken = np.frombuffer(data, column.type.to_pandas_dtype(), count=column.offset + len(column))[
+            column.offset:][rows]
+    if column.null_count:
+        taken[_bits_at(validity, column.offset, rows) == 0] = np.nan
     return taken
+
+
+def _bits_at(bitmap: pa.Buffer, offset: int, rows: np.ndarray) -> np.ndarray:
+    """Bits `offset + rows` of an Arrow bitmap (least significant bit first), as uint8 0/1."""
+    at = rows + offset
+    return (np.frombuffer(bitmap, np.uint8)[at >> 3] >> (at & 7).astype(np.uint8)) & 1
 
 
 def _aux(batch: pa.RecordBatch, rows: np.ndarray | None, starts: np.ndarray, role_codes: np.ndarray,

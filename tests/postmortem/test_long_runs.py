@@ -163,14 +163,20 @@ def test_a_batch_kept_whole_keeps_its_values_when_later_batches_are_thinned(tmp_
 
 
 @pytest.mark.parametrize("kind", [pa.float32(), pa.float64(), pa.bool_()])
-def test_column_values_read_from_their_buffers_match_arrow_at_any_offset(kind):
+@pytest.mark.parametrize("nulls", [0.3, 0.0, 1.0])
+def test_column_values_read_from_their_buffers_match_arrow_at_any_offset(kind, nulls):
     # The per-batch reads take a column's values and validity from its buffers (no filled copy):
-    # sliced at offsets that are not a multiple of 8 they still give Arrow's values, NaN for null.
+    # sliced at offsets that are not a multiple of 8 they still give Arrow's values, NaN for null,
+    # for every row (bitmaps unpacked) and for a few rows (only their bits read).
     rng = np.random.default_rng(1)
     values = rng.uniform(-1, 1, 100) > 0 if kind == pa.bool_() else rng.uniform(-1, 1, 100)
-    column = pa.array(values, kind, mask=rng.uniform(0, 1, 100) < 0.3)
-    for start, length in ((0, 100), (3, 50), (13, 1), (97, 3), (40, 0)):
+    column = pa.array(values, kind, mask=rng.uniform(0, 1, 100) < nulls if nulls else None)
+    if nulls == 1.0:
+        column = pa.nulls(100, kind)
+    for start, length in ((0, 100), (3, 50), (13, 1), (97, 3), (40, 0), (5, 90)):
         piece = column.slice(start, length)
         expected = pc.fill_null(pc.cast(piece, pa.float64()), float("nan")).to_numpy(zero_copy_only=False)
-        rows = np.arange(length)[::-1]
-        np.testing.assert_array_equal(series._raw_at(piece, rows).astype(np.float64), expected[rows])
+        for rows in (np.arange(length)[::-1], np.arange(length)[1::9], np.arange(length)[::-41]):
+            taken = series._raw_at(piece, rows)
+            assert taken.dtype == (np.float64 if kind == pa.float64() else np.float32)
+            np.testing.assert_array_equal(taken.astype(np.float64), expected[rows])
