@@ -311,8 +311,10 @@ LEFT_OUT = {
     # SGD keeps no Adam moments to corrupt.
     "densenet": ("adam_state",),
     # Lightning refuses accumulate_grad_batches under manual optimisation, and WGAN-GP code does not
-    # accumulate by hand (its critic steps are the point).
-    "wgan_gp": ("healthy_accum",),
+    # accumulate by hand (its critic steps are the point). Under bf16 autocast the run does not
+    # settle in its 150 steps: seed 2's sample distance ends 1.06x where it began (fp32: 0.51x), so
+    # no truth could call that variant healthy.
+    "wgan_gp": ("healthy_accum", "healthy_bf16"),
     # Its recipe trains under bf16 autocast already: healthy_bf16 would be the healthy run again.
     "swin": ("healthy_bf16",),
 }
