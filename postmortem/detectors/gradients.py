@@ -199,11 +199,26 @@ def gradient_history(table: SeriesTable, scalars: pd.DataFrame) -> GradientHisto
     finite = np.isfinite(values)
     per_tensor = [(table.step[table.rows(i)], table.magnitude[table.rows(i)]) for i in table.indices("grad")]
     loss = scalars[scalars["name"] == main_loss(scalars)]  # non-finite values too: _loss_change drops them
-    carried = scalars[scalars["name"] == "grad_carried_over"].sort_values("step", kind="stable")
+    carried = _after_an_optimizer_step(
+        scalars[scalars["name"] == "grad_carried_over"].sort_values("step", kind="stable"), scalars)
     return GradientHistory(steps[finite], values[finite], per_tensor,
                            loss["step"].to_numpy(np.int64), loss["value"].to_numpy(np.float64),
                            (carried["step"].to_numpy(np.int64), carried["value"].to_numpy(np.float64))
                            if len(carried) else None)
+
+
+def _after_an_optimizer_step(carried: pd.DataFrame, scalars: pd.DataFrame) -> pd.DataFrame:
+    """The `grad_carried_over` records whose record before stepped an optimizer (or that have
+    none before them, or a run without `optimizer_stepped.*`). Between optimizer steps a loop
+    that calls rec.step() once per micro-batch accumulates on purpose: only a gradient carried
+    past an optimizer's step is a forgotten zero_grad()."""
+    rows = scalars[scalars["name"].astype(str).str.startswith("optimizer_stepped.")]
+    if rows.empty or carried.empty:
+        return carried
+    stepped = rows.groupby("step")["value"].max()
+    before = np.searchsorted(stepped.index.to_numpy(np.int64), carried["step"].to_numpy(np.int64)) - 1
+    keep = (before < 0) | (stepped.to_numpy(np.float64)[np.maximum(before, 0)] > 0)
+    return carried[keep]
 
 
 def _gradient_history(ev: Evidence) -> GradientHistory:
