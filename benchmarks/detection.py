@@ -870,9 +870,11 @@ the never-seen families' scores being the headline, and change nothing after rea
    `swin` (Hugging Face's `SwinForImageClassification` from a small `SwinConfig`: window
    attention, shifted windows, relative position bias tables, patch merging, stochastic depth;
    the plain loop with mixup/cutmix to label-smoothed soft targets, an EMA copy of the weights,
-   AdamW with warm-up + cosine, bf16 autocast), committed and generated in session 11 before
-   its detector changes were final and analysed only for this scoring; detectors changed on
-   every other family. This table is round 10's single scoring.
+   AdamW with warm-up + cosine, bf16 autocast), committed in session 11 before its detector
+   changes were final (`grad_carried_over`, 12z), generated in session 12 at 9381698 (the first
+   attempt stopped at a healthy bf16 WGAN that did not learn; that variant is left out) and
+   analysed only for this scoring; detectors changed on every other family. This table is
+   round 10's single scoring.
 11. Lead time: "median lead (steps)" counts runs whose first non-finite value comes after the
    truth's onset (a NaN batch, or a run that overflows on the injection step, has no lead to
    give; the old all-runs median, "median lead, all", counted those as 0); `(n)` is how many runs
