@@ -13,7 +13,7 @@ import pandas as pd
 from .detectors import CAUSE_LABELS, NOTE, REGISTRY, Evidence, Thresholds, diagnose, gradients, measure_outcome, summarize
 from .detectors import onsets
 from .detectors import verdict as diagnoses_verdict
-from .detectors.base import loss_curve, main_loss, metric_curves
+from .detectors.base import judging_curve, loss_curve, main_loss, metric_curves
 from .detectors.thresholds import GradientThresholds
 from .findings import Finding, FirstNonfinite, Onset, RankedTensor
 from .gaps import missing_step_warnings, unmeasured_warnings
@@ -115,7 +115,10 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     advance(f"fitting {len(table.keys):,} series")
     breaks = fit_breaks(table, scalars, first.step if first else None, thresholds.breaks)
     nonfinite = nonfinite_beyond_inputs(table, scalars, ignore_grads=scaled)
-    stale = gradients.stale_gradients(gradients.gradient_history(table, scalars), thresholds.gradients)
+    loss_steps, loss = loss_curve(scalars)
+    outcome = measure_outcome(loss_steps, loss, metric_curves(scalars), thresholds.outcome,
+                              loss=main_loss(scalars))
+    stale = gradients.stale_gradients(gradients.gradient_history(table, scalars, outcome), thresholds.gradients)
     leaders = diverging(breaks, scalars, stayed_finite=not nonfinite, loss_must_feel=not stale,
                         nonfinite_at=first.step if first else None, thresholds=thresholds.ranking)
     onset, involved = run_onset(breaks, leaders, first, tie_order, thresholds=thresholds.ranking,
@@ -123,12 +126,11 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
                                 robust_floor=thresholds.root_causes.robust_floor)
     diverged = bool(leaders) or nonfinite
     advance("diagnosing")
-    loss_steps, loss = loss_curve(scalars)
-    outcome = measure_outcome(loss_steps, loss, metric_curves(scalars), thresholds.outcome,
-                              loss=main_loss(scalars))
     precomputed = {"stale_gradients": stale}
+    judged_steps, judged = judging_curve(scalars, outcome)
+    finite = np.isfinite(judged)
     onset, diverged = _accumulated(onset, diverged, nonfinite, stale,
-                                   (loss_steps, loss), first, thresholds.gradients)
+                                   (judged_steps[finite], judged[finite]), first, thresholds.gradients)
     evidence = Evidence(table=table, summary=pd.DataFrame(), scalars=scalars, events=events,
                         manifest=run.manifest, first_nonfinite=first, onset=onset if diverged else None,
                         diverged=diverged, recovered=False, breaks=breaks, outcome=outcome)

@@ -12,7 +12,8 @@ from ..findings import Finding
 from ..manifest import frozen_parameters, manifest_order
 from ..scalars import main_loss
 from ..series import SeriesTable
-from .base import ERROR, NOTE, WARNING, Evidence, Outcome, finding, layer_list, loss_curve, register, role
+from .base import (ERROR, NOTE, WARNING, Evidence, Outcome, finding, judging_curve, layer_list, loss_curve,
+                   register, role)
 from .thresholds import GradientThresholds
 
 __all__ = [
@@ -194,15 +195,16 @@ class GradientHistory:
     """The recorder's `grad_carried_over` (steps, shares), where the run has it (from session 11)."""
 
 
-def gradient_history(table: SeriesTable, scalars: pd.DataFrame) -> GradientHistory:
+def gradient_history(table: SeriesTable, scalars: pd.DataFrame, outcome: Outcome) -> GradientHistory:
+    """`loss`: what judges the run (`judging_curve`: the main loss, or an outcome metric where the
+    loss cannot), non-finite values too: _loss_change drops them."""
     steps, values = grad_norm_series(table, scalars)
     finite = np.isfinite(values)
     per_tensor = [(table.step[table.rows(i)], table.magnitude[table.rows(i)]) for i in table.indices("grad")]
-    loss = scalars[scalars["name"] == main_loss(scalars)]  # non-finite values too: _loss_change drops them
+    loss_steps, loss = judging_curve(scalars, outcome)
     carried = _after_an_optimizer_step(
         scalars[scalars["name"] == "grad_carried_over"].sort_values("step", kind="stable"), scalars)
-    return GradientHistory(steps[finite], values[finite], per_tensor,
-                           loss["step"].to_numpy(np.int64), loss["value"].to_numpy(np.float64),
+    return GradientHistory(steps[finite], values[finite], per_tensor, loss_steps, loss,
                            (carried["step"].to_numpy(np.int64), carried["value"].to_numpy(np.float64))
                            if len(carried) else None)
 
@@ -222,7 +224,7 @@ def _after_an_optimizer_step(carried: pd.DataFrame, scalars: pd.DataFrame) -> pd
 
 
 def _gradient_history(ev: Evidence) -> GradientHistory:
-    return gradient_history(ev.table, ev.scalars)
+    return gradient_history(ev.table, ev.scalars, ev.outcome)
 
 
 @register("stale_gradients", "gradients", _gradient_history)

@@ -115,8 +115,9 @@ def came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th
                *, ignore_grads: bool, run_outcome: Outcome) -> bool:
     """The run ends finite, its loss came back (`detectors.outcome.loss_came_back`) and the
     incident did not stop a run that learned until then (`outcome.learning_stopped`): a spike it
-    shrugged off, not a run it ruined."""
-    name = main_loss(scalars)
+    shrugged off, not a run it ruined. Where an outcome metric judges the run (`Outcome.judged_by`)
+    that metric must have come back instead (`outcome.metric_came_back`)."""
+    name = run_outcome.judged_by or main_loss(scalars)
     if onset is None or not len(table.step) or name is None:
         return False
     last = int(table.step.max())
@@ -130,6 +131,12 @@ def came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th
     raw = scalars.loc[scalars["name"] == name, "value"].to_numpy(np.float64)
     if len(raw) == 0 or not np.isfinite(raw[-1]):
         return False
+    if run_outcome.judged_by:
+        rows = scalars[scalars["name"] == name]
+        values = rows["value"].to_numpy(np.float64)
+        finite = np.isfinite(values)
+        return outcome.metric_came_back(rows["step"].to_numpy(np.int64)[finite], values[finite], onset.step,
+                                        run_outcome.higher_is_better, th)
     steps, loss = loss_curve(scalars)
     return (outcome.loss_came_back(steps, loss, onset.step, th)
             and not outcome.learning_stopped(steps, loss, onset.step, run_outcome, th))
