@@ -141,6 +141,10 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
         onset = onsets.cause_onset(onset, [*onsets.root_cause_findings(evidence, thresholds), *precomputed["log_of_zero"]], first)
         if first is None:
             onset = onsets.after_learning(evidence, onset, thresholds) or onset
+        else:
+            precomputed["nonfinite_input"] = REGISTRY["nonfinite_input"].run(evidence, thresholds)
+            onset = onsets.nonfinite_input_onset(evidence, onset, first, precomputed["nonfinite_input"],
+                                                 thresholds) or onset
     elif not diverged:
         onset = onsets.regression_onset(evidence, thresholds, first)
         diverged = onset is not None
