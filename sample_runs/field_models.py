@@ -127,14 +127,28 @@
   timm's idioms: mixup/cutmix to soft targets with label smoothing (`mixup_cutmix`,
   `soft_target_cross_entropy`), an EMA copy of the weights updated after each step (not the
   recorded model), AdamW with warm-up + cosine, bf16 autocast.
+- `QNetwork`: the PyTorch DQN tutorial's Q-network for CartPole (`layer1`, `layer2`: Linear(·, 128)
+  + ReLU; `layer3`: one Q-value per action); trained by DQN (`training.train_dqn`): a replay
+  buffer, ε-greedy exploration with exponential decay, a target network (a copy of the
+  Q-network, not recorded, synced every few steps: Mnih et al.'s and Stable-Baselines3's hard
+  update), Huber loss (`smooth_l1_loss`) on the TD targets, AdamW with AMSGrad and
+  `clip_grad_value_` 100 (the tutorial's). Its TD loss is not a quantity that falls as the agent
+  learns (the targets move): its truth reads the episodes' reward.
+- `KDStudent` / `KDTeacher`: knowledge distillation (Hinton et al. 2015, in the PyTorch knowledge
+  distillation tutorial's shape: a deeper, wider conv teacher and a light conv student, on 8×8
+  digits). The teacher is trained in the generator for a few hundred steps on its own seed, then
+  frozen (`requires_grad_(False)`, eval mode: `distillation_teacher`); the recorded model is the
+  student, trained by the plain loop on `distillation_loss`: α·T²·KL(softmax(t/T) ‖ softmax(s/T))
+  + (1 − α)·cross-entropy, T = 2, α = 0.5, the teacher's logits computed on each micro-batch the
+  student sees (`training.train_field`'s `teacher`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
 `llama`, `autoencoder` and `recsys` before the third, `moe` and `vae` before the fourth, `unet`,
 `seq2seq`, `gnn` and `simclr` before the fifth, `ddpm` and `ctc` before the sixth, `mamba`,
 `fttransformer` and `convnext` before the seventh, `bert_mlm`, `siren` and `pointnet` before the eighth,
-`t5`, `clip` and `densenet` before the ninth, `reinforce`, `wgan_gp` and `swin` before the tenth
-(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`t5`, `clip` and `densenet` before the ninth, `reinforce`, `wgan_gp` and `swin` before the tenth,
+`dqn` and `distil` before the eleventh (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -156,7 +170,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "RecSys", "MoELM", "VAE", "UNet", "Seq2Seq", "GCN", "SimCLR", "GaussianDiffusion", "Denoiser",
            "CTCRecognizer", "Mamba", "FTTransformer", "ConvNeXt", "BertMLM", "Siren", "PointNet", "t5_sorter", "CLIP",
            "DenseNet", "clip_loss", "ActorCritic", "WGANGP", "gradient_penalty", "sliced_wasserstein",
-           "swin_classifier", "mixup_cutmix", "soft_target_cross_entropy", "build_field_model",
+           "swin_classifier", "mixup_cutmix", "soft_target_cross_entropy", "QNetwork", "KDStudent", "KDTeacher",
+           "distillation_loss", "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -1597,9 +1612,68 @@ def soft_target_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> to
     return torch.sum(-targets * torch.log_softmax(logits, -1), -1).mean()
 
 
+class QNetwork(nn.Module):
+    """The PyTorch DQN tutorial's `DQN`: observations → 128 → 128 → one Q-value per action, ReLU."""
+
+    def __init__(self, observations: int, actions: int, width: int = 128) -> None:
+        super().__init__()
+        self.layer1, self.layer2 = nn.Linear(observations, width), nn.Linear(width, width)
+        self.layer3 = nn.Linear(width, actions)
+        self.units = ["layer1", "layer2", "layer3"]
+        self.hidden = ["layer1", "layer2"]
+        self.exposed = ["layer1", "layer3"]  # no normalisation anywhere: the first layer, the Q-values
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.layer3(torch.relu(self.layer2(torch.relu(self.layer1(observations)))))
+
+
+class KDTeacher(nn.Module):
+    """The distillation tutorial's `DeepNN`, small: conv 16 → conv 16 → pool → conv 32 → conv 32 → pool,
+    then Linear(128, 128) → ReLU → dropout → Linear(128, classes)."""
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.classifier = nn.Sequential(nn.Linear(32 * 2 * 2, 128), nn.ReLU(), nn.Dropout(0.1),
+                                        nn.Linear(128, classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x).flatten(1))
+
+
+class KDStudent(nn.Module):
+    """The distillation tutorial's `LightNN`, small: conv 8 → pool → conv 8 → pool, then
+    Linear(32, 64) → ReLU → dropout → Linear(64, classes)."""
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                      nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.classifier = nn.Sequential(nn.Linear(8 * 2 * 2, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, classes))
+        self.units = ["features.0", "features.3", "classifier.0", "classifier.3"]
+        self.hidden = ["features.0", "features.3", "classifier.0"]
+        self.exposed = ["features.0", "classifier.3"]  # no normalisation anywhere: the first conv, the logits
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x).flatten(1))
+
+
+def distillation_loss(student: torch.Tensor, targets: torch.Tensor, teacher: torch.Tensor, *,
+                      temperature: float = 2.0, alpha: float = 0.5) -> torch.Tensor:
+    """Hinton et al.'s loss: α·T²·KL(softmax(teacher/T) ‖ softmax(student/T)) (batchmean, as the
+    tutorials write it with `kl_div` on log-probabilities) + (1 − α)·cross-entropy on the labels."""
+    soft = torch.nn.functional.kl_div(torch.log_softmax(student / temperature, -1),
+                                      torch.log_softmax(teacher / temperature, -1), reduction="batchmean",
+                                      log_target=True)
+    return alpha * temperature ** 2 * soft + (1 - alpha) * torch.nn.functional.cross_entropy(student, targets)
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
-               "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin")
+               "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
+               "dqn", "distil")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -1685,4 +1759,10 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         return WGANGP(RING.noise)
     if arch == "swin":
         return swin_classifier(vocab)
+    if arch == "dqn":
+        from .data import CARTPOLE
+
+        return QNetwork(CARTPOLE.observations, CARTPOLE.actions)
+    if arch == "distil":
+        return KDStudent(vocab)
     raise ValueError(f"unknown field architecture {arch!r}")
