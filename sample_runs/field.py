@@ -17,8 +17,8 @@ word sequences, labels -100 off the masked positions), a SIREN fitting an image 
 coordinates (sine activations, MSE), a PointNet classifying point clouds (an input T-net and
 its orthogonality regulariser), Hugging Face's `T5ForConditionalGeneration` sorting sequences, a
 CLIP-style two-tower contrastive model, a DenseNet-BC, a REINFORCE agent on CartPole, a WGAN-GP
-on a ring of Gaussians, Hugging Face's `SwinForImageClassification`, a DQN agent on CartPole and a
-student distilled from a frozen teacher (`field_models`),
+on a ring of Gaussians, Hugging Face's `SwinForImageClassification`, a DQN agent on CartPole, a
+student distilled from a frozen teacher and a BYOL encoder (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -26,7 +26,8 @@ model by Lightning instead (`framework_loops`), the DenseNet with SGD (Nesterov)
 schedule; the agent by its own policy-gradient loop (`training.train_policy_gradient`), the
 WGAN-GP by Lightning's manual optimisation, the Swin by the plain loop with mixup/cutmix, an EMA
 copy and bf16; the DQN agent by the PyTorch DQN tutorial's loop (`training.train_dqn`), the
-student by the plain loop with its teacher's logits in the loss. Faults come from `faults.py`, at a step t0 and on a
+student by the plain loop with its teacher's logits in the loss, BYOL by the plain loop with its
+EMA target network's projections in the loss. Faults come from `faults.py`, at a step t0 and on a
 tensor drawn per (family, arch, seed); the truth comes from the injection and from the losses the
 loop saw (a fault the run shrugs off is recorded as healthy), never from the analyzer. A family
 whose loss does not fall as it learns declares the metric its truth reads instead
@@ -89,6 +90,9 @@ from .field_models import (
     KDTeacher,
     clip_loss,
     ctc_loss,
+    byol_ema_update,
+    byol_loss,
+    byol_target,
     ddpm_loss,
     distillation_loss,
     info_nce_loss,
@@ -176,6 +180,7 @@ RECIPES = {
     # of 4 updates; at 1e-3 one healthy seed of three ended at 0.90x its first reward shortfall).
     "dqn": Recipe(lr=2.3e-3, weight_decay=0.01, batch=128, clip=100.0, warmup=0, schedule="constant", amsgrad=True),
     "distil": Recipe(lr=5e-3, weight_decay=0.01, batch=32, warmup=10),
+    "byol": Recipe(lr=3e-3, weight_decay=1e-4, batch=32, clip=None),
 }
 N_CRITIC = 5
 """WGAN-GP's critic steps per generator step (the paper's)."""
@@ -185,10 +190,13 @@ DQN_GRADIENT_STEPS = 4
 """The DQN agent's updates per step (one batch of episodes): Stable-Baselines3's `gradient_steps`."""
 DQN_TARGET_EVERY = 10
 """Steps between the DQN target network's hard updates (Stable-Baselines3's `target_update_interval`, in steps)."""
+BYOL_TAU = 0.99
+"""BYOL's target EMA decay (the paper's base 0.996, lower for a 150-step run)."""
 TEACHER_STEPS = 300
 """Adam steps of the distillation teacher's own training (batches of 64 digits), before it is frozen."""
 LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba")
-IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm", "densenet", "swin", "distil")
+IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm", "densenet", "swin", "distil",
+                "byol")
 """Architectures that take (B, 1, 8, 8) digits."""
 LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "recsys": torch.nn.functional.binary_cross_entropy_with_logits,
@@ -196,7 +204,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "seq2seq": seq2seq_loss, "gnn": torch.nn.functional.cross_entropy, "simclr": info_nce_loss,
           "ddpm": ddpm_loss, "ctc": ctc_loss, "convnext": smoothed_cross_entropy,
           "siren": torch.nn.functional.mse_loss, "pointnet": pointnet_loss, "clip": clip_loss,
-          "swin": soft_target_cross_entropy, "distil": distillation_loss}
+          "swin": soft_target_cross_entropy, "distil": distillation_loss, "byol": byol_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -312,14 +320,14 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
 
 FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae", "unet", "gnn",
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
-                "reinforce", "wgan_gp", "swin", "dqn", "distil")
+                "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs. The agent's batch is the observations its update reads (a corrupted rollout buffer), the
 DQN agent's the observations it samples from its replay buffer (a corrupted buffer), the WGAN's
 the real points its critic reads, the student's the images its teacher reads too."""
 
 
-UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn")
+UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol")
 """Architectures trained without targets (self-supervised, generative, contrastive; an agent's
 actions are its own samples): no labels to corrupt."""
 
@@ -489,6 +497,8 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         return loader, held_out, 2, _point_mass_distance(seed)
     rows = digits("rows")
     x = rows.x.unsqueeze(1) if arch in IMAGE_MODELS else rows.x
+    if arch == "byol":  # BYOL's loss of a prediction uncorrelated with its target: 2 − 2·0
+        return two_views_sampler(x[:1500], micro, seed), two_views_sampler(x[1500:], 128, seed + 1), 10, 2.0
     if arch == "simclr":
         return (two_views_sampler(x[:1500], micro, seed), two_views_sampler(x[1500:], 128, seed + 1), 10,
                 math.log(2 * micro - 1))
@@ -635,6 +645,10 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
         ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(
             recipe.ema))
         after_step = lambda: ema.update_parameters(model)  # noqa: E731
+    teacher = distillation_teacher(seed) if arch == "distil" else None
+    if arch == "byol":  # the target network: projections in the loss, an EMA of the online weights after each step
+        teacher = byol_target(model)
+        after_step = lambda: byol_ema_update(teacher, model, BYOL_TAU)  # noqa: E731
     picked = _draws(model, rng)
     fault = spec.fault(t0=t0, factor=factor, classes=classes, **picked)
     schedule = _schedule(Recipe(**{**recipe.__dict__, "warmup": options["warmup"]}), STEPS)
@@ -675,7 +689,7 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                               eval_draw=eval_draw, loss_fn=LOSSES.get(arch, token_cross_entropy), config=config,
                               recorder_options=recorder_options, after_step=after_step,
                               mix=mixup_cutmix(classes, seed) if arch == "swin" else None,
-                              teacher=distillation_teacher(seed) if arch == "distil" else None)
+                              teacher=teacher)
     # Parameters outside every unit's module (the classifier's `pos`) sit before the first block.
     units = [*(n for n, _ in model.named_parameters()
                if not any(n.startswith(u + ".") for u in model.units) and n not in getattr(model, "loose", ())),

@@ -141,6 +141,14 @@
   student, trained by the plain loop on `distillation_loss`: α·T²·KL(softmax(t/T) ‖ softmax(s/T))
   + (1 − α)·cross-entropy, T = 2, α = 0.5, the teacher's logits computed on each micro-batch the
   student sees (`training.train_field`'s `teacher`).
+- `BYOL`: Grill et al.'s BYOL in lucidrains' byol-pytorch layout, small: an online network
+  (`encoder`, a BatchNorm CNN; `projector` and `predictor`, each Linear → BatchNorm1d → ReLU →
+  Linear) and a target network (`byol_target`: a copy of the encoder and projector, not
+  recorded, gradient-free, in train mode as BYOL's is) updated after each step as an EMA of the
+  online weights (`byol_ema_update`, τ = 0.99); the symmetric loss 2 − 2·cos between each
+  view's online prediction and the other view's target projection (`byol_loss`) on two
+  augmented views of each digit, no labels; trained by the plain loop with the target's
+  projections computed on each micro-batch (`training.train_field`'s `teacher`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -148,7 +156,7 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 `seq2seq`, `gnn` and `simclr` before the fifth, `ddpm` and `ctc` before the sixth, `mamba`,
 `fttransformer` and `convnext` before the seventh, `bert_mlm`, `siren` and `pointnet` before the eighth,
 `t5`, `clip` and `densenet` before the ninth, `reinforce`, `wgan_gp` and `swin` before the tenth,
-`dqn` and `distil` before the eleventh (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`dqn`, `distil` and `byol` before the eleventh (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -171,7 +179,7 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "CTCRecognizer", "Mamba", "FTTransformer", "ConvNeXt", "BertMLM", "Siren", "PointNet", "t5_sorter", "CLIP",
            "DenseNet", "clip_loss", "ActorCritic", "WGANGP", "gradient_penalty", "sliced_wasserstein",
            "swin_classifier", "mixup_cutmix", "soft_target_cross_entropy", "QNetwork", "KDStudent", "KDTeacher",
-           "distillation_loss", "build_field_model",
+           "distillation_loss", "BYOL", "byol_target", "byol_ema_update", "byol_loss", "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -1670,10 +1678,68 @@ def distillation_loss(student: torch.Tensor, targets: torch.Tensor, teacher: tor
     return alpha * temperature ** 2 * soft + (1 - alpha) * torch.nn.functional.cross_entropy(student, targets)
 
 
+def _byol_mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
+    """byol-pytorch's `MLP`: Linear → BatchNorm1d → ReLU → Linear."""
+    return nn.Sequential(nn.Linear(inputs, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, outputs))
+
+
+class BYOL(nn.Module):
+    """BYOL's online network: `encoder` (conv → BN → ReLU, strided conv → BN → ReLU, pooled: 32
+    features), `projector` (32 → 64 → 16) and `predictor` (16 → 64 → 16); `forward(views)` returns
+    the predictions of a (2B, 1, 8, 8) batch of views. The target network is `byol_target(model)`."""
+
+    def __init__(self, channels: int = 16, hidden: int = 64, projection: int = 16) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential()
+        self.encoder.conv1 = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1, bias=False),
+                                           nn.BatchNorm2d(channels), nn.ReLU())
+        self.encoder.conv2 = nn.Sequential(nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1, bias=False),
+                                           nn.BatchNorm2d(2 * channels), nn.ReLU())
+        self.encoder.pool = nn.AdaptiveAvgPool2d(1)
+        self.encoder.flatten = nn.Flatten()
+        self.projector = _byol_mlp(2 * channels, hidden, projection)
+        self.predictor = _byol_mlp(projection, hidden, projection)
+        self.units = ["encoder.conv1", "encoder.conv2", "projector", "predictor"]
+        self.hidden = ["encoder.conv1", "encoder.conv2", "projector"]
+        self.exposed = ["projector.3", "predictor.3"]  # no normalisation after them (the loss's cosine aside)
+
+    def forward(self, views: torch.Tensor) -> torch.Tensor:
+        return self.predictor(self.projector(self.encoder(views)))
+
+
+def byol_target(model: BYOL) -> nn.Module:
+    """BYOL's target network: a copy of the online encoder and projector, gradient-free (byol-pytorch's
+    `_get_target_encoder`: `copy.deepcopy`, `requires_grad` off); `forward(views)` gives projections."""
+    import copy
+
+    target = nn.Sequential(copy.deepcopy(model.encoder), copy.deepcopy(model.projector))
+    return target.requires_grad_(False)
+
+
+def byol_ema_update(target: nn.Module, model: BYOL, tau: float = 0.99) -> None:
+    """byol-pytorch's `update_moving_average`: each target weight ← τ·target + (1 − τ)·online; the
+    BatchNorm running statistics copied."""
+    online = nn.Sequential(model.encoder, model.projector)
+    with torch.no_grad():
+        for theirs, ours in zip(target.parameters(), online.parameters()):
+            theirs.lerp_(ours, 1 - tau)
+        for theirs, ours in zip(target.buffers(), online.buffers()):
+            theirs.copy_(ours)
+
+
+def byol_loss(predictions: torch.Tensor, _targets, projections: torch.Tensor) -> torch.Tensor:
+    """BYOL's symmetric loss over 2B views (i and i + B are a pair): 2 − 2·cos(online prediction of
+    one view, target projection of the other), averaged over both directions."""
+    n = len(predictions) // 2
+    other = torch.cat([projections[n:], projections[:n]])
+    cos = torch.nn.functional.cosine_similarity(predictions, other.detach(), dim=-1)
+    return (2 - 2 * cos).mean()
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
-               "dqn", "distil")
+               "dqn", "distil", "byol")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -1765,4 +1831,6 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         return QNetwork(CARTPOLE.observations, CARTPOLE.actions)
     if arch == "distil":
         return KDStudent(vocab)
+    if arch == "byol":
+        return BYOL()
     raise ValueError(f"unknown field architecture {arch!r}")

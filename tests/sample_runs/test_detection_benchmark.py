@@ -86,7 +86,7 @@ def test_each_family_is_scored_with_the_configuration_chosen_on_the_others(detec
     assert detection.choose_per_family(alone) == {"distil": "b", "mlp": "a"}
     text = detection.left_out_section(rows)
     assert "| distil (never seen) | b | 1 | 0/1 (0 %)" in text
-    assert "| **never seen (dqn, distil; 1 runs)** | 1 | 0/1 (0 %)" in text
+    assert "| **never seen (dqn, distil, byol; 1 runs)** | 1 | 0/1 (0 %)" in text
 
 
 def test_a_grid_analyses_each_run_once_per_configuration_and_caches_it(detection, runs):

@@ -45,7 +45,7 @@ def test_catalogue_looks_like_the_field():
                                        "llama", "autoencoder", "recsys", "moe", "vae", "unet", "seq2seq", "gnn",
                                        "simclr", "ddpm", "ctc", "mamba", "fttransformer", "convnext", "bert_mlm",
                                        "siren", "pointnet", "t5", "clip", "densenet", "reinforce",
-                                       "wgan_gp", "swin", "dqn", "distil"}
+                                       "wgan_gp", "swin", "dqn", "distil", "byol"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -866,3 +866,31 @@ def test_the_distilled_student_learns_from_a_frozen_teacher_that_sees_its_batche
     assert math.isfinite(outcome.losses[0]) and not math.isfinite(outcome.losses[1])
     stats = read_stats(tmp_path / "run")
     assert {n for n in stats.query("role == 'param'")["name"]} == {n for n, _ in student.named_parameters()}
+
+
+def test_byol_predicts_the_other_views_target_projection_and_moves_its_target_by_ema_unrecorded(tmp_path):
+    from sample_runs.field import BYOL_TAU
+    from sample_runs.field_models import byol_ema_update, byol_loss, byol_target
+
+    torch.manual_seed(0)
+    model = build_field_model("byol", 10)
+    target = byol_target(model)
+    assert not any(p.requires_grad for p in target.parameters())
+    views = torch.rand(8, 1, 8, 8)
+    assert model(views).shape == target(views).shape == (8, 16)
+    z = torch.randn(4, 16)
+    assert float(byol_loss(torch.cat([z, 3 * z]), None, torch.cat([z, z]))) == pytest.approx(0.0, abs=1e-6)
+    assert float(byol_loss(torch.cat([z, z]), None, torch.cat([-z, -z]))) == pytest.approx(4.0)  # 2 − 2·(−1)
+    assert not any(s.arch == "byol" and s.family == "healthy_spike" for s in SCENARIOS.values())  # no labels
+    before = [p.clone() for p in target.parameters()]
+    draw = lambda: (torch.rand(16, 1, 8, 8), None)  # noqa: E731
+    outcome = train_field(tmp_path / "run", model, _adamw(model, "byol", 1e-2), draw, steps=2, lr_at=lambda step: 1.0,
+                          loss_fn=byol_loss, teacher=target, after_step=lambda: byol_ema_update(target, model, BYOL_TAU))
+    assert len(outcome.losses) == 2 and all(0 <= v <= 4 for v in outcome.losses)
+    online = [*model.encoder.parameters(), *model.projector.parameters()]
+    for old, new, ours in zip(before, target.parameters(), online):
+        assert not torch.equal(old, new) or torch.equal(old, ours)  # the target moved toward the online weights
+        assert (new - old).abs().max() <= (ours - old).abs().max() * (1 - BYOL_TAU) * 2 + 1e-6
+    stats = read_stats(tmp_path / "run")
+    assert {n for n in stats.query("role == 'param'")["name"]} == {n for n, _ in model.named_parameters()}
+    assert stats.query("role == 'target'").empty  # self-supervised: the recorder sees no targets
