@@ -1,6 +1,6 @@
 """Sample training runs with known ground truth: the seeds' failures, injected faults, healthy runs.
 
-`python -m sample_runs list | make NAME --out DIR | make-all --out DIR [--subset small]`.
+`python -m sample_runs list | make NAME --out DIR | make-all --out DIR [--subset small] [--arch A,B]`.
 Each run directory gets an `expected.json` (see `sample_runs.expected.Expected`).
 """
 from .expected import EXPECTED_FILE, VERDICTS, Expected, read_expected, write_expected

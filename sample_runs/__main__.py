@@ -1,4 +1,4 @@
-"""`python -m sample_runs list | make NAME --out DIR | make-all --out DIR [--subset small] | samples`."""
+"""`python -m sample_runs list | make NAME --out DIR | make-all --out DIR [--subset small] [--arch A,B] | samples`."""
 from __future__ import annotations
 
 import argparse
@@ -29,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     every = sub.add_parser("make-all", help="train every scenario into --out/NAME")
     every.add_argument("--out", required=True, type=Path, help="folder that receives one run directory per scenario")
     every.add_argument("--subset", choices=["small"])
+    every.add_argument("--arch", type=lambda text: set(text.split(",")), metavar="A,B",
+                       help="only these model families (the `arch` of `list`), e.g. a round's new ones")
     sub.add_parser("samples", help="regenerate the runs committed in sample_runs/<name>/")
     return parser
 
@@ -56,7 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, expected in make_committed_samples().items():
             print(f"{SAMPLES_DIR / name}: {COMMITTED_SAMPLES[name]} {expected.verdict}")
         return 0
-    names = scenario_names(args.subset)
+    names = [name for name in scenario_names(args.subset) if args.arch is None or SCENARIOS[name].arch in args.arch]
+    unknown = (args.arch or set()) - {s.arch for s in SCENARIOS.values()}
+    if unknown:
+        print(f"error: unknown arch {', '.join(sorted(unknown))}; see `python -m sample_runs list`", file=sys.stderr)
+        return 2
     failed = []
     for i, name in enumerate(names, 1):
         started = time.monotonic()

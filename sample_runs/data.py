@@ -59,6 +59,12 @@ __all__ = [
     "CAPTIONS",
     "CaptionSpec",
     "captioned_digits",
+    "CARTPOLE",
+    "CartPoleSpec",
+    "CartPole",
+    "RING",
+    "RingSpec",
+    "ring_points",
 ]
 
 
@@ -745,3 +751,76 @@ def captioned_digits() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     captions[torch.arange(n), where] = word
     captions[torch.arange(spec.length).unsqueeze(0) >= lengths.unsqueeze(1)] = 0
     return torch.from_numpy(images).unsqueeze(1), captions, y
+
+
+@dataclass(frozen=True)
+class CartPoleSpec:
+    """Gym's CartPole-v1 (Barto, Sutton & Anderson's cart-pole), its constants and its limits, run
+    as `envs` episodes side by side, each capped at `max_steps` steps (reward 1 a step alive)."""
+
+    envs: int = 16
+    max_steps: int = 200
+    gravity: float = 9.8
+    cart_mass: float = 1.0
+    pole_mass: float = 0.1
+    pole_half_length: float = 0.5
+    force: float = 10.0
+    tau: float = 0.02
+    theta_limit: float = 12 * 2 * math.pi / 360
+    x_limit: float = 2.4
+    observations: int = 4
+    actions: int = 2
+
+
+CARTPOLE = CartPoleSpec()
+
+
+class CartPole:
+    """`envs` cart-poles stepped together (numpy, float64 as Gym's), Gym's Euler integration:
+    `reset()` draws every state uniformly in ±0.05 from this env's own generator (the same
+    episodes for the same seed), `step(actions)` pushes each cart left (0) or right (1) and returns
+    the new float32 observations and which episodes ended (the pole past 12°, the cart past 2.4)."""
+
+    def __init__(self, seed: int, envs: int = CARTPOLE.envs) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.envs = envs
+        self.state = np.zeros((envs, 4))
+
+    def reset(self) -> torch.Tensor:
+        self.state = self.rng.uniform(-0.05, 0.05, (self.envs, 4))
+        return torch.from_numpy(self.state.astype(np.float32))
+
+    def step(self, actions: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+        spec = CARTPOLE
+        x, x_dot, theta, theta_dot = self.state.T
+        force = np.where(actions == 1, spec.force, -spec.force)
+        total_mass = spec.cart_mass + spec.pole_mass
+        pole_moment = spec.pole_mass * spec.pole_half_length
+        cos, sin = np.cos(theta), np.sin(theta)
+        temp = (force + pole_moment * theta_dot ** 2 * sin) / total_mass
+        theta_acc = (spec.gravity * sin - cos * temp) / (
+            spec.pole_half_length * (4.0 / 3.0 - spec.pole_mass * cos ** 2 / total_mass))
+        x_acc = temp - pole_moment * theta_acc * cos / total_mass
+        self.state = np.stack([x + spec.tau * x_dot, x_dot + spec.tau * x_acc,
+                               theta + spec.tau * theta_dot, theta_dot + spec.tau * theta_acc], 1)
+        done = (np.abs(self.state[:, 0]) > spec.x_limit) | (np.abs(self.state[:, 2]) > spec.theta_limit)
+        return torch.from_numpy(self.state.astype(np.float32)), done
+
+
+@dataclass(frozen=True)
+class RingSpec:
+    """WGAN-GP's toy data: a ring of 8 Gaussians of `radius` (`gan_real_points`); `batch` real points
+    per critic step, `noise` dims of the generator's input, `held_out` points to measure samples on."""
+
+    radius: float = 2.0
+    batch: int = 64
+    noise: int = 8
+    held_out: int = 512
+
+
+RING = RingSpec()
+
+
+def ring_points(batches: int, per_batch: int, seed: int) -> torch.Tensor:
+    """`batches` × `per_batch` real points of the ring (`RING`), a seed's own draw."""
+    return gan_real_points(batches * per_batch, seed, scale=RING.radius)

@@ -16,14 +16,19 @@ scale, stochastic depth, label smoothing), Hugging Face's `BertForMaskedLM` (mas
 word sequences, labels -100 off the masked positions), a SIREN fitting an image from its pixel
 coordinates (sine activations, MSE), a PointNet classifying point clouds (an input T-net and
 its orthogonality regulariser), Hugging Face's `T5ForConditionalGeneration` sorting sequences, a
-CLIP-style two-tower contrastive model and a DenseNet-BC (`field_models`),
+CLIP-style two-tower contrastive model, a DenseNet-BC, a REINFORCE agent on CartPole, a WGAN-GP
+on a ring of Gaussians and Hugging Face's `SwinForImageClassification` (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
 model by Lightning instead (`framework_loops`), the DenseNet with SGD (Nesterov) and a step
-schedule. Faults come from `faults.py`, at a step t0 and on a
+schedule; the agent by its own policy-gradient loop (`training.train_policy_gradient`), the
+WGAN-GP by Lightning's manual optimisation, the Swin by the plain loop with mixup/cutmix, an EMA
+copy and bf16. Faults come from `faults.py`, at a step t0 and on a
 tensor drawn per (family, arch, seed); the truth comes from the injection and from the losses the
-loop saw (a fault the run shrugs off is recorded as healthy), never from the analyzer.
+loop saw (a fault the run shrugs off is recorded as healthy), never from the analyzer. A family
+whose loss does not fall as it learns declares the metric its truth reads instead
+(`OUTCOME_METRICS`: the agent's reward, the WGAN's sample distance).
 """
 from __future__ import annotations
 
@@ -34,20 +39,24 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
 from . import faults
 from .data import (
     CAPTIONS,
+    CARTPOLE,
     CLOUDS,
     MLM,
     PATTERNS,
+    RING,
     SIGNAL,
     SORT,
     SPEECH,
     T5_SORT,
     TABLE,
+    CartPole,
     Dataset,
     batch_sampler,
     captioned_digits,
@@ -60,6 +69,7 @@ from .data import (
     masked_lm_sampler,
     pattern_images,
     point_clouds,
+    ring_points,
     sort_batch_sampler,
     sbm_graph,
     shapes_data,
@@ -78,15 +88,18 @@ from .field_models import (
     ctc_loss,
     ddpm_loss,
     info_nce_loss,
+    mixup_cutmix,
     moe_lm_loss,
     pointnet_loss,
     seq2seq_loss,
+    sliced_wasserstein,
     smoothed_cross_entropy,
+    soft_target_cross_entropy,
     vae_loss,
 )
 from .nanogpt import LoopConfig, lr_at
-from .framework_loops import train_hf_trainer, train_lightning
-from .training import broke_against, stalled_against, token_cross_entropy, train_field
+from .framework_loops import train_hf_trainer, train_lightning, train_lightning_wgan
+from .training import broke_against, stalled_against, token_cross_entropy, train_field, train_policy_gradient
 
 __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
 
@@ -109,9 +122,12 @@ class Recipe:
     ema: float | None = None
     """The decay of an EMA copy of the weights updated after each optimizer step (diffusion models)."""
     optimizer: str = "adamw"
-    """`adamw`, or `sgd` (Nesterov momentum 0.9)."""
+    """`adamw`, `adam` (no weight decay), or `sgd` (Nesterov momentum 0.9)."""
     schedule: str = "cosine"
-    """`cosine` (nanoGPT's warm-up then cosine), or `step` (÷10 at 50 % and 75 % of the steps: DenseNet's)."""
+    """`cosine` (nanoGPT's warm-up then cosine), `step` (÷10 at 50 % and 75 % of the steps:
+    DenseNet's), `linear` (decay to 0 over the run: WGAN-GP's), or `constant` (Stable-Baselines3's default)."""
+    bf16: bool = False
+    """Trained under CPU bf16 autocast (timm's `--amp` with bf16)."""
 
 
 RECIPES = {
@@ -143,16 +159,26 @@ RECIPES = {
     "t5": Recipe(lr=3e-3, weight_decay=0.01, batch=32),
     "clip": Recipe(lr=2e-3, weight_decay=0.1, batch=32, betas=(0.9, 0.98)),
     "densenet": Recipe(lr=0.1, weight_decay=1e-4, batch=32, clip=None, warmup=0, optimizer="sgd", schedule="step"),
+    "reinforce": Recipe(lr=1e-3, weight_decay=0.0, batch=CARTPOLE.envs, clip=0.5, warmup=0, optimizer="adam",
+                        schedule="constant"),
+    "wgan_gp": Recipe(lr=2e-3, weight_decay=0.0, batch=RING.batch, clip=None, betas=(0.0, 0.9), warmup=0,
+                      optimizer="adam", schedule="linear"),
+    "swin": Recipe(lr=2e-3, weight_decay=0.05, batch=32, clip=5.0, ema=0.99, bf16=True),
 }
+N_CRITIC = 5
+"""WGAN-GP's critic steps per generator step (the paper's)."""
+GRADIENT_PENALTY = 10.0
+"""WGAN-GP's penalty weight λ (the paper's)."""
 LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba")
-IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm", "densenet")
+IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm", "densenet", "swin")
 """Architectures that take (B, 1, 8, 8) digits."""
 LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "recsys": torch.nn.functional.binary_cross_entropy_with_logits,
           "moe": moe_lm_loss, "vae": vae_loss, "unet": torch.nn.functional.cross_entropy,
           "seq2seq": seq2seq_loss, "gnn": torch.nn.functional.cross_entropy, "simclr": info_nce_loss,
           "ddpm": ddpm_loss, "ctc": ctc_loss, "convnext": smoothed_cross_entropy,
-          "siren": torch.nn.functional.mse_loss, "pointnet": pointnet_loss, "clip": clip_loss}
+          "siren": torch.nn.functional.mse_loss, "pointnet": pointnet_loss, "clip": clip_loss,
+          "swin": soft_target_cross_entropy}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -160,9 +186,47 @@ TIED = {"mamba": ("embedding",), "bert_mlm": ("mlm.bert.embeddings",), "t5": ("s
 """Units whose weight is also the head's (no gradient lost when a later block is detached), beyond GPT's `wte`."""
 
 
+@dataclass(frozen=True)
+class OutcomeMetric:
+    """The metric a family's truth reads instead of its loss, where the loss is not a quantity
+    that falls as it learns (a policy gradient's surrogate, a WGAN's critic and generator losses):
+    the scalar its loop passes to `rec.step()` each step, whether higher is better, and the best
+    value it can take. The truth judges the distance to that best (`distance`: lower is better,
+    0 at best) wherever it would judge the loss, against the fault-free twin's distances."""
+
+    name: str
+    higher_is_better: bool
+    best: float
+
+    def distance(self, value: float) -> float:
+        return self.best - value if self.higher_is_better else value - self.best
+
+
+OUTCOME_METRICS = {
+    "reinforce": OutcomeMetric("reward", higher_is_better=True, best=float(CARTPOLE.max_steps)),
+    "wgan_gp": OutcomeMetric("sliced_wasserstein", higher_is_better=False, best=0.0),
+}
+"""Families judged on a metric (see `OutcomeMetric`); every other family on its training loss."""
+
+
+def _judged(arch: str, outcome) -> list[float]:
+    """The series an architecture's truth reads: its losses, or its outcome metric's distance to
+    the best, NaN at every step whose loss was not finite (the update that broke the run)."""
+    metric = OUTCOME_METRICS.get(arch)
+    if metric is None:
+        return list(outcome.losses)
+    return [metric.distance(value) if math.isfinite(loss) else math.nan
+            for value, loss in zip(outcome.metrics[metric.name], outcome.losses)]
+
+
 def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
     """nanoGPT's `get_lr` (`nanogpt.lr_at`) as a factor on each group's base lr: linear warm-up,
-    then cosine decay to 10 %; or DenseNet's steps (÷10 at 50 % and at 75 % of the steps)."""
+    then cosine decay to 10 %; or DenseNet's steps (÷10 at 50 % and at 75 % of the steps); or WGAN-GP's
+    linear decay to 0 at the last step; or a constant lr."""
+    if recipe.schedule == "constant":
+        return lambda step: 1.0
+    if recipe.schedule == "linear":
+        return lambda step: 1 - step / steps
     if recipe.schedule == "step":
         return lambda step: 0.1 ** ((step >= steps // 2) + (step >= 3 * steps // 4))
     config = LoopConfig(steps=steps, warmup=recipe.warmup, lr=1.0)
@@ -228,12 +292,16 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
 
 
 FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae", "unet", "gnn",
-                "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet")
-"""Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token IDs."""
+                "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
+                "reinforce", "wgan_gp", "swin")
+"""Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
+IDs. The agent's batch is the observations its update reads (a corrupted rollout buffer), the
+WGAN's the real points its critic reads."""
 
 
-UNTARGETED = ("simclr", "ddpm", "clip")
-"""Architectures trained without targets (self-supervised, generative, contrastive): no labels to corrupt."""
+UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp")
+"""Architectures trained without targets (self-supervised, generative, contrastive; an agent's
+actions are its own samples): no labels to corrupt."""
 
 
 LEFT_OUT = {
@@ -242,6 +310,13 @@ LEFT_OUT = {
     "t5": ("missing_zero_grad", "missing_step"),
     # SGD keeps no Adam moments to corrupt.
     "densenet": ("adam_state",),
+    # Lightning refuses accumulate_grad_batches under manual optimisation, and WGAN-GP code does not
+    # accumulate by hand (its critic steps are the point). Under bf16 autocast the run does not
+    # settle in its 150 steps: seed 2's sample distance ends 1.06x where it began (fp32: 0.51x), so
+    # no truth could call that variant healthy.
+    "wgan_gp": ("healthy_accum", "healthy_bf16"),
+    # Its recipe trains under bf16 autocast already: healthy_bf16 would be the healthy run again.
+    "swin": ("healthy_bf16",),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -275,7 +350,7 @@ FIELD_FAMILIES: dict[str, FieldFamily] = {
         archs=FLOAT_INPUTS, notes="batch at step {t0} carries NaN"),
     "adam_state": FieldFamily(
         lambda t0, **_: faults.AdamStateZeroed(t0=t0, layer=""), "diverged", ("diverged",),
-        cause="optimizer_state_changed", notes="AdamW exp_avg_sq of every tensor zeroed at step {t0}, exp_avg kept (a partial state restore)"),
+        cause="optimizer_state_changed", notes="Adam(W) exp_avg_sq of every tensor zeroed at step {t0}, exp_avg kept (a partial state restore)"),
     "missing_zero_grad": FieldFamily(
         lambda t0, **_: faults.MissingZeroGrad(t0=t0), "diverged_or_stalled", ("stale_gradients",),
         notes="optimizer.zero_grad() no longer called from step {t0}"),
@@ -312,7 +387,10 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     BCE of the mean image for the VAE (its KL term is 0 there), the entropy of the mask's pixel
     classes for the U-Net, ln(2B − 1) for InfoNCE over 2B views, 1 for the DDPM (ε's variance),
     the CTC loss of the best input-independent frame distribution for the CTC model, the entropy
-    of the masked words for BERT."""
+    of the masked words for BERT; for the families judged on a metric (`OUTCOME_METRICS`) its
+    distance to the best where nothing was learned: a uniformly random policy's reward shortfall
+    for the agent (its `draw` makes the environments), a generator that emits the data's mean for
+    the WGAN-GP (its `draw` is the loader of real points, `eval_draw` the held-out points)."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in LANGUAGE_MODELS:
         tokens, vocab = char_corpus(CORPUS_CHARS, seed)
@@ -375,6 +453,13 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         return (loader(pairs[:1536], batch_size=micro, shuffle=True, drop_last=True,
                        generator=torch.Generator().manual_seed(seed)),
                 loader(pairs[1536:], batch_size=64), CAPTIONS.vocab, math.log(micro))
+    if arch == "reinforce":  # episodes, not a dataset: a CartPole batch per seed; no eval draw (the loop's own)
+        return CartPole, None, CARTPOLE.actions, _random_policy_shortfall()
+    if arch == "wgan_gp":  # one loader batch per generator step: its N_CRITIC critic batches
+        per_step = N_CRITIC * recipe.batch
+        loader = torch.utils.data.DataLoader(ring_points(STEPS, per_step, seed), batch_size=per_step)
+        held_out = ring_points(1, RING.held_out, 1000 + seed)
+        return loader, held_out, 2, _point_mass_distance(seed)
     rows = digits("rows")
     x = rows.x.unsqueeze(1) if arch in IMAGE_MODELS else rows.x
     if arch == "simclr":
@@ -430,10 +515,38 @@ def _mlm_chance() -> float:
     return float(-(share * share.log()).sum())
 
 
+@lru_cache(maxsize=1)
+def _random_policy_shortfall() -> float:
+    """The mean reward shortfall (to CartPole's cap) of a policy choosing uniformly at random, over 16 batches of episodes."""
+    env, rng, rewards = CartPole(99), np.random.default_rng(99), []
+    for _ in range(16):
+        env.reset()
+        running, alive = np.ones(env.envs, dtype=bool), np.zeros(env.envs)
+        for _ in range(CARTPOLE.max_steps):
+            alive += running
+            running &= ~env.step(rng.integers(0, CARTPOLE.actions, env.envs))[1]
+            if not running.any():
+                break
+        rewards.append(alive.mean())
+    return OUTCOME_METRICS["reinforce"].distance(float(np.mean(rewards)))
+
+
+def _directions(seed: int) -> torch.Tensor:
+    """16 unit directions in the plane for the sliced Wasserstein distance, a seed's own."""
+    return torch.nn.functional.normalize(torch.randn(16, 2, generator=torch.Generator().manual_seed(seed)), dim=1)
+
+
+def _point_mass_distance(seed: int) -> float:
+    """The sliced Wasserstein distance to the held-out ring of a generator that emits the training data's mean."""
+    data, held_out = ring_points(STEPS, N_CRITIC * RING.batch, seed), ring_points(1, RING.held_out, 1000 + seed)
+    return sliced_wasserstein(data.mean(0).expand_as(held_out), held_out, _directions(seed))
+
+
 @lru_cache(maxsize=None)  # 24 twins; the catalogue visits them family by family
 def _twin_losses(arch: str, seed: int) -> tuple[float, ...]:
-    """The losses of the fault-free twin: the architecture's healthy recipe, same seed, unrecorded."""
-    return tuple(_train(None, "healthy", arch, seed, {})[0].losses)
+    """What the truth reads of the fault-free twin (the architecture's healthy recipe, same seed,
+    unrecorded): its losses, or its outcome metric's distances to the best (`_judged`)."""
+    return tuple(_judged(arch, _train(None, "healthy", arch, seed, {})[0]))
 
 
 def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_options: dict):
@@ -443,13 +556,19 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     t0 = rng.randint(*T0_RANGE)
     factor = {"lr_spike": rng.choice((30.0, 100.0, 300.0, 1000.0, 3000.0)),
               "weight_scale": rng.choice((100.0, 200.0, 300.0))}.get(family, 1.0)
-    options = {"accumulation": recipe.accumulation, "bf16": False, "warmup": recipe.warmup, **spec.recipe}
+    options = {"accumulation": recipe.accumulation, "bf16": recipe.bf16, "warmup": recipe.warmup, **spec.recipe}
     torch.manual_seed(seed)
     draw, eval_draw, classes, chance = _data(arch, recipe, seed, options["accumulation"])
     model = build_field_model(arch, classes)
     lr = recipe.lr * spec.lr_factor
     if recipe.optimizer == "sgd":
         optimizer = torch.optim.SGD(_param_groups(model, recipe, lr), lr=lr, momentum=0.9, nesterov=True)
+    elif arch == "wgan_gp":  # one Adam per network, each with its blocks' groups
+        groups = _param_groups(model, recipe, lr)
+        optimizer = tuple(torch.optim.Adam([g for g in groups if g["layer"].startswith(net + ".")], lr=lr,
+                                           betas=recipe.betas) for net in ("generator", "critic"))
+    elif recipe.optimizer == "adam":
+        optimizer = torch.optim.Adam(_param_groups(model, recipe, lr), lr=lr, betas=recipe.betas)
     else:
         optimizer = torch.optim.AdamW(_param_groups(model, recipe, lr), lr=lr, betas=recipe.betas)
     after_step = None
@@ -469,6 +588,17 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                                    fault=fault, micro_batch=micro, accumulation=options["accumulation"],
                                    clip=recipe.clip, bf16=options["bf16"], seed=seed, config=config,
                                    recorder_options=recorder_options)
+    elif arch == "reinforce":
+        outcome = train_policy_gradient(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, seed=seed,
+                                        max_steps=CARTPOLE.max_steps, fault=fault,
+                                        accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
+                                        config=config, recorder_options=recorder_options)
+    elif arch == "wgan_gp":
+        outcome = train_lightning_wgan(run_dir, model, optimizer, draw, eval_draw, directions=_directions(seed),
+                                       fault=fault, lr_at=schedule, n_critic=N_CRITIC,
+                                       batch=recipe.batch, noise=RING.noise, penalty=GRADIENT_PENALTY,
+                                       bf16=options["bf16"], seed=seed, config=config,
+                                       recorder_options=recorder_options)
     elif arch == "clip":
         outcome = train_lightning(run_dir, model, optimizer, draw, eval_draw, steps=STEPS, lr_at=schedule, fault=fault,
                                   loss_fn=clip_loss, accumulation=options["accumulation"], clip=recipe.clip,
@@ -478,7 +608,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
         outcome = train_field(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, fault=fault,
                               accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
                               eval_draw=eval_draw, loss_fn=LOSSES.get(arch, token_cross_entropy), config=config,
-                              recorder_options=recorder_options, after_step=after_step)
+                              recorder_options=recorder_options, after_step=after_step,
+                              mix=mixup_cutmix(classes, seed) if arch == "swin" else None)
     # Parameters outside every unit's module (the classifier's `pos`) sit before the first block.
     units = [*(n for n, _ in model.named_parameters()
                if not any(n.startswith(u + ".") for u in model.units) and n not in getattr(model, "loose", ())),
@@ -490,7 +621,7 @@ def field_run(run_dir: Path, family: str, arch: str, seed: int, recorder_options
     """Trains one field scenario into `run_dir`; returns the truth's fields (see `Expected`)."""
     spec = FIELD_FAMILIES[family]
     outcome, t0, factor, picked, units, chance = _train(run_dir, family, arch, seed, recorder_options)
-    losses = outcome.losses
+    losses = _judged(arch, outcome)
     twin = list(_twin_losses(arch, seed)) if spec.outcome != "healthy" else []
     verdict, onset = _verdict(spec.outcome, losses, twin, t0, chance)
     shrugged = verdict == "healthy" and spec.outcome != "healthy"
@@ -505,6 +636,8 @@ def field_run(run_dir: Path, family: str, arch: str, seed: int, recorder_options
     notes = spec.notes.format(t0=t0, culprit=picked.get(spec.culprit or "", ""), factor=factor)
     if shrugged:
         notes += "; training did not break (against its fault-free twin): the truth says healthy"
+    if arch in OUTCOME_METRICS:
+        notes += f"; judged on {OUTCOME_METRICS[arch].name}, not the loss"
     tolerated = [label for label in (*spec.labels, *([spec.cause] if spec.cause else [])) if label != "diverged"] \
         if shrugged else []
     return {"verdict": verdict, "onset_step": onset, "culprit": culprit, "culprit_alternatives": alternatives,

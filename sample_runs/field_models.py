@@ -110,13 +110,31 @@
   transitions BN-ReLU-Conv1×1 with compression 0.5 and 2×2 average pooling; final BN-ReLU,
   global pool, Linear. Trained by the plain loop with SGD, Nesterov momentum 0.9, weight decay
   1e-4 and the paper's step schedule (lr ÷10 at 50 % and 75 % of training).
+- `ActorCritic`: a policy-gradient agent for CartPole (`data.CartPole`): a tanh MLP policy over
+  two categorical actions and a separate tanh MLP value baseline (Stable-Baselines3's layout,
+  small); trained by REINFORCE with the baseline and an entropy bonus, Adam and
+  `clip_grad_norm_` (`training.train_policy_gradient`). Its loss is a surrogate, not a quantity
+  that falls as the agent learns: its truth reads the episodes' reward.
+- `WGANGP`: Gulrajani et al.'s WGAN-GP on the ring of 8 Gaussians: an MLP generator and an MLP
+  critic (no normalisation, as the paper asks), the critic's loss with a gradient penalty on
+  interpolates (`gradient_penalty`, `torch.autograd.grad(create_graph=True)`); trained by
+  Lightning's manual optimisation, 5 critic steps per generator step, Adam betas (0, 0.9)
+  (`framework_loops.train_lightning_wgan`); its truth reads the samples' sliced Wasserstein
+  distance to held-out real points (`sliced_wasserstein`), as seed 001's GAN reads its samples.
+- `swin_classifier`: Hugging Face's `SwinForImageClassification` from a small `SwinConfig` (no
+  download: window attention with relative position bias tables, shifted windows in every
+  second block, patch merging, stochastic depth) on 8×8 digits; trained by the plain loop with
+  timm's idioms: mixup/cutmix to soft targets with label smoothing (`mixup_cutmix`,
+  `soft_target_cross_entropy`), an EMA copy of the weights updated after each step (not the
+  recorded model), AdamW with warm-up + cosine, bf16 autocast.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
 `llama`, `autoencoder` and `recsys` before the third, `moe` and `vae` before the fourth, `unet`,
 `seq2seq`, `gnn` and `simclr` before the fifth, `ddpm` and `ctc` before the sixth, `mamba`,
 `fttransformer` and `convnext` before the seventh, `bert_mlm`, `siren` and `pointnet` before the eighth,
-`t5`, `clip` and `densenet` before the ninth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`t5`, `clip` and `densenet` before the ninth, `reinforce`, `wgan_gp` and `swin` before the tenth
+(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -137,7 +155,8 @@ from .models import TinyGPT
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
            "RecSys", "MoELM", "VAE", "UNet", "Seq2Seq", "GCN", "SimCLR", "GaussianDiffusion", "Denoiser",
            "CTCRecognizer", "Mamba", "FTTransformer", "ConvNeXt", "BertMLM", "Siren", "PointNet", "t5_sorter", "CLIP",
-           "DenseNet", "clip_loss", "build_field_model",
+           "DenseNet", "clip_loss", "ActorCritic", "WGANGP", "gradient_penalty", "sliced_wasserstein",
+           "swin_classifier", "mixup_cutmix", "soft_target_cross_entropy", "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -1446,9 +1465,141 @@ class DenseNet(nn.Module):
         return self.head(torch.relu(self.norm(x)).mean((-2, -1)))
 
 
+class ActorCritic(nn.Module):
+    """A categorical policy (`pi1`, `pi2`: Linear + tanh; `pi_head`: the actions' logits) and a
+    separate value baseline (`value1`: Linear + tanh; `value_head`); `forward(observations)`
+    returns (logits, values), `policy(observations)` the logits alone."""
+
+    def __init__(self, observations: int, actions: int, width: int = 32) -> None:
+        super().__init__()
+        self.pi1, self.pi2 = nn.Linear(observations, width), nn.Linear(width, width)
+        self.pi_head = nn.Linear(width, actions)
+        self.value1, self.value_head = nn.Linear(observations, width), nn.Linear(width, 1)
+        with torch.no_grad():  # SB3's init: orthogonal, gain √2 in the bodies, 0.01 on the policy head
+            for layer in (self.pi1, self.pi2, self.value1):
+                nn.init.orthogonal_(layer.weight, math.sqrt(2))
+            nn.init.orthogonal_(self.pi_head.weight, 0.01)
+            for layer in (self.pi1, self.pi2, self.value1, self.pi_head, self.value_head):
+                nn.init.zeros_(layer.bias)
+        self.units = ["pi1", "pi2", "pi_head", "value1", "value_head"]
+        self.hidden = ["pi1", "pi2"]
+        self.exposed = ["pi1", "pi_head"]  # no normalisation anywhere: the first layer's tanh, the logits
+
+    def policy(self, observations: torch.Tensor) -> torch.Tensor:
+        """The actions' logits alone (what acting needs)."""
+        return self.pi_head(torch.tanh(self.pi2(torch.tanh(self.pi1(observations)))))
+
+    def forward(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy(observations), self.value_head(torch.tanh(self.value1(observations))).squeeze(-1)
+
+
+def _mlp(inputs: int, width: int, outputs: int) -> nn.Sequential:
+    from collections import OrderedDict
+
+    return nn.Sequential(OrderedDict(fc0=nn.Linear(inputs, width), act0=nn.ReLU(), fc1=nn.Linear(width, width),
+                                     act1=nn.ReLU(), out=nn.Linear(width, outputs)))
+
+
+class WGANGP(nn.Module):
+    """WGAN-GP's two networks: `generator` (noise → a 2-D point) and `critic` (a point → a score),
+    ReLU MLPs without normalisation (the penalty is per sample: no BatchNorm in the critic)."""
+
+    def __init__(self, noise: int, width: int = 64) -> None:
+        super().__init__()
+        self.generator, self.critic = _mlp(noise, width, 2), _mlp(2, width, 1)
+        layers = ("fc0", "fc1", "out")
+        self.units = [f"{net}.{layer}" for net in ("generator", "critic") for layer in layers]
+        self.hidden = ["generator.fc0", "generator.fc1"]
+        self.exposed = ["generator.out", "critic.out"]  # the samples; the critic's score
+
+
+def gradient_penalty(critic: nn.Module, real: torch.Tensor, fake: torch.Tensor,
+                     generator: torch.Generator | None = None) -> torch.Tensor:
+    """Gulrajani et al.'s penalty: (‖∇ₓ critic(x̂)‖₂ − 1)² at x̂ uniformly between each real and fake
+    point, differentiable (create_graph) so that the critic's step follows it."""
+    alpha = torch.rand(len(real), 1, generator=generator)
+    mixed = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+    (grad,) = torch.autograd.grad(critic(mixed).sum(), mixed, create_graph=True)
+    return ((grad.norm(2, dim=1) - 1) ** 2).mean()
+
+
+def sliced_wasserstein(samples: torch.Tensor, real: torch.Tensor, directions: torch.Tensor) -> float:
+    """The sliced 1-Wasserstein distance between two equally sized point sets: the mean over unit
+    `directions` of the mean gap between their sorted projections."""
+    gaps = (samples.float() @ directions.T).sort(0).values - (real @ directions.T).sort(0).values
+    return float(gaps.abs().mean())
+
+
+def swin_classifier(classes: int, image: int = 8, channels: int = 1) -> nn.Module:
+    """`SwinForImageClassification` from a small `SwinConfig` (built, not downloaded): 2×2 patches,
+    stage 1 at 4×4 tokens with 2×2 windows (the second block's shifted by 1), patch merging to
+    2×2, stage 2 (one window: Swin shifts nothing there), stochastic depth 0.1; `forward(x)`
+    returns the logits, the zoo's `units`, `hidden` and `exposed` tagged on (`SwinClassifier`)."""
+    from transformers import SwinConfig, SwinForImageClassification
+
+    class SwinClassifier(SwinForImageClassification):
+        """The Swin model itself (so that the recorder sees its own parameter names), with the zoo's units."""
+
+        def __init__(self, config: SwinConfig) -> None:
+            super().__init__(config)
+            blocks = [[f"swin.encoder.layers.{s}.blocks.{b}" for b in range(depth)]
+                      for s, depth in enumerate(config.depths)]
+            self.units = ["swin.embeddings", *blocks[0], "swin.encoder.layers.0.downsample", *blocks[1],
+                          "swin.layernorm", "classifier"]
+            self.hidden = self.units[1:-2]
+            # The logits; the last block's MLP output (into the residual stream before the final LayerNorm).
+            self.exposed = ["classifier", f"{blocks[1][-1]}.mlp.fc2"]
+
+        def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:  # noqa: D102 - logits only, for the loop's loss
+            return super().forward(pixel_values=pixel_values).logits
+
+    config = SwinConfig(image_size=image, patch_size=2, num_channels=channels, embed_dim=32, depths=[2, 2],
+                        num_heads=[2, 4], window_size=2, mlp_ratio=2.0, drop_path_rate=0.1, num_labels=classes)
+    return SwinClassifier(config)
+
+
+def mixup_cutmix(classes: int, seed: int, *, mixup_alpha: float = 0.8, cutmix_alpha: float = 1.0,
+                 smoothing: float = 0.1):
+    """timm's `Mixup` as the loop calls it on each training batch: with probability ½ mixup (the
+    batch blended with its flip by λ ~ Beta(0.8, 0.8)), else cutmix (a box of area 1 − λ,
+    λ ~ Beta(1, 1), pasted from the flip, λ corrected to the box's real area); targets become
+    λ·y + (1 − λ)·y_flip of label-smoothed one-hots. Returns `mix(x, y) -> (x, soft y)`."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)  # timm draws λ and the box with numpy too
+
+    def mix(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        off, on = smoothing / classes, 1 - smoothing + smoothing / classes
+        one_hot = torch.full((len(y), classes), off).scatter_(1, y.unsqueeze(1), on)
+        if rng.random() < 0.5:
+            lam = float(rng.beta(mixup_alpha, mixup_alpha))
+            x = lam * x + (1 - lam) * x.flip(0)
+        else:
+            lam = float(rng.beta(cutmix_alpha, cutmix_alpha))
+            height, width = x.shape[-2:]
+            cut_h, cut_w = int(height * math.sqrt(1 - lam)), int(width * math.sqrt(1 - lam))
+            cy, cx = int(rng.integers(height)), int(rng.integers(width))
+            top, bottom = max(cy - cut_h // 2, 0), min(cy + cut_h // 2, height)
+            left, right = max(cx - cut_w // 2, 0), min(cx + cut_w // 2, width)
+            x = x.clone()
+            x[..., top:bottom, left:right] = x.flip(0)[..., top:bottom, left:right]
+            lam = 1 - (bottom - top) * (right - left) / (height * width)
+        return x, lam * one_hot + (1 - lam) * one_hot.flip(0)
+
+    return mix
+
+
+def soft_target_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """timm's `SoftTargetCrossEntropy` on the mixed soft targets; plain cross-entropy on class
+    indices (the eval loop's unmixed batches)."""
+    if not targets.is_floating_point():
+        return torch.nn.functional.cross_entropy(logits, targets)
+    return torch.sum(-targets * torch.log_softmax(logits, -1), -1).mean()
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
-               "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet")
+               "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -1524,4 +1675,14 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         return CLIP(vocab, CAPTIONS.length)
     if arch == "densenet":
         return DenseNet(vocab)
+    if arch == "reinforce":
+        from .data import CARTPOLE
+
+        return ActorCritic(CARTPOLE.observations, CARTPOLE.actions)
+    if arch == "wgan_gp":
+        from .data import RING
+
+        return WGANGP(RING.noise)
+    if arch == "swin":
+        return swin_classifier(vocab)
     raise ValueError(f"unknown field architecture {arch!r}")

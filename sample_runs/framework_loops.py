@@ -11,6 +11,7 @@ loss first goes non-finite, as a user's NaN check would, through the framework's
 from __future__ import annotations
 
 import tempfile
+from collections import ChainMap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from torch import nn
 from .faults import Fault
 from .training import Outcome, TrainingDiverged
 
-__all__ = ["train_hf_trainer", "train_lightning"]
+__all__ = ["train_hf_trainer", "train_lightning", "train_lightning_wgan"]
 
 
 def _before_step(fault: Fault, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> None:
@@ -34,10 +35,11 @@ def _scheduler(optimizer: torch.optim.Optimizer, lr_at: Callable[[int], float]):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
 
 
-def _logged(outcome: Outcome, step: int, losses: list[float]) -> bool:
-    """Keeps the step's mean micro-batch loss; False where the loop should stop (non-finite for a while)."""
+def _logged(outcome: Outcome, step: int, losses: list[float], **metrics: float) -> bool:
+    """Keeps the step's mean micro-batch loss (and its metrics); False where the loop should stop
+    (non-finite for a while)."""
     try:
-        outcome.log(step, sum(losses) / len(losses))
+        outcome.log(step, sum(losses) / len(losses), **metrics)
     except TrainingDiverged:
         return False
     return True
@@ -197,3 +199,94 @@ def train_lightning(run_dir: Path | None, model: nn.Module, optimizer: torch.opt
                             callbacks=callbacks)
         trainer.fit(FieldModule(), train_batches, val_batches)
     return outcome
+
+
+class _Optimizers:
+    """What a fault's `before_step` reads of "the optimizer" in a loop with several: every param
+    group (a group's lr, found by its `layer` tag) and every parameter's state."""
+
+    def __init__(self, *optimizers: torch.optim.Optimizer) -> None:
+        self.param_groups = [group for optimizer in optimizers for group in optimizer.param_groups]
+        self.state = ChainMap(*(optimizer.state for optimizer in optimizers))
+
+
+def train_lightning_wgan(run_dir: Path | None, model: nn.Module, optimizers: tuple[torch.optim.Optimizer, ...],
+                         train_batches, held_out: torch.Tensor, *, directions: torch.Tensor, fault: Fault,
+                         lr_at: Callable[[int], float], n_critic: int, batch: int, noise: int, penalty: float,
+                         bf16: bool, seed: int,
+                         config: dict | None = None,
+                         recorder_options: dict | None = None) -> Outcome:
+    """WGAN-GP (Gulrajani et al.'s algorithm 1) as a LightningModule under manual optimisation
+    (`automatic_optimization = False`): each batch holds `n_critic` real batches; for each, the
+    critic's step on critic(fake) − critic(real) + `penalty` · gradient penalty, then one
+    generator step on −critic(G(z)), each with its own `zero_grad`, `manual_backward` and
+    `step`, `(generator, critic)` optimizers, no clipping; `lr_at(step)` is the schedule's factor
+    on each group's `base_lr`, set at each batch's start (the paper's linear decay). `training_step` returns
+    both losses and the samples' sliced Wasserstein distance to `held_out` (fixed noise, the unit
+    `directions`), which our Lightning callback records as scalars. One epoch of the loader's
+    batches (Lightning counts every optimizer's step in `global_step`: the batch index is the step).
+    `fault.before_step` runs at each batch's start with both optimizers, `fault.batch` on the real
+    points, `fault.zero_grad` / `fault.take_step` decide every `zero_grad` / `step` call."""
+    import lightning as L
+
+    from .field_models import gradient_penalty, sliced_wasserstein
+
+    fault.install(model)
+    outcome = Outcome()
+    both = _Optimizers(*optimizers)
+    for group in both.param_groups:
+        group.setdefault("base_lr", group["lr"])
+    draws = torch.Generator().manual_seed(seed + 3)
+    fixed_noise = torch.randn(len(held_out), noise, generator=torch.Generator().manual_seed(seed + 4))
+    generator, critic = model.generator, model.critic
+
+    class WGANModule(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+            for name, child in model.named_children():
+                self.add_module(name, child)
+
+        def training_step(self, real_points, step):
+            opt_g, opt_d = self.optimizers()
+            for group in both.param_groups:
+                group["lr"] = group["base_lr"] * lr_at(step)
+            fault.before_step(step, model, both)
+            real_points = fault.batch(step, real_points, None)[0]
+            for real in real_points.chunk(n_critic):
+                fake = generator(torch.randn(batch, noise, generator=draws)).detach()
+                if fault.zero_grad(step):
+                    opt_d.zero_grad()
+                loss_d = critic(fake).mean() - critic(real).mean() + penalty * gradient_penalty(
+                    critic, real, fake.float(), draws)
+                self.manual_backward(loss_d)
+                if fault.take_step(step):
+                    opt_d.step()
+            if fault.zero_grad(step):
+                opt_g.zero_grad()
+            loss_g = -critic(generator(torch.randn(batch, noise, generator=draws))).mean()
+            self.manual_backward(loss_g)
+            if fault.take_step(step):
+                opt_g.step()
+            with torch.no_grad():
+                distance = sliced_wasserstein(generator(fixed_noise), held_out, directions)
+            if not _logged(outcome, step, [loss_d.detach().item() + loss_g.detach().item()],
+                           sliced_wasserstein=distance):
+                self.trainer.should_stop = True
+            return {"loss_d": loss_d.detach(), "loss_g": loss_g.detach(), "sliced_wasserstein": distance}
+
+        def configure_optimizers(self):
+            return list(optimizers)
+
+    callbacks = []
+    if run_dir is not None:
+        from recorders.integrations.lightning import PostmortemCallback
+
+        callbacks.append(PostmortemCallback(run_dir, config=config or {}, overwrite=True, **(recorder_options or {})))
+    with tempfile.TemporaryDirectory() as root:
+        trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, precision="bf16-mixed" if bf16 else "32-true",
+                            logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False, default_root_dir=root, callbacks=callbacks)
+        trainer.fit(WGANModule(), train_batches)
+    return outcome
+

@@ -6,13 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .faults import Fault
 
-__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "first_nonfinite", "broke_after", "broke_against",
+__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_policy_gradient", "first_nonfinite", "broke_after", "broke_against",
            "stalled_against", "token_cross_entropy"]
 
 STEPS_AFTER_NONFINITE = 3
@@ -25,14 +26,19 @@ class TrainingDiverged(FloatingPointError):
 @dataclass
 class Outcome:
     losses: list[float] = field(default_factory=list)
+    metrics: dict[str, list[float]] = field(default_factory=dict)
+    """Per-step metrics the loop measured beside its loss (an agent's reward), step by step."""
 
     @property
     def first_nonfinite_loss_step(self) -> int | None:
         return first_nonfinite(self.losses)
 
-    def log(self, step: int, loss: float) -> None:
-        """Keeps the step's loss; raises TrainingDiverged a few steps after the first non-finite one."""
+    def log(self, step: int, loss: float, **metrics: float) -> None:
+        """Keeps the step's loss and metrics; raises TrainingDiverged a few steps after the first
+        non-finite loss."""
         self.losses.append(loss)
+        for name, value in metrics.items():
+            self.metrics.setdefault(name, []).append(value)
         nan_at = self.first_nonfinite_loss_step
         if nan_at is not None and step >= nan_at + STEPS_AFTER_NONFINITE - 1:
             raise TrainingDiverged(f"loss is {loss} at step {step}")
@@ -105,16 +111,12 @@ def train(
     The loop stops, like a user's NaN check, a few steps after the loss first becomes non-finite.
     `run_dir=None` trains without recording (the losses only: a fault-free twin).
     """
-    from recorders import Recorder
-
     fault = fault or Fault()
     fault.install(model)
     outcome = Outcome()
     params = [p for p in model.parameters()]
     try:
-        recorder = _Unrecorded() if run_dir is None else Recorder(
-            run_dir, model, optimizer, config=config or {}, overwrite=True, **(recorder_options or {}))
-        with recorder as rec:
+        with _recorder(run_dir, model, optimizer, config, recorder_options) as rec:
             for step in range(steps):
                 if events and step in events:
                     rec.event(*events[step])
@@ -154,6 +156,16 @@ def _float32(output):
     return output.float()
 
 
+def _recorder(run_dir: Path | None, model: nn.Module, optimizer: torch.optim.Optimizer, config: dict | None,
+              recorder_options: dict | None):
+    """The loop's `Recorder`, or `_Unrecorded` where `run_dir` is None (a fault-free twin)."""
+    from recorders import Recorder
+
+    if run_dir is None:
+        return _Unrecorded()
+    return Recorder(run_dir, model, optimizer, config=config or {}, overwrite=True, **(recorder_options or {}))
+
+
 class _Unrecorded:
     """Stands in for the Recorder where a loop runs only for its losses (a fault-free twin)."""
 
@@ -188,6 +200,7 @@ def train_field(
     config: dict | None = None,
     recorder_options: dict | None = None,
     after_step: Callable[[], None] | None = None,
+    mix: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> Outcome:
     """nanoGPT's loop: schedule → `accumulation` micro-batches of forward/backward (loss / accum),
     clip → `optimizer.step()` → `zero_grad(set_to_none=True)` → `rec.step`, an eval loop every
@@ -199,10 +212,10 @@ def train_field(
     `token_cross_entropy`; a regression's MSE, a click model's BCE-with-logits). The recorded `loss` is the step's mean micro-batch loss
     (unscaled), as nanoGPT logs it.
     `after_step()` runs right after each `optimizer.step()` (an EMA update of the weights).
+    `mix(x, y)` runs on each training micro-batch after the fault's `batch` (timm's mixup/cutmix:
+    the data was bad before the loop mixed it).
     `run_dir=None` trains without recording (the losses only).
     """
-    from recorders import Recorder
-
     fault = fault or Fault()
     fault.install(model)
     outcome = Outcome()
@@ -221,9 +234,7 @@ def train_field(
     for group in optimizer.param_groups:
         group.setdefault("base_lr", group["lr"])
     try:
-        recorder = _Unrecorded() if run_dir is None else Recorder(
-            run_dir, model, optimizer, config=config or {}, overwrite=True, **(recorder_options or {}))
-        with recorder as rec:
+        with _recorder(run_dir, model, optimizer, config, recorder_options) as rec:
             for step in range(steps):
                 extra = {"val_loss": evaluate()} if eval_draw is not None and step % eval_every == 0 else {}
                 for group in optimizer.param_groups:
@@ -232,6 +243,8 @@ def train_field(
                 total = 0.0
                 for _ in range(accumulation):
                     x, y = fault.batch(step, *draw())
+                    if mix is not None:
+                        x, y = mix(x, y)
                     loss = loss_of(x, y)
                     (loss / accumulation).backward()
                     total += loss.item() / accumulation
@@ -245,6 +258,123 @@ def train_field(
                     optimizer.zero_grad(set_to_none=True)
                 rec.step(loss=total, inputs=x, targets=y, **extra)
                 outcome.log(step, total)
+    except TrainingDiverged:
+        pass
+    return outcome
+
+
+def _rollout(model: nn.Module, env, max_steps: int, rng: np.random.Generator | None):
+    """One batch of episodes (every env from its reset until it ends or `max_steps`), actions
+    sampled from the policy by `rng` (greedy where it is None), without gradient (the recorder
+    sees only the update's forward; `model.policy` gives the logits). Returns (observations (T, N, 4), actions (T, N), alive (T, N):
+    whether each env was still in its episode at t). Raises TrainingDiverged on non-finite logits,
+    where sampling would fail (a user's run crashes there)."""
+    observations, actions, alive = [], [], []
+    obs, running = env.reset(), np.ones(env.envs, dtype=bool)
+    with torch.no_grad():
+        for _ in range(max_steps):
+            logits = model.policy(obs)
+            if not torch.isfinite(logits).all():
+                raise TrainingDiverged("the policy's logits are not finite")
+            if rng is None:
+                action = logits.argmax(-1).numpy()
+            else:
+                cumulative = torch.softmax(logits, -1).cumsum(-1).numpy()
+                action = (rng.random((len(cumulative), 1)) > cumulative[:, :-1]).sum(1)
+            observations.append(obs)
+            actions.append(action)
+            alive.append(running.copy())
+            obs, done = env.step(action)
+            running &= ~done
+            if not running.any():
+                break
+    return (torch.stack(observations), torch.from_numpy(np.stack(actions)).long(),
+            torch.from_numpy(np.stack(alive)))
+
+
+def _returns_to_go(alive: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Discounted reward-to-go of a reward of 1 for every step an episode is alive."""
+    returns, running = torch.zeros_like(alive, dtype=torch.float32), torch.zeros(alive.shape[1])
+    for t in reversed(range(len(alive))):
+        running = alive[t].float() + gamma * running
+        returns[t] = running * alive[t]
+    return returns
+
+
+def train_policy_gradient(
+    run_dir: Path | None,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    make_env: Callable[[int], object],
+    *,
+    steps: int,
+    lr_at: Callable[[int], float],
+    seed: int,
+    max_steps: int,
+    fault: Fault | None = None,
+    accumulation: int = 1,
+    clip: float | None = 0.5,
+    bf16: bool = False,
+    gamma: float = 0.99,
+    value_coef: float = 0.5,
+    entropy_coef: float = 0.01,
+    eval_every: int = 25,
+    config: dict | None = None,
+    recorder_options: dict | None = None,
+) -> Outcome:
+    """REINFORCE with a learned baseline and an entropy bonus (the A2C / PPO family's loss without
+    bootstrapping): each step samples a batch of episodes with the current policy, then one update:
+    advantages (reward-to-go − V(s), normalised), loss = −log π(a|s)·A + `value_coef`·½(V − G)²
+    − `entropy_coef`·H(π), over the batch's transitions split into `accumulation` micro-batches
+    (each loss weighted by its share), `clip_grad_norm_`, `optimizer.step()`, `zero_grad`, then
+    `rec.step(loss, inputs=observations, targets=actions, reward=mean episode reward)`. Every
+    `eval_every` steps a greedy evaluation's mean reward is recorded as `eval_reward`. The fault's
+    `batch` sees each micro-batch's observations and actions (a corrupted rollout buffer).
+    `make_env(seed)` builds a batch of environments; `lr_at` is the schedule's factor on each
+    group's `base_lr`; `bf16` runs the update's forward under CPU bf16 autocast."""
+    fault = fault or Fault()
+    fault.install(model)
+    outcome = Outcome()
+    env, eval_env = make_env(seed), make_env(seed + 1)
+    sampler = np.random.default_rng(seed + 2)
+    for group in optimizer.param_groups:
+        group.setdefault("base_lr", group["lr"])
+    try:
+        with _recorder(run_dir, model, optimizer, config, recorder_options) as rec:
+            for step in range(steps):
+                extra = {}
+                if step % eval_every == 0:
+                    extra["eval_reward"] = float(_rollout(model, eval_env, max_steps, None)[2].sum(0).float().mean())
+                for group in optimizer.param_groups:
+                    group["lr"] = group["base_lr"] * lr_at(step)
+                fault.before_step(step, model, optimizer)
+                observations, actions, alive = _rollout(model, env, max_steps, sampler)
+                reward = float(alive.sum(0).float().mean())
+                returns = _returns_to_go(alive, gamma)[alive]
+                observations, actions = observations[alive], actions[alive]
+                chunks = torch.arange(len(actions)).chunk(accumulation)
+                total = 0.0
+                for index in chunks:
+                    x, a = fault.batch(step, observations[index], actions[index])
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                        logits, values = model(x)
+                    logits, values = logits.float(), values.float()
+                    log_probs = torch.log_softmax(logits, -1)
+                    advantages = returns[index] - values.detach()
+                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+                    policy = -(log_probs.gather(1, a.unsqueeze(1)).squeeze(1) * advantages).mean()
+                    entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+                    loss = policy + value_coef * 0.5 * ((values - returns[index]) ** 2).mean() - entropy_coef * entropy
+                    (loss * len(index) / len(actions)).backward()
+                    total += loss.item() * len(index) / len(actions)
+                if clip is not None:
+                    nn.utils.clip_grad_norm_(model.parameters(), clip)
+                if fault.take_step(step):
+                    optimizer.step()
+                if fault.zero_grad(step):
+                    optimizer.zero_grad(set_to_none=True)
+                rec.step(loss=total, inputs=x, targets=a, reward=reward, **extra)
+                outcome.log(step, total, reward=reward)
     except TrainingDiverged:
         pass
     return outcome

@@ -3,6 +3,7 @@ fault did to the loss what the truth says, with the recorded tensors showing it 
 import math
 import re
 
+import numpy as np
 import pyarrow.dataset as ds
 import pytest
 import torch
@@ -10,14 +11,16 @@ from sample_run_helpers import read_stats
 
 from sample_runs import HELD_OUT_ARCHS, SCENARIOS, make
 from sample_runs import faults
-from sample_runs.data import (CAPTIONS, CLOUDS, GRAPH, MLM, PATTERNS, SIGNAL, SORT, SPEECH, T5_SORT, TABLE,
-                               captioned_digits, ctc_batch_sampler, masked_lm_sampler, pattern_images, point_clouds,
-                               sbm_graph, signal_pixels, sort_batch_sampler, t5_collate, t5_rows, table_data)
+from sample_runs.data import (CAPTIONS, CARTPOLE, CLOUDS, GRAPH, MLM, PATTERNS, RING, SIGNAL, SORT, SPEECH, T5_SORT,
+                               TABLE, CartPole, captioned_digits, ctc_batch_sampler, masked_lm_sampler,
+                               pattern_images, point_clouds, ring_points, sbm_graph, signal_pixels, sort_batch_sampler,
+                               t5_collate, t5_rows, table_data)
 from sample_runs.field import (FIELD_FAMILIES, LEFT_OUT, RECIPES, _ctc_chance, _mlm_chance, _param_groups, _schedule,
                                _twin_losses)
-from sample_runs.field_models import (FIELD_ARCHS, build_field_model, clip_loss, ctc_loss, ddpm_loss, info_nce_loss,
-                                      moe_lm_loss, pointnet_loss, selective_scan, sequential_scan, seq2seq_loss,
-                                      smoothed_cross_entropy, vae_loss)
+from sample_runs.field_models import (FIELD_ARCHS, build_field_model, clip_loss, ctc_loss, ddpm_loss,
+                                      gradient_penalty, info_nce_loss, mixup_cutmix, moe_lm_loss, pointnet_loss,
+                                      selective_scan, sequential_scan, seq2seq_loss, sliced_wasserstein,
+                                      smoothed_cross_entropy, soft_target_cross_entropy, vae_loss)
 from sample_runs.framework_loops import train_hf_trainer, train_lightning
 from sample_runs.training import broke_against, stalled_against, train_field
 
@@ -41,7 +44,8 @@ def test_catalogue_looks_like_the_field():
     assert {s.arch for s in field} == {"gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn",
                                        "llama", "autoencoder", "recsys", "moe", "vae", "unet", "seq2seq", "gnn",
                                        "simclr", "ddpm", "ctc", "mamba", "fttransformer", "convnext", "bert_mlm",
-                                       "siren", "pointnet", "t5", "clip", "densenet"}
+                                       "siren", "pointnet", "t5", "clip", "densenet", "reinforce",
+                                       "wgan_gp", "swin"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -677,3 +681,115 @@ def test_densenet_concatenates_features_steps_its_lr_down_and_learns_with_nester
     config = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
     momentum = config[config["name"] == "hp.optimizer.0.momentum"]["value"]
     assert (momentum == 0.9).all()
+
+
+def test_a_family_judged_on_a_metric_reads_its_distance_to_the_best_and_nan_where_the_loss_broke():
+    from sample_runs.field import OUTCOME_METRICS, _judged
+    from sample_runs.training import Outcome
+
+    outcome = Outcome(losses=[1.0, 0.5, float("nan")], metrics={"reward": [20.0, 150.0, 180.0]})
+    best = OUTCOME_METRICS["reinforce"].best
+    assert OUTCOME_METRICS["reinforce"].higher_is_better and best == CARTPOLE.max_steps
+    judged = _judged("reinforce", outcome)
+    assert judged[:2] == [best - 20.0, best - 150.0] and math.isnan(judged[2])
+    outcome = Outcome(losses=[0.0, -1.0], metrics={"sliced_wasserstein": [1.2, 0.4]})
+    assert _judged("wgan_gp", outcome) == [1.2, 0.4]  # lower is better, 0 at best
+    assert _judged("mlp", outcome) == [0.0, -1.0]  # every other family: its loss
+
+
+def test_cartpole_falls_under_a_random_policy_and_the_agent_updates_once_per_step_from_its_episodes(tmp_path):
+    from sample_runs.field import _random_policy_shortfall
+    from sample_runs.training import _returns_to_go, train_policy_gradient
+
+    env = CartPole(0, envs=4)
+    obs = env.reset()
+    assert obs.shape == (4, CARTPOLE.observations) and obs.abs().max() <= 0.05
+    for _ in range(60):  # always pushing right: every pole falls within a second or so
+        obs, done = env.step(np.ones(4, dtype=np.int64))
+        if done.all():
+            break
+    assert done.all() and (obs[:, 2].abs() > CARTPOLE.theta_limit).all()
+    assert 150 < _random_policy_shortfall() < 190  # a random policy lasts ~22 steps of CartPole's 200
+    alive = torch.tensor([[True, True], [True, False], [False, False]])
+    assert torch.allclose(_returns_to_go(alive, 0.5), torch.tensor([[1.5, 1.0], [1.0, 0.0], [0.0, 0.0]]))
+    model = build_field_model("reinforce", CARTPOLE.actions)
+    x = torch.randn(5, CARTPOLE.observations)
+    logits, values = model(x)
+    assert logits.shape == (5, 2) and values.shape == (5,) and torch.equal(model.policy(x), logits)
+    spy = _Spy()
+    optimizer = torch.optim.Adam(_param_groups(model, RECIPES["reinforce"], 1e-3), lr=1e-3)
+    outcome = train_policy_gradient(tmp_path / "run", model, optimizer, CartPole, steps=3, lr_at=lambda step: 1.0,
+                                    seed=0, max_steps=CARTPOLE.max_steps, fault=spy, accumulation=2, eval_every=2)
+    assert spy.began == [0, 1, 2] and spy.batches == [0, 0, 1, 1, 2, 2] and spy.stepped == [0, 1, 2]
+    assert len(outcome.losses) == 3 and all(1 <= r <= CARTPOLE.max_steps for r in outcome.metrics["reward"])
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    rewards = scalars[scalars["name"] == "reward"].sort_values("step")["value"].tolist()
+    assert rewards == pytest.approx(outcome.metrics["reward"])
+    assert scalars[scalars["name"] == "eval_reward"]["step"].tolist() == [0, 2]
+    io = read_stats(tmp_path / "run").query("role in ('input', 'target') and step == 0").set_index("role")
+    assert io.loc["input", "kind"] == "float" and io.loc["target", "kind"] == "index"
+
+
+def test_wgan_gp_penalises_the_critic_gradient_norm_and_steps_its_critic_n_times_per_generator_step(tmp_path):
+    from sample_runs.field import GRADIENT_PENALTY, N_CRITIC, _directions
+    from sample_runs.framework_loops import train_lightning_wgan
+
+    model = build_field_model("wgan_gp", 2)
+    linear = torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        linear.weight.copy_(torch.tensor([[3.0, 4.0]]))  # ‖∇‖ = 5 everywhere: penalty (5 − 1)²
+    penalty = gradient_penalty(linear, torch.randn(8, 2), torch.randn(8, 2))
+    assert float(penalty) == pytest.approx(16.0) and penalty.requires_grad  # create_graph: the critic learns from it
+    real, directions = ring_points(1, 256, 0), _directions(0)
+    assert sliced_wasserstein(real, real, directions) == 0.0
+    assert sliced_wasserstein(real + torch.tensor([0.5, 0.0]), real, directions) == pytest.approx(
+        float(0.5 * directions[:, 0].abs().mean()), rel=1e-4)
+    assert (real.norm(dim=1) - RING.radius).abs().mean() < 0.2 * RING.radius
+    groups = _param_groups(model, RECIPES["wgan_gp"], 1e-3)
+    optimizers = tuple(torch.optim.Adam([g for g in groups if g["layer"].startswith(net)], lr=1e-3, betas=(0.0, 0.9))
+                       for net in ("generator", "critic"))
+    loader = torch.utils.data.DataLoader(ring_points(3, N_CRITIC * 16, 0), batch_size=N_CRITIC * 16)
+    spy = _Spy()
+    outcome = train_lightning_wgan(tmp_path / "run", model, optimizers, loader, ring_points(1, 64, 1),
+                                   directions=directions, fault=spy, lr_at=lambda step: 1 - step / 3, n_critic=N_CRITIC,
+                                   batch=16, noise=RING.noise, penalty=GRADIENT_PENALTY, bf16=False, seed=0)
+    assert spy.began == [0, 1, 2] and spy.batches == [0, 1, 2]
+    assert spy.zeroed == spy.stepped == [s for s in range(3) for _ in range(N_CRITIC + 1)]
+    assert len(outcome.metrics["sliced_wasserstein"]) == 3
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    for name in ("loss_d", "loss_g", "sliced_wasserstein"):
+        assert scalars[scalars["name"] == name]["step"].tolist() == [0, 1, 2]  # one recorded step per generator step
+    lrs = scalars[scalars["name"] == "hp.optimizer_0.0.lr"].sort_values("step")["value"].tolist()
+    assert lrs == pytest.approx([1e-3, 2e-3 / 3, 1e-3 / 3])  # the linear decay, set at each step's start
+
+
+def test_swin_shifts_every_second_window_mixes_batches_to_soft_targets_and_keeps_its_ema_unrecorded(tmp_path):
+    model = build_field_model("swin", 10)
+    stage = model.swin.encoder.layers[0]
+    assert [block.shift_size for block in stage.blocks] == [0, 1]  # shifted windows in the second block
+    table = stage.blocks[0].attention.relative_position_bias.relative_position_bias_table
+    assert table.shape == ((2 * 2 - 1) ** 2, 2)  # (2M − 1)² offsets of a 2×2 window, one bias per head
+    assert model(torch.rand(3, 1, 8, 8)).shape == (3, 10)
+    mix = mixup_cutmix(10, 0)
+    x, y = torch.rand(32, 1, 8, 8), torch.arange(32) % 10
+    mixed, soft = mix(x, y)
+    assert mixed.shape == x.shape and soft.shape == (32, 10)
+    assert torch.allclose(soft.sum(1), torch.ones(32)) and soft.min() >= 0.01 - 1e-6  # smoothing 0.1 over 10
+    again = mixup_cutmix(10, 0)(x, y)
+    assert torch.equal(again[0], mixed) and torch.equal(again[1], soft)  # a seed's own draws
+    logits = torch.randn(4, 10)
+    one_hot = torch.nn.functional.one_hot(torch.arange(4), 10).float()
+    assert float(soft_target_cross_entropy(logits, one_hot)) == pytest.approx(
+        float(soft_target_cross_entropy(logits, torch.arange(4))))
+    ema = torch.optim.swa_utils.AveragedModel(
+        model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(RECIPES["swin"].ema))
+    optimizer = _adamw(model, "swin", 2e-3)
+    draw = lambda: (torch.rand(16, 1, 8, 8), torch.randint(0, 10, (16,)))  # noqa: E731
+    outcome = train_field(tmp_path / "run", model, optimizer, draw, steps=3, lr_at=lambda step: 1.0, clip=5.0,
+                          bf16=True, loss_fn=soft_target_cross_entropy, after_step=lambda: ema.update_parameters(model),
+                          mix=mixup_cutmix(10, 0))
+    assert len(outcome.losses) == 3 and all(math.isfinite(v) for v in outcome.losses)
+    assert not torch.equal(ema.module.classifier.weight, model.classifier.weight)  # the EMA lags the model
+    stats = read_stats(tmp_path / "run")
+    assert "classifier.weight" in set(stats["name"]) and not any(n.startswith("module.") for n in stats["name"])
+    assert stats.query("role == 'target' and step == 0")["kind"].tolist() == ["float"]  # soft targets

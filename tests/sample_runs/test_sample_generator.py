@@ -106,3 +106,14 @@ def test_cli_lists_and_rejects_unknown_names(tmp_path):
                          cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown scenario" in bad.stderr and "Traceback" not in bad.stderr
 
+    bad_arch = subprocess.run([sys.executable, "-m", "sample_runs", "make-all", "--arch", "mlp,nope",
+                               "--out", str(tmp_path / "y")], cwd=ROOT, capture_output=True, text=True)
+    assert bad_arch.returncode == 2 and "unknown arch nope" in bad_arch.stderr and not (tmp_path / "y").exists()
+
+
+def test_make_all_trains_only_the_named_archs(tmp_path):
+    from sample_runs.__main__ import main
+
+    assert main(["make-all", "--arch", "linear", "--subset", "small", "--out", str(tmp_path)]) == 0
+    made = sorted(p.name for p in tmp_path.iterdir())
+    assert made == sorted(n for n in scenario_names("small") if SCENARIOS[n].arch == "linear") and made
