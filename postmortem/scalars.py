@@ -8,7 +8,7 @@ import pandas as pd
 
 from recorders.vocabulary import is_reserved_scalar
 
-__all__ = ["recorder_scalar", "is_loss", "is_eval_loss", "main_loss", "loss_curve"]
+__all__ = ["recorder_scalar", "is_loss", "is_eval_loss", "main_loss", "loss_curve", "metric_direction"]
 
 
 def recorder_scalar(name: str) -> bool:
@@ -51,3 +51,23 @@ def loss_curve(scalars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     steps, values = rows["step"].to_numpy(np.int64), rows["value"].to_numpy(np.float64)
     keep = np.isfinite(values)
     return steps[keep], values[keep]
+
+
+HIGHER_IS_BETTER = ("acc", "f1", "auc", "score", "bleu", "reward", "iou", "dice")
+"""Words of a metric that rises as a run learns: accuracies and scores, an agent's reward."""
+LOWER_IS_BETTER = ("distance", "wasserstein", "fid", "perplexity", "error")
+"""Words of a metric that falls as a run learns, besides evaluation losses: a generator's
+distance to the data (sliced Wasserstein, FID), a language model's perplexity, an error rate."""
+
+
+def metric_direction(name: str) -> bool | None:
+    """True where `name` is a metric that rises as the run learns, False where it falls (an
+    evaluation loss, a distance), None where it is no outcome metric (the recorder's own
+    scalars, training losses, anything unnamed by these words)."""
+    if recorder_scalar(name):
+        return None
+    if any(word in name for word in HIGHER_IS_BETTER):
+        return True
+    if is_eval_loss(name) or (not is_loss(name) and any(word in name for word in LOWER_IS_BETTER)):
+        return False
+    return None

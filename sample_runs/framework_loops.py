@@ -226,7 +226,8 @@ def train_lightning_wgan(run_dir: Path | None, model: nn.Module, optimizers: tup
     `directions`), which our Lightning callback records as scalars. One epoch of the loader's
     batches (Lightning counts every optimizer's step in `global_step`: the batch index is the step).
     `fault.before_step` runs at each batch's start with both optimizers, `fault.batch` on the real
-    points, `fault.zero_grad` / `fault.take_step` decide every `zero_grad` / `step` call."""
+    points in `on_after_batch_transfer` (the data pipeline, before the callback records them),
+    `fault.zero_grad` / `fault.take_step` decide every `zero_grad` / `step` call."""
     import lightning as L
 
     from .field_models import gradient_penalty, sliced_wasserstein
@@ -252,7 +253,6 @@ def train_lightning_wgan(run_dir: Path | None, model: nn.Module, optimizers: tup
             for group in both.param_groups:
                 group["lr"] = group["base_lr"] * lr_at(step)
             fault.before_step(step, model, both)
-            real_points = fault.batch(step, real_points, None)[0]
             for real in real_points.chunk(n_critic):
                 fake = generator(torch.randn(batch, noise, generator=draws)).detach()
                 if fault.zero_grad(step):
@@ -274,6 +274,12 @@ def train_lightning_wgan(run_dir: Path | None, model: nn.Module, optimizers: tup
                            sliced_wasserstein=distance):
                 self.trainer.should_stop = True
             return {"loss_d": loss_d.detach(), "loss_g": loss_g.detach(), "sliced_wasserstein": distance}
+
+        def on_after_batch_transfer(self, real_points, dataloader_idx):
+            # The data pipeline's corruption, before the callback records the batch (as in
+            # train_lightning); the batch index is the step, counted here.
+            self.batches_seen = getattr(self, "batches_seen", -1) + 1
+            return fault.batch(self.batches_seen, real_points, None)[0]
 
         def configure_optimizers(self):
             return list(optimizers)

@@ -18,7 +18,7 @@ import pandas as pd
 from ..findings import Finding, FirstNonfinite, Onset, Severity
 from ..models import median
 from ..ranking import TensorBreak
-from ..scalars import is_eval_loss, loss_curve, main_loss, recorder_scalar
+from ..scalars import is_loss, loss_curve, main_loss, metric_direction
 from ..series import AUX_COLUMNS, SeriesTable
 from .thresholds import OutcomeThresholds, Thresholds
 
@@ -32,6 +32,7 @@ __all__ = [
     "SEVERITIES",
     "WARNING",
     "finding",
+    "judging_curve",
     "layer_list",
     "loss_curve",
     "main_loss",
@@ -73,31 +74,58 @@ class Outcome:
     improvement: float | None  # relative loss decrease, first → last quarter
     noise: float | None  # robust σ of that decrease, from the loss's own step-to-step noise
     loss: str | None = None
+    judged_by: str | None = None  # an outcome metric that judges the run where the loss cannot
+    higher_is_better: bool = False  # ...its direction
 
 
 def measure_outcome(steps: np.ndarray, values: np.ndarray, metrics: dict[str, tuple[np.ndarray, bool]],
                     th: OutcomeThresholds, *, loss: str | None = "loss") -> Outcome:
-    """`values`: the finite training loss in step order; `metrics`: name → (values, higher_is_better)."""
+    """`values`: the finite training loss in step order; `metrics`: name → (values, higher_is_better).
+
+    An outcome metric that is not a loss (a reward, a sample distance) judges the run where the
+    loss cannot: where there is no single training loss (adversarial losses), or where the loss
+    did not improve while that metric did (a policy-gradient surrogate, whose value term grows
+    with the returns as the agent learns; round 10's reinforce). An evaluation loss measures the
+    training loss's own objective and never takes its place."""
     improved = tuple(sorted(n for n, (v, higher) in metrics.items()
                             if _improves(v if higher else -v, th)))
+    outcome_metrics = sorted(n for n, (v, _) in metrics.items()
+                             if not is_loss(n) and np.isfinite(v).sum() >= th.min_steps)
     if len(values) < th.min_steps:
-        return Outcome(bool(improved) if improved else None, None, None, loss)
+        judge = next((n for n in outcome_metrics if n in improved), outcome_metrics[0] if outcome_metrics else None)
+        learns = bool(improved) if improved else (False if judge else None)
+        return Outcome(learns, None, None, loss, judge, bool(judge and metrics[judge][1]))
     quarter = max(1, len(values) // 4)
     early, late = float(np.median(values[:quarter])), float(np.median(values[-quarter:]))
     improvement = 0.0 if early == 0 else (early - late) / abs(early)
     noise = _median_difference_sigma(values, quarter)
     learns = (early - late > th.noise_sigmas * noise and improvement >= th.plateau_improvement)
-    return Outcome(bool(learns or improved), improvement, noise / abs(early) if early else None, loss)
+    judge = None if learns else next((n for n in outcome_metrics if n in improved), None)
+    return Outcome(bool(learns or improved), improvement, noise / abs(early) if early else None, loss,
+                   judge, bool(judge and metrics[judge][1]))
+
+
+def judging_curve(scalars: pd.DataFrame, outcome: Outcome) -> tuple[np.ndarray, np.ndarray]:
+    """Steps and values (non-finite kept) of what judges the run, lower being better: its main
+    loss, or the outcome metric that judges it where the loss cannot (`Outcome.judged_by`; a
+    higher-is-better metric negated)."""
+    name = outcome.judged_by or main_loss(scalars)
+    rows = scalars[scalars["name"] == name]
+    values = rows["value"].to_numpy(np.float64)
+    return rows["step"].to_numpy(np.int64), -values if outcome.judged_by and outcome.higher_is_better else values
 
 
 def _improves(values: np.ndarray, th: OutcomeThresholds) -> bool:
-    """A higher-is-better series whose last quarter beats its first beyond its noise."""
+    """A higher-is-better series whose last quarter beats its first beyond its noise and by the
+    loss's own 1 % (`plateau_improvement`): a metric creeping by 1e-6 a step over a noiseless
+    evaluation set is no progress (round 10, lr_too_low-wgan_gp: 1.19326 → 1.19323)."""
     values = values[np.isfinite(values)]
     if len(values) < th.min_steps:
         return False
     quarter = max(1, len(values) // 4)
-    gain = float(np.median(values[-quarter:]) - np.median(values[:quarter]))
-    return gain > th.noise_sigmas * _median_difference_sigma(values, quarter)
+    early = float(np.median(values[:quarter]))
+    gain = float(np.median(values[-quarter:])) - early
+    return gain > th.noise_sigmas * _median_difference_sigma(values, quarter) and gain >= th.plateau_improvement * abs(early)
 
 
 def _median_difference_sigma(values: np.ndarray, quarter: int) -> float:
@@ -212,15 +240,13 @@ def role(summary: pd.DataFrame, name: str) -> pd.DataFrame:
 
 
 def metric_curves(scalars: pd.DataFrame) -> dict[str, tuple[np.ndarray, bool]]:
-    """Metrics passed to `rec.step()`: evaluation losses (lower is better) and accuracies/scores."""
+    """Metrics passed to `rec.step()` whose direction their name says (`scalars.metric_direction`)."""
     found = {}
     main = main_loss(scalars)
     for name in scalars["name"].unique():
         name = str(name)
-        if name == main or recorder_scalar(name):
-            continue
-        higher = any(word in name for word in ("acc", "f1", "auc", "score", "bleu"))
-        if higher or is_eval_loss(name):
+        higher = metric_direction(name)
+        if name != main and higher is not None:
             found[name] = (scalar(scalars, name), higher)
     return found
 

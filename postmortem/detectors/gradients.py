@@ -12,7 +12,8 @@ from ..findings import Finding
 from ..manifest import frozen_parameters, manifest_order
 from ..scalars import main_loss
 from ..series import SeriesTable
-from .base import ERROR, NOTE, WARNING, Evidence, Outcome, finding, layer_list, loss_curve, register, role
+from .base import (ERROR, NOTE, WARNING, Evidence, Outcome, finding, judging_curve, layer_list, loss_curve,
+                   register, role)
 from .thresholds import GradientThresholds
 
 __all__ = [
@@ -83,8 +84,12 @@ def _structural(grads: SilentGradients, quiet: dict[str, int]) -> bool:
     """Zero by construction, in a run that learns: each silent tensor was silent from its first
     step, and either its module's other parameters do get gradients (an attention key bias:
     softmax ignores a per-query constant) or its module never ran (an unused branch). A whole
-    layer that runs and gets no gradient is cut off (a detach), not structure."""
-    if not grads.outcome.learns or len(quiet) >= len(grads.first_step) / 2:
+    layer that runs and gets no gradient is cut off (a detach), not structure. Lone biases whose
+    weights get gradients are structure whatever the outcome (a WGAN critic's output bias cancels
+    in E[D(fake)] − E[D(real)]; round 10): a run that does not learn has another reason."""
+    if len(quiet) >= len(grads.first_step) / 2:
+        return False
+    if not grads.outcome.learns and not all(_lone_bias(grads, quiet, name) for name in quiet):
         return False
     for name, since in quiet.items():
         if since != grads.first_step[name]:
@@ -96,6 +101,13 @@ def _structural(grads: SilentGradients, quiet: dict[str, int]) -> bool:
         if not siblings and not unused:
             return False
     return True
+
+
+def _lone_bias(grads: SilentGradients, quiet: dict[str, int], name: str) -> bool:
+    """A bias silent from its first step beside a weight of its module that gets gradients."""
+    weight = f"{_module(name)}.weight"
+    return (name.endswith("bias") and quiet[name] == grads.first_step[name] and weight in grads.first_step
+            and weight not in quiet)
 
 
 @register("no_gradient", "gradients", _silent_gradients)
@@ -194,15 +206,16 @@ class GradientHistory:
     """The recorder's `grad_carried_over` (steps, shares), where the run has it (from session 11)."""
 
 
-def gradient_history(table: SeriesTable, scalars: pd.DataFrame) -> GradientHistory:
+def gradient_history(table: SeriesTable, scalars: pd.DataFrame, outcome: Outcome) -> GradientHistory:
+    """`loss`: what judges the run (`judging_curve`: the main loss, or an outcome metric where the
+    loss cannot), non-finite values too: _loss_change drops them."""
     steps, values = grad_norm_series(table, scalars)
     finite = np.isfinite(values)
     per_tensor = [(table.step[table.rows(i)], table.magnitude[table.rows(i)]) for i in table.indices("grad")]
-    loss = scalars[scalars["name"] == main_loss(scalars)]  # non-finite values too: _loss_change drops them
+    loss_steps, loss = judging_curve(scalars, outcome)
     carried = _after_an_optimizer_step(
         scalars[scalars["name"] == "grad_carried_over"].sort_values("step", kind="stable"), scalars)
-    return GradientHistory(steps[finite], values[finite], per_tensor,
-                           loss["step"].to_numpy(np.int64), loss["value"].to_numpy(np.float64),
+    return GradientHistory(steps[finite], values[finite], per_tensor, loss_steps, loss,
                            (carried["step"].to_numpy(np.int64), carried["value"].to_numpy(np.float64))
                            if len(carried) else None)
 
@@ -222,7 +235,7 @@ def _after_an_optimizer_step(carried: pd.DataFrame, scalars: pd.DataFrame) -> pd
 
 
 def _gradient_history(ev: Evidence) -> GradientHistory:
-    return gradient_history(ev.table, ev.scalars)
+    return gradient_history(ev.table, ev.scalars, ev.outcome)
 
 
 @register("stale_gradients", "gradients", _gradient_history)

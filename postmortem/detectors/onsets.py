@@ -19,7 +19,8 @@ from . import outcome, root_causes
 from .base import REGISTRY, Evidence, Outcome, loss_curve, main_loss
 from .thresholds import OutcomeThresholds, Thresholds
 
-__all__ = ["accumulation_onset", "after_learning", "came_back", "cause_onset", "regression_onset", "root_cause_findings"]
+__all__ = ["accumulation_onset", "after_learning", "came_back", "cause_onset", "nonfinite_input_onset", "regression_onset",
+           "root_cause_findings"]
 
 
 def root_cause_findings(ev: Evidence, thresholds: Thresholds) -> list[Finding]:
@@ -51,15 +52,12 @@ def after_learning(ev: Evidence, onset: Onset, thresholds: Thresholds) -> Onset 
     as embeddings wake up), not the incident's start: when the loss later rose ×2 above its best
     level, a direct cause the recorder saw in the 40 steps before that rise is the onset."""
     steps, loss = loss_curve(ev.scalars)
-    th, points = thresholds.root_causes, thresholds.outcome.min_steps
-    before = loss[steps < onset.step][-points:]
+    th = thresholds.root_causes
+    best = _best_after(steps, loss, onset.step, thresholds)
+    if best is None:
+        return None
     later, after = steps[steps >= onset.step], loss[steps >= onset.step]
-    if len(before) < 3 or len(after) < 2 * points:
-        return None
-    rolling = pd.Series(after).rolling(points).median().to_numpy()
-    best = int(np.nanargmin(rolling))
-    if not rolling[best] <= (1 - th.learned_after) * float(np.median(before)):
-        return None
+    rolling = pd.Series(after).rolling(thresholds.outcome.min_steps).median().to_numpy()
     rose = np.flatnonzero(after[best:] > th.rise_after_best * rolling[best])
     if not len(rose):
         return None
@@ -111,12 +109,42 @@ def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite
     return recovered
 
 
+def _best_after(steps: np.ndarray, loss: np.ndarray, step: int, thresholds: Thresholds) -> int | None:
+    """Where, after `step`, the loss's rolling median (over `OutcomeThresholds.min_steps`
+    points) was lowest, if it fell there ≥ 10 % below its level before `step` (the run kept
+    learning after it); None otherwise."""
+    points = thresholds.outcome.min_steps
+    before, after = loss[steps < step][-points:], loss[steps >= step]
+    if len(before) < 3 or len(after) < 2 * points:
+        return None
+    rolling = pd.Series(after).rolling(points).median().to_numpy()
+    best = int(np.nanargmin(rolling))
+    return best if rolling[best] <= (1 - thresholds.root_causes.learned_after) * float(np.median(before)) else None
+
+
+def nonfinite_input_onset(ev: Evidence, onset: Onset, first: FirstNonfinite, inputs: list[Finding],
+                          thresholds: Thresholds) -> Onset | None:
+    """A batch that carried NaN or inf at the run's first non-finite step made that value; a
+    fitted onset before it after which the loss kept learning until then is a learning-phase
+    break, not the incident's start: the onset is the batch (round 10, batch_nan-swin-s1: a
+    relative-position-bias table's break at 8, the loss 2.3 → 1.2 by 80, the NaN batch at 81)."""
+    cause = next((f for f in inputs if f.label == "nonfinite_input" and f.step == first.step), None)
+    if cause is None or onset.step >= first.step:
+        return None
+    steps, loss = loss_curve(ev.scalars)
+    kept = steps < first.step
+    if _best_after(steps[kept], loss[kept], onset.step, thresholds) is None:
+        return None
+    return cause_onset(onset, [cause], first)
+
+
 def came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th: OutcomeThresholds,
                *, ignore_grads: bool, run_outcome: Outcome) -> bool:
     """The run ends finite, its loss came back (`detectors.outcome.loss_came_back`) and the
     incident did not stop a run that learned until then (`outcome.learning_stopped`): a spike it
-    shrugged off, not a run it ruined."""
-    name = main_loss(scalars)
+    shrugged off, not a run it ruined. Where an outcome metric judges the run (`Outcome.judged_by`)
+    that metric must have come back instead (`outcome.metric_came_back`)."""
+    name = run_outcome.judged_by or main_loss(scalars)
     if onset is None or not len(table.step) or name is None:
         return False
     last = int(table.step.max())
@@ -130,6 +158,12 @@ def came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th
     raw = scalars.loc[scalars["name"] == name, "value"].to_numpy(np.float64)
     if len(raw) == 0 or not np.isfinite(raw[-1]):
         return False
+    if run_outcome.judged_by:
+        rows = scalars[scalars["name"] == name]
+        values = rows["value"].to_numpy(np.float64)
+        finite = np.isfinite(values)
+        return outcome.metric_came_back(rows["step"].to_numpy(np.int64)[finite], values[finite], onset.step,
+                                        run_outcome.higher_is_better, th)
     steps, loss = loss_curve(scalars)
     return (outcome.loss_came_back(steps, loss, onset.step, th)
             and not outcome.learning_stopped(steps, loss, onset.step, run_outcome, th))

@@ -11,7 +11,7 @@ from ..findings import Finding
 from .base import Evidence, Outcome, finding, loss_curve, measure_outcome, register
 from .thresholds import OutcomeThresholds
 
-__all__ = ["LossOutcome", "learning_stopped", "loss_came_back", "loss_plateau", "loss_spikes"]
+__all__ = ["LossOutcome", "learning_stopped", "loss_came_back", "loss_plateau", "loss_spikes", "metric_came_back"]
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,18 @@ def _loss_outcome(ev: Evidence) -> LossOutcome:
 
 @register("loss_plateau", "outcome", _loss_outcome)
 def loss_plateau(run: LossOutcome, th: OutcomeThresholds) -> list[Finding]:
-    """The training loss (and every metric passed) failed to improve by the run's own yardstick."""
-    if run.diverged or run.outcome.learns is not False or run.outcome.improvement is None:
+    """The training loss (and every metric passed) failed to improve by the run's own yardstick,
+    or, in a run with no single training loss, the outcome metric that judges it did not."""
+    if run.diverged or run.outcome.learns is not False:
         return []
+    if run.outcome.improvement is None:
+        if run.outcome.judged_by is None:
+            return []
+        return [finding(
+            "loss_plateau", None, [], {"metric": run.outcome.judged_by, "higher_is_better": run.outcome.higher_is_better},
+            f"`{run.outcome.judged_by}` did not improve beyond its own noise: overfit one small batch first "
+            "(5 rows, 100 steps); if it does not, the training loop is broken (optimizer.step(), detach, wrong loss)",
+        )]
     return [finding(
         "loss_plateau", None, [],
         {"loss_improvement": run.outcome.improvement, "threshold": th.plateau_improvement,
@@ -58,6 +67,22 @@ def loss_came_back(steps: np.ndarray, values: np.ndarray, onset: int, th: Outcom
     return bool(len(back) and back[0] <= th.recovered_within * len(after)
                 and np.median(last) <= th.recovered_factor * level
                 and np.mean(last) <= th.recovered_mean_factor * level)
+
+
+def metric_came_back(steps: np.ndarray, values: np.ndarray, onset: int, higher_is_better: bool,
+                     th: OutcomeThresholds) -> bool:
+    """After an incident at `onset`, an outcome metric (finite, step order) ends at least as good
+    as its level before (median of the 10 values before), give or take the loss's 10 %
+    (`recovered_factor`): the run got back what the incident cost it. An agent whose reward
+    rose from 113 to 200 after its losses and gradients ran away did not fail (round 10,
+    reinforce)."""
+    oriented = -values if higher_is_better else values
+    before = oriented[steps < onset][-th.min_steps:]
+    after = oriented[steps > onset]
+    if len(before) < 3 or len(after) < th.min_steps:
+        return False
+    level = float(np.median(before))
+    return bool(np.median(after[-th.min_steps:]) <= level + (th.recovered_factor - 1) * abs(level))
 
 
 def learning_stopped(steps: np.ndarray, values: np.ndarray, onset: int, run: Outcome,

@@ -40,7 +40,14 @@ from postmortem.detectors.gradients import (
 )
 from postmortem.detectors.init import InitialWeight, InitialWeights, poor_init
 from postmortem.detectors.inputs import InputFeatures, InputSeries, NonfiniteBatches, nonfinite_input, unscaled_inputs
-from postmortem.detectors.outcome import LossOutcome, learning_stopped, loss_came_back, loss_plateau, loss_spikes
+from postmortem.detectors.outcome import (
+    LossOutcome,
+    learning_stopped,
+    loss_came_back,
+    loss_plateau,
+    loss_spikes,
+    metric_came_back,
+)
 from postmortem.detectors.root_causes import (
     OnsetWindow,
     Series,
@@ -191,6 +198,19 @@ def test_a_cut_names_the_deepest_silent_layer_first():
     assert no_gradient(_silent(earlier), TH.gradients)[0].tensors == ["embed.weight", "fc1.weight", "fc1.bias"]
 
 
+def test_a_lone_bias_without_gradient_is_structure_whatever_the_outcome():
+    # A WGAN critic's output bias cancels in E[D(fake)] - E[D(real)]: zero from the first step.
+    lone = {"fc1.weight": None, "fc1.bias": None, "out.weight": None, "out.bias": 0}
+    for outcome in (LEARNS, FLAT):
+        assert no_gradient(_silent(lone, learns=outcome), TH.gradients)[0].severity == "note"
+    # A weight whose bias still learns (the layer after dead units) is no structure where the run
+    # does not learn, nor is a bias that went silent mid-run.
+    dead_input = {"fc1.weight": None, "fc1.bias": None, "out.weight": 0, "out.bias": None}
+    assert no_gradient(_silent(dead_input, learns=FLAT), TH.gradients)[0].severity == "error"
+    late = {"fc1.weight": None, "fc1.bias": None, "out.weight": None, "out.bias": 40}
+    assert no_gradient(_silent(late, learns=FLAT), TH.gradients)[0].severity == "error"
+
+
 def test_a_layer_cut_off_in_a_run_that_keeps_learning_is_a_warning():
     steps = np.arange(100)
     cut = {"fc1.weight": 50, "fc1.bias": 50, "fc2.weight": None, "fc2.bias": None}
@@ -212,8 +232,8 @@ def test_zero_gradient_by_construction_is_a_note_naming_the_tensor():
     called = frozenset({"attn.k_proj", "attn.q_proj", "head"})
     found = no_gradient(_silent(names, called=called), TH.gradients)
     assert found[0].tensors == ["attn.k_proj.bias"] and found[0].severity == "note"
-    # The same tensor in a run that does not learn is a fault.
-    assert no_gradient(_silent(names, learns=FLAT, called=called), TH.gradients)[0].severity == "error"
+    # The same bias in a run that does not learn is still structure: the run has another reason.
+    assert no_gradient(_silent(names, learns=FLAT, called=called), TH.gradients)[0].severity == "note"
     # A whole layer that runs and gets no gradient from the start is cut off, not structure.
     whole = {"fc1.weight": 0, "fc1.bias": 0, "fc2.weight": None, "fc2.bias": None, "fc3.weight": None}
     cut = no_gradient(_silent(whole, called=frozenset({"fc1", "fc2", "fc3"})), TH.gradients)
@@ -642,3 +662,64 @@ def test_a_tensor_gradient_growing_while_the_loss_falls_is_no_divergence():
     assert diverging(grows, felt, stayed_finite=True, loss_must_feel=True, thresholds=short) == []
     assert diverging(grows, felt, stayed_finite=True, loss_must_feel=True,
                      thresholds=replace(TH.ranking, felt_factor=3.0)) == []
+
+
+def test_metric_names_say_their_direction():
+    from postmortem.scalars import metric_direction
+
+    assert [metric_direction(n) for n in ("reward", "eval_reward", "val_accuracy", "sliced_wasserstein", "val_loss",
+                                          "perplexity")] == [True, True, True, False, False, False]
+    assert [metric_direction(n) for n in ("loss", "loss_d", "grad_norm", "lr", "clip_coef", "epoch")] == [None] * 6
+
+
+def test_an_outcome_metric_judges_a_run_whose_loss_cannot():
+    rng = np.random.default_rng(3)
+    steps = np.arange(N)
+    rising = np.linspace(80, 800, N) * 10 ** rng.normal(0, 0.02, N)  # a policy-gradient surrogate as returns grow
+    reward = np.linspace(20, 180, N) + rng.normal(0, 5, N)
+    judged = measure_outcome(steps, rising, {"reward": (reward, True)}, TH.outcome)
+    assert judged.learns and judged.judged_by == "reward" and judged.higher_is_better
+    # Without the metric the same loss does not learn; with a loss that learns the loss judges.
+    assert measure_outcome(steps, rising, {}, TH.outcome).learns is False
+    assert measure_outcome(steps, rising[::-1].copy(), {"reward": (reward, True)}, TH.outcome).judged_by is None
+    # No single training loss (adversarial losses): the metric alone says, either way.
+    flat = 1.19 + rng.normal(0, 1e-6, N)
+    assert measure_outcome(steps[:0], rising[:0], {"distance": (flat, False)}, TH.outcome).learns is False
+    falling = np.linspace(1.2, 0.5, N) + rng.normal(0, 0.05, N)
+    assert measure_outcome(steps[:0], rising[:0], {"distance": (falling, False)}, TH.outcome).learns is True
+    # A metric creeping by less than the loss's 1 % is no progress, however noiseless.
+    creeping = 1.19326 - 3e-7 * steps
+    assert measure_outcome(steps[:0], rising[:0], {"distance": (creeping, False)}, TH.outcome).learns is False
+
+
+def test_a_metric_that_ends_as_good_as_before_the_incident_came_back():
+    steps = np.arange(N)
+    reward = np.concatenate([np.linspace(20, 110, 50), np.full(10, 40.0), np.full(N - 60, 190.0)])
+    assert metric_came_back(steps, reward, 50, True, TH.outcome)
+    assert not metric_came_back(steps, np.concatenate([reward[:50], np.full(N - 50, 60.0)]), 50, True, TH.outcome)
+    distance = np.concatenate([np.full(50, 1.0), np.full(20, 3.0), np.full(N - 70, 1.05)])
+    assert metric_came_back(steps, distance, 50, False, TH.outcome)
+    assert not metric_came_back(steps, distance * np.where(steps >= 70, 1.5, 1.0), 50, False, TH.outcome)
+
+
+def test_a_nan_batch_at_the_first_nonfinite_step_after_a_learning_phase_break_is_the_onset():
+    from types import SimpleNamespace
+
+    from postmortem.detectors.onsets import nonfinite_input_onset
+    from postmortem.findings import FirstNonfinite
+
+    at = 81
+    steps = np.arange(N)
+    learning = np.where(steps < at, 2.3 * np.exp(-steps / 40) + 0.5, np.nan)
+    run = SimpleNamespace(scalars=pd.DataFrame({"step": steps, "name": "loss", "value": learning}))
+    early = Onset(8, (7, 9), "state q_proj.bias[exp_avg_sq]", 1.14, 5.3, 36.8, at - 8)
+    first = FirstNonfinite(at, "input", "input", None, [])
+    nan_batch = Finding("nonfinite_input", at, ["input"], {}, "", "error")
+    moved = nonfinite_input_onset(run, early, first, [nan_batch], TH)
+    assert moved.step == at and moved.interval == (at, at)
+    # The loss had stopped learning after the early break: that break stands.
+    flat = SimpleNamespace(scalars=run.scalars.assign(value=np.where(steps < at, 2.3, np.nan)))
+    assert nonfinite_input_onset(flat, early, first, [nan_batch], TH) is None
+    # A NaN batch that is not the run's first non-finite value explains nothing about it.
+    later = Finding("nonfinite_input", at + 5, ["input"], {}, "", "error")
+    assert nonfinite_input_onset(run, early, first, [later], TH) is None

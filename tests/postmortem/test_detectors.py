@@ -373,3 +373,24 @@ def test_an_accumulation_whose_loss_jumps_diverged_there(tmp_path, jumps):
         assert abs(analysis.onset.step - t0) <= 2
     else:
         assert analysis.verdict == "not_learning"
+
+
+def test_a_run_whose_reward_rises_while_its_loss_rises_learns(tmp_path):
+    rising = np.linspace(80, 800, STEPS) * _noise(51, 0.02)  # REINFORCE's value term grows with the returns
+    reward = scalar_rows("reward", np.linspace(20, 180, STEPS) * _noise(52, 0.02))
+    analysis, labels = _labels(tmp_path, _layers(), rising, extra_scalars=[reward])
+    assert analysis.verdict == "healthy"
+    bare, _ = _labels(tmp_path / "bare", _layers(), rising)
+    assert bare.verdict != "healthy"
+
+
+def test_adversarial_losses_and_a_flat_sample_distance_do_not_learn(tmp_path):
+    def run(path, distance):
+        scalars = [scalar_rows("loss_d", -1.0 * _noise(53)), scalar_rows("loss_g", 0.5 * _noise(54)),
+                   scalar_rows("lr", np.full(STEPS, 1e-3)), scalar_rows("sliced_wasserstein", distance)]
+        return analyze(make_run(path, _layers(), pd.concat(scalars, ignore_index=True), _manifest()))
+
+    flat = run(tmp_path / "flat", np.full(STEPS, 1.19) * _noise(55, 1e-7))
+    plateau = next(f for f in flat.findings if f.label == "loss_plateau")
+    assert flat.verdict == "not_learning" and plateau.evidence["metric"] == "sliced_wasserstein"
+    assert run(tmp_path / "falls", np.linspace(1.2, 0.5, STEPS) * _noise(56, 0.02)).verdict == "healthy"
