@@ -127,24 +127,13 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     diverged = bool(leaders) or nonfinite
     advance("diagnosing")
     precomputed = {"stale_gradients": stale}
-    judged_steps, judged = judging_curve(scalars, outcome)
-    finite = np.isfinite(judged)
-    onset, diverged = _accumulated(onset, diverged, nonfinite, stale,
-                                   (judged_steps[finite], judged[finite]), first, thresholds.gradients)
+    onset, diverged = _accumulated(onset, diverged, nonfinite, stale, judging_curve(scalars, outcome), first,
+                                   thresholds.gradients)
     evidence = Evidence(table=table, summary=pd.DataFrame(), scalars=scalars, events=events,
                         manifest=run.manifest, first_nonfinite=first, onset=onset if diverged else None,
                         diverged=diverged, recovered=False, breaks=breaks, outcome=outcome)
     if diverged and onset is not None:
-        # log(0) dates the failure where the sigmoid reached its bound (seed 001), not where the
-        # NaN it made first showed.
-        precomputed["log_of_zero"] = REGISTRY["log_of_zero"].run(evidence, thresholds)
-        onset = onsets.cause_onset(onset, [*onsets.root_cause_findings(evidence, thresholds), *precomputed["log_of_zero"]], first)
-        if first is None:
-            onset = onsets.after_learning(evidence, onset, thresholds) or onset
-        else:
-            precomputed["nonfinite_input"] = REGISTRY["nonfinite_input"].run(evidence, thresholds)
-            onset = onsets.nonfinite_input_onset(evidence, onset, first, precomputed["nonfinite_input"],
-                                                 thresholds) or onset
+        onset = _caused(evidence, onset, first, thresholds, precomputed)
     elif not diverged:
         onset = onsets.regression_onset(evidence, thresholds, first)
         diverged = onset is not None
@@ -158,12 +147,28 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     return _concluded(run, evidence, findings, involved, onset, thresholds.root_causes.batch_range_factor)
 
 
+def _caused(ev: Evidence, onset: Onset, first: FirstNonfinite | None, thresholds: Thresholds,
+            precomputed: dict[str, list[Finding]]) -> Onset:
+    """A diverged run's onset moved to what caused it: log(0) where the sigmoid reached its
+    bound (seed 001), not where the NaN it made first showed; the earliest direct cause the
+    recorder saw; past a learning-phase break, the cause of the later rise or the NaN batch."""
+    precomputed["log_of_zero"] = REGISTRY["log_of_zero"].run(ev, thresholds)
+    onset = onsets.cause_onset(onset, [*onsets.root_cause_findings(ev, thresholds), *precomputed["log_of_zero"]], first)
+    if first is None:
+        return onsets.after_learning(ev, onset, thresholds) or onset
+    precomputed["nonfinite_input"] = REGISTRY["nonfinite_input"].run(ev, thresholds)
+    return onsets.nonfinite_input_onset(ev, onset, first, precomputed["nonfinite_input"], thresholds) or onset
+
+
 def _accumulated(onset: Onset | None, diverged: bool, nonfinite: bool, stale: list[Finding],
                  curve: tuple[np.ndarray, np.ndarray], first: FirstNonfinite | None,
                  th: GradientThresholds) -> tuple[Onset | None, bool]:
     """(onset, diverged) once an accumulation of gradients (a missing zero_grad) is accounted for:
-    the onset moves to where it began, and the loss decides whether it broke the run."""
+    the onset moves to where it began, and what judges the run (`judging_curve`: its loss, or an
+    outcome metric) decides whether it broke the run."""
     loss_steps, loss = curve
+    finite = np.isfinite(loss)
+    loss_steps, loss = loss_steps[finite], loss[finite]
     if diverged:
         onset = onsets.accumulation_onset(onset, stale, first)
         # A finite run whose recorded gradients grew only because they accumulate, while its

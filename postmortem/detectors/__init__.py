@@ -105,7 +105,8 @@ def diagnose(ev: Evidence, thresholds: Thresholds | None = None,
         found += precomputed[label] if label in precomputed else rule.run(replace(ev, found=list(found)), thresholds)
     # Without tensor statistics most detectors saw nothing: health is not claimed then.
     if len(ev.table) and not any(f.severity in (ERROR, WARNING) for f in found):
-        found.append(finding("healthy", None, [], {"loss_improvement": ev.outcome.improvement},
+        judged = {"judged_by": ev.outcome.judged_by} if ev.outcome.judged_by else {}  # a reward, not the loss
+        found.append(finding("healthy", None, [], {"loss_improvement": ev.outcome.improvement, **judged},
                              "nothing to fix", NOTE))
     return found
 

@@ -84,8 +84,12 @@ def _structural(grads: SilentGradients, quiet: dict[str, int]) -> bool:
     """Zero by construction, in a run that learns: each silent tensor was silent from its first
     step, and either its module's other parameters do get gradients (an attention key bias:
     softmax ignores a per-query constant) or its module never ran (an unused branch). A whole
-    layer that runs and gets no gradient is cut off (a detach), not structure."""
-    if not grads.outcome.learns or len(quiet) >= len(grads.first_step) / 2:
+    layer that runs and gets no gradient is cut off (a detach), not structure. Lone biases whose
+    weights get gradients are structure whatever the outcome (a WGAN critic's output bias cancels
+    in E[D(fake)] − E[D(real)]; round 10): a run that does not learn has another reason."""
+    if len(quiet) >= len(grads.first_step) / 2:
+        return False
+    if not grads.outcome.learns and not all(_lone_bias(grads, quiet, name) for name in quiet):
         return False
     for name, since in quiet.items():
         if since != grads.first_step[name]:
@@ -97,6 +101,13 @@ def _structural(grads: SilentGradients, quiet: dict[str, int]) -> bool:
         if not siblings and not unused:
             return False
     return True
+
+
+def _lone_bias(grads: SilentGradients, quiet: dict[str, int], name: str) -> bool:
+    """A bias silent from its first step beside a weight of its module that gets gradients."""
+    weight = f"{_module(name)}.weight"
+    return (name.endswith("bias") and quiet[name] == grads.first_step[name] and weight in grads.first_step
+            and weight not in quiet)
 
 
 @register("no_gradient", "gradients", _silent_gradients)

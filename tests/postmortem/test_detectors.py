@@ -380,6 +380,7 @@ def test_a_run_whose_reward_rises_while_its_loss_rises_learns(tmp_path):
     reward = scalar_rows("reward", np.linspace(20, 180, STEPS) * _noise(52, 0.02))
     analysis, labels = _labels(tmp_path, _layers(), rising, extra_scalars=[reward])
     assert analysis.verdict == "healthy"
+    assert next(f for f in analysis.findings if f.label == "healthy").evidence["judged_by"] == "reward"
     bare, _ = _labels(tmp_path / "bare", _layers(), rising)
     assert bare.verdict != "healthy"
 
