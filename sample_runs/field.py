@@ -17,18 +17,21 @@ word sequences, labels -100 off the masked positions), a SIREN fitting an image 
 coordinates (sine activations, MSE), a PointNet classifying point clouds (an input T-net and
 its orthogonality regulariser), Hugging Face's `T5ForConditionalGeneration` sorting sequences, a
 CLIP-style two-tower contrastive model, a DenseNet-BC, a REINFORCE agent on CartPole, a WGAN-GP
-on a ring of Gaussians and Hugging Face's `SwinForImageClassification` (`field_models`),
+on a ring of Gaussians, Hugging Face's `SwinForImageClassification`, a DQN agent on CartPole, a
+student distilled from a frozen teacher and a BYOL encoder (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
 model by Lightning instead (`framework_loops`), the DenseNet with SGD (Nesterov) and a step
 schedule; the agent by its own policy-gradient loop (`training.train_policy_gradient`), the
 WGAN-GP by Lightning's manual optimisation, the Swin by the plain loop with mixup/cutmix, an EMA
-copy and bf16. Faults come from `faults.py`, at a step t0 and on a
+copy and bf16; the DQN agent by the PyTorch DQN tutorial's loop (`training.train_dqn`), the
+student by the plain loop with its teacher's logits in the loss, BYOL by the plain loop with its
+EMA target network's projections in the loss. Faults come from `faults.py`, at a step t0 and on a
 tensor drawn per (family, arch, seed); the truth comes from the injection and from the losses the
 loop saw (a fault the run shrugs off is recorded as healthy), never from the analyzer. A family
 whose loss does not fall as it learns declares the metric its truth reads instead
-(`OUTCOME_METRICS`: the agent's reward, the WGAN's sample distance).
+(`OUTCOME_METRICS`: the agents' reward, the WGAN's sample distance).
 """
 from __future__ import annotations
 
@@ -84,9 +87,14 @@ from .field_models import (
     CONTEXT,
     FIELD_ARCHS,
     build_field_model,
+    KDTeacher,
     clip_loss,
     ctc_loss,
+    byol_ema_update,
+    byol_loss,
+    byol_target,
     ddpm_loss,
+    distillation_loss,
     info_nce_loss,
     mixup_cutmix,
     moe_lm_loss,
@@ -99,7 +107,8 @@ from .field_models import (
 )
 from .nanogpt import LoopConfig, lr_at
 from .framework_loops import train_hf_trainer, train_lightning, train_lightning_wgan
-from .training import broke_against, stalled_against, token_cross_entropy, train_field, train_policy_gradient
+from .training import (broke_against, stalled_against, token_cross_entropy, train_dqn, train_field,
+                       train_policy_gradient)
 
 __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
 
@@ -128,6 +137,8 @@ class Recipe:
     DenseNet's), `linear` (decay to 0 over the run: WGAN-GP's), or `constant` (Stable-Baselines3's default)."""
     bf16: bool = False
     """Trained under CPU bf16 autocast (timm's `--amp` with bf16)."""
+    amsgrad: bool = False
+    """AdamW with AMSGrad (the PyTorch DQN tutorial's optimizer)."""
 
 
 RECIPES = {
@@ -164,13 +175,28 @@ RECIPES = {
     "wgan_gp": Recipe(lr=2e-3, weight_decay=0.0, batch=RING.batch, clip=None, betas=(0.0, 0.9), warmup=0,
                       optimizer="adam", schedule="linear"),
     "swin": Recipe(lr=2e-3, weight_decay=0.05, batch=32, clip=5.0, ema=0.99, bf16=True),
+    # The DQN tutorial's AdamW (AMSGrad, default weight decay), batch 128 and clip_grad_value_ 100;
+    # lr 2.3e-3, RL Zoo's tuned CartPole DQN value (the tutorial's 1e-4 learns nothing in 150 steps
+    # of 4 updates; at 1e-3 one healthy seed of three ended at 0.90x its first reward shortfall).
+    "dqn": Recipe(lr=2.3e-3, weight_decay=0.01, batch=128, clip=100.0, warmup=0, schedule="constant", amsgrad=True),
+    "distil": Recipe(lr=5e-3, weight_decay=0.01, batch=32, warmup=10),
+    "byol": Recipe(lr=3e-3, weight_decay=1e-4, batch=32, clip=None),
 }
 N_CRITIC = 5
 """WGAN-GP's critic steps per generator step (the paper's)."""
 GRADIENT_PENALTY = 10.0
 """WGAN-GP's penalty weight λ (the paper's)."""
+DQN_GRADIENT_STEPS = 4
+"""The DQN agent's updates per step (one batch of episodes): Stable-Baselines3's `gradient_steps`."""
+DQN_TARGET_EVERY = 10
+"""Steps between the DQN target network's hard updates (Stable-Baselines3's `target_update_interval`, in steps)."""
+BYOL_TAU = 0.99
+"""BYOL's target EMA decay (the paper's base 0.996, lower for a 150-step run)."""
+TEACHER_STEPS = 300
+"""Adam steps of the distillation teacher's own training (batches of 64 digits), before it is frozen."""
 LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba")
-IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm", "densenet", "swin")
+IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm", "densenet", "swin", "distil",
+                "byol")
 """Architectures that take (B, 1, 8, 8) digits."""
 LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "recsys": torch.nn.functional.binary_cross_entropy_with_logits,
@@ -178,7 +204,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "seq2seq": seq2seq_loss, "gnn": torch.nn.functional.cross_entropy, "simclr": info_nce_loss,
           "ddpm": ddpm_loss, "ctc": ctc_loss, "convnext": smoothed_cross_entropy,
           "siren": torch.nn.functional.mse_loss, "pointnet": pointnet_loss, "clip": clip_loss,
-          "swin": soft_target_cross_entropy}
+          "swin": soft_target_cross_entropy, "distil": distillation_loss, "byol": byol_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -205,6 +231,7 @@ class OutcomeMetric:
 OUTCOME_METRICS = {
     "reinforce": OutcomeMetric("reward", higher_is_better=True, best=float(CARTPOLE.max_steps)),
     "wgan_gp": OutcomeMetric("sliced_wasserstein", higher_is_better=False, best=0.0),
+    "dqn": OutcomeMetric("reward", higher_is_better=True, best=float(CARTPOLE.max_steps)),
 }
 """Families judged on a metric (see `OutcomeMetric`); every other family on its training loss."""
 
@@ -293,13 +320,14 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
 
 FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae", "unet", "gnn",
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
-                "reinforce", "wgan_gp", "swin")
+                "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs. The agent's batch is the observations its update reads (a corrupted rollout buffer), the
-WGAN's the real points its critic reads."""
+DQN agent's the observations it samples from its replay buffer (a corrupted buffer), the WGAN's
+the real points its critic reads, the student's the images its teacher reads too."""
 
 
-UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp")
+UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol")
 """Architectures trained without targets (self-supervised, generative, contrastive; an agent's
 actions are its own samples): no labels to corrupt."""
 
@@ -317,6 +345,9 @@ LEFT_OUT = {
     "wgan_gp": ("healthy_accum", "healthy_bf16"),
     # Its recipe trains under bf16 autocast already: healthy_bf16 would be the healthy run again.
     "swin": ("healthy_bf16",),
+    # The DQN tutorial's AdamW uses AMSGrad: its step divides by max_exp_avg_sq, which zeroing
+    # exp_avg_sq leaves as it was (the running maximum), so the fault changes no update at all.
+    "dqn": ("adam_state",),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -390,7 +421,9 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     of the masked words for BERT; for the families judged on a metric (`OUTCOME_METRICS`) its
     distance to the best where nothing was learned: a uniformly random policy's reward shortfall
     for the agent (its `draw` makes the environments), a generator that emits the data's mean for
-    the WGAN-GP (its `draw` is the loader of real points, `eval_draw` the held-out points)."""
+    the WGAN-GP (its `draw` is the loader of real points, `eval_draw` the held-out points), the
+    DQN agent as the REINFORCE agent; for the distilled student the distillation loss of a student
+    that predicts the uniform distribution against its teacher's logits on the training digits."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in LANGUAGE_MODELS:
         tokens, vocab = char_corpus(CORPUS_CHARS, seed)
@@ -455,6 +488,8 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
                 loader(pairs[1536:], batch_size=64), CAPTIONS.vocab, math.log(micro))
     if arch == "reinforce":  # episodes, not a dataset: a CartPole batch per seed; no eval draw (the loop's own)
         return CartPole, None, CARTPOLE.actions, _random_policy_shortfall()
+    if arch == "dqn":  # episodes into a replay buffer: a CartPole batch per seed
+        return CartPole, None, CARTPOLE.actions, _random_policy_shortfall()
     if arch == "wgan_gp":  # one loader batch per generator step: its N_CRITIC critic batches
         per_step = N_CRITIC * recipe.batch
         loader = torch.utils.data.DataLoader(ring_points(STEPS, per_step, seed), batch_size=per_step)
@@ -462,6 +497,8 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         return loader, held_out, 2, _point_mass_distance(seed)
     rows = digits("rows")
     x = rows.x.unsqueeze(1) if arch in IMAGE_MODELS else rows.x
+    if arch == "byol":  # BYOL's loss of a prediction uncorrelated with its target: 2 − 2·0
+        return two_views_sampler(x[:1500], micro, seed), two_views_sampler(x[1500:], 128, seed + 1), 10, 2.0
     if arch == "simclr":
         return (two_views_sampler(x[:1500], micro, seed), two_views_sampler(x[1500:], 128, seed + 1), 10,
                 math.log(2 * micro - 1))
@@ -477,7 +514,8 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
             float(torch.nn.functional.binary_cross_entropy(mean, train.y, reduction="sum")) / len(train.y)
         return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10, chance
     train, held = Dataset(x[:1500], rows.y[:1500]), Dataset(x[1500:], rows.y[1500:])
-    return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10, math.log(10)
+    chance = _uniform_student_loss(seed) if arch == "distil" else math.log(10)
+    return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10, chance
 
 
 @lru_cache(maxsize=1)
@@ -531,6 +569,36 @@ def _random_policy_shortfall() -> float:
     return OUTCOME_METRICS["reinforce"].distance(float(np.mean(rewards)))
 
 
+@lru_cache(maxsize=None)
+def distillation_teacher(seed: int) -> nn.Module:
+    """The distillation teacher of a seed: a `KDTeacher` trained by Adam (lr 2e-3, batches of 64
+    training digits, `TEACHER_STEPS` steps; its own generator, the global RNG untouched), then
+    frozen: `requires_grad_(False)`, eval mode, as the tutorials load a trained teacher."""
+    rows = digits("rows")
+    x, y = rows.x[:1500].unsqueeze(1), rows.y[:1500]
+    with torch.random.fork_rng():
+        torch.manual_seed(10_000 + seed)
+        teacher = KDTeacher(10)
+        optimizer = torch.optim.Adam(teacher.parameters(), lr=2e-3)
+        order = torch.Generator().manual_seed(10_000 + seed)
+        for _ in range(TEACHER_STEPS):
+            index = torch.randint(0, len(y), (64,), generator=order)
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(teacher(x[index]), y[index]).backward()
+            optimizer.step()
+    return teacher.requires_grad_(False).eval()
+
+
+@lru_cache(maxsize=None)
+def _uniform_student_loss(seed: int) -> float:
+    """The distillation loss, on the training digits, of a student whose logits are all equal."""
+    rows = digits("rows")
+    x, y = rows.x[:1500].unsqueeze(1), rows.y[:1500]
+    teacher = distillation_teacher(seed)
+    with torch.no_grad():
+        return float(distillation_loss(torch.zeros(len(y), 10), y, teacher(x)))
+
+
 def _directions(seed: int) -> torch.Tensor:
     """16 unit directions in the plane for the sliced Wasserstein distance, a seed's own."""
     return torch.nn.functional.normalize(torch.randn(16, 2, generator=torch.Generator().manual_seed(seed)), dim=1)
@@ -570,12 +638,17 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     elif recipe.optimizer == "adam":
         optimizer = torch.optim.Adam(_param_groups(model, recipe, lr), lr=lr, betas=recipe.betas)
     else:
-        optimizer = torch.optim.AdamW(_param_groups(model, recipe, lr), lr=lr, betas=recipe.betas)
+        optimizer = torch.optim.AdamW(_param_groups(model, recipe, lr), lr=lr, betas=recipe.betas,
+                                      amsgrad=recipe.amsgrad)
     after_step = None
     if recipe.ema is not None:  # torchvision's and diffusers' EMA: averaged weights, updated after each step
         ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(
             recipe.ema))
         after_step = lambda: ema.update_parameters(model)  # noqa: E731
+    teacher = distillation_teacher(seed) if arch == "distil" else None
+    if arch == "byol":  # the target network: projections in the loss, an EMA of the online weights after each step
+        teacher = byol_target(model)
+        after_step = lambda: byol_ema_update(teacher, model, BYOL_TAU)  # noqa: E731
     picked = _draws(model, rng)
     fault = spec.fault(t0=t0, factor=factor, classes=classes, **picked)
     schedule = _schedule(Recipe(**{**recipe.__dict__, "warmup": options["warmup"]}), STEPS)
@@ -593,6 +666,12 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                                         max_steps=CARTPOLE.max_steps, fault=fault,
                                         accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
                                         config=config, recorder_options=recorder_options)
+    elif arch == "dqn":
+        outcome = train_dqn(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, seed=seed,
+                            max_steps=CARTPOLE.max_steps, observations=CARTPOLE.observations, fault=fault,
+                            accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
+                            batch=recipe.batch, gradient_steps=DQN_GRADIENT_STEPS, target_every=DQN_TARGET_EVERY,
+                            config=config, recorder_options=recorder_options)
     elif arch == "wgan_gp":
         outcome = train_lightning_wgan(run_dir, model, optimizer, draw, eval_draw, directions=_directions(seed),
                                        fault=fault, lr_at=schedule, n_critic=N_CRITIC,
@@ -609,7 +688,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                               accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
                               eval_draw=eval_draw, loss_fn=LOSSES.get(arch, token_cross_entropy), config=config,
                               recorder_options=recorder_options, after_step=after_step,
-                              mix=mixup_cutmix(classes, seed) if arch == "swin" else None)
+                              mix=mixup_cutmix(classes, seed) if arch == "swin" else None,
+                              teacher=teacher)
     # Parameters outside every unit's module (the classifier's `pos`) sit before the first block.
     units = [*(n for n, _ in model.named_parameters()
                if not any(n.startswith(u + ".") for u in model.units) and n not in getattr(model, "loose", ())),

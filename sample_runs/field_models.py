@@ -127,14 +127,36 @@
   timm's idioms: mixup/cutmix to soft targets with label smoothing (`mixup_cutmix`,
   `soft_target_cross_entropy`), an EMA copy of the weights updated after each step (not the
   recorded model), AdamW with warm-up + cosine, bf16 autocast.
+- `QNetwork`: the PyTorch DQN tutorial's Q-network for CartPole (`layer1`, `layer2`: Linear(·, 128)
+  + ReLU; `layer3`: one Q-value per action); trained by DQN (`training.train_dqn`): a replay
+  buffer, ε-greedy exploration with exponential decay, a target network (a copy of the
+  Q-network, not recorded, synced every few steps: Mnih et al.'s and Stable-Baselines3's hard
+  update), Huber loss (`smooth_l1_loss`) on the TD targets, AdamW with AMSGrad and
+  `clip_grad_value_` 100 (the tutorial's). Its TD loss is not a quantity that falls as the agent
+  learns (the targets move): its truth reads the episodes' reward.
+- `KDStudent` / `KDTeacher`: knowledge distillation (Hinton et al. 2015, in the PyTorch knowledge
+  distillation tutorial's shape: a deeper, wider conv teacher and a light conv student, on 8×8
+  digits). The teacher is trained in the generator for a few hundred steps on its own seed, then
+  frozen (`requires_grad_(False)`, eval mode: `distillation_teacher`); the recorded model is the
+  student, trained by the plain loop on `distillation_loss`: α·T²·KL(softmax(t/T) ‖ softmax(s/T))
+  + (1 − α)·cross-entropy, T = 2, α = 0.5, the teacher's logits computed on each micro-batch the
+  student sees (`training.train_field`'s `teacher`).
+- `BYOL`: Grill et al.'s BYOL in lucidrains' byol-pytorch layout, small: an online network
+  (`encoder`, a BatchNorm CNN; `projector` and `predictor`, each Linear → BatchNorm1d → ReLU →
+  Linear) and a target network (`byol_target`: a copy of the encoder and projector, not
+  recorded, gradient-free, in train mode as BYOL's is) updated after each step as an EMA of the
+  online weights (`byol_ema_update`, τ = 0.99); the symmetric loss 2 − 2·cos between each
+  view's online prediction and the other view's target projection (`byol_loss`) on two
+  augmented views of each digit, no labels; trained by the plain loop with the target's
+  projections computed on each micro-batch (`training.train_field`'s `teacher`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
 `llama`, `autoencoder` and `recsys` before the third, `moe` and `vae` before the fourth, `unet`,
 `seq2seq`, `gnn` and `simclr` before the fifth, `ddpm` and `ctc` before the sixth, `mamba`,
 `fttransformer` and `convnext` before the seventh, `bert_mlm`, `siren` and `pointnet` before the eighth,
-`t5`, `clip` and `densenet` before the ninth, `reinforce`, `wgan_gp` and `swin` before the tenth
-(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`t5`, `clip` and `densenet` before the ninth, `reinforce`, `wgan_gp` and `swin` before the tenth,
+`dqn`, `distil` and `byol` before the eleventh (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -156,7 +178,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "RecSys", "MoELM", "VAE", "UNet", "Seq2Seq", "GCN", "SimCLR", "GaussianDiffusion", "Denoiser",
            "CTCRecognizer", "Mamba", "FTTransformer", "ConvNeXt", "BertMLM", "Siren", "PointNet", "t5_sorter", "CLIP",
            "DenseNet", "clip_loss", "ActorCritic", "WGANGP", "gradient_penalty", "sliced_wasserstein",
-           "swin_classifier", "mixup_cutmix", "soft_target_cross_entropy", "build_field_model",
+           "swin_classifier", "mixup_cutmix", "soft_target_cross_entropy", "QNetwork", "KDStudent", "KDTeacher",
+           "distillation_loss", "BYOL", "byol_target", "byol_ema_update", "byol_loss", "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -1597,9 +1620,126 @@ def soft_target_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> to
     return torch.sum(-targets * torch.log_softmax(logits, -1), -1).mean()
 
 
+class QNetwork(nn.Module):
+    """The PyTorch DQN tutorial's `DQN`: observations → 128 → 128 → one Q-value per action, ReLU."""
+
+    def __init__(self, observations: int, actions: int, width: int = 128) -> None:
+        super().__init__()
+        self.layer1, self.layer2 = nn.Linear(observations, width), nn.Linear(width, width)
+        self.layer3 = nn.Linear(width, actions)
+        self.units = ["layer1", "layer2", "layer3"]
+        self.hidden = ["layer1", "layer2"]
+        self.exposed = ["layer1", "layer3"]  # no normalisation anywhere: the first layer, the Q-values
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.layer3(torch.relu(self.layer2(torch.relu(self.layer1(observations)))))
+
+
+class KDTeacher(nn.Module):
+    """The distillation tutorial's `DeepNN`, small: conv 16 → conv 16 → pool → conv 32 → conv 32 → pool,
+    then Linear(128, 128) → ReLU → dropout → Linear(128, classes)."""
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.classifier = nn.Sequential(nn.Linear(32 * 2 * 2, 128), nn.ReLU(), nn.Dropout(0.1),
+                                        nn.Linear(128, classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x).flatten(1))
+
+
+class KDStudent(nn.Module):
+    """The distillation tutorial's `LightNN`, small: conv 8 → pool → conv 8 → pool, then
+    Linear(32, 64) → ReLU → dropout → Linear(64, classes)."""
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                      nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.classifier = nn.Sequential(nn.Linear(8 * 2 * 2, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, classes))
+        self.units = ["features.0", "features.3", "classifier.0", "classifier.3"]
+        self.hidden = ["features.0", "features.3", "classifier.0"]
+        self.exposed = ["features.0", "classifier.3"]  # no normalisation anywhere: the first conv, the logits
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x).flatten(1))
+
+
+def distillation_loss(student: torch.Tensor, targets: torch.Tensor, teacher: torch.Tensor, *,
+                      temperature: float = 2.0, alpha: float = 0.5) -> torch.Tensor:
+    """Hinton et al.'s loss: α·T²·KL(softmax(teacher/T) ‖ softmax(student/T)) (batchmean, as the
+    tutorials write it with `kl_div` on log-probabilities) + (1 − α)·cross-entropy on the labels."""
+    soft = torch.nn.functional.kl_div(torch.log_softmax(student / temperature, -1),
+                                      torch.log_softmax(teacher / temperature, -1), reduction="batchmean",
+                                      log_target=True)
+    return alpha * temperature ** 2 * soft + (1 - alpha) * torch.nn.functional.cross_entropy(student, targets)
+
+
+def _byol_mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
+    """byol-pytorch's `MLP`: Linear → BatchNorm1d → ReLU → Linear."""
+    return nn.Sequential(nn.Linear(inputs, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, outputs))
+
+
+class BYOL(nn.Module):
+    """BYOL's online network: `encoder` (conv → BN → ReLU, strided conv → BN → ReLU, pooled: 32
+    features), `projector` (32 → 64 → 16) and `predictor` (16 → 64 → 16); `forward(views)` returns
+    the predictions of a (2B, 1, 8, 8) batch of views. The target network is `byol_target(model)`."""
+
+    def __init__(self, channels: int = 16, hidden: int = 64, projection: int = 16) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential()
+        self.encoder.conv1 = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1, bias=False),
+                                           nn.BatchNorm2d(channels), nn.ReLU())
+        self.encoder.conv2 = nn.Sequential(nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1, bias=False),
+                                           nn.BatchNorm2d(2 * channels), nn.ReLU())
+        self.encoder.pool = nn.AdaptiveAvgPool2d(1)
+        self.encoder.flatten = nn.Flatten()
+        self.projector = _byol_mlp(2 * channels, hidden, projection)
+        self.predictor = _byol_mlp(projection, hidden, projection)
+        self.units = ["encoder.conv1", "encoder.conv2", "projector", "predictor"]
+        self.hidden = ["encoder.conv1", "encoder.conv2", "projector"]
+        self.exposed = ["projector.3", "predictor.3"]  # no normalisation after them (the loss's cosine aside)
+
+    def forward(self, views: torch.Tensor) -> torch.Tensor:
+        return self.predictor(self.projector(self.encoder(views)))
+
+
+def byol_target(model: BYOL) -> nn.Module:
+    """BYOL's target network: a copy of the online encoder and projector, gradient-free (byol-pytorch's
+    `_get_target_encoder`: `copy.deepcopy`, `requires_grad` off); `forward(views)` gives projections."""
+    import copy
+
+    target = nn.Sequential(copy.deepcopy(model.encoder), copy.deepcopy(model.projector))
+    return target.requires_grad_(False)
+
+
+def byol_ema_update(target: nn.Module, model: BYOL, tau: float = 0.99) -> None:
+    """byol-pytorch's `update_moving_average`: each target weight ← τ·target + (1 − τ)·online; the
+    BatchNorm running statistics copied."""
+    online = nn.Sequential(model.encoder, model.projector)
+    with torch.no_grad():
+        for theirs, ours in zip(target.parameters(), online.parameters()):
+            theirs.lerp_(ours, 1 - tau)
+        for theirs, ours in zip(target.buffers(), online.buffers()):
+            theirs.copy_(ours)
+
+
+def byol_loss(predictions: torch.Tensor, _targets, projections: torch.Tensor) -> torch.Tensor:
+    """BYOL's symmetric loss over 2B views (i and i + B are a pair): 2 − 2·cos(online prediction of
+    one view, target projection of the other), averaged over both directions."""
+    n = len(predictions) // 2
+    other = torch.cat([projections[n:], projections[:n]])
+    cos = torch.nn.functional.cosine_similarity(predictions, other.detach(), dim=-1)
+    return (2 - 2 * cos).mean()
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
-               "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin")
+               "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
+               "dqn", "distil", "byol")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -1685,4 +1825,12 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         return WGANGP(RING.noise)
     if arch == "swin":
         return swin_classifier(vocab)
+    if arch == "dqn":
+        from .data import CARTPOLE
+
+        return QNetwork(CARTPOLE.observations, CARTPOLE.actions)
+    if arch == "distil":
+        return KDStudent(vocab)
+    if arch == "byol":
+        return BYOL()
     raise ValueError(f"unknown field architecture {arch!r}")

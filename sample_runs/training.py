@@ -13,7 +13,7 @@ from torch import nn
 
 from .faults import Fault
 
-__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_policy_gradient", "first_nonfinite", "broke_after", "broke_against",
+__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_policy_gradient", "train_dqn", "ReplayBuffer", "first_nonfinite", "broke_after", "broke_against",
            "stalled_against", "token_cross_entropy"]
 
 STEPS_AFTER_NONFINITE = 3
@@ -201,6 +201,7 @@ def train_field(
     recorder_options: dict | None = None,
     after_step: Callable[[], None] | None = None,
     mix: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    teacher: nn.Module | None = None,
 ) -> Outcome:
     """nanoGPT's loop: schedule → `accumulation` micro-batches of forward/backward (loss / accum),
     clip → `optimizer.step()` → `zero_grad(set_to_none=True)` → `rec.step`, an eval loop every
@@ -214,6 +215,10 @@ def train_field(
     `after_step()` runs right after each `optimizer.step()` (an EMA update of the weights).
     `mix(x, y)` runs on each training micro-batch after the fault's `batch` (timm's mixup/cutmix:
     the data was bad before the loop mixed it).
+    `teacher` (knowledge distillation, as Hugging Face's distillation trainers compute it in
+    `compute_loss`): a frozen model run without gradient on each micro-batch the student sees
+    (the same bad batch, if one comes), its float32 logits passed as `loss_fn(output, targets,
+    teacher_logits)`; the eval loop's `val_loss` is then the distillation loss on held-out batches.
     `run_dir=None` trains without recording (the losses only).
     """
     fault = fault or Fault()
@@ -222,7 +227,11 @@ def train_field(
 
     def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            return loss_fn(_float32(model(x)), y)
+            if teacher is None:
+                return loss_fn(_float32(model(x)), y)
+            with torch.no_grad():
+                taught = teacher(x).float()
+            return loss_fn(_float32(model(x)), y, taught)
 
     def evaluate() -> float:
         model.eval()
@@ -374,6 +383,148 @@ def train_policy_gradient(
                 if fault.zero_grad(step):
                     optimizer.zero_grad(set_to_none=True)
                 rec.step(loss=total, inputs=x, targets=a, reward=reward, **extra)
+                outcome.log(step, total, reward=reward)
+    except TrainingDiverged:
+        pass
+    return outcome
+
+
+class ReplayBuffer:
+    """The DQN tutorial's `ReplayMemory` as preallocated arrays: the last `capacity` transitions
+    (observation, action, reward, next observation, done), sampled uniformly with replacement."""
+
+    def __init__(self, capacity: int, observations: int) -> None:
+        self.obs = np.zeros((capacity, observations), dtype=np.float32)
+        self.next_obs = np.zeros((capacity, observations), dtype=np.float32)
+        self.actions = np.zeros(capacity, dtype=np.int64)
+        self.rewards = np.zeros(capacity, dtype=np.float32)
+        self.done = np.zeros(capacity, dtype=np.float32)
+        self.capacity, self.size, self.position = capacity, 0, 0
+
+    def push(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+             done: np.ndarray) -> None:
+        where = (self.position + np.arange(len(actions))) % self.capacity
+        self.obs[where], self.actions[where], self.rewards[where] = obs, actions, rewards
+        self.next_obs[where], self.done[where] = next_obs, done
+        self.position = int((self.position + len(actions)) % self.capacity)
+        self.size = min(self.capacity, self.size + len(actions))
+
+    def sample(self, batch: int, rng: np.random.Generator) -> tuple[torch.Tensor, ...]:
+        index = rng.integers(0, self.size, batch)
+        return (torch.from_numpy(self.obs[index]), torch.from_numpy(self.actions[index]),
+                torch.from_numpy(self.rewards[index]), torch.from_numpy(self.next_obs[index]),
+                torch.from_numpy(self.done[index]))
+
+
+def _epsilon_greedy_episodes(model: nn.Module, env, max_steps: int, epsilon: float, rng: np.random.Generator,
+                             memory: ReplayBuffer | None) -> float:
+    """One batch of episodes (every env from its reset until it ends or `max_steps`) acting
+    ε-greedily on the Q-values (no gradient), each live env's transition pushed to `memory`;
+    returns the episodes' mean reward (1 a step alive)."""
+    obs, running = env.reset(), np.ones(env.envs, dtype=bool)
+    alive = np.zeros(env.envs)
+    with torch.no_grad():
+        for _ in range(max_steps):
+            action = model(obs).argmax(-1).numpy()
+            explore = rng.random(env.envs) < epsilon
+            action = np.where(explore, rng.integers(0, 2, env.envs), action)
+            next_obs, done = env.step(action)
+            if memory is not None:
+                live = np.flatnonzero(running)
+                memory.push(obs.numpy()[live], action[live], np.ones(len(live), dtype=np.float32),
+                            next_obs.numpy()[live], done[live].astype(np.float32))
+            alive += running
+            running &= ~done
+            obs = next_obs
+            if not running.any():
+                break
+    return float(alive.mean())
+
+
+def train_dqn(
+    run_dir: Path | None,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    make_env: Callable[[int], object],
+    *,
+    steps: int,
+    lr_at: Callable[[int], float],
+    seed: int,
+    max_steps: int,
+    observations: int,
+    fault: Fault | None = None,
+    accumulation: int = 1,
+    clip: float | None = 100.0,
+    bf16: bool = False,
+    gamma: float = 0.99,
+    batch: int = 128,
+    gradient_steps: int = 4,
+    capacity: int = 20_000,
+    epsilon: tuple[float, float, float] = (0.9, 0.05, 30.0),
+    target_every: int = 10,
+    eval_every: int = 25,
+    config: dict | None = None,
+    recorder_options: dict | None = None,
+) -> Outcome:
+    """DQN as the PyTorch DQN tutorial writes it, on a batch of environments: each step plays one
+    batch of episodes ε-greedily (ε = end + (start − end)·exp(−step / decay), `epsilon`),
+    pushing every transition into a replay buffer, then `gradient_steps` updates (Stable-Baselines3's
+    `gradient_steps`), each on `batch` transitions sampled uniformly: Q(s, a) against the TD target
+    r + γ·(1 − done)·max_a' Q_target(s', a') (no gradient), Huber loss (`smooth_l1_loss`),
+    `zero_grad()` before the backward, `clip_grad_value_` (`clip`), `optimizer.step()`. The batch
+    splits into `accumulation` micro-batches (each loss weighted by its share); `bf16` runs the
+    Q-network's forward under CPU bf16 autocast. The target network is a copy of the Q-network
+    (made before the recorder, never recorded) loaded with its weights every `target_every` steps.
+    `rec.step(loss = the updates' mean loss, inputs = the last micro-batch's observations,
+    targets = its actions, reward = the episodes' mean reward, epsilon)`; every `eval_every`
+    steps a greedy batch of episodes' mean reward is recorded as `eval_reward`. The fault's
+    `batch` sees each micro-batch's observations and actions (a corrupted replay buffer)."""
+    import copy
+
+    fault = fault or Fault()
+    target = copy.deepcopy(model)  # before the fault's hooks: the target only ever reads weights
+    target.requires_grad_(False)
+    fault.install(model)
+    outcome = Outcome()
+    env, eval_env = make_env(seed), make_env(seed + 1)
+    rng = np.random.default_rng(seed + 2)
+    memory = ReplayBuffer(capacity, observations)
+    start, end, decay = epsilon
+    for group in optimizer.param_groups:
+        group.setdefault("base_lr", group["lr"])
+    try:
+        with _recorder(run_dir, model, optimizer, config, recorder_options) as rec:
+            for step in range(steps):
+                extra = {}
+                if step % eval_every == 0:
+                    extra["eval_reward"] = _epsilon_greedy_episodes(model, eval_env, max_steps, 0.0, rng, None)
+                for group in optimizer.param_groups:
+                    group["lr"] = group["base_lr"] * lr_at(step)
+                fault.before_step(step, model, optimizer)
+                explore = end + (start - end) * math.exp(-step / decay)
+                reward = _epsilon_greedy_episodes(model, env, max_steps, explore, rng, memory)
+                total = 0.0
+                for _ in range(gradient_steps):
+                    obs, actions, rewards, next_obs, done = memory.sample(batch, rng)
+                    with torch.no_grad():
+                        targets = rewards + gamma * (1 - done) * target(next_obs).max(1).values
+                    if fault.zero_grad(step):
+                        optimizer.zero_grad()
+                    for index in torch.arange(batch).chunk(accumulation):
+                        x, a = fault.batch(step, obs[index], actions[index])
+                        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                            q = model(x)
+                        q = q.float().gather(1, a.unsqueeze(1)).squeeze(1)
+                        loss = F.smooth_l1_loss(q, targets[index])
+                        (loss * len(index) / batch).backward()
+                        total += loss.item() * len(index) / batch / gradient_steps
+                    if clip is not None:
+                        nn.utils.clip_grad_value_(model.parameters(), clip)
+                    if fault.take_step(step):
+                        optimizer.step()
+                if (step + 1) % target_every == 0:
+                    target.load_state_dict(model.state_dict())
+                rec.step(loss=total, inputs=x, targets=a, reward=reward, epsilon=explore, **extra)
                 outcome.log(step, total, reward=reward)
     except TrainingDiverged:
         pass

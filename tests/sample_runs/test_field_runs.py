@@ -45,7 +45,7 @@ def test_catalogue_looks_like_the_field():
                                        "llama", "autoencoder", "recsys", "moe", "vae", "unet", "seq2seq", "gnn",
                                        "simclr", "ddpm", "ctc", "mamba", "fttransformer", "convnext", "bert_mlm",
                                        "siren", "pointnet", "t5", "clip", "densenet", "reinforce",
-                                       "wgan_gp", "swin"}
+                                       "wgan_gp", "swin", "dqn", "distil", "byol"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -793,3 +793,104 @@ def test_swin_shifts_every_second_window_mixes_batches_to_soft_targets_and_keeps
     stats = read_stats(tmp_path / "run")
     assert "classifier.weight" in set(stats["name"]) and not any(n.startswith("module.") for n in stats["name"])
     assert stats.query("role == 'target' and step == 0")["kind"].tolist() == ["float"]  # soft targets
+
+
+def test_dqn_acts_epsilon_greedily_into_its_replay_buffer_updates_on_huber_td_targets_and_syncs_its_target(
+        tmp_path):
+    from sample_runs.field import DQN_GRADIENT_STEPS, LEFT_OUT, OUTCOME_METRICS, _judged
+    from sample_runs.training import Outcome, ReplayBuffer, _epsilon_greedy_episodes, train_dqn
+
+    assert OUTCOME_METRICS["dqn"].name == "reward" and OUTCOME_METRICS["dqn"].best == CARTPOLE.max_steps
+    assert _judged("dqn", Outcome(losses=[0.1, 0.2], metrics={"reward": [20.0, 120.0]})) == [180.0, 80.0]
+    assert "adam_state" in LEFT_OUT["dqn"] and RECIPES["dqn"].amsgrad  # AMSGrad's running max outlives the fault
+    assert not any(s.arch == "dqn" and s.family == "healthy_spike" for s in SCENARIOS.values())  # no targets
+    model = build_field_model("dqn", CARTPOLE.actions)
+    assert model(torch.randn(5, CARTPOLE.observations)).shape == (5, CARTPOLE.actions)
+    memory = ReplayBuffer(64, CARTPOLE.observations)
+    reward = _epsilon_greedy_episodes(model, CartPole(0, envs=4), CARTPOLE.max_steps, 1.0, np.random.default_rng(0),
+                                      memory)
+    assert memory.size == min(64, round(reward * 4)) and 1 <= reward < 60  # one transition a step alive; random acts
+    obs, actions, rewards, next_obs, done = memory.sample(16, np.random.default_rng(1))
+    assert obs.shape == next_obs.shape == (16, CARTPOLE.observations) and actions.dtype == torch.int64
+    assert (rewards == 1).all() and set(done.tolist()) <= {0.0, 1.0}
+    spy = _Spy()
+    optimizer = torch.optim.AdamW(_param_groups(model, RECIPES["dqn"], 1e-3), lr=1e-3, amsgrad=True)
+    outcome = train_dqn(tmp_path / "run", model, optimizer, CartPole, steps=3, lr_at=lambda step: 1.0, seed=0,
+                        max_steps=CARTPOLE.max_steps, observations=CARTPOLE.observations, fault=spy, accumulation=2,
+                        batch=32, gradient_steps=DQN_GRADIENT_STEPS, target_every=2, eval_every=2)
+    updates = [s for s in range(3) for _ in range(DQN_GRADIENT_STEPS)]
+    assert spy.began == [0, 1, 2] and spy.zeroed == spy.stepped == updates
+    assert spy.batches == [s for s in updates for _ in range(2)]  # two micro-batches an update
+    assert len(outcome.losses) == 3 and all(1 <= r <= CARTPOLE.max_steps for r in outcome.metrics["reward"])
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    rewards = scalars[scalars["name"] == "reward"].sort_values("step")["value"].tolist()
+    assert rewards == pytest.approx(outcome.metrics["reward"])
+    epsilon = scalars[scalars["name"] == "epsilon"].sort_values("step")["value"].tolist()
+    assert epsilon[0] == pytest.approx(0.9) and epsilon[0] > epsilon[1] > epsilon[2] > 0.05  # exponential decay
+    assert scalars[scalars["name"] == "eval_reward"]["step"].tolist() == [0, 2]
+    stats = read_stats(tmp_path / "run")
+    assert set(stats.query("role == 'param'")["name"]) == {n for n, _ in model.named_parameters()}  # no target net
+    io = stats.query("role in ('input', 'target') and step == 0").set_index("role")
+    assert io.loc["input", "kind"] == "float" and io.loc["target", "kind"] == "index"
+
+
+def test_the_distilled_student_learns_from_a_frozen_teacher_that_sees_its_batches(tmp_path):
+    from sample_runs.field import _uniform_student_loss, distillation_teacher
+    from sample_runs.field_models import KDStudent, KDTeacher, distillation_loss
+
+    teacher = distillation_teacher(0)
+    assert distillation_teacher(0) is teacher and not teacher.training
+    assert not any(p.requires_grad for p in teacher.parameters())
+    student = build_field_model("distil", 10)
+    assert isinstance(student, KDStudent) and isinstance(teacher, KDTeacher)
+    assert sum(p.numel() for p in student.parameters()) < sum(p.numel() for p in teacher.parameters()) / 5
+    logits, labels = torch.randn(6, 10), torch.arange(6)
+    ce = torch.nn.functional.cross_entropy(logits, labels)
+    assert float(distillation_loss(logits, labels, logits)) == pytest.approx(0.5 * float(ce), rel=1e-5)  # KL 0
+    hotter = distillation_loss(logits, labels, 3 * logits, alpha=1.0)
+    kl = torch.nn.functional.kl_div(torch.log_softmax(logits / 2, -1), torch.softmax(3 * logits / 2, -1),
+                                    reduction="batchmean")
+    assert float(hotter) == pytest.approx(4 * float(kl), rel=1e-5)  # T² · KL(teacher ‖ student)
+    assert 4.0 < _uniform_student_loss(0) < 7.0  # a confident teacher: far from a uniform student
+    seen = []
+    teacher_spy = lambda module, args, output: seen.append(args[0].clone())  # noqa: E731
+    handle = teacher.register_forward_hook(teacher_spy)
+    nan = faults.BatchNaN(t0=1)
+    draw = lambda: (torch.rand(8, 1, 8, 8), torch.randint(0, 10, (8,)))  # noqa: E731
+    try:
+        outcome = train_field(tmp_path / "run", student, _adamw(student, "distil", 1e-3), draw, steps=2,
+                              lr_at=lambda step: 1.0, clip=1.0, loss_fn=distillation_loss, teacher=teacher, fault=nan)
+    finally:
+        handle.remove()
+    assert len(seen) == 2 and not seen[0].isnan().any() and seen[1].isnan().any()  # the same bad batch
+    assert math.isfinite(outcome.losses[0]) and not math.isfinite(outcome.losses[1])
+    stats = read_stats(tmp_path / "run")
+    assert {n for n in stats.query("role == 'param'")["name"]} == {n for n, _ in student.named_parameters()}
+
+
+def test_byol_predicts_the_other_views_target_projection_and_moves_its_target_by_ema_unrecorded(tmp_path):
+    from sample_runs.field import BYOL_TAU
+    from sample_runs.field_models import byol_ema_update, byol_loss, byol_target
+
+    torch.manual_seed(0)
+    model = build_field_model("byol", 10)
+    target = byol_target(model)
+    assert not any(p.requires_grad for p in target.parameters())
+    views = torch.rand(8, 1, 8, 8)
+    assert model(views).shape == target(views).shape == (8, 16)
+    z = torch.randn(4, 16)
+    assert float(byol_loss(torch.cat([z, 3 * z]), None, torch.cat([z, z]))) == pytest.approx(0.0, abs=1e-6)
+    assert float(byol_loss(torch.cat([z, z]), None, torch.cat([-z, -z]))) == pytest.approx(4.0)  # 2 − 2·(−1)
+    assert not any(s.arch == "byol" and s.family == "healthy_spike" for s in SCENARIOS.values())  # no labels
+    before = [p.clone() for p in target.parameters()]
+    draw = lambda: (torch.rand(16, 1, 8, 8), None)  # noqa: E731
+    outcome = train_field(tmp_path / "run", model, _adamw(model, "byol", 1e-2), draw, steps=2, lr_at=lambda step: 1.0,
+                          loss_fn=byol_loss, teacher=target, after_step=lambda: byol_ema_update(target, model, BYOL_TAU))
+    assert len(outcome.losses) == 2 and all(0 <= v <= 4 for v in outcome.losses)
+    online = [*model.encoder.parameters(), *model.projector.parameters()]
+    for old, new, ours in zip(before, target.parameters(), online):
+        assert not torch.equal(old, new) or torch.equal(old, ours)  # the target moved toward the online weights
+        assert (new - old).abs().max() <= (ours - old).abs().max() * (1 - BYOL_TAU) * 2 + 1e-6
+    stats = read_stats(tmp_path / "run")
+    assert {n for n in stats.query("role == 'param'")["name"]} == {n for n, _ in model.named_parameters()}
+    assert stats.query("role == 'target'").empty  # self-supervised: the recorder sees no targets
