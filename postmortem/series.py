@@ -32,6 +32,11 @@ import pyarrow.compute as pc
 
 from .loading import STATS_SCHEMA, Run, stats_frame
 
+try:
+    from . import _kernels
+except ImportError:  # not compiled (no C++ compiler at install): the numpy twins below
+    _kernels = None
+
 __all__ = ["SeriesKey", "SeriesTable", "read_series", "AUX_COLUMNS", "READ_COLUMNS"]
 
 FULL_ROWS = 40_000_000  # kept whole up to here: ~1.1 GB of arrays
@@ -281,11 +286,17 @@ class _Builder:
         the runs begin (the recorder writes a flush's rows series by series); the ids are
         looked up per run."""
         role, name, key = (_dictionary(batch.column(c)) for c in ("role", "name", "key"))
-        r, n, k = _codes(role), _codes(name), _codes(key)  # key -1 means null
+        r = _codes(role)
         nn, nk = len(name.dictionary), len(key.dictionary) + 1
         size = max(len(role.dictionary) * nn * nk, 1)
-        starts = _run_starts(r, n, k)
-        code = (r[starts].astype(np.int64) * nn + n[starts]) * nk + (k[starts] + 1)
+        if _kernels is not None and all(_int32_codes(c) for c in (role, name, key)):
+            starts = self._code_run_starts((role, name, key), batch.num_rows)
+            n_at, k_at = _codes_at(name, starts), _codes_at(key, starts)  # key -1 means null
+        else:
+            n, k = _codes(name), _codes(key)
+            starts = _run_starts(r, n, k)
+            n_at, k_at = n[starts], k[starts]
+        code = (r[starts].astype(np.int64) * nn + n_at) * nk + (k_at + 1)
         dictionaries = (role.dictionary, name.dictionary, key.dictionary)
         # Segments from one recorder share their dictionaries: reuse the lookup table.
         if self._dictionaries is None or len(self._lut) != size or not all(
@@ -307,6 +318,14 @@ class _Builder:
         # Codes of one series (a dictionary that repeats a value) make one run.
         merged = np.r_[True, run_sid[1:] != run_sid[:-1]]
         return run_sid[merged], starts[merged], r, role_names
+
+    def _code_run_starts(self, columns: tuple[pa.DictionaryArray, ...], rows: int) -> np.ndarray:
+        """_run_starts of the columns' dictionary codes (null: -1), in one compiled pass."""
+        out = self._scratch("starts", rows, np.int64)
+        found = _kernels.run_starts(out.ctypes.data, rows, tuple(
+            (c.indices.buffers()[1].address, _validity_address(c.indices), c.indices.offset)
+            for c in columns))
+        return out[:found]
 
     def fine_windows(self) -> list[tuple[int, int]]:
         """Step ranges to read whole: FINE_STEPS steps before the end, before the first
@@ -440,9 +459,21 @@ def _deduplicated(table: SeriesTable) -> SeriesTable:
 
 def _extremes(run_sid: np.ndarray, starts: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
     """Rows a coarse pass keeps besides its stride: the first row of each series in the batch
-    and one row of its largest and one of its smallest magnitude, so that the thinned history
-    keeps its range (a healthy batch scale, a spike). Vectorised over the batch's runs of
-    rows of one series (beginning at `starts`, of series `run_sid`), not its million rows."""
+    and one row of its largest and one of its smallest magnitude (its first, NaN ignored), so
+    that the thinned history keeps its range (a healthy batch scale, a spike). The batch's
+    runs of rows of one series begin at `starts`, of series `run_sid`."""
+    if _kernels is None:
+        return _extremes_numpy(run_sid, starts, magnitude)
+    keep = np.zeros(len(magnitude), bool)
+    run_sid, starts = run_sid.astype(np.int32, copy=False), starts.astype(np.int64, copy=False)
+    magnitude = np.ascontiguousarray(magnitude, np.float64)
+    _kernels.extremes(magnitude.ctypes.data, len(magnitude), starts.ctypes.data, run_sid.ctypes.data,
+                      len(starts), int(run_sid.max()) + 1, keep.ctypes.data)
+    return keep
+
+
+def _extremes_numpy(run_sid: np.ndarray, starts: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
+    """_extremes vectorised over the batch's runs of rows of one series, not its million rows."""
     lengths = np.diff(np.r_[starts, len(magnitude)])
     keep = np.zeros(len(magnitude), bool)
     keep[starts[np.unique(run_sid, return_index=True)[1]]] = True
@@ -485,16 +516,23 @@ def _coarse_steps(step: np.ndarray, stride: int, tail: int | None, scratch: np.n
     low, high = int(step.min()), int(step.max())
     if high - low > 4 * len(step):
         steps, offset = np.unique(step, return_inverse=True)
-        present = steps
+        present, seen = steps, np.zeros(0, bool)
     else:
-        offset = np.subtract(step, low, out=scratch)
         steps = np.arange(low, high + 1)
         seen = np.zeros(len(steps), bool)
-        seen[offset] = True
-        present = steps[seen]
     kept = steps % stride == 0
     if tail is not None:
         kept |= steps >= tail
+    if len(steps) == len(seen) and _kernels is not None:  # one compiled pass over the rows
+        keep = np.empty(len(step), bool)
+        step = np.ascontiguousarray(step, np.int64)
+        _kernels.coarse_keep(step.ctypes.data, len(step), low, kept.ctypes.data, seen.ctypes.data,
+                             keep.ctypes.data)
+        return steps[seen], keep
+    if len(steps) == len(seen):
+        offset = np.subtract(step, low, out=scratch)
+        seen[offset] = True
+        present = steps[seen]
     return present, kept[offset]
 
 
@@ -525,9 +563,39 @@ def _counts(values: np.ndarray) -> np.ndarray:
 
 def _magnitude(batch: pa.RecordBatch, scratch: np.ndarray) -> np.ndarray:
     """norm where recorded (param/grad/update/state), else max_abs, else max(|min|, |max|);
-    written into `scratch` (float64, a value per row) unless norm is recorded on every row.
-    Read from the columns' own buffers and validity bitmaps: filling their nulls first made a
-    new 8 MB array of each column every batch."""
+    written into `scratch` (float64, a value per row), in one compiled pass where it can."""
+    columns = [batch.column(c) for c in ("norm", "max_abs", "min", "max")]
+    if _kernels is None or not all(c.type in (pa.float32(), pa.float64()) for c in columns):
+        return _magnitude_numpy(batch, scratch)
+    _kernels.magnitude(scratch.ctypes.data, len(scratch), tuple(
+        (0 if c.buffers()[1] is None else c.buffers()[1].address, _validity_address(c), c.offset,
+         int(c.type == pa.float64())) for c in columns))
+    return scratch
+
+
+def _validity_address(column: pa.Array) -> int:
+    """The address of a column's validity bitmap, 0 where every row is valid."""
+    return column.buffers()[0].address if column.null_count else 0
+
+
+def _int32_codes(column: pa.DictionaryArray) -> bool:
+    return column.indices.type == pa.int32() and column.indices.buffers()[1] is not None
+
+
+def _codes_at(column: pa.DictionaryArray, rows: np.ndarray) -> np.ndarray:
+    """_codes(column)[rows] (int32 codes), reading only those rows."""
+    indices = column.indices
+    codes = np.frombuffer(indices.buffers()[1], np.int32, count=indices.offset + len(indices))[
+        indices.offset:][rows]
+    if indices.null_count:
+        codes[_bits_at(indices.buffers()[0], indices.offset, rows) == 0] = -1
+    return codes
+
+
+def _magnitude_numpy(batch: pa.RecordBatch, scratch: np.ndarray) -> np.ndarray:
+    """_magnitude with numpy, into `scratch` unless norm is recorded on every row. Read from
+    the columns' own buffers and validity bitmaps: filling their nulls first made a new 8 MB
+    array of each column every batch."""
     norm, valid = _raw(batch.column("norm"))
     missing = np.isnan(norm)
     if valid is not None:
