@@ -11,6 +11,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <vector>
 
@@ -71,114 +72,198 @@ PyObject* magnitude(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-// run_starts(out, rows, ((data, validity, offset), ...)): the first row of each run of rows
-// equal in every int32 code column (a null counts as -1), written to out (int64); returns
-// how many, as series._run_starts(*(series._codes(c) for c in columns)).
+// A column of int32 dictionary codes, a null read as -1.
+struct CodeColumn {
+  const int32_t* data;
+  const uint8_t* validity;
+  int64_t offset;
+};
+
+template <bool kNulls>
+inline int32_t code_at(const CodeColumn& c, int64_t i) {
+  const int64_t j = c.offset + i;
+  if (!kNulls) return c.data[j];
+  return bit(c.validity, j) ? c.data[j] : -1;
+}
+
+constexpr int64_t kChunk = 4096;  // rows whose change flags are worked out at a time
+
+// Appends to out[found...] the rows base + k where flags[k] (k < n) is set, skipping 8 unset
+// flags at a time (run starts and kept rows are a few percent of a batch's rows).
+inline int64_t append_set(const uint8_t* flags, int64_t n, int64_t base, int64_t* out, int64_t found) {
+  for (int64_t k = 0; k < n;) {
+    uint64_t word = 1;
+    if (k + 8 <= n) memcpy(&word, flags + k, 8);
+    if (word == 0) {
+      k += 8;
+      continue;
+    }
+    if (flags[k]) out[found++] = base + k;
+    k++;
+  }
+  return found;
+}
+
+// The rows where any of three code columns changes: flags chunk by chunk (no loop-carried
+// dependency), then the set ones appended.
+template <bool kNulls0, bool kNulls1, bool kNulls2>
+int64_t find_run_starts(const CodeColumn* c, int64_t rows, int64_t* out) {
+  if (rows == 0) return 0;
+  out[0] = 0;
+  int64_t found = 1;
+  uint8_t change[kChunk];
+  for (int64_t base = 1; base < rows; base += kChunk) {
+    const int64_t n = rows - base < kChunk ? rows - base : kChunk;
+    for (int64_t k = 0; k < n; k++) {
+      const int64_t i = base + k;
+      change[k] = (code_at<kNulls0>(c[0], i) != code_at<kNulls0>(c[0], i - 1)) |
+                  (code_at<kNulls1>(c[1], i) != code_at<kNulls1>(c[1], i - 1)) |
+                  (code_at<kNulls2>(c[2], i) != code_at<kNulls2>(c[2], i - 1));
+    }
+    found = append_set(change, n, base, out, found);
+  }
+  return found;
+}
+
+typedef int64_t (*RunStartsFn)(const CodeColumn*, int64_t, int64_t*);
+const RunStartsFn kRunStarts[8] = {
+    find_run_starts<false, false, false>, find_run_starts<true, false, false>,
+    find_run_starts<false, true, false>,  find_run_starts<true, true, false>,
+    find_run_starts<false, false, true>,  find_run_starts<true, false, true>,
+    find_run_starts<false, true, true>,   find_run_starts<true, true, true>};
+
+// run_starts(out, rows, (column, column, column)), each column (data, validity, offset) of
+// int32 codes: the first row of each run of rows equal in all three (a null counts as -1),
+// written to out (int64, room for rows); returns how many, as
+// series._run_starts(*(series._codes(c) for c in columns)).
 PyObject* run_starts(PyObject*, PyObject* args) {
   unsigned long long out_address;
   long long rows;
-  PyObject* list;
-  if (!PyArg_ParseTuple(args, "KLO!", &out_address, &rows, &PyTuple_Type, &list)) return nullptr;
-  const Py_ssize_t count = PyTuple_GET_SIZE(list);
-  std::vector<const int32_t*> data(count);
-  std::vector<const uint8_t*> validity(count);
-  std::vector<int64_t> offset(count);
-  for (Py_ssize_t c = 0; c < count; c++) {
+  PyObject* columns[3];
+  if (!PyArg_ParseTuple(args, "KL(OOO)", &out_address, &rows, &columns[0], &columns[1], &columns[2]))
+    return nullptr;
+  CodeColumn c[3];
+  int nulls = 0;
+  for (int k = 0; k < 3; k++) {
     unsigned long long address, bits;
     long long start;
-    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(list, c), "KKL", &address, &bits, &start)) return nullptr;
-    data[c] = reinterpret_cast<const int32_t*>(address);
-    validity[c] = reinterpret_cast<const uint8_t*>(bits);
-    offset[c] = start;
+    if (!PyArg_ParseTuple(columns[k], "KKL", &address, &bits, &start)) return nullptr;
+    c[k] = CodeColumn{reinterpret_cast<const int32_t*>(address), reinterpret_cast<const uint8_t*>(bits),
+                      start};
+    nulls |= (bits != 0) << k;
   }
-  int64_t* out = reinterpret_cast<int64_t*>(out_address);
+  int64_t found;
+  Py_BEGIN_ALLOW_THREADS
+  found = kRunStarts[nulls](c, rows, reinterpret_cast<int64_t*>(out_address));
+  Py_END_ALLOW_THREADS
+  return PyLong_FromLongLong(found);
+}
+
+// The largest and smallest non-NaN value of values[begin:end] (a NaN compares false, so it
+// never replaces one), four lanes each for independent chains; `any` whether there is one.
+void run_range(const double* values, int64_t begin, int64_t end, double* high, double* low, bool* any) {
+  double h[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  double l[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
+  int64_t numbers = 0, i = begin;
+  for (; i + 4 <= end; i += 4) {
+    for (int k = 0; k < 4; k++) {
+      const double m = values[i + k];
+      h[k] = m > h[k] ? m : h[k];
+      l[k] = m < l[k] ? m : l[k];
+      numbers += m == m;
+    }
+  }
+  for (; i < end; i++) {
+    const double m = values[i];
+    h[0] = m > h[0] ? m : h[0];
+    l[0] = m < l[0] ? m : l[0];
+    numbers += m == m;
+  }
+  for (int k = 1; k < 4; k++) h[0] = h[k] > h[0] ? h[k] : h[0], l[0] = l[k] < l[0] ? l[k] : l[0];
+  *high = h[0] > *high ? h[0] : *high;
+  *low = l[0] < *low ? l[0] : *low;
+  *any |= numbers > 0;
+}
+
+// Marks keep[i] (uint8) at the first row of each series in the batch and at its first row
+// of the largest and of the smallest magnitude (NaN ignored; none in a series of NaN only),
+// as series._extremes. Runs of rows of one series begin at starts, of series run_sid (< series).
+void mark_extremes(const double* mag, int64_t rows, const int64_t* starts, const int32_t* run_sid,
+                   int64_t runs, int64_t series, uint8_t* keep) {
+  std::vector<double> high(series, -INFINITY), low(series, INFINITY);
+  std::vector<uint8_t> first(series, 0), high_found(series, 0), low_found(series, 0);
+  std::vector<bool> any(series, false);
+  for (int64_t r = 0; r < runs; r++) {
+    const int32_t s = run_sid[r];
+    if (!first[s]) keep[starts[r]] = first[s] = 1;
+    bool numbers = false;
+    run_range(mag, starts[r], r + 1 < runs ? starts[r + 1] : rows, &high[s], &low[s], &numbers);
+    if (numbers) any[s] = true;
+  }
+  for (int64_t s = 0; s < series; s++) high_found[s] = low_found[s] = !any[s];
+  for (int64_t r = 0; r < runs; r++) {
+    const int32_t s = run_sid[r];
+    const int64_t end = r + 1 < runs ? starts[r + 1] : rows;
+    int64_t i = starts[r];
+    if (!high_found[s]) {
+      for (i = starts[r]; i < end && mag[i] != high[s]; i++) {}
+      if (i < end) keep[i] = high_found[s] = 1;
+    }
+    if (!low_found[s]) {
+      for (i = starts[r]; i < end && mag[i] != low[s]; i++) {}
+      if (i < end) keep[i] = low_found[s] = 1;
+    }
+  }
+}
+
+// coarse_rows(step, nonfinite, magnitude, rows, starts, run_sid, runs, series, low, kept, seen,
+// out_rows, out_sid) -> count: the rows a coarse pass keeps, as series._Builder._coarse_numpy:
+// those whose step (int64; offset step - low into the uint8 tables over the batch's step
+// range) is `kept`, those with a non-finite count (int64) above 0, and the extremes above;
+// marks each step present in `seen`. Writes the kept rows (int64) and their series (int32)
+// in row order, each with room for `rows`.
+PyObject* coarse_rows(PyObject*, PyObject* args) {
+  unsigned long long step_address, nf_address, mag_address, starts_address, sid_address, kept_address,
+      seen_address, rows_address, out_sid_address;
+  long long rows, runs, series, low;
+  if (!PyArg_ParseTuple(args, "KKKLKKLLLKKKK", &step_address, &nf_address, &mag_address, &rows,
+                        &starts_address, &sid_address, &runs, &series, &low, &kept_address,
+                        &seen_address, &rows_address, &out_sid_address))
+    return nullptr;
+  const int64_t* step = reinterpret_cast<const int64_t*>(step_address);
+  const int64_t* nf = reinterpret_cast<const int64_t*>(nf_address);
+  const int64_t* starts = reinterpret_cast<const int64_t*>(starts_address);
+  const int32_t* run_sid = reinterpret_cast<const int32_t*>(sid_address);
+  const uint8_t* kept = reinterpret_cast<const uint8_t*>(kept_address);
+  uint8_t* seen = reinterpret_cast<uint8_t*>(seen_address);
+  int64_t* out_rows = reinterpret_cast<int64_t*>(rows_address);
+  int32_t* out_sid = reinterpret_cast<int32_t*>(out_sid_address);
   int64_t found = 0;
   Py_BEGIN_ALLOW_THREADS
-  std::vector<int32_t> previous(count, 0);
+  std::vector<uint8_t> keep(rows);
   for (int64_t i = 0; i < rows; i++) {
-    bool change = i == 0;
-    for (Py_ssize_t c = 0; c < count; c++) {
-      const int64_t j = offset[c] + i;
-      const int32_t code = validity[c] != nullptr && !bit(validity[c], j) ? -1 : data[c][j];
-      change |= code != previous[c];
-      previous[c] = code;
-    }
-    if (change) out[found++] = i;
+    const int64_t offset = step[i] - low;
+    seen[offset] = 1;
+    keep[i] = kept[offset] | (nf[i] > 0);
+  }
+  mark_extremes(reinterpret_cast<const double*>(mag_address), rows, starts, run_sid, runs, series,
+                keep.data());
+  for (int64_t r = 0; r < runs; r++) {
+    const int64_t end = r + 1 < runs ? starts[r + 1] : rows;
+    const int64_t before = found;
+    found = append_set(keep.data() + starts[r], end - starts[r], starts[r], out_rows, found);
+    for (int64_t k = before; k < found; k++) out_sid[k] = run_sid[r];
   }
   Py_END_ALLOW_THREADS
   return PyLong_FromLongLong(found);
 }
 
-// coarse_keep(step, rows, low, kept, seen, keep): per row, offset = step[i] - low (int64);
-// seen[offset] = 1 and keep[i] = kept[offset] (uint8 tables over the batch's step range).
-PyObject* coarse_keep(PyObject*, PyObject* args) {
-  unsigned long long step_address, kept_address, seen_address, keep_address;
-  long long rows, low;
-  if (!PyArg_ParseTuple(args, "KLLKKK", &step_address, &rows, &low, &kept_address, &seen_address,
-                        &keep_address))
-    return nullptr;
-  const int64_t* step = reinterpret_cast<const int64_t*>(step_address);
-  const uint8_t* kept = reinterpret_cast<const uint8_t*>(kept_address);
-  uint8_t* seen = reinterpret_cast<uint8_t*>(seen_address);
-  uint8_t* keep = reinterpret_cast<uint8_t*>(keep_address);
-  Py_BEGIN_ALLOW_THREADS
-  for (int64_t i = 0; i < rows; i++) {
-    const int64_t offset = step[i] - low;
-    seen[offset] = 1;
-    keep[i] = kept[offset];
-  }
-  Py_END_ALLOW_THREADS
-  Py_RETURN_NONE;
-}
-
-// extremes(magnitude, rows, starts, run_sid, runs, series, keep): sets keep[i] (uint8, zeroed
-// by the caller) at the first row of each series in the batch and at its first row of the
-// largest and of the smallest magnitude (NaN ignored), as series._extremes_numpy. Runs of
-// rows of one series begin at starts (int64), of series run_sid (int32, < series).
-PyObject* extremes(PyObject*, PyObject* args) {
-  unsigned long long mag_address, starts_address, sid_address, keep_address;
-  long long rows, runs, series;
-  if (!PyArg_ParseTuple(args, "KLKKLLK", &mag_address, &rows, &starts_address, &sid_address, &runs,
-                        &series, &keep_address))
-    return nullptr;
-  const double* mag = reinterpret_cast<const double*>(mag_address);
-  const int64_t* starts = reinterpret_cast<const int64_t*>(starts_address);
-  const int32_t* run_sid = reinterpret_cast<const int32_t*>(sid_address);
-  uint8_t* keep = reinterpret_cast<uint8_t*>(keep_address);
-  Py_BEGIN_ALLOW_THREADS
-  std::vector<double> high(series, NAN), low(series, NAN);
-  std::vector<uint8_t> first(series, 0), high_found(series, 0), low_found(series, 0);
-  for (int64_t r = 0; r < runs; r++) {
-    const int32_t s = run_sid[r];
-    const int64_t end = r + 1 < runs ? starts[r + 1] : rows;
-    if (!first[s]) keep[starts[r]] = first[s] = 1;
-    double h = high[s], l = low[s];
-    for (int64_t i = starts[r]; i < end; i++) {
-      const double m = mag[i];
-      h = isnan(h) || m > h ? (isnan(m) ? h : m) : h;
-      l = isnan(l) || m < l ? (isnan(m) ? l : m) : l;
-    }
-    high[s] = h, low[s] = l;
-  }
-  for (int64_t r = 0; r < runs; r++) {
-    const int32_t s = run_sid[r];
-    if (high_found[s] && low_found[s]) continue;
-    const int64_t end = r + 1 < runs ? starts[r + 1] : rows;
-    for (int64_t i = starts[r]; i < end; i++) {
-      if (!high_found[s] && mag[i] == high[s]) keep[i] = high_found[s] = 1;
-      if (!low_found[s] && mag[i] == low[s]) keep[i] = low_found[s] = 1;
-    }
-  }
-  Py_END_ALLOW_THREADS
-  Py_RETURN_NONE;
-}
-
 PyMethodDef methods[] = {
     {"magnitude", magnitude, METH_VARARGS, "magnitude(out, rows, (norm, max_abs, min, max))"},
     {"run_starts", run_starts, METH_VARARGS, "run_starts(out, rows, columns) -> count"},
-    {"coarse_keep", coarse_keep, METH_VARARGS, "coarse_keep(step, rows, low, kept, seen, keep)"},
-    {"extremes", extremes, METH_VARARGS,
-     "extremes(magnitude, rows, starts, run_sid, runs, series, keep)"},
+    {"coarse_rows", coarse_rows, METH_VARARGS,
+     "coarse_rows(step, nonfinite, magnitude, rows, starts, run_sid, runs, series, low, kept, seen, "
+     "out_rows, out_sid) -> count"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", nullptr, -1, methods};

@@ -227,19 +227,18 @@ class _Builder:
             self.hashes.extend(_input_hashes(batch))
             self.kinds.update(_input_kinds(batch))
             self.inputs.append(_input_rows(batch, starts, role_codes, role_names))
-        keep, mag = None, _magnitude(batch, self._scratch("magnitude", batch.num_rows, np.float64))
+        keep, rows, mag = None, None, _magnitude(batch, self._scratch("magnitude", batch.num_rows, np.float64))
         if window is not None:
             keep = (step >= window[0]) & (step <= window[1])
         elif self.stride > 1:
-            distinct, keep = _coarse_steps(step, self.stride, self.tail,
-                                           self._scratch("offset", batch.num_rows, np.int64))
+            distinct, keep, rows = self._coarse(step, nf, mag, run_sid, starts)
             self.steps_seen.append(distinct)
-            if not keep.all():  # else (a batch of the last steps) every row is kept already
-                keep |= (nf > 0) | _extremes(run_sid, starts, mag)
-        rows = None  # the batch's rows kept, None: all of them
         if keep is not None and not keep.all():
-            rows = np.flatnonzero(keep)
-            sid = run_sid[np.searchsorted(starts, rows, side="right") - 1]  # a row's run's series
+            rows = (np.flatnonzero(keep), None)
+        if rows is not None:  # the batch's rows kept, and their series (None: all rows kept)
+            rows, sid = rows
+            if sid is None:
+                sid = run_sid[np.searchsorted(starts, rows, side="right") - 1]  # a row's run's series
             step, nf, role_codes, mag = step[rows], nf[rows], role_codes[rows], mag[rows]
             starts = _run_starts(sid)
         else:
@@ -265,6 +264,30 @@ class _Builder:
             first = present & ~self.numel_known
             self.numel[first] = sizes[first]
             self.numel_known |= present
+
+    def _coarse(self, step: np.ndarray, nf: np.ndarray, mag: np.ndarray, run_sid: np.ndarray,
+                starts: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, tuple | None]:
+        """The coarse pass's rows of a batch: its distinct steps and the rows it keeps, either
+        as a mask or (compiled, one pass) as (rows, their series); both None when all are kept.
+        Kept: every `stride`-th step, every step from `tail` on, non-finite rows, _extremes."""
+        low, high = int(step.min()), int(step.max())
+        if _kernels is None or high - low > 4 * len(step):
+            distinct, keep = _coarse_steps(step, self.stride, self.tail, self._scratch("offset", len(step), np.int64))
+            if not keep.all():  # else (a batch of the last steps) every row is kept already
+                keep |= (nf > 0) | _extremes(run_sid, starts, mag)
+            return distinct, keep, None
+        steps = np.arange(low, high + 1)
+        kept = steps % self.stride == 0
+        if self.tail is not None:
+            kept |= steps >= self.tail
+        seen, rows = np.zeros(len(steps), bool), self._scratch("rows", len(step), np.int64)
+        sid = self._scratch("row_sid", len(step), np.int32)
+        arrays = [np.ascontiguousarray(a, t) for a, t in ((step, np.int64), (nf, np.int64), (mag, np.float64),
+                                                          (starts, np.int64), (run_sid, np.int32))]
+        count = _kernels.coarse_rows(*(a.ctypes.data for a in arrays[:3]), len(step), arrays[3].ctypes.data,
+                                     arrays[4].ctypes.data, len(starts), int(run_sid.max()) + 1, low,
+                                     kept.ctypes.data, seen.ctypes.data, rows.ctypes.data, sid.ctypes.data)
+        return steps[seen], None, None if count == len(step) else (rows[:count], sid[:count].copy())
 
     def _scratch(self, name: str, rows: int, dtype: type) -> np.ndarray:
         """A buffer of `rows` values for a per-batch temporary, reused batch after batch: a
@@ -459,21 +482,9 @@ def _deduplicated(table: SeriesTable) -> SeriesTable:
 
 def _extremes(run_sid: np.ndarray, starts: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
     """Rows a coarse pass keeps besides its stride: the first row of each series in the batch
-    and one row of its largest and one of its smallest magnitude (its first, NaN ignored), so
-    that the thinned history keeps its range (a healthy batch scale, a spike). The batch's
-    runs of rows of one series begin at `starts`, of series `run_sid`."""
-    if _kernels is None:
-        return _extremes_numpy(run_sid, starts, magnitude)
-    keep = np.zeros(len(magnitude), bool)
-    run_sid, starts = run_sid.astype(np.int32, copy=False), starts.astype(np.int64, copy=False)
-    magnitude = np.ascontiguousarray(magnitude, np.float64)
-    _kernels.extremes(magnitude.ctypes.data, len(magnitude), starts.ctypes.data, run_sid.ctypes.data,
-                      len(starts), int(run_sid.max()) + 1, keep.ctypes.data)
-    return keep
-
-
-def _extremes_numpy(run_sid: np.ndarray, starts: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
-    """_extremes vectorised over the batch's runs of rows of one series, not its million rows."""
+    and one row of its largest and one of its smallest magnitude, so that the thinned history
+    keeps its range (a healthy batch scale, a spike). Vectorised over the batch's runs of
+    rows of one series (beginning at `starts`, of series `run_sid`), not its million rows."""
     lengths = np.diff(np.r_[starts, len(magnitude)])
     keep = np.zeros(len(magnitude), bool)
     keep[starts[np.unique(run_sid, return_index=True)[1]]] = True
@@ -516,23 +527,16 @@ def _coarse_steps(step: np.ndarray, stride: int, tail: int | None, scratch: np.n
     low, high = int(step.min()), int(step.max())
     if high - low > 4 * len(step):
         steps, offset = np.unique(step, return_inverse=True)
-        present, seen = steps, np.zeros(0, bool)
+        present = steps
     else:
+        offset = np.subtract(step, low, out=scratch)
         steps = np.arange(low, high + 1)
         seen = np.zeros(len(steps), bool)
+        seen[offset] = True
+        present = steps[seen]
     kept = steps % stride == 0
     if tail is not None:
         kept |= steps >= tail
-    if len(steps) == len(seen) and _kernels is not None:  # one compiled pass over the rows
-        keep = np.empty(len(step), bool)
-        step = np.ascontiguousarray(step, np.int64)
-        _kernels.coarse_keep(step.ctypes.data, len(step), low, kept.ctypes.data, seen.ctypes.data,
-                             keep.ctypes.data)
-        return steps[seen], keep
-    if len(steps) == len(seen):
-        offset = np.subtract(step, low, out=scratch)
-        seen[offset] = True
-        present = steps[seen]
     return present, kept[offset]
 
 

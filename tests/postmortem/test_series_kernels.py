@@ -72,36 +72,36 @@ def test_series_ids_match_numpy(monkeypatch, seed):
         np.testing.assert_array_equal(np.asarray(a, object), np.asarray(b, object))
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_coarse_steps_match_numpy(monkeypatch, seed):
-    rng = np.random.default_rng(200 + seed)
-    rows = int(rng.integers(1, 500))
+@pytest.mark.parametrize("seed", range(24))
+def test_coarse_rows_match_numpy(monkeypatch, seed):
+    # The rows a coarse pass keeps (stride, tail, non-finite rows, each series' first row and
+    # extremes) and their series: ties, NaN-only series, ±0 and ±inf, a series in several runs.
+    rng = np.random.default_rng(300 + seed)
+    runs = int(rng.integers(1, 60))
+    lengths = rng.integers(1, 20, runs)
+    starts = np.r_[0, np.cumsum(lengths)[:-1]].astype(np.int64)
+    run_sid = rng.integers(0, max(1, runs // 3), runs).astype(np.int32)
+    rows = int(lengths.sum())
+    pools = [[1.0, 2.0, 2.0, np.nan], [np.nan], [0.0, -0.0, np.inf, -np.inf, 5.0], list(rng.uniform(0, 1, 50))]
+    magnitude = rng.choice(pools[seed % len(pools)], rows)
     low = int(rng.integers(0, 10_000))
     step = low + rng.integers(0, int(rng.choice([3, 50, 400, 5000])), rows)
-    stride, tail = int(rng.integers(1, 40)), rng.choice([None, low + 30])
+    nf = np.where(rng.uniform(0, 1, rows) < 0.05, rng.integers(1, 9, rows), 0)
+    builder = series._Builder(int(rng.integers(1, 40)), rng.choice([None, low + 30]))
 
     def coarse():
-        present, keep = series._coarse_steps(step, stride, tail, np.empty(rows, np.int64))
-        return present.copy(), keep.copy()
+        distinct, keep, kept = builder._coarse(step, nf, magnitude, run_sid, starts)
+        if kept is None:
+            kept = (np.arange(rows), None) if keep is None or keep.all() else (np.flatnonzero(keep), None)
+        at, sid = kept
+        if sid is None:
+            sid = run_sid[np.searchsorted(starts, at, side="right") - 1]
+        return distinct.copy(), at.copy(), sid.copy()
 
     compiled, numpy = _both(monkeypatch, coarse)
     for a, b in zip(compiled, numpy):
         np.testing.assert_array_equal(a, b)
         assert a.dtype == b.dtype
-
-
-@pytest.mark.parametrize("seed", range(16))
-def test_extremes_match_numpy(monkeypatch, seed):
-    rng = np.random.default_rng(300 + seed)
-    runs = int(rng.integers(1, 60))
-    lengths = rng.integers(1, 20, runs)
-    starts = np.r_[0, np.cumsum(lengths)[:-1]]
-    run_sid = rng.integers(0, max(1, runs // 3), runs).astype(np.int32)
-    pools = [[1.0, 2.0, 2.0, np.nan], [np.nan], [0.0, -0.0, np.inf, -np.inf, 5.0], list(rng.uniform(0, 1, 50))]
-    pool = pools[seed % len(pools)]
-    magnitude = rng.choice(pool, int(lengths.sum()))
-    compiled, numpy = _both(monkeypatch, series._extremes, run_sid, starts, magnitude)
-    np.testing.assert_array_equal(compiled, numpy)
 
 
 def test_a_thinned_read_matches_numpy(tmp_path, monkeypatch):
