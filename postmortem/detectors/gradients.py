@@ -190,6 +190,8 @@ class GradientHistory:
     per_tensor: list[tuple[np.ndarray, np.ndarray]]
     loss_steps: np.ndarray
     loss: np.ndarray
+    carried: tuple[np.ndarray, np.ndarray] | None = None
+    """The recorder's `grad_carried_over` (steps, shares), where the run has it (from session 11)."""
 
 
 def gradient_history(table: SeriesTable, scalars: pd.DataFrame) -> GradientHistory:
@@ -197,8 +199,26 @@ def gradient_history(table: SeriesTable, scalars: pd.DataFrame) -> GradientHisto
     finite = np.isfinite(values)
     per_tensor = [(table.step[table.rows(i)], table.magnitude[table.rows(i)]) for i in table.indices("grad")]
     loss = scalars[scalars["name"] == main_loss(scalars)]  # non-finite values too: _loss_change drops them
+    carried = _after_an_optimizer_step(
+        scalars[scalars["name"] == "grad_carried_over"].sort_values("step", kind="stable"), scalars)
     return GradientHistory(steps[finite], values[finite], per_tensor,
-                           loss["step"].to_numpy(np.int64), loss["value"].to_numpy(np.float64))
+                           loss["step"].to_numpy(np.int64), loss["value"].to_numpy(np.float64),
+                           (carried["step"].to_numpy(np.int64), carried["value"].to_numpy(np.float64))
+                           if len(carried) else None)
+
+
+def _after_an_optimizer_step(carried: pd.DataFrame, scalars: pd.DataFrame) -> pd.DataFrame:
+    """The `grad_carried_over` records whose record before stepped an optimizer (or that have
+    none before them, or a run without `optimizer_stepped.*`). Between optimizer steps a loop
+    that calls rec.step() once per micro-batch accumulates on purpose: only a gradient carried
+    past an optimizer's step is a forgotten zero_grad()."""
+    rows = scalars[scalars["name"].astype(str).str.startswith("optimizer_stepped.")]
+    if rows.empty or carried.empty:
+        return carried
+    stepped = rows.groupby("step")["value"].max()
+    before = np.searchsorted(stepped.index.to_numpy(np.int64), carried["step"].to_numpy(np.int64)) - 1
+    keep = (before < 0) | (stepped.to_numpy(np.float64)[np.maximum(before, 0)] > 0)
+    return carried[keep]
 
 
 def _gradient_history(ev: Evidence) -> GradientHistory:
@@ -213,7 +233,11 @@ def stale_gradients(history: GradientHistory, th: GradientThresholds) -> list[Fi
     t0 the global norm must then climb like a sum: step after step by about one healthy
     gradient, without the jumps or the constant-ratio growth of an explosion, to ≥ 5× its
     level before, while the loss gets no better.
+
+    Where the recorder saw it (`grad_carried_over`), that decides instead: see `_carried_over`.
     """
+    if history.carried is not None:
+        return _carried_over(history, th)
     steps, values = history.steps, history.norm
     if len(values) < 20:
         return []
@@ -239,6 +263,56 @@ def stale_gradients(history: GradientHistory, th: GradientThresholds) -> list[Fi
             return accumulating
         end = found.step
     return []
+
+
+def _carried_over(history: GradientHistory, th: GradientThresholds) -> list[Finding]:
+    """Missing zero_grad() as the recorder saw it: from t0 on, the first backward of each record
+    found ≥ a quarter of the parameters it reached still holding the previous step's gradient.
+    t0 starts a stretch of ≥ 3 such records in a row (one forgotten zero_grad is an accident,
+    not an onset) after which ≥ 90 % of the records carry gradients over. In a run whose loss
+    still ended lower than before t0 it is a note (the run learns on; some loops accumulate
+    across rec.step() calls on purpose); otherwise it explains the verdict."""
+    steps, share = history.carried
+    carrying = share >= th.carried_share
+    k = th.carried_min_steps
+    if len(carrying) < k:
+        return []
+    stretch = np.lib.stride_tricks.sliding_window_view(carrying, k).all(axis=1)
+    # The share of carrying records from each record to the last.
+    kept = np.cumsum(carrying[::-1])[::-1] / np.arange(len(carrying), 0, -1)
+    starts = np.flatnonzero(stretch & (kept[: len(stretch)] >= th.carried_persist))
+    if not len(starts):
+        return []
+    t0 = int(steps[starts[0]])
+    after = share[starts[0]:]
+    improvement = _loss_gain(history.loss_steps, history.loss, t0)
+    learns_on = improvement is not None and improvement > th.carried_still_learns \
+        and bool(np.isfinite(history.loss[history.loss_steps >= t0]).all())
+    fix = (f"from step {t0} on, gradients are carried over from one step to the next (no "
+           "optimizer.zero_grad()): call it at the start of every step")
+    if learns_on:
+        fix += (f"; the loss still fell {improvement:.0%} since, so if gradients are accumulated "
+                "across rec.step() calls on purpose, call rec.step() once per optimizer step instead")
+    return [finding(
+        "stale_gradients", t0, [],
+        {"carried_over_share": float(np.median(after)), "carrying_records": float(np.mean(after >= th.carried_share)),
+         "records_since": len(after), "onset_interval": [t0, t0], "loss_change_since_start": improvement,
+         "source": "grad_carried_over"},
+        fix, NOTE if learns_on else ERROR,
+    )]
+
+
+def _loss_gain(steps: np.ndarray, values: np.ndarray, step: int) -> float | None:
+    """Relative decrease of the finite loss from the 10 losses before `step` (the first 10 from
+    it, when fewer than 3 came before) to the last 10 (positive: it improved)."""
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    before = values[steps < step][-10:]
+    if len(before) < 3:
+        before = values[steps >= step][:10]
+    if len(before) < 3 or len(values) < 20 or np.median(before) == 0:
+        return None
+    return float((np.median(before) - np.median(values[-10:])) / abs(np.median(before)))
 
 
 def _summed_climb(history: GradientHistory, found: AccumulationOnset, end: int,

@@ -96,6 +96,11 @@ class GradientThresholds:
     stale_exploded: float = 100.0  # ×100 the calm norm: exploded (BreakThresholds.divergence_decades)
     stale_loss_jump: float = 1.2  # a finite accumulation diverged only if a loss within 10 steps of t0 is ≥ 1.2× the 10 before (the truths' jump, sample_runs/training.broke_against); from every step of the bend's interval (issue 12h)
     stale_jump_window: int = 10  # ...those 10 steps
+    # The recorder's grad_carried_over (runs from session 11 on; issue 12z, read on the informed missing_zero_grad runs):
+    carried_share: float = 0.25  # a record carries gradients over when ≥ a quarter of the parameters reached held one (our choice: a GAN whose generator alone misses zero_grad)
+    carried_min_steps: int = 3  # ...3 records in a row start it (one skipped zero_grad is an accident; our choice)
+    carried_persist: float = 0.9  # ...and ≥ 90 % of the records from there on carry (the fault persists; our choice)
+    carried_still_learns: float = 0.0  # ...a note where the loss still ended lower than before t0 (our choice; on the 84 informed missing_zero_grad runs, healthy by their twins +4 % to +87 %, the others −14 % and below)
 
 
 @dataclass(frozen=True)

@@ -274,6 +274,55 @@ def test_stale_gradients_start_is_searched_before_a_sharper_later_bend():
     assert stale_gradients(plain, TH.gradients) == []
 
 
+def _carrying(shares, loss=None) -> GradientHistory:
+    """A history whose recorder saw `grad_carried_over` = `shares`, a step each; no norm climb."""
+    quiet = _accumulating(None, n=len(shares))
+    loss = np.full(len(shares), 2.3) if loss is None else loss
+    return replace(quiet, loss=loss, carried=(quiet.steps, np.asarray(shares, dtype=float)))
+
+
+def test_stale_gradients_from_the_recorders_signal():
+    found = stale_gradients(_carrying([0.0] * 47 + [1.0] * 73), TH.gradients)
+    assert [f.step for f in found] == [47] and found[0].severity == "error"
+    assert found[0].evidence["onset_interval"] == [47, 47]
+    # A quarter of the parameters carried over (a GAN's generator alone) is enough...
+    assert [f.step for f in stale_gradients(_carrying([0.0] * 60 + [0.3] * 60), TH.gradients)] == [60]
+    # ...one parameter in twenty (one outside every optimizer) is not.
+    assert stale_gradients(_carrying([0.0] * 60 + [0.05] * 60), TH.gradients) == []
+
+
+def test_stale_gradients_needs_carrying_that_persists():
+    accidents = [0.0] * 120
+    for step in (20, 55, 56, 90):  # zero_grad skipped once here and there
+        accidents[step] = 1.0
+    assert stale_gradients(_carrying(accidents), TH.gradients) == []
+    # An accident just before the fault does not date it early.
+    early = [0.0] * 40 + [1.0, 0.0] + [0.0] * 8 + [1.0] * 70
+    assert [f.step for f in stale_gradients(_carrying(early), TH.gradients)] == [50]
+    # Carried over for a while, then zeroed again for good: no lasting fault.
+    assert stale_gradients(_carrying([0.0] * 40 + [1.0] * 10 + [0.0] * 70), TH.gradients) == []
+
+
+def test_stale_gradients_in_a_run_whose_loss_improves_is_a_note():
+    falling = np.linspace(2.3, 0.5, 120)
+    found = stale_gradients(_carrying([0.0] * 47 + [1.0] * 73, falling), TH.gradients)
+    assert [(f.step, f.severity) for f in found] == [(47, "note")]
+    # Carried from the first record on (accumulation across rec.step() calls on purpose).
+    found = stale_gradients(_carrying([0.0] + [1.0] * 119, falling), TH.gradients)
+    assert [(f.step, f.severity) for f in found] == [(1, "note")]
+    # A loss that goes non-finite after the onset is no improvement.
+    broke = falling.copy()
+    broke[100:] = np.nan
+    assert stale_gradients(_carrying([0.0] * 47 + [1.0] * 73, broke), TH.gradients)[0].severity == "error"
+
+
+def test_stale_gradients_with_the_signal_ignores_the_norm():
+    """A run with the scalar is decided by it: a norm climbing like a sum with nothing carried
+    over is not a missing zero_grad()."""
+    climbing = _accumulating(60)
+    assert stale_gradients(replace(climbing, carried=(climbing.steps, np.zeros(120))), TH.gradients) == []
+
+
 def test_loss_jumped_tells_a_broken_accumulation_from_one_that_stopped_learning():
     drift = np.concatenate([np.full(50, 0.05), np.linspace(0.05, 0.09, 50)])  # ×1.8, slowly
     assert not loss_jumped(STEPS, drift, (50, 50), TH.gradients)

@@ -178,3 +178,36 @@ def test_a_schema_1_run_still_loads(tmp_path):
     analysis = analyze(path)
     assert "no_update" in {f.label for f in analysis.findings}
     assert analysis.run.manifest["schema_version"] == 1
+
+
+def _per_micro_batch(path, *, forget_zero_grad_from=None):
+    """rec.step() once per micro-batch, the optimizer every 4th: gradients carried between its
+    steps on purpose; zero_grad() after each optimizer step until `forget_zero_grad_from`."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    weights = torch.randn(8, 1)
+    with Recorder(path, model, optimizer) as rec:
+        for step in range(STEPS):
+            x = torch.randn(32, 8)
+            loss = nn.functional.mse_loss(model(x), x @ weights)
+            (loss / 4).backward()
+            if step % 4 == 3:
+                optimizer.step()
+                if forget_zero_grad_from is None or step < forget_zero_grad_from:
+                    optimizer.zero_grad()
+            rec.step(loss=loss)
+    return path
+
+
+def test_gradients_carried_between_optimizer_steps_on_purpose_are_no_stale_gradients(tmp_path):
+    analysis = analyze(_per_micro_batch(tmp_path / "run"))
+    assert "stale_gradients" not in [f.label for f in analysis.findings]
+    assert analysis.verdict == "healthy"
+
+
+def test_gradients_carried_past_an_optimizer_step_are_stale_gradients(tmp_path):
+    analysis = analyze(_per_micro_batch(tmp_path / "run", forget_zero_grad_from=60))
+    stale = [f for f in analysis.findings if f.label == "stale_gradients"]
+    assert len(stale) == 1 and abs(stale[0].step - 64) <= 1
