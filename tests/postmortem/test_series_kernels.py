@@ -116,3 +116,63 @@ def test_a_thinned_read_matches_numpy(tmp_path, monkeypatch):
     assert len(compiled.step) < 1500 * 21 / 2  # thinned
     for name in ("offsets", "step", "magnitude", "nonfinite", "aux", "numel", "thinned_steps"):
         np.testing.assert_array_equal(getattr(compiled, name), getattr(numpy, name))
+
+
+@pytest.mark.parametrize("kind", ["float32", "float64"])
+def test_magnitudes_of_a_norm_on_every_row_match_numpy(monkeypatch, kind):
+    # numpy returns the norm column itself (widened) when it is valid and a number everywhere.
+    rng = np.random.default_rng(7)
+    rows = 1000
+    batch = pa.record_batch({"norm": pa.array(rng.uniform(0, 3, rows), kind),
+                             **{c: pa.nulls(rows, pa.float32()) for c in ("max_abs", "min", "max")}})
+    compiled, numpy = _both(monkeypatch, lambda: series._magnitude(batch, np.full(rows, 7.0)).copy())
+    np.testing.assert_array_equal(compiled, numpy)
+    assert compiled.dtype == numpy.dtype == np.float64
+
+
+def test_codes_that_are_not_int32_take_the_numpy_path(monkeypatch):
+    # A dictionary with int8 or int64 codes (another writer's file) is read by the numpy twin.
+    rng = np.random.default_rng(11)
+    rows = 500
+    runs = np.repeat(np.arange(rows), 7)[:rows]
+    columns = {"role": np.array(["param", "grad"])[runs % 2], "name": np.array(["a", "b", "c"])[runs // 2 % 3],
+               "key": np.array(["x", "y"])[rng.integers(0, 2, rows)]}
+    for index in (pa.int8(), pa.int64()):
+        batch = pa.record_batch({c: pa.array(v).dictionary_encode().cast(pa.dictionary(index, pa.string()))
+                                 for c, v in columns.items()})
+        assert not series._int32_codes(batch.column("role"))
+
+        def ids():
+            builder = series._Builder()
+            sid, starts, role_codes, _ = builder._series_ids(batch)
+            return sid, starts, role_codes.copy(), list(builder.ids)
+
+        compiled, numpy = _both(monkeypatch, ids)
+        for a, b in zip(compiled, numpy):
+            np.testing.assert_array_equal(np.asarray(a, object), np.asarray(b, object))
+
+
+@pytest.mark.parametrize("thinned", [False, True])
+def test_an_analysis_without_the_extension_is_the_same(tmp_path, thinned):
+    """Where the extension could not be compiled (its import fails), `analyze` falls back to
+    numpy and writes the same JSON, thinned (a 150 M-row run's read, scaled down) or not."""
+    import json
+    import subprocess
+    import sys
+
+    spec = SyntheticSpec(steps=1500, tensors=21, onset=1400, nan_at=1490, growth=1.5, steps_per_segment=250)
+    run_dir = write_synthetic_run(tmp_path / "run", spec)
+    scale = ("from postmortem import series; series.FULL_ROWS, series.COARSE_ROWS, series.FINE_STEPS = "
+             "20_000, 6_000, 200; " if thinned else "")
+    outputs = []
+    for blocked in (False, True):
+        code = ("import json, sys\n"
+                + ("sys.modules['postmortem._kernels'] = None  # `from . import _kernels` raises ImportError\n"
+                   if blocked else "")
+                + scale + "\nimport postmortem\nfrom postmortem import series\n"
+                f"assert (series._kernels is None) == {blocked}\n"
+                f"print(json.dumps(postmortem.analyze({str(run_dir)!r}).to_json(), sort_keys=True))\n")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1]
+    assert json.loads(outputs[0])["verdict"]
