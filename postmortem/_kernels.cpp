@@ -161,7 +161,8 @@ PyObject* run_starts(PyObject*, PyObject* args) {
 
 // The largest and smallest non-NaN value of values[begin:end] (a NaN compares false, so it
 // never replaces one), four lanes each for independent chains; `any` whether there is one.
-void run_range(const double* values, int64_t begin, int64_t end, double* high, double* low, bool* any) {
+void run_range(const double* __restrict__ values, int64_t begin, int64_t end, double* high, double* low,
+               bool* any) {
   double h[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
   double l[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
   int64_t numbers = 0, i = begin;
@@ -185,43 +186,29 @@ void run_range(const double* values, int64_t begin, int64_t end, double* high, d
   *any |= numbers > 0;
 }
 
-// Marks keep[i] (uint8) at the first row of each series in the batch and at its first row
-// of the largest and of the smallest magnitude (NaN ignored; none in a series of NaN only),
-// as series._extremes. Runs of rows of one series begin at starts, of series run_sid (< series).
-void mark_extremes(const double* mag, int64_t rows, const int64_t* starts, const int32_t* run_sid,
-                   int64_t runs, int64_t series, uint8_t* keep) {
-  std::vector<double> high(series, -INFINITY), low(series, INFINITY);
-  std::vector<uint8_t> first(series, 0), high_found(series, 0), low_found(series, 0);
-  std::vector<bool> any(series, false);
-  for (int64_t r = 0; r < runs; r++) {
-    const int32_t s = run_sid[r];
-    if (!first[s]) keep[starts[r]] = first[s] = 1;
-    bool numbers = false;
-    run_range(mag, starts[r], r + 1 < runs ? starts[r + 1] : rows, &high[s], &low[s], &numbers);
-    if (numbers) any[s] = true;
-  }
-  for (int64_t s = 0; s < series; s++) high_found[s] = low_found[s] = !any[s];
-  for (int64_t r = 0; r < runs; r++) {
-    const int32_t s = run_sid[r];
-    const int64_t end = r + 1 < runs ? starts[r + 1] : rows;
-    int64_t i = starts[r];
-    if (!high_found[s]) {
-      for (i = starts[r]; i < end && mag[i] != high[s]; i++) {}
-      if (i < end) keep[i] = high_found[s] = 1;
-    }
-    if (!low_found[s]) {
-      for (i = starts[r]; i < end && mag[i] != low[s]; i++) {}
-      if (i < end) keep[i] = low_found[s] = 1;
-    }
+// keep[i] = kept[step[i] - low] | (nonfinite[i] > 0), and seen[step[i] - low] = 1.
+void mark_steps(const int64_t* __restrict__ step, const int64_t* __restrict__ nf, int64_t rows, const int64_t low,
+                const uint8_t* __restrict__ kept, uint8_t* __restrict__ seen, uint8_t* __restrict__ keep) {
+  for (int64_t i = 0; i < rows; i++) {
+    const int64_t offset = step[i] - low;
+    seen[offset] = 1;
+    keep[i] = kept[offset] | (nf[i] > 0);
   }
 }
 
 // coarse_rows(step, nonfinite, magnitude, rows, starts, run_sid, runs, series, low, kept, seen,
-// out_rows, out_sid) -> count: the rows a coarse pass keeps, as series._Builder._coarse_numpy:
-// those whose step (int64; offset step - low into the uint8 tables over the batch's step
-// range) is `kept`, those with a non-finite count (int64) above 0, and the extremes above;
-// marks each step present in `seen`. Writes the kept rows (int64) and their series (int32)
-// in row order, each with room for `rows`.
+// out_rows, out_sid) -> count: the rows a coarse pass keeps, as series._Builder._coarse's numpy
+// path: those whose step (int64; offset step - low into the uint8 tables over the batch's step
+// range) is `kept`, those with a non-finite count (int64) above 0, and (series._extremes) the
+// first row of each series in the batch and its first row of the largest and of the smallest
+// magnitude (NaN ignored; none in a series of NaN only); marks each step present in `seen`.
+// Runs of rows of one series begin at starts, of series run_sid (< series). Writes the kept
+// rows (int64) and their series (int32) in row order, each with room for `rows`.
+//
+// First the steps, row by row; then each run's largest and smallest number (four independent
+// lanes, no branches), which give each series' own; then a series' extreme is looked for only
+// in the runs whose extreme equals it, in order, up to the first row that does (no earlier row
+// of the series can equal it: its run's extreme would).
 PyObject* coarse_rows(PyObject*, PyObject* args) {
   unsigned long long step_address, nf_address, mag_address, starts_address, sid_address, kept_address,
       seen_address, rows_address, out_sid_address;
@@ -232,6 +219,7 @@ PyObject* coarse_rows(PyObject*, PyObject* args) {
     return nullptr;
   const int64_t* step = reinterpret_cast<const int64_t*>(step_address);
   const int64_t* nf = reinterpret_cast<const int64_t*>(nf_address);
+  const double* mag = reinterpret_cast<const double*>(mag_address);
   const int64_t* starts = reinterpret_cast<const int64_t*>(starts_address);
   const int32_t* run_sid = reinterpret_cast<const int32_t*>(sid_address);
   const uint8_t* kept = reinterpret_cast<const uint8_t*>(kept_address);
@@ -241,13 +229,37 @@ PyObject* coarse_rows(PyObject*, PyObject* args) {
   int64_t found = 0;
   Py_BEGIN_ALLOW_THREADS
   std::vector<uint8_t> keep(rows);
-  for (int64_t i = 0; i < rows; i++) {
-    const int64_t offset = step[i] - low;
-    seen[offset] = 1;
-    keep[i] = kept[offset] | (nf[i] > 0);
+  mark_steps(step, nf, rows, low, kept, seen, keep.data());
+  std::vector<double> run_high(runs), run_low(runs), high(series, -INFINITY), low_mag(series, INFINITY);
+  std::vector<uint8_t> run_any(runs), first(series, 0), high_found(series, 0), low_found(series, 0);
+  for (int64_t r = 0; r < runs; r++) {
+    const int32_t s = run_sid[r];
+    const int64_t begin = starts[r], end = r + 1 < runs ? starts[r + 1] : rows;
+    if (!first[s]) keep[begin] = first[s] = 1;
+    double h = -INFINITY, l = INFINITY;
+    bool any = false;
+    run_range(mag, begin, end, &h, &l, &any);
+    run_high[r] = h, run_low[r] = l, run_any[r] = any;
+    if (any) {
+      high[s] = h > high[s] ? h : high[s];
+      low_mag[s] = l < low_mag[s] ? l : low_mag[s];
+    }
   }
-  mark_extremes(reinterpret_cast<const double*>(mag_address), rows, starts, run_sid, runs, series,
-                keep.data());
+  for (int64_t r = 0; r < runs; r++) {
+    const int32_t s = run_sid[r];
+    if (!run_any[r]) continue;
+    const int64_t begin = starts[r];
+    if (!high_found[s] && run_high[r] == high[s]) {
+      int64_t i = begin;
+      while (mag[i] != high[s]) i++;  // the run holds it: run_range's extreme is one of its values
+      keep[i] = high_found[s] = 1;
+    }
+    if (!low_found[s] && run_low[r] == low_mag[s]) {
+      int64_t i = begin;
+      while (mag[i] != low_mag[s]) i++;
+      keep[i] = low_found[s] = 1;
+    }
+  }
   for (int64_t r = 0; r < runs; r++) {
     const int64_t end = r + 1 < runs ? starts[r + 1] : rows;
     const int64_t before = found;
