@@ -32,6 +32,11 @@ import pyarrow.compute as pc
 
 from .loading import STATS_SCHEMA, Run, stats_frame
 
+try:
+    from . import _kernels
+except ImportError:  # not compiled (no C++ compiler at install): the numpy twins below
+    _kernels = None
+
 __all__ = ["SeriesKey", "SeriesTable", "read_series", "AUX_COLUMNS", "READ_COLUMNS"]
 
 FULL_ROWS = 40_000_000  # kept whole up to here: ~1.1 GB of arrays
@@ -222,19 +227,18 @@ class _Builder:
             self.hashes.extend(_input_hashes(batch))
             self.kinds.update(_input_kinds(batch))
             self.inputs.append(_input_rows(batch, starts, role_codes, role_names))
-        keep, mag = None, _magnitude(batch, self._scratch("magnitude", batch.num_rows, np.float64))
+        keep, rows, mag = None, None, _magnitude(batch, self._scratch("magnitude", batch.num_rows, np.float64))
         if window is not None:
             keep = (step >= window[0]) & (step <= window[1])
         elif self.stride > 1:
-            distinct, keep = _coarse_steps(step, self.stride, self.tail,
-                                           self._scratch("offset", batch.num_rows, np.int64))
+            distinct, keep, rows = self._coarse(step, nf, mag, run_sid, starts)
             self.steps_seen.append(distinct)
-            if not keep.all():  # else (a batch of the last steps) every row is kept already
-                keep |= (nf > 0) | _extremes(run_sid, starts, mag)
-        rows = None  # the batch's rows kept, None: all of them
         if keep is not None and not keep.all():
-            rows = np.flatnonzero(keep)
-            sid = run_sid[np.searchsorted(starts, rows, side="right") - 1]  # a row's run's series
+            rows = (np.flatnonzero(keep), None)
+        if rows is not None:  # the batch's rows kept, and their series (None: all rows kept)
+            rows, sid = rows
+            if sid is None:
+                sid = run_sid[np.searchsorted(starts, rows, side="right") - 1]  # a row's run's series
             step, nf, role_codes, mag = step[rows], nf[rows], role_codes[rows], mag[rows]
             starts = _run_starts(sid)
         else:
@@ -261,6 +265,30 @@ class _Builder:
             self.numel[first] = sizes[first]
             self.numel_known |= present
 
+    def _coarse(self, step: np.ndarray, nf: np.ndarray, mag: np.ndarray, run_sid: np.ndarray,
+                starts: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, tuple | None]:
+        """The coarse pass's rows of a batch: its distinct steps and the rows it keeps, either
+        as a mask or (compiled, one pass) as (rows, their series); both None when all are kept.
+        Kept: every `stride`-th step, every step from `tail` on, non-finite rows, _extremes."""
+        low, high = int(step.min()), int(step.max())
+        if _kernels is None or high - low > 4 * len(step):
+            distinct, keep = _coarse_steps(step, self.stride, self.tail, self._scratch("offset", len(step), np.int64))
+            if not keep.all():  # else (a batch of the last steps) every row is kept already
+                keep |= (nf > 0) | _extremes(run_sid, starts, mag)
+            return distinct, keep, None
+        steps = np.arange(low, high + 1)
+        kept = steps % self.stride == 0
+        if self.tail is not None:
+            kept |= steps >= self.tail
+        seen, rows = np.zeros(len(steps), bool), self._scratch("rows", len(step), np.int64)
+        sid = self._scratch("row_sid", len(step), np.int32)
+        arrays = [np.ascontiguousarray(a, t) for a, t in ((step, np.int64), (nf, np.int64), (mag, np.float64),
+                                                          (starts, np.int64), (run_sid, np.int32))]
+        count = _kernels.coarse_rows(*(a.ctypes.data for a in arrays[:3]), len(step), arrays[3].ctypes.data,
+                                     arrays[4].ctypes.data, len(starts), int(run_sid.max()) + 1, low,
+                                     kept.ctypes.data, seen.ctypes.data, rows.ctypes.data, sid.ctypes.data)
+        return steps[seen], None, None if count == len(step) else (rows[:count], sid[:count].copy())
+
     def _scratch(self, name: str, rows: int, dtype: type) -> np.ndarray:
         """A buffer of `rows` values for a per-batch temporary, reused batch after batch: a
         fresh one each batch had its pages faulted in and cleared by the kernel each time."""
@@ -281,11 +309,17 @@ class _Builder:
         the runs begin (the recorder writes a flush's rows series by series); the ids are
         looked up per run."""
         role, name, key = (_dictionary(batch.column(c)) for c in ("role", "name", "key"))
-        r, n, k = _codes(role), _codes(name), _codes(key)  # key -1 means null
+        r = _codes(role)
         nn, nk = len(name.dictionary), len(key.dictionary) + 1
         size = max(len(role.dictionary) * nn * nk, 1)
-        starts = _run_starts(r, n, k)
-        code = (r[starts].astype(np.int64) * nn + n[starts]) * nk + (k[starts] + 1)
+        if _kernels is not None and all(_int32_codes(c) for c in (role, name, key)):
+            starts = self._code_run_starts((role, name, key), batch.num_rows)
+            n_at, k_at = _codes_at(name, starts), _codes_at(key, starts)  # key -1 means null
+        else:
+            n, k = _codes(name), _codes(key)
+            starts = _run_starts(r, n, k)
+            n_at, k_at = n[starts], k[starts]
+        code = (r[starts].astype(np.int64) * nn + n_at) * nk + (k_at + 1)
         dictionaries = (role.dictionary, name.dictionary, key.dictionary)
         # Segments from one recorder share their dictionaries: reuse the lookup table.
         if self._dictionaries is None or len(self._lut) != size or not all(
@@ -307,6 +341,14 @@ class _Builder:
         # Codes of one series (a dictionary that repeats a value) make one run.
         merged = np.r_[True, run_sid[1:] != run_sid[:-1]]
         return run_sid[merged], starts[merged], r, role_names
+
+    def _code_run_starts(self, columns: tuple[pa.DictionaryArray, ...], rows: int) -> np.ndarray:
+        """_run_starts of the columns' dictionary codes (null: -1), in one compiled pass."""
+        out = self._scratch("starts", rows, np.int64)
+        found = _kernels.run_starts(out.ctypes.data, rows, tuple(
+            (c.indices.buffers()[1].address, _validity_address(c.indices), c.indices.offset)
+            for c in columns))
+        return out[:found]
 
     def fine_windows(self) -> list[tuple[int, int]]:
         """Step ranges to read whole: FINE_STEPS steps before the end, before the first
@@ -525,9 +567,39 @@ def _counts(values: np.ndarray) -> np.ndarray:
 
 def _magnitude(batch: pa.RecordBatch, scratch: np.ndarray) -> np.ndarray:
     """norm where recorded (param/grad/update/state), else max_abs, else max(|min|, |max|);
-    written into `scratch` (float64, a value per row) unless norm is recorded on every row.
-    Read from the columns' own buffers and validity bitmaps: filling their nulls first made a
-    new 8 MB array of each column every batch."""
+    written into `scratch` (float64, a value per row), in one compiled pass where it can."""
+    columns = [batch.column(c) for c in ("norm", "max_abs", "min", "max")]
+    if _kernels is None or not all(c.type in (pa.float32(), pa.float64()) for c in columns):
+        return _magnitude_numpy(batch, scratch)
+    _kernels.magnitude(scratch.ctypes.data, len(scratch), tuple(
+        (0 if c.buffers()[1] is None else c.buffers()[1].address, _validity_address(c), c.offset,
+         int(c.type == pa.float64())) for c in columns))
+    return scratch
+
+
+def _validity_address(column: pa.Array) -> int:
+    """The address of a column's validity bitmap, 0 where every row is valid."""
+    return column.buffers()[0].address if column.null_count else 0
+
+
+def _int32_codes(column: pa.DictionaryArray) -> bool:
+    return column.indices.type == pa.int32() and column.indices.buffers()[1] is not None
+
+
+def _codes_at(column: pa.DictionaryArray, rows: np.ndarray) -> np.ndarray:
+    """_codes(column)[rows] (int32 codes), reading only those rows."""
+    indices = column.indices
+    codes = np.frombuffer(indices.buffers()[1], np.int32, count=indices.offset + len(indices))[
+        indices.offset:][rows]
+    if indices.null_count:
+        codes[_bits_at(indices.buffers()[0], indices.offset, rows) == 0] = -1
+    return codes
+
+
+def _magnitude_numpy(batch: pa.RecordBatch, scratch: np.ndarray) -> np.ndarray:
+    """_magnitude with numpy, into `scratch` unless norm is recorded on every row. Read from
+    the columns' own buffers and validity bitmaps: filling their nulls first made a new 8 MB
+    array of each column every batch."""
     norm, valid = _raw(batch.column("norm"))
     missing = np.isnan(norm)
     if valid is not None:
