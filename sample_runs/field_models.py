@@ -816,18 +816,23 @@ class GCN(nn.Module):
         return x
 
 
+def _view_encoder(channels: int) -> nn.Sequential:
+    """SimCLR's and BYOL's encoder: two BatchNorm convs (8×8 → 4×4) and a global average pool."""
+    encoder = nn.Sequential()
+    encoder.conv1 = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels), nn.ReLU())
+    encoder.conv2 = nn.Sequential(nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1, bias=False),
+                                  nn.BatchNorm2d(2 * channels), nn.ReLU())
+    encoder.pool = nn.AdaptiveAvgPool2d(1)
+    return encoder
+
+
 class SimCLR(nn.Module):
     """A BatchNorm CNN encoder (8×8 → 4×4 → pooled 32 features) and a projection head to 16 dims;
     returns the projections z of a (2B, 1, 8, 8) batch of views."""
 
     def __init__(self, channels: int = 16, projection: int = 16) -> None:
         super().__init__()
-        self.encoder = nn.Sequential()
-        self.encoder.conv1 = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1, bias=False),
-                                           nn.BatchNorm2d(channels), nn.ReLU())
-        self.encoder.conv2 = nn.Sequential(nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1, bias=False),
-                                           nn.BatchNorm2d(2 * channels), nn.ReLU())
-        self.encoder.pool = nn.AdaptiveAvgPool2d(1)
+        self.encoder = _view_encoder(channels)
         self.projector = nn.Sequential(nn.Linear(2 * channels, 2 * channels), nn.ReLU(),
                                        nn.Linear(2 * channels, projection))
         self.units = ["encoder.conv1", "encoder.conv2", "projector.0", "projector.2"]
@@ -1690,12 +1695,7 @@ class BYOL(nn.Module):
 
     def __init__(self, channels: int = 16, hidden: int = 64, projection: int = 16) -> None:
         super().__init__()
-        self.encoder = nn.Sequential()
-        self.encoder.conv1 = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1, bias=False),
-                                           nn.BatchNorm2d(channels), nn.ReLU())
-        self.encoder.conv2 = nn.Sequential(nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1, bias=False),
-                                           nn.BatchNorm2d(2 * channels), nn.ReLU())
-        self.encoder.pool = nn.AdaptiveAvgPool2d(1)
+        self.encoder = _view_encoder(channels)
         self.encoder.flatten = nn.Flatten()
         self.projector = _byol_mlp(2 * channels, hidden, projection)
         self.predictor = _byol_mlp(projection, hidden, projection)
