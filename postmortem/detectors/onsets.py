@@ -53,11 +53,11 @@ def after_learning(ev: Evidence, onset: Onset, thresholds: Thresholds) -> Onset 
     level, a direct cause the recorder saw in the 40 steps before that rise is the onset."""
     steps, loss = loss_curve(ev.scalars)
     th = thresholds.root_causes
-    best = _best_after(steps, loss, onset.step, thresholds)
-    if best is None:
+    found = _best_after(steps, loss, onset.step, thresholds)
+    if found is None:
         return None
+    best, rolling = found
     later, after = steps[steps >= onset.step], loss[steps >= onset.step]
-    rolling = pd.Series(after).rolling(thresholds.outcome.min_steps).median().to_numpy()
     rose = np.flatnonzero(after[best:] > th.rise_after_best * rolling[best])
     if not len(rose):
         return None
@@ -109,17 +109,18 @@ def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite
     return recovered
 
 
-def _best_after(steps: np.ndarray, loss: np.ndarray, step: int, thresholds: Thresholds) -> int | None:
+def _best_after(steps: np.ndarray, loss: np.ndarray, step: int,
+                thresholds: Thresholds) -> tuple[int, np.ndarray] | None:
     """Where, after `step`, the loss's rolling median (over `OutcomeThresholds.min_steps`
-    points) was lowest, if it fell there ≥ 10 % below its level before `step` (the run kept
-    learning after it); None otherwise."""
+    points) was lowest, and that rolling median, if it fell there ≥ 10 % below its level before
+    `step` (the run kept learning after it); None otherwise."""
     points = thresholds.outcome.min_steps
     before, after = loss[steps < step][-points:], loss[steps >= step]
     if len(before) < 3 or len(after) < 2 * points:
         return None
     rolling = pd.Series(after).rolling(points).median().to_numpy()
     best = int(np.nanargmin(rolling))
-    return best if rolling[best] <= (1 - thresholds.root_causes.learned_after) * float(np.median(before)) else None
+    return (best, rolling) if rolling[best] <= (1 - thresholds.root_causes.learned_after) * float(np.median(before)) else None
 
 
 def nonfinite_input_onset(ev: Evidence, onset: Onset, first: FirstNonfinite, inputs: list[Finding],
