@@ -16,7 +16,7 @@ import pandas as pd
 from ..findings import Finding, FirstNonfinite, Onset
 from ..series import SeriesTable
 from . import outcome, root_causes
-from .base import REGISTRY, Evidence, Outcome, loss_curve, main_loss
+from .base import REGISTRY, Evidence, Outcome, judging_curve, loss_curve, main_loss
 from .thresholds import OutcomeThresholds, Thresholds
 
 __all__ = ["accumulation_onset", "after_learning", "came_back", "cause_onset", "nonfinite_input_onset", "regression_onset",
@@ -160,11 +160,9 @@ def came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th
     if len(raw) == 0 or not np.isfinite(raw[-1]):
         return False
     if run_outcome.judged_by:
-        rows = scalars[scalars["name"] == name]
-        values = rows["value"].to_numpy(np.float64)
+        steps, values = judging_curve(scalars, run_outcome)
         finite = np.isfinite(values)
-        return outcome.metric_came_back(rows["step"].to_numpy(np.int64)[finite], values[finite], onset.step,
-                                        run_outcome.higher_is_better, th)
+        return outcome.metric_came_back(steps[finite], values[finite], onset.step, th)
     steps, loss = loss_curve(scalars)
     return (outcome.loss_came_back(steps, loss, onset.step, th)
             and not outcome.learning_stopped(steps, loss, onset.step, run_outcome, th))

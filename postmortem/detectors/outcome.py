@@ -69,16 +69,15 @@ def loss_came_back(steps: np.ndarray, values: np.ndarray, onset: int, th: Outcom
                 and np.mean(last) <= th.recovered_mean_factor * level)
 
 
-def metric_came_back(steps: np.ndarray, values: np.ndarray, onset: int, higher_is_better: bool,
-                     th: OutcomeThresholds) -> bool:
-    """After an incident at `onset`, an outcome metric (finite, step order) ends at least as good
+def metric_came_back(steps: np.ndarray, values: np.ndarray, onset: int, th: OutcomeThresholds) -> bool:
+    """After an incident at `onset`, an outcome metric (finite, step order, lower being better as
+    `base.judging_curve` gives it: a reward negated) ends at least as good
     as its level before (median of the 10 values before), give or take the loss's 10 %
     (`recovered_factor`): the run got back what the incident cost it. An agent whose reward
     rose from 113 to 200 after its losses and gradients ran away did not fail (round 10,
     reinforce)."""
-    oriented = -values if higher_is_better else values
-    before = oriented[steps < onset][-th.min_steps:]
-    after = oriented[steps > onset]
+    before = values[steps < onset][-th.min_steps:]
+    after = values[steps > onset]
     if len(before) < 3 or len(after) < th.min_steps:
         return False
     level = float(np.median(before))

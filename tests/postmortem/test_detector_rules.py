@@ -695,11 +695,12 @@ def test_an_outcome_metric_judges_a_run_whose_loss_cannot():
 def test_a_metric_that_ends_as_good_as_before_the_incident_came_back():
     steps = np.arange(N)
     reward = np.concatenate([np.linspace(20, 110, 50), np.full(10, 40.0), np.full(N - 60, 190.0)])
-    assert metric_came_back(steps, reward, 50, True, TH.outcome)
-    assert not metric_came_back(steps, np.concatenate([reward[:50], np.full(N - 50, 60.0)]), 50, True, TH.outcome)
+    # Higher-is-better metrics arrive negated, as base.judging_curve gives them.
+    assert metric_came_back(steps, -reward, 50, TH.outcome)
+    assert not metric_came_back(steps, -np.concatenate([reward[:50], np.full(N - 50, 60.0)]), 50, TH.outcome)
     distance = np.concatenate([np.full(50, 1.0), np.full(20, 3.0), np.full(N - 70, 1.05)])
-    assert metric_came_back(steps, distance, 50, False, TH.outcome)
-    assert not metric_came_back(steps, distance * np.where(steps >= 70, 1.5, 1.0), 50, False, TH.outcome)
+    assert metric_came_back(steps, distance, 50, TH.outcome)
+    assert not metric_came_back(steps, distance * np.where(steps >= 70, 1.5, 1.0), 50, TH.outcome)
 
 
 def test_a_nan_batch_at_the_first_nonfinite_step_after_a_learning_phase_break_is_the_onset():
