@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from ..findings import Finding
-from ..manifest import parameter_shapes
+from ..manifest import manifest_order, parameter_shapes
 from .base import ERROR, Evidence, Outcome, finding, loss_curve, register, role, scalar
 from .gradients import SilentGradients, silence
 from .thresholds import Thresholds, UpdateThresholds
@@ -101,7 +102,11 @@ class LossPace:
     lr: float | None
     outcome: Outcome
     diverged: bool
-    gradients_vanish: bool = False  # vanishing_gradient found: the updates are tiny because the gradients are
+    gradients_vanish: bool = False  # vanishing_gradient found: the updates may be tiny because the gradients are
+    output_update_ratio: float | None = None
+    """Median update/param ratio of the output-side half of the weight matrices (model order):
+    where gradients vanish toward the input, the layers near the loss still take normal steps
+    unless the lr is too low as well (round 10: reinforce and wgan_gp at lr ×1e-4, 1e-6 there)."""
 
 
 def _loss_pace(ev: Evidence) -> LossPace:
@@ -112,11 +117,16 @@ def _loss_pace(ev: Evidence) -> LossPace:
     shapes = parameter_shapes(ev.manifest)
     matrices = updates[[len(shapes.get(n) or ()) >= 2 for n in updates["name"]]] if not updates.empty else updates
     updates = matrices if not matrices.empty else updates
-    ratios = updates["ratio_median"].replace(0, np.nan).dropna() if not updates.empty else []
+    order = manifest_order(ev.manifest)
+    ratios = (updates.assign(pos=updates["name"].map(lambda n: order.get(n, 10**6))).sort_values("pos", kind="stable")
+              ["ratio_median"].replace(0, np.nan) if not updates.empty else pd.Series(dtype=float))
+    output_side = ratios.iloc[len(ratios) // 2:].dropna()
+    ratios = ratios.dropna()
     _, loss = loss_curve(ev.scalars)
     return LossPace(loss, float(np.median(ratios)) if len(ratios) else None, peak_lr(ev.scalars),
                     ev.outcome, ev.diverged and not ev.recovered,
-                    any(f.label == "vanishing_gradient" and f.severity == ERROR for f in ev.found))
+                    any(f.label == "vanishing_gradient" and f.severity == ERROR for f in ev.found),
+                    float(np.median(output_side)) if len(output_side) else None)
 
 
 @register("lr_too_low", "updates", _loss_pace)
@@ -129,7 +139,7 @@ def lr_too_low(pace: LossPace, th: UpdateThresholds) -> list[Finding]:
     slow = slow_steady_descent(pace.loss, improvement, th)
     tiny_updates = pace.update_ratio is not None and pace.update_ratio <= th.ratio_low and \
         not pace.outcome.learns and (improvement is None or improvement <= th.slow_max_improvement) \
-        and not pace.gradients_vanish
+        and not (pace.gradients_vanish and (pace.output_update_ratio is None or pace.output_update_ratio > th.ratio_low))
     if not (tiny_updates or slow):
         return []
     fix = "raise the learning rate ×10"

@@ -413,7 +413,11 @@ def test_lr_too_low():
     flat = np.full(N, 2.3)
     assert lr_too_low(LossPace(flat, 1e-7, 1e-7, FLAT, False), TH.updates)
     # Tiny updates from gradients that vanish toward the input are not a step size to raise.
-    assert lr_too_low(LossPace(flat, 1e-7, 1e-3, FLAT, False, gradients_vanish=True), TH.updates) == []
+    assert lr_too_low(LossPace(flat, 1e-7, 1e-3, FLAT, False, gradients_vanish=True, output_update_ratio=1e-3),
+                      TH.updates) == []
+    # ...unless the layers near the loss, whose gradients did not vanish, barely move either.
+    assert lr_too_low(LossPace(flat, 1e-7, 1e-7, FLAT, False, gradients_vanish=True, output_update_ratio=1e-6),
+                      TH.updates)
     converging = 2.0 * np.exp(-STEPS / 20) + 0.1
     outcome = measure_outcome(STEPS, converging, {}, TH.outcome)
     assert lr_too_low(LossPace(converging, 1e-3, 0.1, outcome, False), TH.updates) == []
