@@ -71,13 +71,16 @@ _MAX_SPIKES = 5  # loss spikes whose batches are checked: an incident shows in i
 
 
 def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite | None) -> Onset | None:
-    """A run that stayed finite but whose loss rose after a param group's hyperparameter changed
+    """A run that stayed finite but whose loss (or the outcome metric that judges it, `judging_curve`:
+    a WGAN's sample distance) rose after a param group's hyperparameter changed
     ×k (or an optimizer state collapsed, or a batch ×10 out of its range spiked the loss), and
     never came back (every group's lr ×300: loss 2.3 → 3.3 for good), diverged there. When every
     such rise came back, the first after a lasting change (a hyperparameter, an optimizer state;
     not a one-off batch, whose spike is a note) is the onset of an incident the run recovered
     from (one block's lr ×300: the loss jumps and returns), named with its cause."""
-    steps, loss = loss_curve(ev.scalars)
+    steps, loss = judging_curve(ev.scalars, ev.outcome)  # a WGAN's distance, an agent's negated reward
+    finite = np.isfinite(loss)
+    steps, loss = steps[finite], loss[finite]
     if not len(steps):
         return None
     last = int(steps[-1])
@@ -99,8 +102,9 @@ def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite
         after = loss[steps > step][: th.min_steps]
         if len(before) < 3 or len(after) < 3:
             continue
-        if not np.median(after) > th.recovered_factor * abs(float(np.median(before))):
-            continue  # the loss did not rise
+        level = float(np.median(before))
+        if not np.median(after) > level + (th.recovered_factor - 1) * abs(level):
+            continue  # the loss did not rise (a negated reward did not fall)
         onset = Onset(step, (step, step), series, None, None, None,
                       (first.step - step) if first is not None else None)
         if not came_back(ev.table, ev.scalars, onset, th, ignore_grads=True, run_outcome=ev.outcome):

@@ -318,6 +318,27 @@ def test_a_finite_run_whose_loss_rose_for_good_after_an_lr_change_diverged_there
     assert labels == {"healthy"}
 
 
+def test_a_gan_whose_sample_distance_rose_for_good_after_an_lr_change_diverged_there(tmp_path):
+    # Two adversarial losses and no single training loss: the sample distance judges the run.
+    at = int(np.random.default_rng(11).integers(50, 90))
+    distance = np.concatenate([np.linspace(1.2, 0.7, at), np.full(STEPS - at, 1.3)]) * _noise(4)
+    manifest = {**_manifest(), "optimizers": {"optimizer": {"param_groups": [{"params": ["fc1.weight", "fc2.weight"]}]}}}
+
+    def gan(root, distance):
+        scalars = pd.concat([scalar_rows("loss_d", -0.1 * _noise(3)), scalar_rows("loss_g", 0.2 * _noise(5)),
+                             scalar_rows("lr", np.full(STEPS, 0.01)), *_raised_lr(at, 300.0),
+                             scalar_rows("sliced_wasserstein", distance)], ignore_index=True)
+        analysis = analyze(make_run(root, _layers(), scalars, manifest))
+        return analysis, {f.label for f in analysis.findings}
+
+    analysis, labels = gan(tmp_path / "run", distance)
+    assert analysis.verdict == "diverged" and analysis.onset.step == at
+    assert "hyperparameter_changed" in labels
+    # The same change while the distance keeps falling is no incident.
+    fine, labels = gan(tmp_path / "fine", np.linspace(1.2, 0.5, STEPS) * _noise(4))
+    assert fine.verdict == "healthy" and "hyperparameter_changed" not in labels
+
+
 def test_a_finite_run_whose_loss_rose_after_an_lr_change_and_came_back_recovered_from_it(tmp_path):
     loss = _loss("learning")
     at = int(np.random.default_rng(9).integers(50, 80))
