@@ -18,7 +18,8 @@ coordinates (sine activations, MSE), a PointNet classifying point clouds (an inp
 its orthogonality regulariser), Hugging Face's `T5ForConditionalGeneration` sorting sequences, a
 CLIP-style two-tower contrastive model, a DenseNet-BC, a REINFORCE agent on CartPole, a WGAN-GP
 on a ring of Gaussians, Hugging Face's `SwinForImageClassification`, a DQN agent on CartPole, a
-student distilled from a frozen teacher and a BYOL encoder (`field_models`),
+student distilled from a frozen teacher, a BYOL encoder, a RealNVP normalizing flow, TransE
+knowledge-graph embeddings and an M5 keyword spotter on raw waveforms (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -27,11 +28,15 @@ schedule; the agent by its own policy-gradient loop (`training.train_policy_grad
 WGAN-GP by Lightning's manual optimisation, the Swin by the plain loop with mixup/cutmix, an EMA
 copy and bf16; the DQN agent by the PyTorch DQN tutorial's loop (`training.train_dqn`), the
 student by the plain loop with its teacher's logits in the loss, BYOL by the plain loop with its
-EMA target network's projections in the loss. Faults come from `faults.py`, at a step t0 and on a
+EMA target network's projections in the loss, the flow by the plain loop with Adam on its negative
+log-likelihood (nats per dimension, below 0 once it fits), TransE by the plain loop with plain SGD on
+its margin loss and its entity rows renormalised after each step, the M5 by the plain loop under
+fp16 autocast with a GradScaler. Faults come from `faults.py`, at a step t0 and on a
 tensor drawn per (family, arch, seed); the truth comes from the injection and from the losses the
 loop saw (a fault the run shrugs off is recorded as healthy), never from the analyzer. A family
 whose loss does not fall as it learns declares the metric its truth reads instead
-(`OUTCOME_METRICS`: the agents' reward, the WGAN's sample distance).
+(`OUTCOME_METRICS`: the agents' reward, the WGAN's sample distance, the flow's NLL less the data's
+entropy).
 """
 from __future__ import annotations
 
@@ -51,6 +56,9 @@ from .data import (
     CAPTIONS,
     CARTPOLE,
     CLOUDS,
+    DENSITY,
+    KEYWORDS,
+    KNOWLEDGE_GRAPH,
     MLM,
     PATTERNS,
     RING,
@@ -65,9 +73,13 @@ from .data import (
     captioned_digits,
     char_corpus,
     click_data,
+    corrupted_triples_sampler,
     ctc_batch_sampler,
+    density_points,
     digits,
     images_sampler,
+    keyword_clips,
+    knowledge_graph,
     lm_batch_sampler,
     masked_lm_sampler,
     pattern_images,
@@ -95,7 +107,10 @@ from .field_models import (
     byol_target,
     ddpm_loss,
     distillation_loss,
+    flow_nll,
+    hits_at_k,
     info_nce_loss,
+    keyword_nll_loss,
     mixup_cutmix,
     moe_lm_loss,
     pointnet_loss,
@@ -103,6 +118,8 @@ from .field_models import (
     sliced_wasserstein,
     smoothed_cross_entropy,
     soft_target_cross_entropy,
+    TRANSE_MARGIN,
+    transe_margin_loss,
     vae_loss,
 )
 from .nanogpt import LoopConfig, lr_at
@@ -131,7 +148,8 @@ class Recipe:
     ema: float | None = None
     """The decay of an EMA copy of the weights updated after each optimizer step (diffusion models)."""
     optimizer: str = "adamw"
-    """`adamw`, `adam` (no weight decay), or `sgd` (Nesterov momentum 0.9)."""
+    """`adamw`, `adam` (L2 weight decay in the gradient), `sgd` (Nesterov momentum 0.9) or `plain_sgd`
+    (no momentum: OpenKE's default); `OPTIMIZERS`."""
     schedule: str = "cosine"
     """`cosine` (nanoGPT's warm-up then cosine), `step` (÷10 at 50 % and 75 % of the steps:
     DenseNet's), `linear` (decay to 0 over the run: WGAN-GP's), or `constant` (Stable-Baselines3's default)."""
@@ -139,6 +157,9 @@ class Recipe:
     """Trained under CPU bf16 autocast (timm's `--amp` with bf16)."""
     amsgrad: bool = False
     """AdamW with AMSGrad (the PyTorch DQN tutorial's optimizer)."""
+    fp16: bool = False
+    """Trained under CPU float16 autocast with a `torch.amp.GradScaler("cpu")` (torch.amp's fp16
+    recipe; `healthy_bf16` trains it under bf16 autocast without the scaler instead)."""
 
 
 RECIPES = {
@@ -181,7 +202,26 @@ RECIPES = {
     "dqn": Recipe(lr=2.3e-3, weight_decay=0.01, batch=128, clip=100.0, warmup=0, schedule="constant", amsgrad=True),
     "distil": Recipe(lr=5e-3, weight_decay=0.01, batch=32, warmup=10),
     "byol": Recipe(lr=3e-3, weight_decay=1e-4, batch=32, clip=None),
+    # Chris Chute's real-nvp: Adam at 1e-3, max_grad_norm 100; a constant lr (its warm-up spans
+    # 500k samples, beyond this run), no weight decay.
+    "realnvp": Recipe(lr=1e-3, weight_decay=0.0, batch=256, clip=100.0, warmup=0, optimizer="adam",
+                      schedule="constant"),
+    # OpenKE's TransE examples: plain SGD (its default `opt_method`) at a constant lr on the mean
+    # margin loss, no clipping, no weight decay.
+    "transe": Recipe(lr=1.0, weight_decay=0.0, batch=128, clip=None, warmup=0, optimizer="plain_sgd",
+                     schedule="constant"),
+    # The torchaudio tutorial's Adam (lr 0.01, weight decay 1e-4) and StepLR (÷10 steps here),
+    # batch 32 for a CPU; fp16 autocast with a GradScaler and clip 1.0 after unscale_.
+    "kws": Recipe(lr=1e-2, weight_decay=1e-4, batch=32, clip=1.0, warmup=0, optimizer="adam", schedule="step",
+                  fp16=True),
 }
+OPTIMIZERS = {
+    "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
+    "plain_sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr),
+    "adam": lambda groups, lr, recipe: torch.optim.Adam(groups, lr=lr, betas=recipe.betas),
+    "adamw": lambda groups, lr, recipe: torch.optim.AdamW(groups, lr=lr, betas=recipe.betas, amsgrad=recipe.amsgrad),
+}
+"""Each `Recipe.optimizer`'s constructor over `_param_groups`."""
 N_CRITIC = 5
 """WGAN-GP's critic steps per generator step (the paper's)."""
 GRADIENT_PENALTY = 10.0
@@ -204,7 +244,8 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "seq2seq": seq2seq_loss, "gnn": torch.nn.functional.cross_entropy, "simclr": info_nce_loss,
           "ddpm": ddpm_loss, "ctc": ctc_loss, "convnext": smoothed_cross_entropy,
           "siren": torch.nn.functional.mse_loss, "pointnet": pointnet_loss, "clip": clip_loss,
-          "swin": soft_target_cross_entropy, "distil": distillation_loss, "byol": byol_loss}
+          "swin": soft_target_cross_entropy, "distil": distillation_loss, "byol": byol_loss, "realnvp": flow_nll,
+          "transe": transe_margin_loss, "kws": keyword_nll_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -222,18 +263,24 @@ class OutcomeMetric:
 
     name: str
     higher_is_better: bool
-    best: float
+    best: float | Callable[[], float]
+    """The best value, or a function that measures it on first use (a density's entropy)."""
 
     def distance(self, value: float) -> float:
-        return self.best - value if self.higher_is_better else value - self.best
+        best = self.best() if callable(self.best) else self.best
+        return best - value if self.higher_is_better else value - best
 
 
 OUTCOME_METRICS = {
     "reinforce": OutcomeMetric("reward", higher_is_better=True, best=float(CARTPOLE.max_steps)),
     "wgan_gp": OutcomeMetric("sliced_wasserstein", higher_is_better=False, best=0.0),
     "dqn": OutcomeMetric("reward", higher_is_better=True, best=float(CARTPOLE.max_steps)),
+    # The flow's loss itself, less its floor: an NLL per dimension goes below 0, where the twin
+    # rule's ratios would turn over; NLL − the data's entropy is the KL to the data (≥ 0, 0 at best).
+    "realnvp": OutcomeMetric("loss", higher_is_better=False, best=lambda: density_points()[2]),
 }
-"""Families judged on a metric (see `OutcomeMetric`); every other family on its training loss."""
+"""Families judged on a metric (see `OutcomeMetric`; `loss`: the training loss's distance to its
+floor); every other family on its training loss."""
 
 
 def _judged(arch: str, outcome) -> list[float]:
@@ -242,8 +289,9 @@ def _judged(arch: str, outcome) -> list[float]:
     metric = OUTCOME_METRICS.get(arch)
     if metric is None:
         return list(outcome.losses)
+    values = outcome.losses if metric.name == "loss" else outcome.metrics[metric.name]
     return [metric.distance(value) if math.isfinite(loss) else math.nan
-            for value, loss in zip(outcome.metrics[metric.name], outcome.losses)]
+            for value, loss in zip(values, outcome.losses)]
 
 
 def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
@@ -320,16 +368,18 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
 
 FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae", "unet", "gnn",
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
-                "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol")
+                "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
-IDs. The agent's batch is the observations its update reads (a corrupted rollout buffer), the
-DQN agent's the observations it samples from its replay buffer (a corrupted buffer), the WGAN's
-the real points its critic reads, the student's the images its teacher reads too."""
+IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
+corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
+corrupted buffer), the WGAN's the real points its critic reads, the student's the images its
+teacher reads too, the flow's its points, the keyword spotter's its waveforms."""
 
 
-UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol")
+UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe")
 """Architectures trained without targets (self-supervised, generative, contrastive; an agent's
-actions are its own samples): no labels to corrupt."""
+actions are its own samples; a flow's density and TransE's triples and their corruptions): no
+labels to corrupt."""
 
 
 LEFT_OUT = {
@@ -348,6 +398,10 @@ LEFT_OUT = {
     # The DQN tutorial's AdamW uses AMSGrad: its step divides by max_exp_avg_sq, which zeroing
     # exp_avg_sq leaves as it was (the running maximum), so the fault changes no update at all.
     "dqn": ("adam_state",),
+    # OpenKE's plain SGD keeps no Adam moments to corrupt; no op of its forward (embedding lookups,
+    # an L1 norm) runs in bf16 under CPU autocast, so healthy_bf16 would be the healthy run again
+    # (its 150 losses equal the healthy run's, seed 0).
+    "transe": ("adam_state", "healthy_bf16"),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -423,8 +477,11 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     for the agent (its `draw` makes the environments), a generator that emits the data's mean for
     the WGAN-GP (its `draw` is the loader of real points, `eval_draw` the held-out points), the
     DQN agent as the REINFORCE agent; for the distilled student the distillation loss of a student
-    that predicts the uniform distribution against its teacher's logits on the training digits."""
+    that predicts the uniform distribution against its teacher's logits on the training digits;
+    the round-12 families' in `ROUND_12_DATA`."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
+    if arch in ROUND_12_DATA:
+        return ROUND_12_DATA[arch](micro, seed)
     if arch in LANGUAGE_MODELS:
         tokens, vocab = char_corpus(CORPUS_CHARS, seed)
         split = int(0.9 * len(tokens))
@@ -516,6 +573,35 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     train, held = Dataset(x[:1500], rows.y[:1500]), Dataset(x[1500:], rows.y[1500:])
     chance = _uniform_student_loss(seed) if arch == "distil" else math.log(10)
     return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10, chance
+
+
+def _density_data(micro: int, seed: int):
+    """The flow's points (no targets); chance: the NLL per dimension of independent Gaussians
+    fitted to each dimension (the standardised data's N(0, 1), 0.5·ln(2πe)), less the entropy."""
+    train, held_out, _ = density_points()
+    chance = OUTCOME_METRICS["realnvp"].distance(0.5 * math.log(2 * math.pi * math.e))
+    return images_sampler(train, micro, seed), images_sampler(held_out, 256, seed + 1), DENSITY.dims, chance
+
+
+def _triples_data(micro: int, seed: int):
+    """TransE's training triples with a corrupted twin each; chance: the margin γ, the loss when
+    every entity sits at one point (d⁺ = d⁻)."""
+    train, held_out = knowledge_graph()
+    return (corrupted_triples_sampler(train, micro, seed), corrupted_triples_sampler(held_out, len(held_out), seed + 1),
+            KNOWLEDGE_GRAPH.relations, TRANSE_MARGIN)
+
+
+def _keyword_data(micro: int, seed: int):
+    """The keyword clips and their labels; chance: ln(classes)."""
+    train, held_out = keyword_clips()
+    return (batch_sampler(train, micro, seed), batch_sampler(held_out, 200, seed + 1), KEYWORDS.classes,
+            math.log(KEYWORDS.classes))
+
+
+ROUND_12_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_data}
+"""(draw, eval_draw, classes, chance) of the round-12 families, from the micro-batch size and the seed."""
+EVAL_METRICS = {"transe": lambda model: {"hits_at_10": hits_at_k(model, knowledge_graph()[1], 10)}}
+"""Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
 
 
 @lru_cache(maxsize=1)
@@ -629,18 +715,13 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     draw, eval_draw, classes, chance = _data(arch, recipe, seed, options["accumulation"])
     model = build_field_model(arch, classes)
     lr = recipe.lr * spec.lr_factor
-    if recipe.optimizer == "sgd":
-        optimizer = torch.optim.SGD(_param_groups(model, recipe, lr), lr=lr, momentum=0.9, nesterov=True)
-    elif arch == "wgan_gp":  # one Adam per network, each with its blocks' groups
+    if arch == "wgan_gp":  # one Adam per network, each with its blocks' groups
         groups = _param_groups(model, recipe, lr)
         optimizer = tuple(torch.optim.Adam([g for g in groups if g["layer"].startswith(net + ".")], lr=lr,
                                            betas=recipe.betas) for net in ("generator", "critic"))
-    elif recipe.optimizer == "adam":
-        optimizer = torch.optim.Adam(_param_groups(model, recipe, lr), lr=lr, betas=recipe.betas)
     else:
-        optimizer = torch.optim.AdamW(_param_groups(model, recipe, lr), lr=lr, betas=recipe.betas,
-                                      amsgrad=recipe.amsgrad)
-    after_step = None
+        optimizer = OPTIMIZERS[recipe.optimizer](_param_groups(model, recipe, lr), lr, recipe)
+    after_step = model.normalize_entities if arch == "transe" else None
     if recipe.ema is not None:  # torchvision's and diffusers' EMA: averaged weights, updated after each step
         ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(
             recipe.ema))
@@ -655,6 +736,9 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     # What a user would log; never the scenario or the fault (the analyzer must not see the answer).
     config = {"arch": arch, "seed": seed, "lr": lr, "batch_size": recipe.batch, "steps": STEPS,
               "accumulation": options["accumulation"], "clip": recipe.clip, "bf16": options["bf16"]}
+    scaler = torch.amp.GradScaler("cpu") if recipe.fp16 and not options["bf16"] else None
+    if scaler is not None:
+        config["fp16"] = True
     micro = max(1, recipe.batch * recipe.accumulation // options["accumulation"])
     if arch == "t5":
         outcome = train_hf_trainer(run_dir, model, optimizer, draw, eval_draw, t5_collate, steps=STEPS, lr_at=schedule,
@@ -689,7 +773,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                               eval_draw=eval_draw, loss_fn=LOSSES.get(arch, token_cross_entropy), config=config,
                               recorder_options=recorder_options, after_step=after_step,
                               mix=mixup_cutmix(classes, seed) if arch == "swin" else None,
-                              teacher=teacher)
+                              teacher=teacher, scaler=scaler,
+                              eval_metrics=(lambda: EVAL_METRICS[arch](model)) if arch in EVAL_METRICS else None)
     # Parameters outside every unit's module (the classifier's `pos`) sit before the first block.
     units = [*(n for n, _ in model.named_parameters()
                if not any(n.startswith(u + ".") for u in model.units) and n not in getattr(model, "loose", ())),
@@ -717,7 +802,9 @@ def field_run(run_dir: Path, family: str, arch: str, seed: int, recorder_options
     if shrugged:
         notes += "; training did not break (against its fault-free twin): the truth says healthy"
     if arch in OUTCOME_METRICS:
-        notes += f"; judged on {OUTCOME_METRICS[arch].name}, not the loss"
+        name = OUTCOME_METRICS[arch].name
+        notes += "; judged on the loss less its floor (the data's entropy)" if name == "loss" else \
+            f"; judged on {name}, not the loss"
     tolerated = [label for label in (*spec.labels, *([spec.cause] if spec.cause else [])) if label != "diverged"] \
         if shrugged else []
     return {"verdict": verdict, "onset_step": onset, "culprit": culprit, "culprit_alternatives": alternatives,

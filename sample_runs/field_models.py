@@ -150,13 +150,33 @@
   augmented views of each digit, no labels; trained by the plain loop with the target's
   projections computed on each micro-batch (`training.train_field`'s `teacher`).
 
+- `RealNVP`: Dinh et al.'s RealNVP for vectors, as the common PyTorch implementations write it
+  (senya-ashukha's real-nvp-pytorch, Chris Chute's real-nvp): 6 affine coupling layers with
+  alternating checkerboard masks (buffers), each an s-net and a t-net (Linear → LeakyReLU →
+  Linear → LeakyReLU → Linear) on the masked half, s scaled by a learned per-dimension factor
+  and a tanh (`scale · tanh(s)`), z = x·exp(s) + t on the other half, log|det| = Σ s;
+  `forward(x)` returns (z, log|det|) and `flow_nll` the negative log-likelihood under a standard
+  normal prior in nats per dimension, which goes below 0 as the flow fits a concentrated density.
+- `TransE`: Bordes et al.'s TransE in OpenKE's names (`ent_embeddings`, `rel_embeddings`): uniform
+  init in ±6/√k, relations normalised once at init, entity rows renormalised to unit L2 norm
+  after each step (`normalize_entities`, the paper's), the L1 distance ‖h + r − t‖ of a
+  positive and of a corrupted triple (`forward(batch)` → (d⁺, d⁻)), the margin ranking loss
+  mean(max(0, γ + d⁺ − d⁻)) (`transe_margin_loss`, OpenKE's `MarginLoss`): 0 on a batch whose
+  every corrupted triple is already γ farther; only the rows a batch names get gradient.
+  `hits_at_k` ranks every entity as the tail of held-out triples (raw, tail prediction).
+- `M5`: the torchaudio speech-command tutorial's M5 keyword spotter (Dai et al.'s M5) on raw
+  waveforms: Conv1d(kernel 40, stride 8) → BatchNorm1d → ReLU → MaxPool1d(4), three more
+  Conv1d(3) blocks, a global average pool, a Linear head and `log_softmax`, trained on
+  `F.nll_loss` (`keyword_nll_loss`) under fp16 autocast with a GradScaler.
+
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
 `llama`, `autoencoder` and `recsys` before the third, `moe` and `vae` before the fourth, `unet`,
 `seq2seq`, `gnn` and `simclr` before the fifth, `ddpm` and `ctc` before the sixth, `mamba`,
 `fttransformer` and `convnext` before the seventh, `bert_mlm`, `siren` and `pointnet` before the eighth,
 `t5`, `clip` and `densenet` before the ninth, `reinforce`, `wgan_gp` and `swin` before the tenth,
-`dqn`, `distil` and `byol` before the eleventh (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`dqn`, `distil` and `byol` before the eleventh, `realnvp`, `transe` and `kws` before the twelfth
+(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -179,7 +199,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "CTCRecognizer", "Mamba", "FTTransformer", "ConvNeXt", "BertMLM", "Siren", "PointNet", "t5_sorter", "CLIP",
            "DenseNet", "clip_loss", "ActorCritic", "WGANGP", "gradient_penalty", "sliced_wasserstein",
            "swin_classifier", "mixup_cutmix", "soft_target_cross_entropy", "QNetwork", "KDStudent", "KDTeacher",
-           "distillation_loss", "BYOL", "byol_target", "byol_ema_update", "byol_loss", "build_field_model",
+           "distillation_loss", "BYOL", "byol_target", "byol_ema_update", "byol_loss", "RealNVP", "flow_nll", "TransE",
+           "transe_margin_loss", "hits_at_k", "M5", "keyword_nll_loss", "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -1736,10 +1757,148 @@ def byol_loss(predictions: torch.Tensor, _targets, projections: torch.Tensor) ->
     return (2 - 2 * cos).mean()
 
 
+class AffineCoupling(nn.Module):
+    """One RealNVP coupling: the `mask`ed half passes, the other half becomes x·exp(s) + t, with
+    s = scale·tanh(s_net(masked)) and t = t_net(masked); `forward(x, sldj)` returns (y, sldj + Σ s),
+    the running sum of log|det| passed along as Chris Chute's coupling layers pass `sldj`."""
+
+    def __init__(self, mask: torch.Tensor, hidden: int) -> None:
+        super().__init__()
+        dims = len(mask)
+        self.register_buffer("mask", mask)
+        self.s_net = nn.Sequential(nn.Linear(dims, hidden), nn.LeakyReLU(), nn.Linear(hidden, hidden),
+                                   nn.LeakyReLU(), nn.Linear(hidden, dims))
+        self.t_net = nn.Sequential(nn.Linear(dims, hidden), nn.LeakyReLU(), nn.Linear(hidden, hidden),
+                                   nn.LeakyReLU(), nn.Linear(hidden, dims))
+        self.scale = nn.Parameter(torch.ones(dims))
+
+    def forward(self, x: torch.Tensor, sldj: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        masked = x * self.mask
+        s = self.scale * torch.tanh(self.s_net(masked)) * (1 - self.mask)
+        t = self.t_net(masked) * (1 - self.mask)
+        return masked + (1 - self.mask) * (x * torch.exp(s) + t), sldj + s.sum(-1)
+
+
+class RealNVP(nn.Module):
+    """RealNVP over `dims`-D points: `couplings` affine couplings, masks alternating between the
+    even and the odd dimensions; `forward(x)` maps data to the latent: (z, summed log|det|)."""
+
+    def __init__(self, dims: int = 8, couplings: int = 6, hidden: int = 64) -> None:
+        super().__init__()
+        even = (torch.arange(dims) % 2 == 0).float()
+        self.couplings = nn.ModuleList(AffineCoupling(even if i % 2 == 0 else 1 - even, hidden)
+                                       for i in range(couplings))
+        self.units = [f"couplings.{i}" for i in range(couplings)]
+        self.hidden = self.units[:-1]
+        self.exposed = [f"couplings.{i}.t_net.4" for i in range(couplings)]  # the shifts: no tanh after them
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        sldj = x.new_zeros(len(x))
+        for coupling in self.couplings:
+            x, sldj = coupling(x, sldj)
+        return x, sldj
+
+
+def flow_nll(output: tuple[torch.Tensor, torch.Tensor], _targets=None) -> torch.Tensor:
+    """The flow's negative log-likelihood under a standard normal prior, in nats per dimension
+    (what flow code logs, bits/dim's natural-log twin): −(log N(z; 0, I) + log|det|) / dims, the
+    prior written out as Chris Chute's `RealNVPLoss` does (torch.distributions would raise on NaN)."""
+    z, log_det = output
+    prior = (-0.5 * (z ** 2 + math.log(2 * math.pi))).sum(-1)
+    return -(prior + log_det).mean() / z.shape[-1]
+
+
+class TransE(nn.Module):
+    """TransE (OpenKE's layout): `forward({"positive", "negative"})` gives the L`p_norm` distances
+    ‖h + r − t‖ of each positive triple and of its corrupted twin."""
+
+    def __init__(self, entities: int, relations: int, dim: int = 32, p_norm: int = 1) -> None:
+        super().__init__()
+        self.ent_embeddings = nn.Embedding(entities, dim)
+        self.rel_embeddings = nn.Embedding(relations, dim)
+        bound = 6 / math.sqrt(dim)
+        nn.init.uniform_(self.ent_embeddings.weight, -bound, bound)
+        nn.init.uniform_(self.rel_embeddings.weight, -bound, bound)
+        with torch.no_grad():
+            self.rel_embeddings.weight.div_(self.rel_embeddings.weight.norm(dim=1, keepdim=True))
+        self.normalize_entities()
+        self.p_norm = p_norm
+        self.units = ["ent_embeddings", "rel_embeddings"]
+        self.hidden = ["rel_embeddings", "ent_embeddings"]  # the last is the one detached: the entities
+        self.exposed = ["ent_embeddings", "rel_embeddings"]
+
+    def distance(self, triples: torch.Tensor) -> torch.Tensor:
+        h, r, t = self.ent_embeddings(triples[:, 0]), self.rel_embeddings(triples[:, 1]), \
+            self.ent_embeddings(triples[:, 2])
+        return torch.norm(h + r - t, p=self.p_norm, dim=-1)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.distance(batch["positive"]), self.distance(batch["negative"])
+
+    def normalize_entities(self) -> None:
+        """The paper's step 5: every entity embedding back to unit L2 norm."""
+        with torch.no_grad():
+            weight = self.ent_embeddings.weight
+            weight.div_(weight.norm(dim=1, keepdim=True))
+
+
+TRANSE_MARGIN = 2.0
+"""TransE's margin γ (the paper searched 1, 2, 10)."""
+
+
+def transe_margin_loss(distances: tuple[torch.Tensor, torch.Tensor], _targets=None) -> torch.Tensor:
+    """OpenKE's `MarginLoss`: mean(max(d⁺ − d⁻, −γ)) + γ = mean(max(0, γ + d⁺ − d⁻))."""
+    positive, negative = distances
+    return (torch.max(positive - negative, torch.tensor(-TRANSE_MARGIN)) + TRANSE_MARGIN).mean()
+
+
+def hits_at_k(model: TransE, triples: torch.Tensor, k: int = 10) -> float:
+    """The share of held-out triples whose tail ranks in the top `k` of all entities by distance
+    from h + r (raw, tail prediction), without gradient."""
+    with torch.no_grad():
+        query = model.ent_embeddings(triples[:, 0]) + model.rel_embeddings(triples[:, 1])
+        distances = torch.cdist(query, model.ent_embeddings.weight, p=model.p_norm)
+        truth = distances.gather(1, triples[:, 2:3])
+        return float(((distances < truth).sum(1) < k).float().mean())
+
+
+class M5(nn.Module):
+    """The torchaudio tutorial's M5 (`n_channel` 16) on 4 kHz clips: its output is (B, 1, classes) log-probabilities."""
+
+    def __init__(self, classes: int = 10, channels: int = 16) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(1, channels, kernel_size=40, stride=8)
+        self.bn1 = nn.BatchNorm1d(channels)
+        self.conv2 = nn.Conv1d(channels, channels, kernel_size=3)
+        self.bn2 = nn.BatchNorm1d(channels)
+        self.conv3 = nn.Conv1d(channels, 2 * channels, kernel_size=3)
+        self.bn3 = nn.BatchNorm1d(2 * channels)
+        self.conv4 = nn.Conv1d(2 * channels, 2 * channels, kernel_size=3)
+        self.bn4 = nn.BatchNorm1d(2 * channels)
+        self.pool1, self.pool2, self.pool3, self.pool4 = (nn.MaxPool1d(4) for _ in range(4))
+        self.fc1 = nn.Linear(2 * channels, classes)
+        self.units = ["conv1", "bn1", "conv2", "bn2", "conv3", "bn3", "conv4", "bn4", "fc1"]
+        self.hidden = self.units[:-1]
+        self.exposed = ["bn4", "fc1"]  # the last norm's affine and the head: nothing normalises after them
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool1(torch.relu(self.bn1(self.conv1(x))))
+        x = self.pool2(torch.relu(self.bn2(self.conv2(x))))
+        x = self.pool3(torch.relu(self.bn3(self.conv3(x))))
+        x = self.pool4(torch.relu(self.bn4(self.conv4(x))))
+        x = torch.nn.functional.avg_pool1d(x, x.shape[-1]).permute(0, 2, 1)
+        return torch.log_softmax(self.fc1(x), dim=2)
+
+
+def keyword_nll_loss(log_probs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The tutorial's `F.nll_loss(output.squeeze(), target)` (squeezing the pooled time axis only)."""
+    return torch.nn.functional.nll_loss(log_probs.squeeze(1), targets)
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
-               "dqn", "distil", "byol")
+               "dqn", "distil", "byol", "realnvp", "transe", "kws")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -1833,4 +1992,14 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         return KDStudent(vocab)
     if arch == "byol":
         return BYOL()
+    if arch == "realnvp":
+        from .data import DENSITY
+
+        return RealNVP(DENSITY.dims)
+    if arch == "transe":
+        from .data import KNOWLEDGE_GRAPH
+
+        return TransE(KNOWLEDGE_GRAPH.entities, KNOWLEDGE_GRAPH.relations)
+    if arch == "kws":
+        return M5(vocab)
     raise ValueError(f"unknown field architecture {arch!r}")

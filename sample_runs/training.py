@@ -157,13 +157,15 @@ def _float32(output):
 
 
 def _recorder(run_dir: Path | None, model: nn.Module, optimizer: torch.optim.Optimizer, config: dict | None,
-              recorder_options: dict | None):
-    """The loop's `Recorder`, or `_Unrecorded` where `run_dir` is None (a fault-free twin)."""
+              recorder_options: dict | None, scaler: torch.amp.GradScaler | None = None):
+    """The loop's `Recorder` (given the loop's GradScaler, if any), or `_Unrecorded` where
+    `run_dir` is None (a fault-free twin)."""
     from recorders import Recorder
 
     if run_dir is None:
         return _Unrecorded()
-    return Recorder(run_dir, model, optimizer, config=config or {}, overwrite=True, **(recorder_options or {}))
+    return Recorder(run_dir, model, optimizer, scaler=scaler, config=config or {}, overwrite=True,
+                    **(recorder_options or {}))
 
 
 class _Unrecorded:
@@ -202,6 +204,8 @@ def train_field(
     after_step: Callable[[], None] | None = None,
     mix: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
     teacher: nn.Module | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    eval_metrics: Callable[[], dict[str, float]] | None = None,
 ) -> Outcome:
     """nanoGPT's loop: schedule → `accumulation` micro-batches of forward/backward (loss / accum),
     clip → `optimizer.step()` → `zero_grad(set_to_none=True)` → `rec.step`, an eval loop every
@@ -219,6 +223,11 @@ def train_field(
     `compute_loss`): a frozen model run without gradient on each micro-batch the student sees
     (the same bad batch, if one comes), its float32 logits passed as `loss_fn(output, targets,
     teacher_logits)`; the eval loop's `val_loss` is then the distillation loss on held-out batches.
+    `scaler` (torch.amp's fp16 recipe): forward and loss under CPU float16 autocast,
+    `scaler.scale(loss).backward()`, `scaler.unscale_(optimizer)` before clipping,
+    `scaler.step(optimizer)` (which skips a step whose gradients are not finite) and
+    `scaler.update()`; the recorder is given the scaler. `eval_metrics()` runs beside the eval
+    loop and its metrics are recorded with `val_loss` (a ranking model's hits@10).
     `run_dir=None` trains without recording (the losses only).
     """
     fault = fault or Fault()
@@ -226,7 +235,8 @@ def train_field(
     outcome = Outcome()
 
     def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        fp16 = scaler is not None
+        with torch.autocast("cpu", dtype=torch.float16 if fp16 else torch.bfloat16, enabled=bf16 or fp16):
             if teacher is None:
                 return loss_fn(_float32(model(x)), y)
             with torch.no_grad():
@@ -243,9 +253,11 @@ def train_field(
     for group in optimizer.param_groups:
         group.setdefault("base_lr", group["lr"])
     try:
-        with _recorder(run_dir, model, optimizer, config, recorder_options) as rec:
+        with _recorder(run_dir, model, optimizer, config, recorder_options, scaler) as rec:
             for step in range(steps):
                 extra = {"val_loss": evaluate()} if eval_draw is not None and step % eval_every == 0 else {}
+                if extra and eval_metrics is not None:
+                    extra.update(eval_metrics())
                 for group in optimizer.param_groups:
                     group["lr"] = group["base_lr"] * lr_at(step)
                 fault.before_step(step, model, optimizer)
@@ -255,14 +267,21 @@ def train_field(
                     if mix is not None:
                         x, y = mix(x, y)
                     loss = loss_of(x, y)
-                    (loss / accumulation).backward()
+                    (loss / accumulation if scaler is None else scaler.scale(loss / accumulation)).backward()
                     total += loss.item() / accumulation
+                if scaler is not None:
+                    scaler.unscale_(optimizer)
                 if clip is not None:
                     nn.utils.clip_grad_norm_(model.parameters(), clip)
                 if fault.take_step(step):
-                    optimizer.step()
+                    if scaler is None:
+                        optimizer.step()
+                    else:
+                        scaler.step(optimizer)
                     if after_step is not None:
                         after_step()
+                if scaler is not None:
+                    scaler.update()
                 if fault.zero_grad(step):
                     optimizer.zero_grad(set_to_none=True)
                 rec.step(loss=total, inputs=x, targets=y, **extra)

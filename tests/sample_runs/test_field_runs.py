@@ -45,7 +45,7 @@ def test_catalogue_looks_like_the_field():
                                        "llama", "autoencoder", "recsys", "moe", "vae", "unet", "seq2seq", "gnn",
                                        "simclr", "ddpm", "ctc", "mamba", "fttransformer", "convnext", "bert_mlm",
                                        "siren", "pointnet", "t5", "clip", "densenet", "reinforce",
-                                       "wgan_gp", "swin", "dqn", "distil", "byol"}
+                                       "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "transe", "kws"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -894,3 +894,97 @@ def test_byol_predicts_the_other_views_target_projection_and_moves_its_target_by
     stats = read_stats(tmp_path / "run")
     assert {n for n in stats.query("role == 'param'")["name"]} == {n for n, _ in model.named_parameters()}
     assert stats.query("role == 'target'").empty  # self-supervised: the recorder sees no targets
+
+
+def test_realnvp_couplings_give_the_exact_log_determinant_and_its_nll_goes_below_zero_judged_above_its_floor(tmp_path):
+    from sample_runs.data import DENSITY, density_points
+    from sample_runs.field import OUTCOME_METRICS, _judged
+    from sample_runs.field_models import flow_nll
+    from sample_runs.training import Outcome
+
+    torch.manual_seed(0)
+    model = build_field_model("realnvp", DENSITY.dims).double()
+    x = torch.randn(3, DENSITY.dims, dtype=torch.float64)
+    log_det = model(x)[1].detach()
+    for i in range(3):  # log|det| of the Jacobian, against autograd's
+        jacobian = torch.autograd.functional.jacobian(lambda v: model(v.unsqueeze(0))[0][0], x[i])
+        assert float(log_det[i]) == pytest.approx(float(torch.linalg.slogdet(jacobian)[1]), abs=1e-8)
+    z = torch.randn(64, DENSITY.dims)
+    standard_normal = 0.5 * math.log(2 * math.pi) + 0.5 * float((z ** 2).mean())
+    assert float(flow_nll((z, torch.zeros(64)))) == pytest.approx(standard_normal)
+    train, held_out, entropy = density_points()
+    covariance = torch.cov(train.T.double())
+    gaussian = 0.5 * math.log(2 * math.pi * math.e) + 0.5 * float(torch.logdet(covariance)) / DENSITY.dims
+    assert entropy < gaussian < 0  # a Gaussian has the most entropy for its covariance; the data is concentrated
+    assert float(train.std(0).mean()) == pytest.approx(1.0, abs=1e-3) and held_out.shape[1] == DENSITY.dims
+    assert _judged("realnvp", Outcome([-0.5, math.nan])) == pytest.approx([-0.5 - entropy, math.nan], nan_ok=True)
+    assert OUTCOME_METRICS["realnvp"].name == "loss"
+    detach = faults.DetachedLayer(t0=0, layer="couplings.3")
+    model = build_field_model("realnvp", DENSITY.dims)
+    detach.install(model)
+    detach.before_step(0, model, None)
+    flow_nll(model(train[:32])).backward()  # the running log|det| is detached with the coupling's output
+    assert all(p.grad is None for unit in model.units[:4] for p in model.get_submodule(unit).parameters())
+    assert all(p.grad is not None for unit in model.units[4:] for p in model.get_submodule(unit).parameters())
+
+
+def test_transe_margin_loss_renormalised_entities_and_hits_at_10_recorded_with_index_inputs(tmp_path):
+    from sample_runs.data import KNOWLEDGE_GRAPH, corrupted_triples_sampler, knowledge_graph
+    from sample_runs.field_models import TRANSE_MARGIN, hits_at_k, transe_margin_loss
+
+    d = torch.tensor([1.0, 1.0, 1.0])
+    assert float(transe_margin_loss((d, d + TRANSE_MARGIN + 0.5))) == 0.0  # every negative already γ farther
+    assert float(transe_margin_loss((d, d))) == pytest.approx(TRANSE_MARGIN)  # nothing learned: d⁺ = d⁻
+    train, held_out = knowledge_graph()
+    assert len(train) + len(held_out) == KNOWLEDGE_GRAPH.entities * KNOWLEDGE_GRAPH.relations
+    batch, targets = corrupted_triples_sampler(train, 64, 0)()
+    assert targets is None and torch.equal(batch["positive"][:, 1], batch["negative"][:, 1])
+    assert ((batch["positive"] != batch["negative"]).sum(1) <= 1).all()  # the head or the tail replaced
+    torch.manual_seed(0)
+    model = build_field_model("transe", KNOWLEDGE_GRAPH.relations)
+    transe_margin_loss(model(batch)).backward()
+    named = torch.unique(torch.cat([batch["positive"][:, [0, 2]], batch["negative"][:, [0, 2]]]))
+    rows = model.ent_embeddings.weight.grad.abs().sum(1) > 0
+    assert set(torch.nonzero(rows).flatten().tolist()) <= set(named.tolist()) and rows.sum() < KNOWLEDGE_GRAPH.entities
+    optimizer = torch.optim.SGD(_param_groups(model, RECIPES["transe"], 1.0), lr=1.0)
+    train_field(tmp_path / "run", model, optimizer, corrupted_triples_sampler(train, 64, 0), steps=3,
+                lr_at=lambda s: 1.0, loss_fn=transe_margin_loss, after_step=model.normalize_entities,
+                eval_draw=corrupted_triples_sampler(held_out, 32, 1), eval_every=2,
+                eval_metrics=lambda: {"hits_at_10": hits_at_k(model, held_out)})
+    assert torch.allclose(model.ent_embeddings.weight.norm(dim=1), torch.ones(KNOWLEDGE_GRAPH.entities), atol=1e-5)
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    assert sorted(scalars[scalars["name"] == "hits_at_10"]["step"]) == [0, 2]
+    stats = read_stats(tmp_path / "run")
+    assert set(stats[stats["role"] == "input"]["kind"]) == {"index"}
+    with torch.no_grad():  # entities placed so that h + r lands on t: every held-out tail ranks first
+        model.rel_embeddings.weight.zero_()
+        model.ent_embeddings.weight.copy_(torch.eye(KNOWLEDGE_GRAPH.entities, 32))
+    assert hits_at_k(model, torch.tensor([[5, 0, 5], [7, 1, 7]])) == 1.0
+    assert {"adam_state", "healthy_bf16"} <= set(LEFT_OUT["transe"])
+
+
+def test_kws_trains_under_fp16_autocast_and_the_recorded_scaler_skips_an_overflowing_step(tmp_path):
+    from sample_runs.data import KEYWORDS, keyword_clips
+    from sample_runs.field_models import keyword_nll_loss
+
+    train, _ = keyword_clips()
+    assert train.x.shape[1:] == (1, KEYWORDS.rate) and int(train.y.max()) == KEYWORDS.classes - 1
+    torch.manual_seed(0)
+    model = build_field_model("kws", KEYWORDS.classes)
+    log_probs = model(train.x[:4])
+    assert log_probs.shape == (4, 1, KEYWORDS.classes)
+    assert torch.allclose(log_probs.exp().sum(-1), torch.ones(4, 1), atol=1e-5)
+    batches = iter([(train.x[:8], train.y[:8]), (train.x[:8] * 1e5, train.y[:8]), (train.x[8:16], train.y[8:16])])
+    scaler = torch.amp.GradScaler("cpu")
+    seen = []
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    train_field(tmp_path / "run", model, optimizer, lambda: next(batches), steps=3, lr_at=lambda s: 1.0,
+                loss_fn=keyword_nll_loss, clip=1.0, scaler=scaler,
+                after_step=lambda: seen.append(model.fc1.weight.detach().clone()))
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    skipped = scalars[scalars["name"] == "scaler_skipped"].set_index("step")["value"]
+    scale = scalars[scalars["name"] == "grad_scale"].set_index("step")["value"]
+    assert skipped.tolist() == [0.0, 1.0, 0.0] and scale[1] == scale[0] / 2  # the scaler skipped and backed off
+    assert torch.equal(seen[0], seen[1]) and not torch.equal(seen[1], seen[2])  # no update from the skipped step
+    stats = read_stats(tmp_path / "run")
+    assert stats.query("role == 'grad'")["norm"].dropna().lt(1e3).all()  # recorded unscaled, not ×65536
