@@ -9,7 +9,7 @@ import pandas as pd
 
 from .findings import FirstNonfinite, Onset, RankedTensor
 from .onset import BreakThresholds, SeriesBreak, analyse_series
-from .scalars import is_loss, loss_curve, main_loss
+from .scalars import is_loss, loss_curve, main_loss, raised
 from .series import SeriesTable
 
 __all__ = [
@@ -207,7 +207,7 @@ def _loss_recovered(scalars: pd.DataFrame, step: int, factor: float) -> bool:
     after = after[np.isfinite(after)][-_LOSS_WINDOW:]
     if len(before) == 0 or len(after) == 0:
         return True
-    return float(np.median(after)) <= factor * abs(float(np.median(before)))
+    return float(np.median(after)) <= raised(float(np.median(before)), factor)
 
 
 def _loss_unmoved(curve: tuple[np.ndarray, np.ndarray], step: int, th: RankingThresholds) -> bool:
@@ -221,7 +221,7 @@ def _loss_unmoved(curve: tuple[np.ndarray, np.ndarray], step: int, th: RankingTh
     if len(before) == 0 or len(after) < th.felt_steps // 2:
         return False
     rolling = pd.Series(after).rolling(5).median().to_numpy()[4:]
-    return bool(np.all(rolling <= th.felt_factor * abs(float(np.median(before)))))
+    return bool(np.all(rolling <= raised(float(np.median(before)), th.felt_factor)))
 
 
 def run_onset(

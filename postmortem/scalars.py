@@ -8,7 +8,7 @@ import pandas as pd
 
 from recorders.vocabulary import is_reserved_scalar
 
-__all__ = ["recorder_scalar", "is_loss", "is_eval_loss", "main_loss", "loss_curve", "metric_direction"]
+__all__ = ["recorder_scalar", "is_loss", "is_eval_loss", "main_loss", "loss_curve", "metric_direction", "raised"]
 
 
 def recorder_scalar(name: str) -> bool:
@@ -40,6 +40,12 @@ def main_loss(scalars: pd.DataFrame) -> str | None:
 
 def is_eval_loss(name: str) -> bool:
     return is_loss(name) and _is_eval(name)
+
+
+def raised(level: float, factor: float) -> float:
+    """`level` raised by `factor` − 1 of its own size: `factor`·level for a positive loss, and as far
+    above a negative one (a flow's NLL in nats, −0.45), where `factor`·level would lie below it."""
+    return level + (factor - 1) * abs(level)
 
 
 def loss_curve(scalars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

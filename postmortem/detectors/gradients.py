@@ -10,7 +10,7 @@ import pandas as pd
 from ..accumulation import PRE, AccumulationOnset, accumulation_onset
 from ..findings import Finding
 from ..manifest import frozen_parameters, manifest_order
-from ..scalars import main_loss
+from ..scalars import main_loss, raised
 from ..series import SeriesTable
 from .base import (ERROR, NOTE, WARNING, Evidence, Outcome, finding, judging_curve, layer_list, loss_curve,
                    register, role)
@@ -398,8 +398,8 @@ def _loss_jumped_at(steps: np.ndarray, values: np.ndarray, step: int, th: Gradie
     if len(before) < 3 or not len(after):
         return True  # nothing to compare: the divergence machinery's call stands
     level = float(np.mean(before))
-    return bool(np.max(after[: th.stale_jump_window]) >= th.stale_loss_jump * level
-                or np.max(after) >= th.stale_exploded * level)
+    return bool(np.max(after[: th.stale_jump_window]) >= raised(level, th.stale_loss_jump)
+                or np.max(after) >= raised(level, th.stale_exploded))
 
 
 def _loss_change(steps: np.ndarray, values: np.ndarray, step: int) -> float | None:

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..findings import Finding, FirstNonfinite, Onset
+from ..scalars import raised
 from ..series import SeriesTable
 from . import outcome, root_causes
 from .base import REGISTRY, Evidence, Outcome, judging_curve, loss_curve, main_loss
@@ -103,7 +104,7 @@ def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite
         if len(before) < 3 or len(after) < 3:
             continue
         level = float(np.median(before))
-        if not np.median(after) > level + (th.recovered_factor - 1) * abs(level):
+        if not np.median(after) > raised(level, th.recovered_factor):
             continue  # the loss did not rise (a negated reward did not fall)
         onset = Onset(step, (step, step), series, None, None, None,
                       (first.step - step) if first is not None else None)

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..findings import Finding
+from ..scalars import raised
 from .base import Evidence, Outcome, finding, loss_curve, measure_outcome, register
 from .thresholds import OutcomeThresholds
 
@@ -60,13 +61,13 @@ def loss_came_back(steps: np.ndarray, values: np.ndarray, onset: int, th: Outcom
     after = values[steps > onset]
     if len(before) < 3 or len(after) < th.min_steps:
         return False
-    level = abs(float(np.median(before)))
+    level = float(np.median(before))
     rolling = pd.Series(after).rolling(5).median().to_numpy()[4:]
-    back = np.flatnonzero(rolling <= th.recovered_factor * level)
+    back = np.flatnonzero(rolling <= raised(level, th.recovered_factor))
     last = after[-th.min_steps:]
     return bool(len(back) and back[0] <= th.recovered_within * len(after)
-                and np.median(last) <= th.recovered_factor * level
-                and np.mean(last) <= th.recovered_mean_factor * level)
+                and np.median(last) <= raised(level, th.recovered_factor)
+                and np.mean(last) <= raised(level, th.recovered_mean_factor))
 
 
 def metric_came_back(steps: np.ndarray, values: np.ndarray, onset: int, th: OutcomeThresholds) -> bool:
@@ -81,7 +82,7 @@ def metric_came_back(steps: np.ndarray, values: np.ndarray, onset: int, th: Outc
     if len(before) < 3 or len(after) < th.min_steps:
         return False
     level = float(np.median(before))
-    return bool(np.median(after[-th.min_steps:]) <= level + (th.recovered_factor - 1) * abs(level))
+    return bool(np.median(after[-th.min_steps:]) <= raised(level, th.recovered_factor))
 
 
 def learning_stopped(steps: np.ndarray, values: np.ndarray, onset: int, run: Outcome,

@@ -119,6 +119,16 @@ def test_a_loss_that_came_back_soon_and_ends_there_came_back():
     assert not loss_came_back(*_spiked_loss(None), 50, TH.outcome)
 
 
+def test_a_negative_loss_comes_back_only_to_its_own_level():
+    # A flow's NLL in nats per dimension: −0.45 before the spike at 50; ending at −0.26 it lost
+    # what it had gained since −0.26, so it did not come back; ending at −0.47 it did.
+    steps, loss = _spiked_loss(10, end=-0.26)
+    loss[:50] = -0.45
+    assert not loss_came_back(steps, loss, 50, TH.outcome)
+    loss[60:] = np.linspace(-0.45, -0.47, 90)
+    assert loss_came_back(steps, loss, 50, TH.outcome)
+
+
 def test_a_loss_whose_median_came_back_but_whose_mean_did_not_did_not_come_back():
     steps, loss = _spiked_loss(10)
     loss[100:] = 0.0  # certain and right on two steps of three: the median is back at 0...
