@@ -135,9 +135,26 @@ def _plot_curve(ax, curve: Curve, log: bool) -> None:
 
 def _loggable(arrays: list[np.ndarray]) -> bool:
     """Log scale fits norms and losses (zeros are left out); a negative value needs a linear axis."""
-    values = np.concatenate(arrays) if arrays else np.array([])
-    values = values[np.isfinite(values)]
+    values = _finite(arrays)
     return bool((values > 0).any() and not (values < 0).any())
+
+
+def _finite(arrays: list[np.ndarray]) -> np.ndarray:
+    values = np.concatenate(arrays) if arrays else np.array([])
+    return values[np.isfinite(values)]
+
+
+_SYMLOG_SPAN = 100.0
+"""A panel with negative values whose largest |value| is this many times its typical one (a flow's
+NLL of −0.5 with a spike to 700) gets a symmetric log axis: linear near 0, log beyond."""
+
+
+def _linear_scale(ax, arrays: list[np.ndarray]) -> None:
+    magnitude = np.abs(_finite(arrays))
+    magnitude = magnitude[magnitude > 0]
+    if len(magnitude) and magnitude.max() > _SYMLOG_SPAN * np.median(magnitude):
+        # Most values stay on the linear part, which gets the room of two decades.
+        ax.set_yscale("symlog", linthresh=float(np.quantile(magnitude, 0.9)), linscale=2.0)
 
 
 def line_panels(panels: list[Panel], markers: Markers, *, panel_height: float = 2.4) -> bytes:
@@ -153,6 +170,8 @@ def line_panels(panels: list[Panel], markers: Markers, *, panel_height: float = 
                 _plot_curve(ax, curve, log)
             if log:
                 ax.set_yscale("log")
+            elif panel.log:
+                _linear_scale(ax, [c.values for c in panel.curves])
             ax.set_title(_label(panel.title, 110), loc="left")
             ax.set_ylabel(_label(panel.ylabel))
             _mark(ax, markers, first=index == 0)
