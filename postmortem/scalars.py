@@ -59,11 +59,14 @@ def loss_curve(scalars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return steps[keep], values[keep]
 
 
-HIGHER_IS_BETTER = ("acc", "f1", "auc", "score", "bleu", "reward", "iou", "dice")
-"""Words of a metric that rises as a run learns: accuracies and scores, an agent's reward."""
-LOWER_IS_BETTER = ("distance", "wasserstein", "fid", "perplexity", "error")
+HIGHER_IS_BETTER = ("acc", "f1", "auc", "score", "bleu", "reward", "iou", "dice", "hits", "mrr", "recall", "precision",
+                    "ndcg")
+"""Words of a metric that rises as a run learns: accuracies and scores, an agent's reward, the
+ranking metrics of retrieval, recommenders and link prediction (PyKEEN's `hits_at_10`, MRR)."""
+LOWER_IS_BETTER = ("distance", "wasserstein", "fid", "perplexity", "error", "mean_rank")
 """Words of a metric that falls as a run learns, besides evaluation losses: a generator's
-distance to the data (sliced Wasserstein, FID), a language model's perplexity, an error rate."""
+distance to the data (sliced Wasserstein, FID), a language model's perplexity, an error rate,
+a link predictor's mean rank."""
 
 
 def metric_direction(name: str) -> bool | None:
