@@ -104,9 +104,13 @@ class LossPace:
     diverged: bool
     gradients_vanish: bool = False  # vanishing_gradient found: the updates may be tiny because the gradients are
     output_update_ratio: float | None = None
-    """Median update/param ratio of the output-side half of the weight matrices (model order):
-    where gradients vanish toward the input, the layers near the loss still take normal steps
-    unless the lr is too low as well (round 10: reinforce and wgan_gp at lr ×1e-4, 1e-6 there)."""
+    """Median update/param ratio of the output-side half of the weight matrices (model order)."""
+    adaptive: bool = False
+    """An optimizer that divides by its gradients' scale (Adam, RMSprop, Adagrad: the ones with an
+    `eps`): its steps follow the lr, not the gradient (Kingma & Ba 2015, §2.1: |step| ≲ lr), so
+    under it tiny updates near the loss mean the lr is too low even where gradients vanish toward
+    the input (round 10: reinforce and wgan_gp at lr ×1e-4, 1e-6 there). Under SGD the step is
+    lr × gradient, and a vanished signal makes every update tiny (seed 003)."""
 
 
 def _loss_pace(ev: Evidence) -> LossPace:
@@ -126,7 +130,8 @@ def _loss_pace(ev: Evidence) -> LossPace:
     return LossPace(loss, float(np.median(ratios)) if len(ratios) else None, peak_lr(ev.scalars),
                     ev.outcome, ev.diverged and not ev.recovered,
                     any(f.label == "vanishing_gradient" and f.severity == ERROR for f in ev.found),
-                    float(np.median(output_side)) if len(output_side) else None)
+                    float(np.median(output_side)) if len(output_side) else None,
+                    any(str(n).startswith("hp.") and str(n).endswith(".eps") for n in ev.scalars["name"].unique()))
 
 
 @register("lr_too_low", "updates", _loss_pace)
@@ -139,7 +144,8 @@ def lr_too_low(pace: LossPace, th: UpdateThresholds) -> list[Finding]:
     slow = slow_steady_descent(pace.loss, improvement, th)
     tiny_updates = pace.update_ratio is not None and pace.update_ratio <= th.ratio_low and \
         not pace.outcome.learns and (improvement is None or improvement <= th.slow_max_improvement) \
-        and not (pace.gradients_vanish and (pace.output_update_ratio is None or pace.output_update_ratio > th.ratio_low))
+        and not (pace.gradients_vanish and not (pace.adaptive and pace.output_update_ratio is not None
+                                                and pace.output_update_ratio <= th.ratio_low))
     if not (tiny_updates or slow):
         return []
     fix = "raise the learning rate ×10"
