@@ -477,6 +477,9 @@ class Scored:
     seconds: float
     config: str | None = None
     """The `Thresholds` variant postmortem ran with (None for the baselines)."""
+    found: list[str] = field(default_factory=list)
+    """The labels the method reported (its verdict aside), sorted: what a comparison of two
+    analyzers reads when `labels_ok` alone cannot tell (an extra label on a faulty run)."""
 
 
 def score(run: Path, expected: dict, method: str, pred: Prediction, nan_at: int | None, seconds: float,
@@ -491,7 +494,7 @@ def score(run: Path, expected: dict, method: str, pred: Prediction, nan_at: int 
         top3 = any(_matches(t, layers) for t in culprits[:3])
     return Scored(run.name, expected["family"], expected["arch"], expected["arch"] in NEVER_SEEN_ARCHS, method, expected["verdict"],
                   pred.verdict, expected["onset_step"], pred.onset, nan_at, expected["culprit"], top1, top3,
-                  _labels_ok(expected, pred), seconds, config)
+                  _labels_ok(expected, pred), seconds, config, sorted(pred.labels))
 
 
 def _share(values: list[bool]) -> str:
