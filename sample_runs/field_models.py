@@ -175,7 +175,8 @@
   scaled by alpha / r), and `mark_only_lora_as_trainable` (bias "none"): every other parameter,
   the embeddings, norms and the tied head included, has `requires_grad=False`. Its base weights
   are loaded (`strict=False`) from a GPT the generator pretrains on the default corpus
-  (`field.lora_base`); it is fine-tuned on a shifted one (`data.KITCHEN_WORDS`).
+  (`field.lora_base`); it is fine-tuned on a shifted one (`data.KITCHEN_WORDS`). A detach is
+  drawn on the first block: behind a detached last block nothing trainable would be left.
 - `VQVAE`: van den Oord et al.'s VQ-VAE as zalandoresearch/pytorch-vq-vae writes it (its names):
   an `_encoder` of two stride-2 4×4 convs, a 3×3 conv and a residual stack, a 1×1 `_pre_vq_conv`,
   `_vq_vae` (`VectorQuantizerEMA`: nearest code by squared distance, the codebook `_embedding`
@@ -1953,6 +1954,9 @@ def lora_gpt(vocab: int, r: int = 8, lora_alpha: int = 16) -> TinyGPT:
             setattr(owner, name, LoRALinear(old.in_features, old.out_features, r, lora_alpha))
     for name, param in model.named_parameters():
         param.requires_grad = "lora_" in name
+    # The last is the one detached: the head and final norm are frozen, so a detached last block
+    # would leave the loss without a graph (backward() raises); the blocks after it still learn.
+    model.hidden = [f"blocks.{i}" for i in reversed(range(len(model.blocks)))]
     model.exposed = ["wte", f"blocks.{len(model.blocks) - 1}.mlp_proj"]  # the tied head; a residual write
     return model
 

@@ -1033,6 +1033,13 @@ def test_lora_trains_only_its_low_rank_matrices_on_a_pretrained_base_and_starts_
     assert set(grads[~grads["grad_none"].astype(bool)]["name"]) == \
         {n for n, _ in model.named_parameters() if "lora_" in n}  # gradients only on the LoRA matrices
     assert "wte.weight" in set(stats.query("role == 'param'")["name"])  # the frozen base is recorded
+    detach = faults.DetachedLayer(t0=0, layer=model.hidden[-1])
+    detach.install(model)
+    detach.before_step(0, model, None)
+    model.zero_grad(set_to_none=True)
+    token_cross_entropy(model(batch[0]), batch[1]).backward()  # a later block's LoRA matrices keep a graph
+    assert model.hidden[-1] == "blocks.0" and model.blocks[0].c_fc.lora_A.grad is None
+    assert model.blocks[1].c_fc.lora_A.grad is not None
 
 
 def test_vqvae_quantises_to_the_nearest_code_passes_gradients_straight_through_and_moves_codes_by_ema(tmp_path):
