@@ -22,6 +22,7 @@ __all__ = [
     "linear_data",
     "time_on_page_data",
     "char_corpus",
+    "KITCHEN_WORDS",
     "lm_batch_sampler",
     "token_batches",
     "CLICKS",
@@ -75,6 +76,10 @@ __all__ = [
     "KEYWORDS",
     "KeywordSpec",
     "keyword_clips",
+    "SERIES",
+    "SeriesSpec",
+    "seasonal_series",
+    "forecast_windows_sampler",
 ]
 
 
@@ -177,13 +182,24 @@ _WORDS = {
 }
 
 
-def char_corpus(chars: int, seed: int) -> tuple[torch.Tensor, int]:
+KITCHEN_WORDS = {
+    "det": ["my", "your", "this", "that", "our"],
+    "adj": ["warm", "fresh", "sweet", "salty", "green", "soft", "dark", "crisp"],
+    "noun": ["bread", "soup", "apple", "lemon", "cake", "onion", "pepper", "honey", "butter", "rice"],
+    "verb": ["needs", "tastes", "smells", "cooks", "bakes", "wants", "mixes", "stirs"],
+    "adv": ["first", "gently", "twice", "later", "slowly"],
+}
+"""A shifted text distribution for fine-tuning (kitchen sentences), written in `_WORDS`'s alphabet."""
+
+
+def char_corpus(chars: int, seed: int, words: dict[str, list[str]] = _WORDS) -> tuple[torch.Tensor, int]:
     """A character corpus from a tiny seeded grammar ("the quick fox often sees a red ship."), as
-    token IDs (int64) over its alphabet; returns (tokens, vocabulary size). No download."""
+    token IDs (int64) over its alphabet; returns (tokens, vocabulary size). No download. Other
+    `words` (`KITCHEN_WORDS`) fill the same sentence shape and are tokenised over `_WORDS`'s
+    alphabet (a fine-tuning corpus for a model pretrained on the default one)."""
     import random
 
     rng = random.Random(seed)
-    words = _WORDS
     sentences, length = [], 0
     while length < chars:
         subject = f"{rng.choice(words['det'])} {rng.choice(words['adj']) + ' ' if rng.random() < 0.5 else ''}" \
@@ -193,7 +209,7 @@ def char_corpus(chars: int, seed: int) -> tuple[torch.Tensor, int]:
         sentences.append(sentence)
         length += len(sentence) + 1
     text = " ".join(sentences)[:chars]
-    alphabet = sorted(set("".join(w for group in words.values() for w in group)) | {" ", "."})
+    alphabet = sorted(set("".join(w for group in _WORDS.values() for w in group)) | {" ", "."})
     index = {c: i for i, c in enumerate(alphabet)}
     return torch.tensor([index[c] for c in text], dtype=torch.int64), len(alphabet)
 
@@ -962,3 +978,60 @@ def keyword_clips() -> tuple[Dataset, Dataset]:
         clip[onset: onset + length] += rng.uniform(0.5, 1.5) * np.hanning(length) * np.sin(phase)
     x, y = torch.from_numpy(clips.astype(np.float32)).unsqueeze(1), torch.from_numpy(labels)
     return Dataset(x[: spec.train], y[: spec.train]), Dataset(x[spec.train:], y[spec.train:])
+
+
+@dataclass(frozen=True)
+class SeriesSpec:
+    """N-BEATS's data: `series` positive series of `length` steps, each a level (2–20) times
+    (1 + a linear trend + two harmonics of a `period`-step season of random amplitude and phase +
+    Gaussian noise of std `noise`); the last `horizon` steps of each are held out (M4's split), and a
+    forecast reads the `lookback` × `horizon` steps before the steps it forecasts."""
+
+    series: int = 512
+    length: int = 120
+    period: int = 12
+    horizon: int = 12
+    lookback: int = 3
+    noise: float = 0.03
+
+    @property
+    def inputs(self) -> int:
+        return self.lookback * self.horizon
+
+
+SERIES = SeriesSpec()
+
+
+@lru_cache(maxsize=1)
+def seasonal_series() -> torch.Tensor:
+    """(series, length) float32 values, the same for every seed."""
+    spec, rng = SERIES, np.random.default_rng(2027)
+    t = np.arange(spec.length)[None]
+    level = rng.uniform(2, 20, (spec.series, 1))
+    trend = rng.uniform(-0.002, 0.004, (spec.series, 1)) * t
+    season = sum(rng.uniform(0.05, 0.3, (spec.series, 1))
+                 * np.sin(2 * np.pi * k * t / spec.period + rng.uniform(0, 2 * np.pi, (spec.series, 1)))
+                 for k in (1, 2))
+    noise = spec.noise * rng.normal(size=(spec.series, spec.length))
+    return torch.from_numpy((level * (1 + trend + season + noise)).astype(np.float32))
+
+
+def forecast_windows_sampler(batch_size: int, seed: int, *, held_out: bool = False):
+    """Returns `draw()` giving (x (B, inputs), y (B, horizon)). Training windows, as ElementAI's
+    N-BEATS sampler draws them: a random series and a random cut point in its training part, the
+    `inputs` steps before the cut and the `horizon` after it; held out: each series' last
+    `horizon` steps after the `inputs` before them."""
+    spec, values = SERIES, seasonal_series()
+    generator = torch.Generator().manual_seed(seed)
+    if held_out:
+        data = Dataset(values[:, -spec.horizon - spec.inputs: -spec.horizon], values[:, -spec.horizon:])
+        return batch_sampler(data, batch_size, seed)
+    train = values[:, : -spec.horizon]
+
+    def draw() -> tuple[torch.Tensor, torch.Tensor]:
+        rows = torch.randint(0, len(train), (batch_size, 1), generator=generator)
+        cuts = torch.randint(spec.inputs, train.shape[1] - spec.horizon + 1, (batch_size, 1), generator=generator)
+        before, after = cuts + torch.arange(-spec.inputs, 0), cuts + torch.arange(spec.horizon)
+        return train[rows, before], train[rows, after]
+
+    return draw

@@ -19,7 +19,8 @@ its orthogonality regulariser), Hugging Face's `T5ForConditionalGeneration` sort
 CLIP-style two-tower contrastive model, a DenseNet-BC, a REINFORCE agent on CartPole, a WGAN-GP
 on a ring of Gaussians, Hugging Face's `SwinForImageClassification`, a DQN agent on CartPole, a
 student distilled from a frozen teacher, a BYOL encoder, a RealNVP normalizing flow, TransE
-knowledge-graph embeddings and an M5 keyword spotter on raw waveforms (`field_models`),
+knowledge-graph embeddings, an M5 keyword spotter on raw waveforms, LoRA fine-tuning of a
+pretrained GPT, a VQ-VAE with an EMA codebook and an N-BEATS forecaster (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -31,9 +32,12 @@ student by the plain loop with its teacher's logits in the loss, BYOL by the pla
 EMA target network's projections in the loss, the flow by the plain loop with Adam on its negative
 log-likelihood (nats per dimension, below 0 once it fits), TransE by the plain loop with plain SGD on
 its margin loss and its entity rows renormalised after each step, the M5 by the plain loop under
-fp16 autocast with a GradScaler. Faults come from `faults.py`, at a step t0 and on a
-tensor drawn per (family, arch, seed); the truth comes from the injection and from the losses the
-loop saw (a fault the run shrugs off is recorded as healthy), never from the analyzer. A family
+fp16 autocast with a GradScaler, the LoRA model by the plain loop with only its LoRA matrices in
+AdamW, the VQ-VAE by the plain loop with Adam (its codebook moved by its own EMA in the forward
+pass), N-BEATS by the plain loop with Adam on sMAPE, clip 1.0 and ElementAI's lr halving. Faults
+come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
+comes from the injection and from the losses the loop saw (a fault the run shrugs off is
+recorded as healthy), never from the analyzer. A family
 whose loss does not fall as it learns declares the metric its truth reads instead
 (`OUTCOME_METRICS`: the agents' reward, the WGAN's sample distance, the flow's NLL less the data's
 entropy).
@@ -58,10 +62,12 @@ from .data import (
     CLOUDS,
     DENSITY,
     KEYWORDS,
+    KITCHEN_WORDS,
     KNOWLEDGE_GRAPH,
     MLM,
     PATTERNS,
     RING,
+    SERIES,
     SIGNAL,
     SORT,
     SPEECH,
@@ -77,6 +83,7 @@ from .data import (
     ctc_batch_sampler,
     density_points,
     digits,
+    forecast_windows_sampler,
     images_sampler,
     keyword_clips,
     knowledge_graph,
@@ -100,6 +107,7 @@ from .field_models import (
     FIELD_ARCHS,
     build_field_model,
     KDTeacher,
+    codebook_perplexity,
     clip_loss,
     ctc_loss,
     byol_ema_update,
@@ -113,15 +121,19 @@ from .field_models import (
     keyword_nll_loss,
     mixup_cutmix,
     moe_lm_loss,
+    nanogpt_init,
     pointnet_loss,
     seq2seq_loss,
     sliced_wasserstein,
+    smape_2_loss,
     smoothed_cross_entropy,
     soft_target_cross_entropy,
     TRANSE_MARGIN,
     transe_margin_loss,
     vae_loss,
+    vqvae_loss,
 )
+from .models import TinyGPT
 from .nanogpt import LoopConfig, lr_at
 from .framework_loops import train_hf_trainer, train_lightning, train_lightning_wgan
 from .training import (broke_against, stalled_against, token_cross_entropy, train_dqn, train_field,
@@ -152,7 +164,8 @@ class Recipe:
     (no momentum: OpenKE's default); `OPTIMIZERS`."""
     schedule: str = "cosine"
     """`cosine` (nanoGPT's warm-up then cosine), `step` (÷10 at 50 % and 75 % of the steps:
-    DenseNet's), `linear` (decay to 0 over the run: WGAN-GP's), or `constant` (Stable-Baselines3's default)."""
+    DenseNet's), `linear` (decay to 0 over the run: WGAN-GP's), `halving` (× 0.5 every third of
+    the steps: ElementAI's N-BEATS) or `constant` (Stable-Baselines3's default)."""
     bf16: bool = False
     """Trained under CPU bf16 autocast (timm's `--amp` with bf16)."""
     amsgrad: bool = False
@@ -214,6 +227,14 @@ RECIPES = {
     # batch 32 for a CPU; fp16 autocast with a GradScaler and clip 1.0 after unscale_.
     "kws": Recipe(lr=1e-2, weight_decay=1e-4, batch=32, clip=1.0, warmup=0, optimizer="adam", schedule="step",
                   fp16=True),
+    # A nanoGPT-style fine-tune of the LoRA matrices only: AdamW, warm-up + cosine, clip 1.0.
+    "lora": Recipe(lr=3e-3, weight_decay=0.01, batch=16, betas=(0.9, 0.95)),
+    # zalandoresearch/pytorch-vq-vae: Adam at 1e-3 (amsgrad off), no clipping, no schedule.
+    "vqvae": Recipe(lr=1e-3, weight_decay=0.0, batch=32, clip=None, warmup=0, optimizer="adam",
+                    schedule="constant"),
+    # ElementAI's N-BEATS trainer: Adam at 1e-3, clip_grad_norm_ 1.0, lr halved every third of the run.
+    "nbeats": Recipe(lr=1e-3, weight_decay=0.0, batch=256, clip=1.0, warmup=0, optimizer="adam",
+                     schedule="halving"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -234,7 +255,9 @@ BYOL_TAU = 0.99
 """BYOL's target EMA decay (the paper's base 0.996, lower for a 150-step run)."""
 TEACHER_STEPS = 300
 """Adam steps of the distillation teacher's own training (batches of 64 digits), before it is frozen."""
-LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba")
+BASE_STEPS = 300
+"""AdamW steps of the LoRA base model's pretraining on the default corpus (`lora_base`)."""
+LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba", "lora")
 IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm", "densenet", "swin", "distil",
                 "byol")
 """Architectures that take (B, 1, 8, 8) digits."""
@@ -245,7 +268,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "ddpm": ddpm_loss, "ctc": ctc_loss, "convnext": smoothed_cross_entropy,
           "siren": torch.nn.functional.mse_loss, "pointnet": pointnet_loss, "clip": clip_loss,
           "swin": soft_target_cross_entropy, "distil": distillation_loss, "byol": byol_loss, "realnvp": flow_nll,
-          "transe": transe_margin_loss, "kws": keyword_nll_loss}
+          "transe": transe_margin_loss, "kws": keyword_nll_loss, "vqvae": vqvae_loss, "nbeats": smape_2_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -297,11 +320,13 @@ def _judged(arch: str, outcome) -> list[float]:
 def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
     """nanoGPT's `get_lr` (`nanogpt.lr_at`) as a factor on each group's base lr: linear warm-up,
     then cosine decay to 10 %; or DenseNet's steps (÷10 at 50 % and at 75 % of the steps); or WGAN-GP's
-    linear decay to 0 at the last step; or a constant lr."""
+    linear decay to 0 at the last step; or ElementAI's halving every third of the steps; or a constant lr."""
     if recipe.schedule == "constant":
         return lambda step: 1.0
     if recipe.schedule == "linear":
         return lambda step: 1 - step / steps
+    if recipe.schedule == "halving":
+        return lambda step: 0.5 ** (step // max(1, steps // 3))
     if recipe.schedule == "step":
         return lambda step: 0.1 ** ((step >= steps // 2) + (step >= 3 * steps // 4))
     config = LoopConfig(steps=steps, warmup=recipe.warmup, lr=1.0)
@@ -313,7 +338,9 @@ def _param_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
     do not, nor the parameters a model names in `no_decay` (a path component: FT-Transformer's
     tokenizers, Mamba's A_log and D); every group is tagged with its unit so that one block's lr
     can be changed. Tied parameters are given once, to the first unit that holds them; parameters
-    a model names in `loose` (CLIP's logit scale) get a group of their own, without decay."""
+    a model names in `loose` (CLIP's logit scale) get a group of their own, without decay; frozen
+    parameters (`requires_grad=False`: LoRA's base) are in no group, as PEFT's optimizers hold
+    only the trainable ones."""
     exempt = {id(p) for n, p in model.named_parameters() if set(n.split(".")) & set(getattr(model, "no_decay", ()))}
     groups, seen = [], set()
     for unit in model.units:
@@ -322,7 +349,8 @@ def _param_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
             params.append(model.pos)  # the classifier's learned positions belong to its embedding
         seen.update(id(p) for p in params)
         for decay in (True, False):
-            chosen = [p for p in params if (p.dim() >= 2 and id(p) not in exempt) == decay]
+            chosen = [p for p in params
+                      if p.requires_grad and (p.dim() >= 2 and id(p) not in exempt) == decay]
             if chosen:
                 groups.append({"params": chosen, "lr": lr, "weight_decay": recipe.weight_decay if decay else 0.0,
                                "layer": unit})
@@ -368,12 +396,13 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
 
 FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae", "unet", "gnn",
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
-                "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws")
+                "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
 corrupted buffer), the WGAN's the real points its critic reads, the student's the images its
-teacher reads too, the flow's its points, the keyword spotter's its waveforms."""
+teacher reads too, the flow's its points, the keyword spotter's its waveforms, the VQ-VAE's its
+images, N-BEATS's its input windows (its targets, the windows' futures, left as they are)."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe")
@@ -478,10 +507,10 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     the WGAN-GP (its `draw` is the loader of real points, `eval_draw` the held-out points), the
     DQN agent as the REINFORCE agent; for the distilled student the distillation loss of a student
     that predicts the uniform distribution against its teacher's logits on the training digits;
-    the round-12 families' in `ROUND_12_DATA`."""
+    the round-12 and round-13 families' in `ARCH_DATA`."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
-    if arch in ROUND_12_DATA:
-        return ROUND_12_DATA[arch](micro, seed)
+    if arch in ARCH_DATA:
+        return ARCH_DATA[arch](micro, seed)
     if arch in LANGUAGE_MODELS:
         tokens, vocab = char_corpus(CORPUS_CHARS, seed)
         split = int(0.9 * len(tokens))
@@ -598,10 +627,49 @@ def _keyword_data(micro: int, seed: int):
             math.log(KEYWORDS.classes))
 
 
-ROUND_12_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_data}
-"""(draw, eval_draw, classes, chance) of the round-12 families, from the micro-batch size and the seed."""
-EVAL_METRICS = {"transe": lambda model: {"hits_at_10": hits_at_k(model, knowledge_graph()[1], 10)}}
+def _kitchen_data(micro: int, seed: int):
+    """The shifted corpus the LoRA model is fine-tuned on (its base's alphabet); chance: ln(vocab)."""
+    tokens, vocab = char_corpus(CORPUS_CHARS, seed, KITCHEN_WORDS)
+    split = int(0.9 * len(tokens))
+    return (lm_batch_sampler(tokens[:split], micro, CONTEXT, seed),
+            lm_batch_sampler(tokens[split:], 32, CONTEXT, seed + 1), vocab, math.log(vocab))
+
+
+def _pattern_reconstruction_data(micro: int, seed: int):
+    """The colour patterns as their own targets; chance: the VQ-VAE's loss with the mean image as
+    its reconstruction and a codebook on its inputs (no VQ loss): the pixel variance around it."""
+    images = pattern_images().x
+    train, held = Dataset(images[:1600], images[:1600].clone()), Dataset(images[1600:], images[1600:].clone())
+    chance = float(((train.y - train.y.mean(0)) ** 2).mean())
+    return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 3, chance
+
+
+def _forecast_data(micro: int, seed: int):
+    """Windows of the seasonal series; chance: the sMAPE of the naive forecast (the last observed
+    value for the whole horizon, where N-BEATS's forecast starts) on the held-out windows."""
+    x, y = forecast_windows_sampler(SERIES.series, seed + 1, held_out=True)()
+    chance = float(smape_2_loss(x[:, -1:].expand_as(y), y))
+    return (forecast_windows_sampler(micro, seed), forecast_windows_sampler(256, seed + 1, held_out=True),
+            SERIES.horizon, chance)
+
+
+ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_data, "lora": _kitchen_data,
+             "vqvae": _pattern_reconstruction_data, "nbeats": _forecast_data}
+"""(draw, eval_draw, classes, chance) of the round-12 and round-13 families, from the micro-batch
+size and the seed."""
+EVAL_METRICS = {
+    "transe": lambda model: {"hits_at_10": hits_at_k(model, knowledge_graph()[1], 10)},
+    "vqvae": lambda model: {"codebook_perplexity": codebook_perplexity(model, pattern_images().x[1600:])},
+    "nbeats": lambda model: {"val_smape": _held_out_smape(model)},
+}
 """Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
+
+
+def _held_out_smape(model: nn.Module) -> float:
+    """The sMAPE (%) of the forecasts of every series' held-out horizon, as M4's evaluation scores them."""
+    x, y = forecast_windows_sampler(SERIES.series, 0, held_out=True)()
+    with torch.no_grad():
+        return float(smape_2_loss(model(x), y))
 
 
 @lru_cache(maxsize=1)
@@ -676,6 +744,26 @@ def distillation_teacher(seed: int) -> nn.Module:
 
 
 @lru_cache(maxsize=None)
+def lora_base(seed: int) -> dict[str, torch.Tensor]:
+    """The state dict of the LoRA model's base: the `gpt` model pretrained by AdamW (lr 3e-3,
+    betas (0.9, 0.95), clip 1.0, batches of 16 windows of the default corpus, `BASE_STEPS`
+    steps; its own generator, the global RNG untouched), as a fine-tune loads a pretrained checkpoint."""
+    tokens, vocab = char_corpus(CORPUS_CHARS, seed)
+    with torch.random.fork_rng():
+        torch.manual_seed(20_000 + seed)
+        base = nanogpt_init(TinyGPT(vocab=vocab, context=CONTEXT, width=32, heads=4, layers=2))
+        optimizer = torch.optim.AdamW(base.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
+        draw = lm_batch_sampler(tokens[: int(0.9 * len(tokens))], 16, CONTEXT, 20_000 + seed)
+        for _ in range(BASE_STEPS):
+            x, y = draw()
+            optimizer.zero_grad(set_to_none=True)
+            token_cross_entropy(base(x), y).backward()
+            nn.utils.clip_grad_norm_(base.parameters(), 1.0)
+            optimizer.step()
+    return {name: value.detach().clone() for name, value in base.state_dict().items()}
+
+
+@lru_cache(maxsize=None)
 def _uniform_student_loss(seed: int) -> float:
     """The distillation loss, on the training digits, of a student whose logits are all equal."""
     rows = digits("rows")
@@ -714,6 +802,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     torch.manual_seed(seed)
     draw, eval_draw, classes, chance = _data(arch, recipe, seed, options["accumulation"])
     model = build_field_model(arch, classes)
+    if arch == "lora":  # loralib's recipe: the pretrained checkpoint first, strict=False (no LoRA keys in it)
+        model.load_state_dict(lora_base(seed), strict=False)
     lr = recipe.lr * spec.lr_factor
     if arch == "wgan_gp":  # one Adam per network, each with its blocks' groups
         groups = _param_groups(model, recipe, lr)

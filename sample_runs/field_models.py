@@ -169,14 +169,38 @@
   Conv1d(3) blocks, a global average pool, a Linear head and `log_softmax`, trained on
   `F.nll_loss` (`keyword_nll_loss`) under fp16 autocast with a GradScaler.
 
+- `lora_gpt`: LoRA fine-tuning as loralib writes it (Hu et al.): the `gpt` model with every
+  Linear of its blocks a `LoRALinear` (loralib's `lora.Linear`, merge_weights off: the frozen
+  base W and bias plus trainable `lora_A` (r × in, kaiming-uniform) and `lora_B` (out × r, zeros)
+  scaled by alpha / r), and `mark_only_lora_as_trainable` (bias "none"): every other parameter,
+  the embeddings, norms and the tied head included, has `requires_grad=False`. Its base weights
+  are loaded (`strict=False`) from a GPT the generator pretrains on the default corpus
+  (`field.lora_base`); it is fine-tuned on a shifted one (`data.KITCHEN_WORDS`). A detach is
+  drawn on the first block: behind a detached last block nothing trainable would be left.
+- `VQVAE`: van den Oord et al.'s VQ-VAE as zalandoresearch/pytorch-vq-vae writes it (its names):
+  an `_encoder` of two stride-2 4×4 convs, a 3×3 conv and a residual stack, a 1×1 `_pre_vq_conv`,
+  `_vq_vae` (`VectorQuantizerEMA`: nearest code by squared distance, the codebook `_embedding`
+  and its running sums `_ema_w` (Parameters without gradient, as there) moved by an EMA (decay
+  0.99, Laplace-smoothed cluster sizes) in the training forward pass, outside the optimizer,
+  written in place where the repository re-wraps them as new Parameters, and started as if each
+  code had been seen once; commitment loss 0.25·‖sg(e) − z‖², the straight-through
+  estimator, the codebook perplexity), a `_decoder` of a 3×3 conv, a residual stack and two
+  stride-2 transposed convs; `vqvae_loss` = MSE / the data's variance + the VQ loss.
+- `NBeats`: Oreshkin et al.'s N-BEATS, generic architecture, in ElementAI's layout: blocks of
+  4 Linear + ReLU layers and a `basis_parameters` Linear to θ, split by `GenericBasis` into a
+  backcast and a forecast; the doubly residual stacking over the time-reversed input (each
+  block's backcast subtracted from what the next block reads, its forecast added to the running
+  forecast, which starts at the last observed value); blocks grouped in `stacks`;
+  `smape_2_loss` is ElementAI's sMAPE (200 · |f − y| / (|f| + |y|), the denominator detached).
+
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
 `llama`, `autoencoder` and `recsys` before the third, `moe` and `vae` before the fourth, `unet`,
 `seq2seq`, `gnn` and `simclr` before the fifth, `ddpm` and `ctc` before the sixth, `mamba`,
 `fttransformer` and `convnext` before the seventh, `bert_mlm`, `siren` and `pointnet` before the eighth,
 `t5`, `clip` and `densenet` before the ninth, `reinforce`, `wgan_gp` and `swin` before the tenth,
-`dqn`, `distil` and `byol` before the eleventh, `realnvp`, `transe` and `kws` before the twelfth
-(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`dqn`, `distil` and `byol` before the eleventh, `realnvp`, `transe` and `kws` before the twelfth,
+`lora`, `vqvae` and `nbeats` before the thirteenth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -200,7 +224,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "DenseNet", "clip_loss", "ActorCritic", "WGANGP", "gradient_penalty", "sliced_wasserstein",
            "swin_classifier", "mixup_cutmix", "soft_target_cross_entropy", "QNetwork", "KDStudent", "KDTeacher",
            "distillation_loss", "BYOL", "byol_target", "byol_ema_update", "byol_loss", "RealNVP", "flow_nll", "TransE",
-           "transe_margin_loss", "hits_at_k", "M5", "keyword_nll_loss", "build_field_model",
+           "transe_margin_loss", "hits_at_k", "M5", "keyword_nll_loss", "LoRALinear", "lora_gpt", "VQVAE",
+           "VectorQuantizerEMA", "vqvae_loss", "codebook_perplexity", "NBeats", "smape_2_loss", "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -1895,10 +1920,217 @@ def keyword_nll_loss(log_probs: torch.Tensor, targets: torch.Tensor) -> torch.Te
     return torch.nn.functional.nll_loss(log_probs.squeeze(1), targets)
 
 
+class LoRALinear(nn.Linear):
+    """loralib's `lora.Linear` with `merge_weights=False`: W x + b (frozen) + (x Aᵀ Bᵀ)·alpha/r."""
+
+    def __init__(self, in_features: int, out_features: int, r: int = 8, lora_alpha: int = 16) -> None:
+        super().__init__(in_features, out_features)
+        self.r, self.lora_alpha, self.scaling = r, lora_alpha, lora_alpha / r
+        self.lora_A = nn.Parameter(self.weight.new_zeros((r, in_features)))
+        self.lora_B = nn.Parameter(self.weight.new_zeros((out_features, r)))
+        self.weight.requires_grad = False
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+        nn.init.zeros_(self.lora_B)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        result = nn.functional.linear(x, self.weight, bias=self.bias)
+        result += (x @ self.lora_A.transpose(0, 1) @ self.lora_B.transpose(0, 1)) * self.scaling
+        return result
+
+
+LORA_TARGETS = ("attn.c_attn", "attn.c_proj", "c_fc", "mlp_proj")
+"""The Linears of each block that get LoRA (PEFT's target_modules: every Linear but the head)."""
+
+
+def lora_gpt(vocab: int, r: int = 8, lora_alpha: int = 16) -> TinyGPT:
+    """The `gpt` model with `LORA_TARGETS` swapped for `LoRALinear`s, then loralib's
+    `mark_only_lora_as_trainable(model, bias="none")`; load the base with `strict=False`."""
+    model = nanogpt_init(TinyGPT(vocab=vocab, context=CONTEXT, width=32, heads=4, layers=2))
+    for block in model.blocks:
+        for target in LORA_TARGETS:
+            parent, _, name = target.rpartition(".")
+            owner = block.get_submodule(parent) if parent else block
+            old = getattr(owner, name)
+            setattr(owner, name, LoRALinear(old.in_features, old.out_features, r, lora_alpha))
+    for name, param in model.named_parameters():
+        param.requires_grad = "lora_" in name
+    # The last is the one detached: the head and final norm are frozen, so a detached last block
+    # would leave the loss without a graph (backward() raises); the blocks after it still learn.
+    model.hidden = [f"blocks.{i}" for i in reversed(range(len(model.blocks)))]
+    model.exposed = ["wte", f"blocks.{len(model.blocks) - 1}.mlp_proj"]  # the tied head; a residual write
+    return model
+
+
+class Residual(nn.Module):
+    def __init__(self, channels: int, hidden: int) -> None:
+        super().__init__()
+        self._block = nn.Sequential(nn.ReLU(True), nn.Conv2d(channels, hidden, 3, padding=1, bias=False),
+                                    nn.ReLU(True), nn.Conv2d(hidden, channels, 1, bias=False))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self._block(x)
+
+
+class ResidualStack(nn.Module):
+    def __init__(self, channels: int, hidden: int, layers: int) -> None:
+        super().__init__()
+        self._layers = nn.ModuleList(Residual(channels, hidden) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self._layers:
+            x = layer(x)
+        return torch.relu(x)
+
+
+class VectorQuantizerEMA(nn.Module):
+    """The repository's `VectorQuantizerEMA`; `forward(z)` → (loss, quantized, perplexity, encodings)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, commitment_cost: float = 0.25,
+                 decay: float = 0.99, epsilon: float = 1e-5) -> None:
+        super().__init__()
+        self._embedding = nn.Embedding(num_embeddings, embedding_dim)
+        self._embedding.weight.data.normal_()
+        self._commitment_cost, self._decay, self._epsilon = commitment_cost, decay, epsilon
+        # The EMA state of a codebook that has seen each code once where it lies. The repository
+        # starts from zero counts and fresh normal sums, which sends every code the first batch
+        # misses to ~1e5 (sums / ε) for its first ~1000 steps: one code in use in a 150-step run.
+        self.register_buffer("_ema_cluster_size", torch.ones(num_embeddings))
+        self._ema_w = nn.Parameter(self._embedding.weight.detach().clone())
+
+    def forward(self, inputs: torch.Tensor):
+        inputs = inputs.permute(0, 2, 3, 1).contiguous()
+        flat_input = inputs.view(-1, self._embedding.embedding_dim)
+        codebook = self._embedding.weight
+        distances = (flat_input ** 2).sum(1, keepdim=True) + (codebook ** 2).sum(1) - 2 * flat_input @ codebook.t()
+        encodings = torch.zeros(len(flat_input), len(codebook), device=inputs.device)
+        encodings.scatter_(1, distances.argmin(1, keepdim=True), 1)
+        quantized = (encodings @ codebook).view(inputs.shape)
+        if self.training:
+            with torch.no_grad():
+                n_codes, decay = len(codebook), self._decay
+                self._ema_cluster_size.mul_(decay).add_(encodings.sum(0), alpha=1 - decay)
+                n = self._ema_cluster_size.sum()
+                self._ema_cluster_size.copy_((self._ema_cluster_size + self._epsilon)
+                                             / (n + n_codes * self._epsilon) * n)
+                self._ema_w.mul_(decay).add_(encodings.t() @ flat_input.float(), alpha=1 - decay)
+                codebook.copy_(self._ema_w / self._ema_cluster_size.unsqueeze(1))
+        loss = self._commitment_cost * nn.functional.mse_loss(quantized.detach(), inputs)
+        quantized = inputs + (quantized - inputs).detach()
+        avg_probs = encodings.mean(0)
+        perplexity = torch.exp(-(avg_probs * torch.log(avg_probs + 1e-10)).sum())
+        return loss, quantized.permute(0, 3, 1, 2).contiguous(), perplexity, encodings
+
+
+class VQVAE(nn.Module):
+    """The repository's `Model` (decay > 0: the EMA quantiser), small: 16×16 colour images → 4×4 codes."""
+
+    def __init__(self, channels: int = 3, hiddens: int = 32, residual_hiddens: int = 8, residual_layers: int = 2,
+                 num_embeddings: int = 64, embedding_dim: int = 16) -> None:
+        super().__init__()
+        self._encoder = nn.Module()
+        self._encoder._conv_1 = nn.Conv2d(channels, hiddens // 2, 4, stride=2, padding=1)
+        self._encoder._conv_2 = nn.Conv2d(hiddens // 2, hiddens, 4, stride=2, padding=1)
+        self._encoder._conv_3 = nn.Conv2d(hiddens, hiddens, 3, padding=1)
+        self._encoder._residual_stack = ResidualStack(hiddens, residual_hiddens, residual_layers)
+        self._pre_vq_conv = nn.Conv2d(hiddens, embedding_dim, 1)
+        self._vq_vae = VectorQuantizerEMA(num_embeddings, embedding_dim)
+        self._decoder = nn.Module()
+        self._decoder._conv_1 = nn.Conv2d(embedding_dim, hiddens, 3, padding=1)
+        self._decoder._residual_stack = ResidualStack(hiddens, residual_hiddens, residual_layers)
+        self._decoder._conv_trans_1 = nn.ConvTranspose2d(hiddens, hiddens // 2, 4, stride=2, padding=1)
+        self._decoder._conv_trans_2 = nn.ConvTranspose2d(hiddens // 2, channels, 4, stride=2, padding=1)
+        encoder = [f"_encoder.{n}" for n in ("_conv_1", "_conv_2", "_conv_3", "_residual_stack")]
+        decoder = [f"_decoder.{n}" for n in ("_conv_1", "_residual_stack", "_conv_trans_1", "_conv_trans_2")]
+        self.units = [*encoder, "_pre_vq_conv", "_vq_vae", *decoder]
+        self.hidden = [*encoder[1:], "_pre_vq_conv"]  # detached last: the codes' inputs, commitment loss included
+        self.exposed = ["_pre_vq_conv", "_decoder._conv_trans_2"]  # no normalisation anywhere
+
+    def forward(self, x: torch.Tensor):
+        e = self._encoder
+        z = e._residual_stack(e._conv_3(torch.relu(e._conv_2(torch.relu(e._conv_1(x))))))
+        loss, quantized, perplexity, _ = self._vq_vae(self._pre_vq_conv(z))
+        d = self._decoder
+        x_recon = d._conv_trans_2(torch.relu(d._conv_trans_1(d._residual_stack(d._conv_1(quantized)))))
+        return loss, x_recon, perplexity
+
+
+def vqvae_loss(output: tuple[torch.Tensor, torch.Tensor, torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    """The repository's `recon_error = mse(recon, data) / data_variance; loss = recon_error + vq_loss`
+    (the standardised images' variance is 1)."""
+    vq_loss, x_recon, _ = output
+    return nn.functional.mse_loss(x_recon, targets) + vq_loss
+
+
+def codebook_perplexity(model: VQVAE, images: torch.Tensor) -> float:
+    """exp(entropy) of the codes' use on `images` (eval mode, no EMA update, no gradient): the
+    number of codes in use, as the repository logs `perplexity`."""
+    model.eval()
+    with torch.no_grad():
+        perplexity = float(model(images)[2])
+    model.train()
+    return perplexity
+
+
+class NBeatsBlock(nn.Module):
+    """ElementAI's `NBeatsBlock` with its `GenericBasis`: θ → (backcast θ[:inputs], forecast θ[-horizon:])."""
+
+    def __init__(self, inputs: int, horizon: int, layers: int = 4, width: int = 128) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(inputs, width), *(nn.Linear(width, width) for _ in range(layers - 1))])
+        self.basis_parameters = nn.Linear(width, inputs + horizon)
+        self.inputs, self.horizon = inputs, horizon
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        theta = self.basis_parameters(x)
+        return theta[:, : self.inputs], theta[:, -self.horizon:]
+
+
+class NBeatsStack(nn.Module):
+    """Blocks in doubly residual stacking: `forward(residuals, forecast)` → both after its blocks."""
+
+    def __init__(self, inputs: int, horizon: int, blocks: int) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(NBeatsBlock(inputs, horizon) for _ in range(blocks))
+
+    def forward(self, residuals: torch.Tensor, forecast: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        for block in self.blocks:
+            backcast, block_forecast = block(residuals)
+            residuals = residuals - backcast
+            forecast = forecast + block_forecast
+        return residuals, forecast
+
+
+class NBeats(nn.Module):
+    """N-BEATS generic: ElementAI's `NBeats.forward` over the time-reversed input, its forecast
+    started at the last observed value (`x[:, -1:]`); no input mask (no series is padded)."""
+
+    def __init__(self, inputs: int, horizon: int, stacks: int = 3, blocks: int = 2) -> None:
+        super().__init__()
+        self.stacks = nn.ModuleList(NBeatsStack(inputs, horizon, blocks) for _ in range(stacks))
+        self.units = [f"stacks.{i}" for i in range(stacks)]
+        self.hidden = self.units[:-1]
+        self.exposed = ["stacks.0.blocks.0.layers.0", f"stacks.{stacks - 1}.blocks.{blocks - 1}.basis_parameters"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        residuals, forecast = x.flip(dims=(1,)), x[:, -1:]
+        for stack in self.stacks:
+            residuals, forecast = stack(residuals, forecast)
+        return forecast
+
+
+def smape_2_loss(forecast: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """ElementAI's `smape_2_loss`: 200 · mean(|f − y| / (|f.data| + |y.data|)), in %. Its
+    `divide_no_nan` is left out: it turns a NaN forecast's terms into 0, so a run whose weights
+    are NaN would log a loss of 0; the series are positive, so no denominator is 0."""
+    return 200 * ((forecast - target).abs() / (forecast.detach().abs() + target.abs())).mean()
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
-               "dqn", "distil", "byol", "realnvp", "transe", "kws")
+               "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -2002,4 +2234,12 @@ def build_field_model(arch: str, vocab: int) -> nn.Module:
         return TransE(KNOWLEDGE_GRAPH.entities, KNOWLEDGE_GRAPH.relations)
     if arch == "kws":
         return M5(vocab)
+    if arch == "lora":
+        return lora_gpt(vocab)
+    if arch == "vqvae":
+        return VQVAE()
+    if arch == "nbeats":
+        from .data import SERIES
+
+        return NBeats(SERIES.inputs, SERIES.horizon)
     raise ValueError(f"unknown field architecture {arch!r}")

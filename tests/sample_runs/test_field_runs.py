@@ -45,7 +45,8 @@ def test_catalogue_looks_like_the_field():
                                        "llama", "autoencoder", "recsys", "moe", "vae", "unet", "seq2seq", "gnn",
                                        "simclr", "ddpm", "ctc", "mamba", "fttransformer", "convnext", "bert_mlm",
                                        "siren", "pointnet", "t5", "clip", "densenet", "reinforce",
-                                       "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "transe", "kws"}
+                                       "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "transe", "kws",
+                                       "lora", "vqvae", "nbeats"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -988,3 +989,144 @@ def test_kws_trains_under_fp16_autocast_and_the_recorded_scaler_skips_an_overflo
     assert torch.equal(seen[0], seen[1]) and not torch.equal(seen[1], seen[2])  # no update from the skipped step
     stats = read_stats(tmp_path / "run")
     assert stats.query("role == 'grad'")["norm"].dropna().lt(1e3).all()  # recorded unscaled, not ×65536
+
+
+def test_lora_trains_only_its_low_rank_matrices_on_a_pretrained_base_and_starts_where_the_base_is(tmp_path):
+    from sample_runs.data import KITCHEN_WORDS, char_corpus, lm_batch_sampler
+    from sample_runs.field import CORPUS_CHARS, lora_base
+    from sample_runs.field_models import CONTEXT, LoRALinear
+    from sample_runs.models import TinyGPT
+    from sample_runs.training import token_cross_entropy
+
+    layer = LoRALinear(6, 4, r=2, lora_alpha=4)
+    with torch.no_grad():
+        layer.lora_B.normal_()
+    x = torch.randn(3, 6)
+    reference = x @ layer.weight.T + layer.bias + (x @ layer.lora_A.T @ layer.lora_B.T) * 2.0
+    assert torch.allclose(layer(x), reference, atol=1e-6)  # W x + b + B A x · alpha / r
+    default, vocab = char_corpus(CORPUS_CHARS, 0)
+    kitchen, same_vocab = char_corpus(CORPUS_CHARS, 0, KITCHEN_WORDS)
+    assert same_vocab == vocab and not torch.equal(default[:200], kitchen[:200])  # one alphabet, other words
+    base = TinyGPT(vocab=vocab, context=CONTEXT, width=32, heads=4, layers=2)
+    base.load_state_dict(lora_base(0))
+    torch.manual_seed(0)
+    model = build_field_model("lora", vocab)
+    model.load_state_dict(lora_base(0), strict=False)
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == \
+        {n for n, _ in model.named_parameters() if "lora_" in n}
+    batch = lm_batch_sampler(kitchen, 8, CONTEXT, 0)()
+    with torch.no_grad():  # B = 0: the fine-tune starts as the pretrained base
+        assert torch.allclose(model(batch[0]), base(batch[0]), atol=1e-5)
+        pretrained = token_cross_entropy(base(lm_batch_sampler(default, 64, CONTEXT, 1)()[0][:, :-1]),
+                                         lm_batch_sampler(default, 64, CONTEXT, 1)()[1][:, :-1])
+    assert float(pretrained) < 0.6 * math.log(vocab)  # the base learned its own corpus
+    groups = _param_groups(model, RECIPES["lora"], 1e-3)
+    assert {id(p) for g in groups for p in g["params"]} == {id(p) for p in model.parameters() if p.requires_grad}
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    optimizer = torch.optim.AdamW(groups, lr=1e-3)
+    train_field(tmp_path / "run", model, optimizer, lm_batch_sampler(kitchen, 8, CONTEXT, 0), steps=3,
+                lr_at=lambda s: 1.0, clip=1.0)
+    assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
+    assert not torch.equal(model.blocks[0].c_fc.lora_B, torch.zeros_like(model.blocks[0].c_fc.lora_B))
+    stats = read_stats(tmp_path / "run")
+    grads = stats.query("role == 'grad'")
+    assert set(grads[~grads["grad_none"].astype(bool)]["name"]) == \
+        {n for n, _ in model.named_parameters() if "lora_" in n}  # gradients only on the LoRA matrices
+    assert "wte.weight" in set(stats.query("role == 'param'")["name"])  # the frozen base is recorded
+    detach = faults.DetachedLayer(t0=0, layer=model.hidden[-1])
+    detach.install(model)
+    detach.before_step(0, model, None)
+    model.zero_grad(set_to_none=True)
+    token_cross_entropy(model(batch[0]), batch[1]).backward()  # a later block's LoRA matrices keep a graph
+    assert model.hidden[-1] == "blocks.0" and model.blocks[0].c_fc.lora_A.grad is None
+    assert model.blocks[1].c_fc.lora_A.grad is not None
+
+
+def test_vqvae_quantises_to_the_nearest_code_passes_gradients_straight_through_and_moves_codes_by_ema(tmp_path):
+    from sample_runs.data import Dataset, batch_sampler
+    from sample_runs.field_models import VectorQuantizerEMA, codebook_perplexity, vqvae_loss
+
+    torch.manual_seed(0)
+    quantiser = VectorQuantizerEMA(4, 2)
+    codes = quantiser._embedding.weight.detach().clone()
+    z = codes[:3].T.reshape(1, 2, 1, 3) + 0.01  # (B, C, H, W): position i next to code i; code 3 unused
+    z.requires_grad_(True)
+    quantiser.eval()
+    loss, quantized, perplexity, encodings = quantiser(z)
+    nearest = ((z.detach().permute(0, 2, 3, 1).reshape(-1, 1, 2) - codes) ** 2).sum(-1).argmin(1)
+    assert torch.equal(encodings.argmax(1), nearest)
+    assert torch.allclose(quantized.permute(0, 2, 3, 1).reshape(-1, 2), codes[nearest], atol=1e-6)
+    assert float(perplexity) == pytest.approx(len(set(nearest.tolist())), rel=1e-4)  # codes in equal use
+    quantized.sum().backward()
+    assert torch.equal(z.grad, torch.ones_like(z))  # straight through
+    assert torch.equal(quantiser._embedding.weight, codes)  # eval mode: no EMA step
+    assert loss.item() == pytest.approx(0.25 * float(((quantized - z).detach() ** 2).mean()), rel=1e-4)
+    quantiser.train()
+    quantiser(z.detach())
+    moved = quantiser._embedding.weight.detach()
+    used = sorted(set(nearest.tolist()))
+    assert not torch.equal(moved[used], codes[used]) and quantiser._embedding.weight.grad is None
+    unused = [i for i in range(4) if i not in used]
+    assert unused
+    assert torch.allclose(moved[unused], codes[unused], atol=1e-4)  # a code no input chose stays put
+    images = pattern_images().x
+    torch.manual_seed(0)
+    model = build_field_model("vqvae", 3)
+    with torch.no_grad():
+        vq_loss, recon, _ = model(images[:4])
+    assert recon.shape == images[:4].shape
+    assert float(vqvae_loss((vq_loss, recon, None), images[:4])) == pytest.approx(
+        float(((recon - images[:4]) ** 2).mean() + vq_loss), rel=1e-5)
+    before = model._vq_vae._embedding.weight.detach().clone()
+    assert 1 <= codebook_perplexity(model, images[:64]) <= 64 and model.training
+    assert torch.equal(model._vq_vae._embedding.weight, before)  # the metric's forward is no EMA step
+    optimizer = torch.optim.Adam(_param_groups(model, RECIPES["vqvae"], 1e-3), lr=1e-3)
+    train_field(tmp_path / "run", model, optimizer, batch_sampler(Dataset(images[:64], images[:64]), 8, 0), steps=3,
+                lr_at=lambda s: 1.0, loss_fn=vqvae_loss, eval_draw=batch_sampler(Dataset(images, images), 8, 1),
+                eval_every=2, eval_metrics=lambda: {"codebook_perplexity": codebook_perplexity(model, images[:64])})
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    assert sorted(scalars[scalars["name"] == "codebook_perplexity"]["step"]) == [0, 2]
+    stats = read_stats(tmp_path / "run")
+    codebook = stats[(stats["role"] == "param") & (stats["name"] == "_vq_vae._embedding.weight")]
+    assert codebook["norm"].nunique() > 1  # moved outside the optimizer
+    grads = stats.query("role == 'grad'")
+    assert grads[grads["name"] == "_vq_vae._embedding.weight"]["grad_none"].astype(bool).all()
+
+
+def test_nbeats_forecasts_from_the_last_value_on_smape_and_a_detached_stack_cuts_every_stack_before_it(tmp_path):
+    from sample_runs.data import SERIES, forecast_windows_sampler, seasonal_series
+    from sample_runs.field import _data, _held_out_smape
+    from sample_runs.field_models import smape_2_loss
+
+    f, y = torch.tensor([[1.0, 3.0]], requires_grad=True), torch.tensor([[2.0, 1.0]])
+    loss = smape_2_loss(f, y)
+    assert float(loss) == pytest.approx(100 * (1 / 3 + 2 / 4))
+    loss.backward()  # the denominator is detached, as ElementAI's `.data`
+    assert f.grad[0].tolist() == pytest.approx([100 * -1 / 3, 100 * 1 / 4])
+    values = seasonal_series()
+    assert values.shape == (SERIES.series, SERIES.length) and float(values.min()) > 0
+    x, y = forecast_windows_sampler(64, 0)()
+    assert x.shape == (64, SERIES.inputs) and y.shape == (64, SERIES.horizon)
+    train_part = values[:, : -SERIES.horizon]
+    assert all(any(torch.equal(y[i], train_part[r, c: c + SERIES.horizon]) for r in range(len(values))
+                   for c in range(train_part.shape[1] - SERIES.horizon + 1)) for i in range(3))
+    held_x, held_y = forecast_windows_sampler(SERIES.series, 0, held_out=True)()
+    assert torch.equal(torch.sort(held_y, 0)[0], torch.sort(values[:, -SERIES.horizon:], 0)[0])
+    torch.manual_seed(0)
+    model = build_field_model("nbeats", SERIES.horizon)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    assert torch.equal(model(held_x), held_x[:, -1:].expand_as(held_y))  # no block output: the naive forecast
+    *_, chance = _data("nbeats", RECIPES["nbeats"], 0, 1)
+    assert chance == pytest.approx(_held_out_smape(model), rel=1e-5)
+    assert [_schedule(RECIPES["nbeats"], 150)(s) for s in (0, 49, 50, 100, 149)] == [1, 1, 0.5, 0.25, 0.25]
+    torch.manual_seed(0)
+    model = build_field_model("nbeats", SERIES.horizon)
+    detach = faults.DetachedLayer(t0=0, layer="stacks.1")
+    detach.install(model)
+    detach.before_step(0, model, None)
+    smape_2_loss(model(x), y).backward()
+    assert all(p.grad is None for unit in model.units[:2] for p in model.get_submodule(unit).parameters())
+    assert all(p.grad is not None for p in model.stacks[2].parameters())
+    assert model.hidden[-1] == "stacks.1"
