@@ -15,7 +15,7 @@ import pandas as pd
 
 from .findings import CheckpointInfo, Finding, FirstNonfinite, Onset, RankedTensor
 from .loading import Run
-from .manifest import manifest_order
+from .manifest import frozen_parameters, manifest_order
 from .onset import _robust_sigma
 from .scalars import is_loss, recorder_scalar
 from .series import SeriesTable, read_series
@@ -206,7 +206,7 @@ def report_data(run: Run, *, onset: Onset | None, first_nonfinite: FirstNonfinit
         metrics=tuple(c for n, c in by_name.items() if not is_loss(n) and not recorder_scalar(n))[:_MAX_LOSSES],
         grad_norms=tuple(c for n, c in by_name.items() if n == "grad_norm" or n.startswith("grad_norm.")),
         lr=by_name.get("lr"),
-        median_update_ratio=_median_update_ratio(table),
+        median_update_ratio=_median_update_ratio(table, frozen_parameters(run.manifest if isinstance(run.manifest, dict) else {})),
         events=_event_lines(events),
         last_event=_last_event(events, onset),
         heatmap=_heatmap(table, ranking, order, window),
@@ -266,8 +266,9 @@ def _in_window(table: SeriesTable, index: int, window: tuple[int, int]) -> slice
     return slice(rows.start + int(lo), rows.start + int(hi))
 
 
-def _median_update_ratio(table: SeriesTable) -> float | None:
-    parts = [table.column(i, "ratio") for i in table.indices("update")]
+def _median_update_ratio(table: SeriesTable, frozen: set[str]) -> float | None:
+    """Over the parameters the optimizer trains: a frozen base (LoRA's) updates by 0 by design."""
+    parts = [table.column(i, "ratio") for i in table.indices("update") if table.keys[i].name not in frozen]
     values = np.concatenate(parts).astype(np.float64) if parts else np.zeros(0)
     values = values[~np.isnan(values)]
     return float(np.median(values)) if len(values) else None
