@@ -111,6 +111,12 @@ class LossPace:
     under it tiny updates near the loss mean the lr is too low even where gradients vanish toward
     the input (round 10: reinforce and wgan_gp at lr ×1e-4, 1e-6 there). Under SGD the step is
     lr × gradient, and a vanished signal makes every update tiny (seed 003)."""
+    stepless: bool = False  # no_update found: the optimizer did not step, whatever its lr
+
+
+_STARTED_NEAR_ZERO = 2.0
+"""A parameter whose norm ends ≥ 2× where it began started near 0 (our choice: a weight matrix
+trained from a normal init moves by a fraction of its norm)."""
 
 
 def _loss_pace(ev: Evidence) -> LossPace:
@@ -118,8 +124,14 @@ def _loss_pace(ev: Evidence) -> LossPace:
     # CS231n's ratio is about weight matrices: a bias, a norm's gain or a layer scale starts at
     # 0, 1 or 1e-6, and its ratio follows that start more than the step size (ConvNeXt at lr
     # ×1e-4: median 9e-3 over every tensor, 3e-6 over its 2-D+ weights).
+    # So is a matrix that starts at 0 (LoRA's B): one whose norm at least doubled over the run
+    # started far below where it went, and its ratio follows that start (lora at lr ×1e-4: B's
+    # 1e-2 beside A's 1e-6; session 13, round 13).
     shapes = parameter_shapes(ev.manifest)
-    matrices = updates[[len(shapes.get(n) or ()) >= 2 for n in updates["name"]]] if not updates.empty else updates
+    params = role(ev.summary, "param")
+    grew = set(params.loc[params["late"] >= _STARTED_NEAR_ZERO * params["early"], "name"]) if not params.empty else set()
+    matrices = updates[[len(shapes.get(n) or ()) >= 2 and n not in grew for n in updates["name"]]] \
+        if not updates.empty else updates
     updates = matrices if not matrices.empty else updates
     order = manifest_order(ev.manifest)
     ratios = (updates.assign(pos=updates["name"].map(lambda n: order.get(n, 10**6))).sort_values("pos", kind="stable")
@@ -131,14 +143,15 @@ def _loss_pace(ev: Evidence) -> LossPace:
                     ev.outcome, ev.diverged and not ev.recovered,
                     any(f.label == "vanishing_gradient" and f.severity == ERROR for f in ev.found),
                     float(np.median(output_side)) if len(output_side) else None,
-                    any(str(n).startswith("hp.") and str(n).endswith(".eps") for n in ev.scalars["name"].unique()))
+                    any(str(n).startswith("hp.") and str(n).endswith(".eps") for n in ev.scalars["name"].unique()),
+                    any(f.label == "no_update" for f in ev.found))
 
 
 @register("lr_too_low", "updates", _loss_pace)
 def lr_too_low(pace: LossPace, th: UpdateThresholds) -> list[Finding]:
     """Updates ≪ the CS231n ratio in a run that does not learn, or a loss still falling at its
     first, slow pace at the end (far from converged: each step just too small, seed 002)."""
-    if pace.diverged:
+    if pace.diverged or pace.stepless:
         return []
     improvement = pace.outcome.improvement
     slow = slow_steady_descent(pace.loss, improvement, th)

@@ -234,6 +234,19 @@ def test_lr_too_low_from_update_ratio(tmp_path, ratio, label):
     assert ("lr_too_low" in labels) == (label is not None)
 
 
+def test_lr_too_low_reads_past_the_matrices_that_started_at_zero(tmp_path):
+    # LoRA at a tiny lr: A (a normal init) barely moves; B starts at 0, so its norm grows ×10 and
+    # its update/param ratio (1e-2) follows that start, not the step size.
+    names = ("a1", "b1", "a2", "b2")
+    stats = _layers(names=names, ratio=1e-7)
+    for name in ("b1", "b2"):
+        param = (stats["role"] == "param") & (stats["name"] == f"{name}.weight")
+        stats.loc[param, "norm"] = np.linspace(1e-3, 1e-2, STEPS)
+        stats.loc[(stats["role"] == "update") & (stats["name"] == f"{name}.weight"), "ratio"] = 1e-2
+    _, labels = _labels(tmp_path, stats, _loss("flat"), _manifest(names))
+    assert "lr_too_low" in labels
+
+
 def test_unscaled_inputs(tmp_path):
     stats = _layers()
     inputs = stats["role"] == "input"
