@@ -136,13 +136,29 @@ def hp_changes(window: OnsetWindow, th: RootCauseThresholds) -> list[tuple[int, 
         # A cause needs a few changes of history to stand out from (a warm-up's first step
         # doubles the lr from nothing seen before).
         enough = np.arange(len(change)) >= _MIN_HISTORY
-        hit = (enough & (steps >= low) & (steps <= high) & np.isfinite(values[:-1]) & np.isfinite(values[1:])
+        # A change still in force at the onset counts however long before it (an lr ×1000 on
+        # one group 48 steps before its LoRA blew up; session 13, round 13's lr_spike-lora-s2).
+        held = _held_until(change, steps, high, th.hp_change_factor,
+                           np.flatnonzero(np.abs(np.nan_to_num(change)) >= math.log(th.hp_change_factor)))
+        hit = (enough & ((steps >= low) | held) & (steps <= high) & np.isfinite(values[:-1]) & np.isfinite(values[1:])
                & (np.abs(change) >= math.log(th.hp_change_factor)) & ~(change * direction < 0)
                & ((seen == 0) | (np.abs(change) >= seen + math.log(th.hp_beyond_history))))
         hit &= np.isfinite(change)
         for i in np.flatnonzero(hit):
             found.append((int(steps[i]), name, float(values[i]), float(values[i + 1])))
     return sorted(found)
+
+
+def _held_until(change: np.ndarray, steps: np.ndarray, until: int, factor: float, changes: np.ndarray) -> np.ndarray:
+    """Per step-to-step change (`change`: log ratios, at `steps`; only those indexed by `changes`
+    are read, the ×k ones): whether no later change through step `until` undid it (×`factor` the
+    other way in one step). A schedule's decay, a little each step, undoes nothing."""
+    held = np.zeros(len(steps), dtype=bool)
+    end = int(np.searchsorted(steps, until, side="right"))
+    for i in changes:
+        later = np.nan_to_num(change[i + 1: end], nan=0.0)
+        held[i] = not np.any(later * np.sign(change[i]) <= -math.log(factor))
+    return held
 
 
 def _log_ratios(before: np.ndarray, after: np.ndarray) -> np.ndarray:

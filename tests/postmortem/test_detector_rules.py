@@ -434,6 +434,8 @@ def test_lr_too_low():
     converging = 2.0 * np.exp(-STEPS / 20) + 0.1
     outcome = measure_outcome(STEPS, converging, {}, TH.outcome)
     assert lr_too_low(LossPace(converging, 1e-3, 0.1, outcome, False), TH.updates) == []
+    # An optimizer that never stepped is no lr to raise (a VQ-VAE's codebook still moves by its EMA).
+    assert lr_too_low(LossPace(flat, 1e-7, 1e-3, FLAT, False, stepless=True), TH.updates) == []
 
 
 # ---------------------------------------------------------------- activations and init
@@ -502,6 +504,18 @@ def test_hyperparameter_changed_names_the_group_and_both_values():
     decay = _lr_series(55, factor=0.1)
     assert hyperparameter_changed(_window(hyperparameters={"hp.opt.0.lr": _lr_series(), "hp.opt.1.lr": decay}),
                                   TH.root_causes) == []
+
+
+def test_a_change_still_in_force_at_the_onset_counts_however_long_before():
+    # lr ×300 at 45 on a decaying schedule; the fitted onset at 110 is 65 steps later (lookback 40).
+    decaying = _lr_series(45).values * np.linspace(1.0, 0.2, N)
+    window = _window(onset=110, hyperparameters={"hp.opt.1.lr": Series(STEPS, decaying)})
+    assert [f.step for f in hyperparameter_changed(window, TH.root_causes)] == [45]
+    # Undone at 60 (÷300): no longer in force at the onset, and too far before it.
+    undone = decaying.copy()
+    undone[60:] /= 300
+    window = _window(onset=110, hyperparameters={"hp.opt.1.lr": Series(STEPS, undone)})
+    assert hyperparameter_changed(window, TH.root_causes) == []
 
 
 def _param_case(scale_at=None, grad_jump=1.0):
