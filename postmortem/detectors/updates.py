@@ -111,7 +111,15 @@ class LossPace:
     under it tiny updates near the loss mean the lr is too low even where gradients vanish toward
     the input (round 10: reinforce and wgan_gp at lr ×1e-4, 1e-6 there). Under SGD the step is
     lr × gradient, and a vanished signal makes every update tiny (seed 003)."""
-    stepless: bool = False  # no_update found: the optimizer did not step, whatever its lr
+    stepless: bool = False  # no_update found that the optimizer never stepped, whatever its lr
+
+
+def _stepless(no_update: dict) -> bool:
+    """A no_update finding's evidence says the optimizer never stepped: the recorder saw no step
+    (`optimizer_stepped` 0), or no parameter with a gradient moved. Four tensors whose updates
+    round to 0 under fp16 after a ÷10 schedule step (kws at lr ×1e-4) are no such loop."""
+    return no_update.get("optimizer_stepped") == 0.0 or \
+        no_update.get("parameters_not_updated", 0) >= no_update.get("parameters_with_gradients", 1)
 
 
 _STARTED_NEAR_ZERO = 2.0
@@ -144,7 +152,7 @@ def _loss_pace(ev: Evidence) -> LossPace:
                     any(f.label == "vanishing_gradient" and f.severity == ERROR for f in ev.found),
                     float(np.median(output_side)) if len(output_side) else None,
                     any(str(n).startswith("hp.") and str(n).endswith(".eps") for n in ev.scalars["name"].unique()),
-                    any(f.label == "no_update" for f in ev.found))
+                    any(f.label == "no_update" and _stepless(f.evidence) for f in ev.found))
 
 
 @register("lr_too_low", "updates", _loss_pace)
