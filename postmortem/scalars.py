@@ -63,17 +63,23 @@ HIGHER_IS_BETTER = ("acc", "f1", "auc", "score", "bleu", "reward", "iou", "dice"
                     "ndcg")
 """Words of a metric that rises as a run learns: accuracies and scores, an agent's reward, the
 ranking metrics of retrieval, recommenders and link prediction (PyKEEN's `hits_at_10`, MRR)."""
-LOWER_IS_BETTER = ("distance", "wasserstein", "fid", "perplexity", "error", "mean_rank")
+LOWER_IS_BETTER = ("distance", "wasserstein", "fid", "perplexity", "error", "mean_rank", "mape", "mae", "mse")
 """Words of a metric that falls as a run learns, besides evaluation losses: a generator's
 distance to the data (sliced Wasserstein, FID), a language model's perplexity, an error rate,
-a link predictor's mean rank."""
+a link predictor's mean rank, a forecaster's or regressor's error (sMAPE, MAPE, MAE, (R)MSE)."""
+
+
+DIAGNOSTIC = ("codebook",)
+"""Words of a statistic about the model's own parts, not its objective: a VQ-VAE's codebook
+perplexity rises as more codes are used (and rises by the codebook's EMA alone, with no
+optimizer step), the opposite of a language model's perplexity."""
 
 
 def metric_direction(name: str) -> bool | None:
     """True where `name` is a metric that rises as the run learns, False where it falls (an
     evaluation loss, a distance), None where it is no outcome metric (the recorder's own
-    scalars, training losses, anything unnamed by these words)."""
-    if recorder_scalar(name):
+    scalars, training losses, a diagnostic of the model's parts, anything unnamed by these words)."""
+    if recorder_scalar(name) or any(word in name for word in DIAGNOSTIC):
         return None
     if any(word in name for word in HIGHER_IS_BETTER):
         return True

@@ -700,9 +700,10 @@ def test_metric_names_say_their_direction():
 
     assert [metric_direction(n) for n in ("reward", "eval_reward", "val_accuracy", "sliced_wasserstein", "val_loss",
                                           "perplexity")] == [True, True, True, False, False, False]
-    assert [metric_direction(n) for n in ("hits_at_10", "val_mrr", "recall@20", "ndcg", "mean_rank")] == \
-        [True, True, True, True, False]
-    assert [metric_direction(n) for n in ("loss", "loss_d", "grad_norm", "lr", "clip_coef", "epoch")] == [None] * 6
+    assert [metric_direction(n) for n in ("hits_at_10", "val_mrr", "recall@20", "ndcg", "mean_rank", "val_smape",
+                                          "val_rmse")] == [True, True, True, True, False, False, False]
+    assert [metric_direction(n) for n in ("loss", "loss_d", "grad_norm", "lr", "clip_coef", "epoch",
+                                          "codebook_perplexity")] == [None] * 7
 
 
 def test_an_outcome_metric_judges_a_run_whose_loss_cannot():
