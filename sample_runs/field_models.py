@@ -212,10 +212,12 @@ same scaling is normalised away, and the run shrugs it off).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from .data import CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, RING, SERIES, SPEECH, TABLE
 from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
@@ -2135,111 +2137,54 @@ CONTEXT = 32
 """Tokens per sequence of the language models."""
 
 
+FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
+    "gpt": lambda vocab: nanogpt_init(TinyGPT(vocab=vocab, context=CONTEXT, width=32, heads=4, layers=2)),
+    "transformer": lambda vocab: EncoderClassifier(),
+    "resnet": lambda vocab: ResNet(),
+    "gru": lambda vocab: GRULM(vocab),
+    "vit": lambda vocab: ViT(),
+    "lstm_lm": lambda vocab: TiedLSTMLM(vocab),
+    "mixer": lambda vocab: Mixer(),
+    "tcn": lambda vocab: TCN(),
+    "llama": lambda vocab: Llama(vocab, context=CONTEXT),
+    "autoencoder": lambda vocab: ConvAutoencoder(),
+    "recsys": lambda vocab: RecSys(CLICKS.cardinalities, CLICKS.items, CLICKS.dense),
+    "moe": lambda vocab: MoELM(vocab, context=CONTEXT),
+    "vae": lambda vocab: VAE(),
+    "unet": lambda vocab: UNet(vocab),
+    "seq2seq": lambda vocab: Seq2Seq(vocab),
+    "gnn": lambda vocab: GCN(GRAPH.features, vocab),
+    "simclr": lambda vocab: SimCLR(),
+    "ddpm": lambda vocab: GaussianDiffusion(Denoiser()),
+    "ctc": lambda vocab: CTCRecognizer(SPEECH.features, vocab),
+    "mamba": lambda vocab: Mamba(vocab),
+    "fttransformer": lambda vocab: FTTransformer(TABLE.numeric, TABLE.cardinalities, vocab),
+    "convnext": lambda vocab: ConvNeXt(vocab),
+    "bert_mlm": lambda vocab: BertMLM(vocab, positions=MLM.longest),
+    "siren": lambda vocab: Siren(),
+    "pointnet": lambda vocab: PointNet(vocab),
+    "t5": lambda vocab: t5_sorter(vocab),
+    "clip": lambda vocab: CLIP(vocab, CAPTIONS.length),
+    "densenet": lambda vocab: DenseNet(vocab),
+    "reinforce": lambda vocab: ActorCritic(CARTPOLE.observations, CARTPOLE.actions),
+    "wgan_gp": lambda vocab: WGANGP(RING.noise),
+    "swin": lambda vocab: swin_classifier(vocab),
+    "dqn": lambda vocab: QNetwork(CARTPOLE.observations, CARTPOLE.actions),
+    "distil": lambda vocab: KDStudent(vocab),
+    "byol": lambda vocab: BYOL(),
+    "realnvp": lambda vocab: RealNVP(DENSITY.dims),
+    "transe": lambda vocab: TransE(KNOWLEDGE_GRAPH.entities, KNOWLEDGE_GRAPH.relations),
+    "kws": lambda vocab: M5(vocab),
+    "lora": lambda vocab: lora_gpt(vocab),
+    "vqvae": lambda vocab: VQVAE(),
+    "nbeats": lambda vocab: NBeats(SERIES.inputs, SERIES.horizon),
+}
+"""Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
+of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""
+
+
 def build_field_model(arch: str, vocab: int) -> nn.Module:
-    """The architecture's model; `vocab` is the LMs' and the seq2seq model's vocabulary, the classes
-    of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""
-    if arch == "gpt":
-        return nanogpt_init(TinyGPT(vocab=vocab, context=CONTEXT, width=32, heads=4, layers=2))
-    if arch == "transformer":
-        return EncoderClassifier()
-    if arch == "resnet":
-        return ResNet()
-    if arch == "gru":
-        return GRULM(vocab)
-    if arch == "vit":
-        return ViT()
-    if arch == "lstm_lm":
-        return TiedLSTMLM(vocab)
-    if arch == "mixer":
-        return Mixer()
-    if arch == "tcn":
-        return TCN()
-    if arch == "llama":
-        return Llama(vocab, context=CONTEXT)
-    if arch == "autoencoder":
-        return ConvAutoencoder()
-    if arch == "recsys":
-        from .data import CLICKS
-
-        return RecSys(CLICKS.cardinalities, CLICKS.items, CLICKS.dense)
-    if arch == "moe":
-        return MoELM(vocab, context=CONTEXT)
-    if arch == "vae":
-        return VAE()
-    if arch == "unet":
-        return UNet(vocab)
-    if arch == "seq2seq":
-        return Seq2Seq(vocab)
-    if arch == "gnn":
-        from .data import GRAPH
-
-        return GCN(GRAPH.features, vocab)
-    if arch == "simclr":
-        return SimCLR()
-    if arch == "ddpm":
-        return GaussianDiffusion(Denoiser())
-    if arch == "ctc":
-        from .data import SPEECH
-
-        return CTCRecognizer(SPEECH.features, vocab)
-    if arch == "mamba":
-        return Mamba(vocab)
-    if arch == "fttransformer":
-        from .data import TABLE
-
-        return FTTransformer(TABLE.numeric, TABLE.cardinalities, vocab)
-    if arch == "convnext":
-        return ConvNeXt(vocab)
-    if arch == "bert_mlm":
-        from .data import MLM
-
-        return BertMLM(vocab, positions=MLM.longest)
-    if arch == "siren":
-        return Siren()
-    if arch == "pointnet":
-        return PointNet(vocab)
-    if arch == "t5":
-        return t5_sorter(vocab)
-    if arch == "clip":
-        from .data import CAPTIONS
-
-        return CLIP(vocab, CAPTIONS.length)
-    if arch == "densenet":
-        return DenseNet(vocab)
-    if arch == "reinforce":
-        from .data import CARTPOLE
-
-        return ActorCritic(CARTPOLE.observations, CARTPOLE.actions)
-    if arch == "wgan_gp":
-        from .data import RING
-
-        return WGANGP(RING.noise)
-    if arch == "swin":
-        return swin_classifier(vocab)
-    if arch == "dqn":
-        from .data import CARTPOLE
-
-        return QNetwork(CARTPOLE.observations, CARTPOLE.actions)
-    if arch == "distil":
-        return KDStudent(vocab)
-    if arch == "byol":
-        return BYOL()
-    if arch == "realnvp":
-        from .data import DENSITY
-
-        return RealNVP(DENSITY.dims)
-    if arch == "transe":
-        from .data import KNOWLEDGE_GRAPH
-
-        return TransE(KNOWLEDGE_GRAPH.entities, KNOWLEDGE_GRAPH.relations)
-    if arch == "kws":
-        return M5(vocab)
-    if arch == "lora":
-        return lora_gpt(vocab)
-    if arch == "vqvae":
-        return VQVAE()
-    if arch == "nbeats":
-        from .data import SERIES
-
-        return NBeats(SERIES.inputs, SERIES.horizon)
-    raise ValueError(f"unknown field architecture {arch!r}")
+    """The architecture's model (`FIELD_MODELS`)."""
+    if arch not in FIELD_MODELS:
+        raise ValueError(f"unknown field architecture {arch!r}")
+    return FIELD_MODELS[arch](vocab)
