@@ -113,6 +113,7 @@ class UpdateThresholds:
     slow_max_improvement: float = 0.5  # the loss did not even halve
     slow_pace_kept: float = 0.5  # late slope within ×2 of the early one: no sign of converging
     slow_linear_r2: float = 0.99  # a straight descent (seed 002 full-batch: r² ≥ 0.997), not minibatch learning (an LM: 0.94–0.97)
+    started_near_zero_growth: float = 2.0  # a norm ≥ 2× its start began near 0 (LoRA's B); a matrix from a normal init moves by a fraction of its norm (our choice, round 13)
 
 
 @dataclass(frozen=True)

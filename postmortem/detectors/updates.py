@@ -13,7 +13,7 @@ from .base import ERROR, Evidence, Outcome, finding, loss_curve, register, role,
 from .gradients import SilentGradients, silence
 from .thresholds import Thresholds, UpdateThresholds
 
-__all__ = ["LossPace", "UpdateActivity", "lr_too_low", "no_update", "slow_steady_descent"]
+__all__ = ["LossPace", "UpdateActivity", "UpdateRatios", "lr_too_low", "no_update", "slow_steady_descent"]
 
 
 @dataclass(frozen=True)
@@ -94,17 +94,36 @@ def no_update(activity: UpdateActivity, th: Thresholds) -> list[Finding]:
 
 
 @dataclass(frozen=True)
+class UpdateRatios:
+    """Each trained tensor's median update/param ratio (model order; 0 where it never moved),
+    whether it is a weight matrix (2-D or more), and its norm at the end over its norm at the
+    start (NaN where unknown)."""
+
+    ratio: np.ndarray
+    matrix: np.ndarray
+    growth: np.ndarray
+
+    def read(self, th: UpdateThresholds) -> np.ndarray:
+        """The ratios CS231n's target is about, NaN where a tensor never moved. CS231n's ratio is
+        about weight matrices: a bias, a norm's gain or a layer scale starts at 0, 1 or 1e-6, and
+        its ratio follows that start more than the step size (ConvNeXt at lr ×1e-4: median 9e-3
+        over every tensor, 3e-6 over its 2-D+ weights). So is a matrix that started near 0 (LoRA's
+        B: its ratio 1e-2 beside A's 1e-6 at lr ×1e-4; round 13). Without such matrices, every tensor."""
+        matrices = self.matrix & ~(self.growth >= th.started_near_zero_growth)
+        ratios = self.ratio[matrices] if matrices.any() else self.ratio
+        return np.where(ratios == 0, np.nan, ratios)
+
+
+@dataclass(frozen=True)
 class LossPace:
-    """The training loss (finite, step order), the median update/param ratio, the peak lr."""
+    """The training loss (finite, step order), the update/param ratios, the peak lr."""
 
     loss: np.ndarray
-    update_ratio: float | None
+    ratios: UpdateRatios
     lr: float | None
     outcome: Outcome
     diverged: bool
     gradients_vanish: bool = False  # vanishing_gradient found: the updates may be tiny because the gradients are
-    output_update_ratio: float | None = None
-    """Median update/param ratio of the output-side half of the weight matrices (model order)."""
     adaptive: bool = False
     """An optimizer that divides by its gradients' scale (Adam, RMSprop, Adagrad: the ones with an
     `eps`): its steps follow the lr, not the gradient (Kingma & Ba 2015, §2.1: |step| ≲ lr), so
@@ -112,6 +131,19 @@ class LossPace:
     the input (round 10: reinforce and wgan_gp at lr ×1e-4, 1e-6 there). Under SGD the step is
     lr × gradient, and a vanished signal makes every update tiny (seed 003)."""
     stepless: bool = False  # no_update found that the optimizer never stepped, whatever its lr
+
+    def update_ratio(self, th: UpdateThresholds) -> float | None:
+        """The median ratio, and that of the output-side half of the tensors read (model order)."""
+        return _nanmedian(self.ratios.read(th))
+
+    def output_update_ratio(self, th: UpdateThresholds) -> float | None:
+        ratios = self.ratios.read(th)
+        return _nanmedian(ratios[len(ratios) // 2:])
+
+
+def _nanmedian(values: np.ndarray) -> float | None:
+    finite = values[~np.isnan(values)]
+    return float(np.median(finite)) if len(finite) else None
 
 
 def _stepless(no_update: dict) -> bool:
@@ -122,35 +154,21 @@ def _stepless(no_update: dict) -> bool:
         no_update.get("parameters_not_updated", 0) >= no_update.get("parameters_with_gradients", 1)
 
 
-_STARTED_NEAR_ZERO = 2.0
-"""A parameter whose norm ends ≥ 2× where it began started near 0 (our choice: a weight matrix
-trained from a normal init moves by a fraction of its norm)."""
-
-
 def _loss_pace(ev: Evidence) -> LossPace:
     updates = role(ev.summary, "update")
-    # CS231n's ratio is about weight matrices: a bias, a norm's gain or a layer scale starts at
-    # 0, 1 or 1e-6, and its ratio follows that start more than the step size (ConvNeXt at lr
-    # ×1e-4: median 9e-3 over every tensor, 3e-6 over its 2-D+ weights).
-    # So is a matrix that starts at 0 (LoRA's B): one whose norm at least doubled over the run
-    # started far below where it went, and its ratio follows that start (lora at lr ×1e-4: B's
-    # 1e-2 beside A's 1e-6; session 13, round 13).
     shapes = parameter_shapes(ev.manifest)
-    params = role(ev.summary, "param")
-    grew = set(params.loc[params["late"] >= _STARTED_NEAR_ZERO * params["early"], "name"]) if not params.empty else set()
-    matrices = updates[[len(shapes.get(n) or ()) >= 2 and n not in grew for n in updates["name"]]] \
-        if not updates.empty else updates
-    updates = matrices if not matrices.empty else updates
     order = manifest_order(ev.manifest)
-    ratios = (updates.assign(pos=updates["name"].map(lambda n: order.get(n, 10**6))).sort_values("pos", kind="stable")
-              ["ratio_median"].replace(0, np.nan) if not updates.empty else pd.Series(dtype=float))
-    output_side = ratios.iloc[len(ratios) // 2:].dropna()
-    ratios = ratios.dropna()
+    if not updates.empty:
+        updates = updates.assign(pos=updates["name"].map(lambda n: order.get(n, 10**6))).sort_values("pos", kind="stable")
+    params = role(ev.summary, "param")
+    growth = dict(zip(params["name"], params["late"] / params["early"])) if not params.empty else {}
+    names = list(updates["name"]) if not updates.empty else []
+    ratios = UpdateRatios(updates["ratio_median"].to_numpy(np.float64) if names else np.zeros(0),
+                          np.array([len(shapes.get(n) or ()) >= 2 for n in names], bool),
+                          np.array([growth.get(n, np.nan) for n in names], np.float64))
     _, loss = loss_curve(ev.scalars)
-    return LossPace(loss, float(np.median(ratios)) if len(ratios) else None, peak_lr(ev.scalars),
-                    ev.outcome, ev.diverged and not ev.recovered,
+    return LossPace(loss, ratios, peak_lr(ev.scalars), ev.outcome, ev.diverged and not ev.recovered,
                     any(f.label == "vanishing_gradient" and f.severity == ERROR for f in ev.found),
-                    float(np.median(output_side)) if len(output_side) else None,
                     any(str(n).startswith("hp.") and str(n).endswith(".eps") for n in ev.scalars["name"].unique()),
                     any(f.label == "no_update" and _stepless(f.evidence) for f in ev.found))
 
@@ -163,20 +181,21 @@ def lr_too_low(pace: LossPace, th: UpdateThresholds) -> list[Finding]:
         return []
     improvement = pace.outcome.improvement
     slow = slow_steady_descent(pace.loss, improvement, th)
-    tiny_updates = pace.update_ratio is not None and pace.update_ratio <= th.ratio_low and \
+    ratio, output_ratio = pace.update_ratio(th), pace.output_update_ratio(th)
+    tiny_updates = ratio is not None and ratio <= th.ratio_low and \
         not pace.outcome.learns and (improvement is None or improvement <= th.slow_max_improvement) \
-        and not (pace.gradients_vanish and not (pace.adaptive and pace.output_update_ratio is not None
-                                                and pace.output_update_ratio <= th.ratio_low))
+        and not (pace.gradients_vanish and not (pace.adaptive and output_ratio is not None
+                                                and output_ratio <= th.ratio_low))
     if not (tiny_updates or slow):
         return []
     fix = "raise the learning rate ×10"
     if pace.lr is not None:
         fix += f" (lr {pace.lr:.3g} → {pace.lr * 10:.3g})"
-    if pace.update_ratio and pace.update_ratio < th.ratio_target:
-        fix += f"; updates are {th.ratio_target / pace.update_ratio:.3g}× below the ~1e-3 update/parameter ratio"
+    if ratio and ratio < th.ratio_target:
+        fix += f"; updates are {th.ratio_target / ratio:.3g}× below the ~1e-3 update/parameter ratio"
     return [finding(
         "lr_too_low", None, [],
-        {"update_ratio_median": pace.update_ratio, "cs231n_target_ratio": th.ratio_target, "lr": pace.lr,
+        {"update_ratio_median": ratio, "cs231n_target_ratio": th.ratio_target, "lr": pace.lr,
          "loss_improvement": improvement, "steady_slow_descent": slow},
         fix + "; sweep 0.1, 0.01, 0.001", ERROR,
     )]

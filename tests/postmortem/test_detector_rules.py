@@ -56,7 +56,7 @@ from postmortem.detectors.root_causes import (
     optimizer_state_changed,
     weights_changed_outside_optimizer,
 )
-from postmortem.detectors.updates import LossPace, UpdateActivity, lr_too_low, no_update
+from postmortem.detectors.updates import LossPace, UpdateActivity, UpdateRatios, lr_too_low, no_update
 from postmortem.findings import LABELS, Finding, Onset
 from postmortem.onset import SeriesBreak
 from postmortem.ranking import TensorBreak, diverging
@@ -413,29 +413,40 @@ def test_no_update():
     assert no_update(_activity(None), TH) == []
 
 
+def _ratios(*values, growth=None) -> UpdateRatios:
+    """Weight matrices' update ratios in model order, each norm kept (×1) unless `growth` says."""
+    return UpdateRatios(np.array(values), np.ones(len(values), bool),
+                        np.array(growth if growth is not None else [1.0] * len(values)))
+
+
 def test_lr_too_low():
     slow = 2.0 - 0.004 * STEPS  # a straight, slow descent: 20 % in the whole run
     outcome = measure_outcome(STEPS, slow, {}, TH.outcome)
-    found = lr_too_low(LossPace(slow, 1e-3, 1e-3, outcome, False), TH.updates)
+    found = lr_too_low(LossPace(slow, _ratios(1e-3), 1e-3, outcome, False), TH.updates)
     assert found and "lr 0.001 → 0.01" in found[0].fix
     # Updates above the CS231n ratio are not said to be below it.
-    assert "below" not in lr_too_low(LossPace(slow, 1e-2, 1e-3, outcome, False), TH.updates)[0].fix
+    assert "below" not in lr_too_low(LossPace(slow, _ratios(1e-2), 1e-3, outcome, False), TH.updates)[0].fix
     flat = np.full(N, 2.3)
-    assert lr_too_low(LossPace(flat, 1e-7, 1e-7, FLAT, False), TH.updates)
-    # Tiny updates from gradients that vanish toward the input are not a step size to raise.
-    assert lr_too_low(LossPace(flat, 1e-7, 1e-3, FLAT, False, gradients_vanish=True, output_update_ratio=1e-3),
-                      TH.updates) == []
+    assert lr_too_low(LossPace(flat, _ratios(1e-7), 1e-7, FLAT, False), TH.updates)
+    # Tiny updates from gradients that vanish toward the input are not a step size to raise: the
+    # output-side half of the matrices (model order) moves at 1e-3.
+    vanishing = _ratios(1e-7, 1e-7, 1e-7, 1e-3, 1e-3)
+    assert lr_too_low(LossPace(flat, vanishing, 1e-3, FLAT, False, gradients_vanish=True), TH.updates) == []
     # ...unless an adaptive optimizer (its steps follow the lr) barely moves the layers near the loss either.
-    assert lr_too_low(LossPace(flat, 1e-7, 1e-7, FLAT, False, gradients_vanish=True, output_update_ratio=1e-6,
+    assert lr_too_low(LossPace(flat, _ratios(1e-7, 1e-7, 1e-6), 1e-7, FLAT, False, gradients_vanish=True,
                                adaptive=True), TH.updates)
     # Under SGD the step is lr × gradient: a vanished signal makes the output side's steps tiny too (seed 003).
-    assert lr_too_low(LossPace(flat, 1e-7, 1e-2, FLAT, False, gradients_vanish=True, output_update_ratio=1e-6),
+    assert lr_too_low(LossPace(flat, _ratios(1e-7, 1e-7, 1e-6), 1e-2, FLAT, False, gradients_vanish=True),
                       TH.updates) == []
     converging = 2.0 * np.exp(-STEPS / 20) + 0.1
     outcome = measure_outcome(STEPS, converging, {}, TH.outcome)
-    assert lr_too_low(LossPace(converging, 1e-3, 0.1, outcome, False), TH.updates) == []
+    assert lr_too_low(LossPace(converging, _ratios(1e-3), 0.1, outcome, False), TH.updates) == []
     # An optimizer that never stepped is no lr to raise (a VQ-VAE's codebook still moves by its EMA).
-    assert lr_too_low(LossPace(flat, 1e-7, 1e-3, FLAT, False, stepless=True), TH.updates) == []
+    assert lr_too_low(LossPace(flat, _ratios(1e-7), 1e-3, FLAT, False, stepless=True), TH.updates) == []
+    # A matrix that started at 0 (LoRA's B, norm ×10 by the end) moves by its start, not the lr: left out.
+    lora = _ratios(1e-7, 1e-2, 1e-7, 1e-2, growth=[1.0, 10.0, 1.0, 10.0])
+    assert lr_too_low(LossPace(flat, lora, 1e-7, FLAT, False), TH.updates)
+    assert lr_too_low(LossPace(flat, _ratios(1e-7, 1e-2, 1e-7, 1e-2), 1e-7, FLAT, False), TH.updates) == []
 
 
 # ---------------------------------------------------------------- activations and init
