@@ -10,9 +10,9 @@ import pandas as pd
 
 from ..findings import Finding, FirstNonfinite, Onset
 from ..ranking import TensorBreak, clips_recorded
-from ..scalars import is_loss
+from ..scalars import is_loss, raised
 from ..series import SeriesTable
-from .base import ERROR, NOTE, WARNING, Evidence, finding, loss_curve, register, role
+from .base import ERROR, NOTE, WARNING, Evidence, adaptive_optimizer, finding, loss_curve, register, role
 from .gradients import grad_norm_series
 from .outcome import loss_spikes
 from .root_causes import CAUSES
@@ -89,7 +89,10 @@ class Incident:
     causes: list[Finding]  # root causes found at the onset
     nonfinite_input: Finding | None
     log_of_zero: Finding | None
-    inputs_unscaled: bool = False  # unscaled_inputs fired: huge first updates are the data's doing
+    inputs_unscaled: bool = False
+    """unscaled_inputs fired under an optimizer whose step follows the gradient (SGD): huge first
+    updates are the data's doing. An adaptive one's step follows the lr whatever the inputs'
+    scale (N-BEATS on raw series, mean 11.5, at Adam lr 0.1: updates 0.5× the weights; round 13)."""
 
 
 _EARLY_READ = 64  # recorded updates read per weight for the first steps (≥ any sane erases_init_within)
@@ -142,7 +145,7 @@ def _incident(ev: Evidence) -> Incident:
         causes=causes,
         nonfinite_input=next((f for f in ev.found if f.label == "nonfinite_input"), None),
         log_of_zero=next((f for f in ev.found if f.label == "log_of_zero"), None),
-        inputs_unscaled=any(f.label == "unscaled_inputs" for f in ev.found),
+        inputs_unscaled=any(f.label == "unscaled_inputs" for f in ev.found) and not adaptive_optimizer(ev.scalars),
     )
 
 
@@ -230,7 +233,7 @@ def lr_too_high(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
     if not incident.diverged or incident.onset is None:
         return _erased_init(incident, th)
     onset_step = incident.onset.step
-    raised = [f for f in incident.causes if f.label == "hyperparameter_changed"
+    lr_raised = [f for f in incident.causes if f.label == "hyperparameter_changed"
               and f.evidence["hyperparameter"].endswith(".lr")]
     other_cause = any(f.label != "hyperparameter_changed" for f in incident.causes)
     # Measured one-step ratios, not the fitted levels: after the blow-up the updates may well
@@ -245,19 +248,19 @@ def lr_too_high(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
     ] if not other_cause else []
     big_first = incident.first_update_ratio is not None and incident.first_update_ratio >= th.update_ratio_high
     from_start = incident.steps_from_start is not None and incident.steps_from_start <= th.from_start_steps
-    if not (raised or lr_driven or from_start or big_first):
+    if not (lr_raised or lr_driven or from_start or big_first):
         return []
     lr = incident.lr
     # The group whose lr was raised, else the tensors whose update jumped without their gradient.
-    tensors = list(raised[0].tensors) if raised else sorted({b.name for b in lr_driven})
+    tensors = list(lr_raised[0].tensors) if lr_raised else sorted({b.name for b in lr_driven})
     evidence = {
         "first_update_ratio_median": incident.first_update_ratio, "cs231n_target_ratio": 1e-3,
         "diverged_from_start": from_start, "lr_at_onset": lr,
         "update_jumps_without_gradient_jump": {b.name: b.fit.step_jump for b in lr_driven},
-        "lr_raised": [f.evidence["hyperparameter"] for f in raised],
+        "lr_raised": [f.evidence["hyperparameter"] for f in lr_raised],
     }
-    if raised:
-        f = raised[0]
+    if lr_raised:
+        f = lr_raised[0]
         fix = (f"the lr of param group {f.evidence['param_group']} was raised ×{f.evidence['factor']:.3g} "
                f"at step {f.step} ({f.evidence['before']:.3g} → {f.evidence['after']:.3g}): keep it at "
                f"{f.evidence['before']:.3g} (check the scheduler / param_group['lr'] writes)")
@@ -266,7 +269,7 @@ def lr_too_high(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
         if lr_driven:
             fix += ("; the update of " + ", ".join(sorted({b.name for b in lr_driven}))
                     + " jumped while its gradient did not: check the LR schedule / param-group LR")
-    return [finding("lr_too_high", raised[0].step if raised else onset_step, tensors, evidence, fix,
+    return [finding("lr_too_high", lr_raised[0].step if lr_raised else onset_step, tensors, evidence, fix,
                     NOTE if incident.recovered else ERROR)]
 
 
@@ -328,17 +331,17 @@ def recovered_incident(spike: LossSpike, th: OutcomeThresholds) -> list[Finding]
     values, steps = spike.loss, spike.steps
     if incident.diverged and not incident.recovered:
         return []  # the divergence is the story, not a spike on its way
-    if len(values) < 2 * th.min_steps or np.any(values <= 0):
+    if len(values) < 2 * th.min_steps:
         return []
     spikes, level = loss_spikes(values, th)
     for i in spikes[:1]:
-        recovered = np.flatnonzero(values[i + 1:] < th.spike_recovered * level[i])
+        recovered = np.flatnonzero(values[i + 1:] < raised(level[i], th.spike_recovered))
         if len(recovered) == 0:
             continue
         return [finding(
             "recovered_incident", int(steps[i]), [],
             {"peak_loss": float(values[i]), "recent_level": float(level[i]),
-             "factor": float(values[i] / level[i]),
+             "factor": float(values[i] / level[i]) if level[i] > 0 else None,
              "recovered_at_step": int(steps[i + 1 + recovered[0]]), "causes": []},
             "the loss spiked and recovered on its own; if spikes recur, look at the batch at that "
             "step and clip gradients at the healthy-phase norm",

@@ -91,11 +91,10 @@ def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite
     candidates = [(step, f"hyperparameter_changed: {name}") for step, name, _, _ in root_causes.hp_changes(window, whole_run)]
     candidates += [(step, f"optimizer_state_changed: {name}[{key}]")
                    for step, name, key, _ in root_causes.state_changes(window, whole_run)]
-    if np.all(loss > 0):  # a loss spike a batch out of its range made (a unit change, ×1e3)
-        spikes, _ = outcome.loss_spikes(loss, th)
-        for step in steps[spikes[:_MAX_SPIKES]]:
-            batch = root_causes.batch_out_of_range(replace(window, onset=int(step)), thresholds.root_causes)
-            candidates += [(f.step, f"batch_out_of_range: {f.tensors[0]}") for f in batch]
+    spikes, _ = outcome.loss_spikes(loss, th)  # a loss spike a batch out of its range made (a unit change, ×1e3)
+    for step in steps[spikes[:_MAX_SPIKES]]:
+        batch = root_causes.batch_out_of_range(replace(window, onset=int(step)), thresholds.root_causes)
+        candidates += [(f.step, f"batch_out_of_range: {f.tensors[0]}") for f in batch]
     recovered = None
     for step, series in sorted(candidates):
         lasting = not series.startswith("batch_out_of_range")  # a one-off batch is a loss spike's note

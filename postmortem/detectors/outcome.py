@@ -98,7 +98,8 @@ def learning_stopped(steps: np.ndarray, values: np.ndarray, onset: int, run: Out
 
 
 def loss_spikes(values: np.ndarray, th: OutcomeThresholds) -> tuple[np.ndarray, np.ndarray]:
-    """Indices where the loss (positive, step order) exceeds ×10 the rolling median of the 20
-    losses before it (Megatron-LM's spike check), and that recent level at every index."""
+    """Indices where the loss (step order) exceeds ×10 the rolling median of the 20 losses before
+    it (Megatron-LM's spike check; for a loss below 0, a flow's NLL, as far above it: `raised`),
+    and that recent level at every index."""
     level = pd.Series(values).rolling(th.spike_window, min_periods=5).median().shift(1).to_numpy()
-    return np.flatnonzero(values > th.spike_factor * level), level
+    return np.flatnonzero(values > raised(level, th.spike_factor)), level

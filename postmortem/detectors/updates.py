@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..findings import Finding
 from ..manifest import manifest_order, parameter_shapes
-from .base import ERROR, Evidence, Outcome, finding, loss_curve, register, role, scalar
+from .base import ERROR, Evidence, Outcome, adaptive_optimizer, finding, loss_curve, register, role, scalar
 from .gradients import SilentGradients, silence
 from .thresholds import Thresholds, UpdateThresholds
 
@@ -125,12 +125,12 @@ class LossPace:
     diverged: bool
     gradients_vanish: bool = False  # vanishing_gradient found: the updates may be tiny because the gradients are
     adaptive: bool = False
-    """An optimizer that divides by its gradients' scale (Adam, RMSprop, Adagrad: the ones with an
-    `eps`): its steps follow the lr, not the gradient (Kingma & Ba 2015, §2.1: |step| ≲ lr), so
-    under it tiny updates near the loss mean the lr is too low even where gradients vanish toward
-    the input (round 10: reinforce and wgan_gp at lr ×1e-4, 1e-6 there). Under SGD the step is
-    lr × gradient, and a vanished signal makes every update tiny (seed 003)."""
+    """An adaptive optimizer (`adaptive_optimizer`): its steps follow the lr, so under it tiny
+    updates near the loss mean the lr is too low even where gradients vanish toward the input
+    (round 10: reinforce and wgan_gp at lr ×1e-4, 1e-6 there). Under SGD the step is lr ×
+    gradient, and a vanished signal makes every update tiny (seed 003)."""
     stepless: bool = False  # no_update found that the optimizer never stepped, whatever its lr
+    too_high: bool = False  # lr_too_high found: the first updates erased the init (a VQ-VAE at lr ×100 whose units then died)
 
     def update_ratio(self, th: UpdateThresholds) -> float | None:
         """The median ratio, and that of the output-side half of the tensors read (model order)."""
@@ -169,15 +169,16 @@ def _loss_pace(ev: Evidence) -> LossPace:
     _, loss = loss_curve(ev.scalars)
     return LossPace(loss, ratios, peak_lr(ev.scalars), ev.outcome, ev.diverged and not ev.recovered,
                     any(f.label == "vanishing_gradient" and f.severity == ERROR for f in ev.found),
-                    any(str(n).startswith("hp.") and str(n).endswith(".eps") for n in ev.scalars["name"].unique()),
-                    any(f.label == "no_update" and _stepless(f.evidence) for f in ev.found))
+                    adaptive_optimizer(ev.scalars),
+                    any(f.label == "no_update" and _stepless(f.evidence) for f in ev.found),
+                    any(f.label == "lr_too_high" for f in ev.found))
 
 
 @register("lr_too_low", "updates", _loss_pace)
 def lr_too_low(pace: LossPace, th: UpdateThresholds) -> list[Finding]:
     """Updates ≪ the CS231n ratio in a run that does not learn, or a loss still falling at its
     first, slow pace at the end (far from converged: each step just too small, seed 002)."""
-    if pace.diverged or pace.stepless:
+    if pace.diverged or pace.stepless or pace.too_high:
         return []
     improvement = pace.outcome.improvement
     slow = slow_steady_descent(pace.loss, improvement, th)

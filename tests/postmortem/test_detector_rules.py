@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from postmortem.detectors import REGISTRY, Outcome, Thresholds, measure_outcome
+from postmortem.detectors.base import adaptive_optimizer
 from postmortem.detectors.activations import (
     ActivationShare,
     ActivationShares,
@@ -90,6 +91,19 @@ def test_outcome_learns_from_a_falling_loss_and_not_from_noise():
     rising_accuracy = np.linspace(0.1, 0.9, N)
     assert measure_outcome(STEPS, flat, {"accuracy": (rising_accuracy, True)}, TH.outcome).learns is True
     assert measure_outcome(STEPS[:5], flat[:5], {}, TH.outcome).learns is None
+    # Blown up from the first step, then back where it began: learned nothing (nbeats at lr ×100).
+    back = np.where(STEPS < N // 2, 200.0, 20.0) + np.random.default_rng(2).normal(0, 0.01, N)
+    back[0] = 20.0
+    outcome = measure_outcome(STEPS, back, {}, TH.outcome)
+    assert outcome.learns is False and abs(outcome.improvement) < 0.01
+    back[0] = 60.0  # ...while from a start above where it ends, the same run learned
+    assert measure_outcome(STEPS, back, {}, TH.outcome).learns is True
+
+
+def test_adaptive_optimizer_is_read_from_an_eps_hyperparameter():
+    adam = pd.DataFrame({"step": [0, 0], "name": ["loss", "hp.0.eps"], "value": [1.0, 1e-8]})
+    sgd = pd.DataFrame({"step": [0, 0], "name": ["loss", "hp.0.momentum"], "value": [1.0, 0.9]})
+    assert adaptive_optimizer(adam) and not adaptive_optimizer(sgd)
 
 
 def test_loss_plateau():
@@ -160,6 +174,10 @@ def test_loss_spikes_are_ten_times_the_recent_level():
     assert list(spikes) == [] and level[60] == 1.0  # ×5 is no spike
     loss[50] = 12.0
     assert list(loss_spikes(loss, TH.outcome)[0]) == [50]
+    # A loss below 0 (a flow's NLL at −0.5) spikes as far above it: −0.5 + 9 × 0.5 = 4.
+    negative = np.full(100, -0.5)
+    negative[50], negative[70] = 3.0, 5.0
+    assert list(loss_spikes(negative, TH.outcome)[0]) == [70]
 
 
 # ---------------------------------------------------------------- inputs
@@ -443,6 +461,8 @@ def test_lr_too_low():
     assert lr_too_low(LossPace(converging, _ratios(1e-3), 0.1, outcome, False), TH.updates) == []
     # An optimizer that never stepped is no lr to raise (a VQ-VAE's codebook still moves by its EMA).
     assert lr_too_low(LossPace(flat, _ratios(1e-7), 1e-3, FLAT, False, stepless=True), TH.updates) == []
+    # Nor a run whose first updates erased its init (lr_too_high), its units dead since.
+    assert lr_too_low(LossPace(flat, _ratios(1e-7), 1e-1, FLAT, False, too_high=True), TH.updates) == []
     # A matrix that started at 0 (LoRA's B, norm ×10 by the end) moves by its start, not the lr: left out.
     lora = _ratios(1e-7, 1e-2, 1e-7, 1e-2, growth=[1.0, 10.0, 1.0, 10.0])
     assert lr_too_low(LossPace(flat, lora, 1e-7, FLAT, False), TH.updates)
