@@ -1232,7 +1232,7 @@ def test_triplet_mines_the_hardest_pairs_of_p_by_k_batches_and_is_judged_on_its_
     assert min(losses[-20:]) > 0.9 * TRIPLET_MARGIN  # the loss sits near the margin while recall climbs
     stats = read_stats(tmp_path / "run")
     assert stats[stats["role"] == "input"]["shape"].iloc[0] == "32x1x8x8" and truth.verdict == "healthy"
-    assert "healthy_spike" in LEFT_OUT["triplet"]
+    assert {"healthy_spike", "healthy_accum"} <= set(LEFT_OUT["triplet"])
 
 
 def test_sam_climbs_by_rho_steps_from_the_restored_weights_and_is_recorded_as_its_base_optimizer(tmp_path):
