@@ -28,7 +28,10 @@ __all__ = ["Leaf", "ModelTracker", "ParamsFollowed", "StructureHooks", "as_model
 
 _SATURATING = {nn.Tanh: "tanh", nn.Sigmoid: "sigmoid"}
 # Where optimizer wrappers keep the optimizer they wrap.
-_WRAPPED_OPTIMIZER_ATTRIBUTES = ("optimizer", "_optimizer")
+# "base_optimizer": SAM (davda54/sam), whose first_step/second_step never call its own step():
+# the base optimizer's step is the update, and its state (not SAM's copies of the weights) the
+# optimizer state.
+_WRAPPED_OPTIMIZER_ATTRIBUTES = ("optimizer", "_optimizer", "base_optimizer")
 
 
 class _InertHook:
@@ -99,8 +102,9 @@ def as_models(model: Any) -> dict[str, nn.Module]:
 
 def _unwrapped_optimizer(optimizer: Any) -> Any:
     """The optimizer a wrapper keeps in ``.optimizer`` or ``._optimizer`` (accelerate's
-    AcceleratedOptimizer, Lightning's LightningOptimizer): wrappers pass as optimizers by class
-    but lack the step-hook tables; the one they wrap steps, and holds the param groups."""
+    AcceleratedOptimizer, Lightning's LightningOptimizer) or ``.base_optimizer`` (SAM): wrappers
+    pass as optimizers by class but lack the step-hook tables, or (SAM) step without calling
+    their own ``step()``; the one they wrap steps, and holds the param groups."""
     seen = {id(optimizer)}
     while True:
         inner = next((found for attr in _WRAPPED_OPTIMIZER_ATTRIBUTES

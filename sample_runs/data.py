@@ -80,6 +80,14 @@ __all__ = [
     "SeriesSpec",
     "seasonal_series",
     "forecast_windows_sampler",
+    "TOPICS",
+    "TopicCorpusSpec",
+    "topic_corpus",
+    "skipgram_pairs",
+    "skipgram_sampler",
+    "related_word_pairs",
+    "class_balanced_sampler",
+    "noisy_digits",
 ]
 
 
@@ -1035,3 +1043,129 @@ def forecast_windows_sampler(batch_size: int, seed: int, *, held_out: bool = Fal
         return train[rows, before], train[rows, after]
 
     return draw
+
+
+@dataclass(frozen=True)
+class TopicCorpusSpec:
+    """word2vec's corpus: `topics` topics on a ring, each with `words_per_topic` words of Zipfian
+    frequency, and `function_words` frequent words every topic uses (the vocabulary's first IDs,
+    most frequent first, as a frequency-sorted vocabulary numbers them). Each of `documents`
+    documents of `length` tokens is about one topic: a token is a function word with probability
+    `function_share`, otherwise a word of its topic, or (probability `drift`) of a neighbouring
+    topic on the ring. Skip-gram pairs are the words within `window` of each other inside one
+    document; the last `held_out` documents are kept for evaluation; `negatives` context words
+    per pair are drawn from the unigram distribution raised to 0.75."""
+
+    topics: int = 12
+    words_per_topic: int = 16
+    function_words: int = 8
+    documents: int = 600
+    held_out: int = 60
+    length: int = 40
+    function_share: float = 0.3
+    drift: float = 0.2
+    window: int = 2
+    negatives: int = 5
+    related_pairs: int = 300
+
+    @property
+    def vocab(self) -> int:
+        return self.function_words + self.topics * self.words_per_topic
+
+    def topic_of(self, word: int) -> int:
+        """The topic of a topic word's ID."""
+        return (word - self.function_words) // self.words_per_topic
+
+
+TOPICS = TopicCorpusSpec()
+
+
+@lru_cache(maxsize=1)
+def topic_corpus() -> torch.Tensor:
+    """(documents, length) int64 word IDs, the same for every seed."""
+    spec, rng = TOPICS, np.random.default_rng(2028)
+    zipf = lambda n: (1 / np.arange(1, n + 1)) / (1 / np.arange(1, n + 1)).sum()  # noqa: E731
+    function_p, topic_p = zipf(spec.function_words), zipf(spec.words_per_topic)
+    docs = np.empty((spec.documents, spec.length), dtype=np.int64)
+    for d in range(spec.documents):
+        topic = rng.integers(spec.topics)
+        drift = (topic + rng.choice((-1, 1), spec.length)) % spec.topics
+        topics = np.where(rng.random(spec.length) < spec.drift, drift, topic)
+        words = spec.function_words + topics * spec.words_per_topic + rng.choice(spec.words_per_topic, spec.length,
+                                                                                 p=topic_p)
+        function = rng.random(spec.length) < spec.function_share
+        docs[d] = np.where(function, rng.choice(spec.function_words, spec.length, p=function_p), words)
+    return torch.from_numpy(docs)
+
+
+@lru_cache(maxsize=2)
+def skipgram_pairs(held_out: bool = False) -> torch.Tensor:
+    """(N, 2) int64 (center, context) pairs of the training (or the held-out) documents: every
+    word with each word within `window` of it in its document."""
+    spec, docs = TOPICS, topic_corpus()
+    docs = docs[-spec.held_out:] if held_out else docs[: -spec.held_out]
+    pairs = [torch.stack([docs[:, : spec.length - shift], docs[:, shift:]], -1).reshape(-1, 2)
+             for shift in range(1, spec.window + 1)]
+    pairs = torch.cat(pairs)
+    return torch.cat([pairs, pairs.flip(1)])
+
+
+def skipgram_sampler(batch_size: int, seed: int, *, held_out: bool = False):
+    """Returns `draw()` giving ({"pos_u", "pos_v", "neg_v"}, None): `batch_size` pairs drawn
+    without replacement within an epoch, and `negatives` context words each drawn from the
+    training words' unigram counts ^ 0.75 (word2vec's table, sampled directly)."""
+    spec, pairs = TOPICS, skipgram_pairs(held_out)
+    draw = batch_sampler(Dataset(pairs, torch.zeros(len(pairs))), batch_size, seed)
+    counts = torch.bincount(topic_corpus()[: -spec.held_out].flatten(), minlength=spec.vocab).double()
+    table = counts ** 0.75
+    generator = torch.Generator().manual_seed(seed + 10_000)
+
+    def sample() -> tuple[dict[str, torch.Tensor], None]:
+        pair = draw()[0]
+        negatives = torch.multinomial(table, len(pair) * spec.negatives, replacement=True, generator=generator)
+        return {"pos_u": pair[:, 0], "pos_v": pair[:, 1], "neg_v": negatives.view(len(pair), spec.negatives)}, None
+
+    return sample
+
+
+@lru_cache(maxsize=1)
+def related_word_pairs() -> tuple[torch.Tensor, torch.Tensor]:
+    """A word-similarity set as WordSim-353 is laid out: `related_pairs` pairs of distinct topic
+    words and a relatedness score in [0, 10] for each, planted by the corpus: 10 within a topic,
+    falling linearly with the distance between their topics on the ring (0 at the far side)."""
+    spec, rng = TOPICS, np.random.default_rng(2029)
+    first = spec.function_words + rng.choice(spec.topics * spec.words_per_topic, spec.related_pairs)
+    second = spec.function_words + rng.choice(spec.topics * spec.words_per_topic, spec.related_pairs)
+    keep = first != second
+    first, second = first[keep], second[keep]
+    apart = np.abs(spec.topic_of(first) - spec.topic_of(second))
+    apart = np.minimum(apart, spec.topics - apart)
+    scores = 10 * (1 - apart / (spec.topics // 2))
+    return torch.from_numpy(np.stack([first, second], 1)), torch.from_numpy(scores.astype(np.float32))
+
+
+def class_balanced_sampler(data: Dataset, batch_size: int, per_class: int, seed: int):
+    """Returns `draw()` giving P × K batches (pytorch-metric-learning's `MPerClassSampler`):
+    P = `batch_size` // `per_class` classes drawn without replacement, `per_class` samples of each
+    drawn without replacement, grouped by class."""
+    generator = torch.Generator().manual_seed(seed)
+    members = [torch.nonzero(data.y == c).flatten() for c in range(int(data.y.max()) + 1)]
+    classes = max(1, batch_size // per_class)
+
+    def draw() -> tuple[torch.Tensor, torch.Tensor]:
+        chosen = torch.randperm(len(members), generator=generator)[:classes].tolist()
+        index = torch.cat([members[c][torch.randperm(len(members[c]), generator=generator)[:per_class]]
+                           for c in chosen])
+        return data.x[index], data.y[index]
+
+    return draw
+
+
+@lru_cache(maxsize=1)
+def noisy_digits() -> Dataset:
+    """The digits as (N, 1, 8, 8) images with Gaussian pixel noise of std 0.3 added (the same for
+    every seed): a metric-learning set whose nearest neighbours in pixel space are often of
+    another class (recall@1 0.75 on the last 297), where the clean digits' are not (0.98)."""
+    rows = digits("rows")
+    noise = torch.randn(rows.x.shape, generator=torch.Generator().manual_seed(2030))
+    return Dataset((rows.x + 0.3 * noise).unsqueeze(1), rows.y)

@@ -20,7 +20,8 @@ CLIP-style two-tower contrastive model, a DenseNet-BC, a REINFORCE agent on Cart
 on a ring of Gaussians, Hugging Face's `SwinForImageClassification`, a DQN agent on CartPole, a
 student distilled from a frozen teacher, a BYOL encoder, a RealNVP normalizing flow, TransE
 knowledge-graph embeddings, an M5 keyword spotter on raw waveforms, LoRA fine-tuning of a
-pretrained GPT, a VQ-VAE with an EMA codebook and an N-BEATS forecaster (`field_models`),
+pretrained GPT, a VQ-VAE with an EMA codebook, an N-BEATS forecaster, skip-gram word2vec with
+negative sampling, a triplet-loss embedding net and a Wide ResNet trained with SAM (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -34,13 +35,16 @@ log-likelihood (nats per dimension, below 0 once it fits), TransE by the plain l
 its margin loss and its entity rows renormalised after each step, the M5 by the plain loop under
 fp16 autocast with a GradScaler, the LoRA model by the plain loop with only its LoRA matrices in
 AdamW, the VQ-VAE by the plain loop with Adam (its codebook moved by its own EMA in the forward
-pass), N-BEATS by the plain loop with Adam on sMAPE, clip 1.0 and ElementAI's lr halving. Faults
+pass), N-BEATS by the plain loop with Adam on sMAPE, clip 1.0 and ElementAI's lr halving,
+word2vec by the plain loop with SparseAdam on its sparse embedding gradients, the triplet net by
+the plain loop with Adam on batch-hard triplets of P × K batches, the Wide ResNet by davda54/sam's
+two-pass loop (`training.train_sam`). Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
 whose loss does not fall as it learns declares the metric its truth reads instead
 (`OUTCOME_METRICS`: the agents' reward, the WGAN's sample distance, the flow's NLL less the data's
-entropy).
+entropy, the triplet net's held-out recall@1).
 """
 from __future__ import annotations
 
@@ -65,6 +69,7 @@ from .data import (
     KITCHEN_WORDS,
     KNOWLEDGE_GRAPH,
     MLM,
+    TOPICS,
     PATTERNS,
     RING,
     SERIES,
@@ -78,6 +83,7 @@ from .data import (
     batch_sampler,
     captioned_digits,
     char_corpus,
+    class_balanced_sampler,
     click_data,
     corrupted_triples_sampler,
     ctc_batch_sampler,
@@ -89,13 +95,16 @@ from .data import (
     knowledge_graph,
     lm_batch_sampler,
     masked_lm_sampler,
+    noisy_digits,
     pattern_images,
+    related_word_pairs,
     point_clouds,
     ring_points,
     sort_batch_sampler,
     sbm_graph,
     shapes_data,
     signal_pixels,
+    skipgram_sampler,
     t5_collate,
     t5_rows,
     table_data,
@@ -107,6 +116,8 @@ from .field_models import (
     FIELD_ARCHS,
     build_field_model,
     KDTeacher,
+    SAM,
+    batch_hard_triplet_loss,
     codebook_perplexity,
     clip_loss,
     ctc_loss,
@@ -123,21 +134,25 @@ from .field_models import (
     moe_lm_loss,
     nanogpt_init,
     pointnet_loss,
+    recall_at_1,
     seq2seq_loss,
+    sgns_loss,
     sliced_wasserstein,
     smape_2_loss,
+    smooth_crossentropy,
     smoothed_cross_entropy,
     soft_target_cross_entropy,
     TRANSE_MARGIN,
     transe_margin_loss,
     vae_loss,
     vqvae_loss,
+    word_similarity_spearman,
 )
 from .models import TinyGPT
 from .nanogpt import LoopConfig, lr_at
 from .framework_loops import train_hf_trainer, train_lightning, train_lightning_wgan
 from .training import (broke_against, stalled_against, token_cross_entropy, train_dqn, train_field,
-                       train_policy_gradient)
+                       train_policy_gradient, train_sam)
 
 __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
 
@@ -160,12 +175,15 @@ class Recipe:
     ema: float | None = None
     """The decay of an EMA copy of the weights updated after each optimizer step (diffusion models)."""
     optimizer: str = "adamw"
-    """`adamw`, `adam` (L2 weight decay in the gradient), `sgd` (Nesterov momentum 0.9) or `plain_sgd`
-    (no momentum: OpenKE's default); `OPTIMIZERS`."""
+    """`adamw`, `adam` (L2 weight decay in the gradient), `sgd` (Nesterov momentum 0.9), `plain_sgd`
+    (no momentum: OpenKE's default), `sparse_adam` (`torch.optim.SparseAdam`) or `sam` (davda54's
+    SAM around SGD with momentum 0.9, rho `SAM_RHO`); `OPTIMIZERS`."""
     schedule: str = "cosine"
     """`cosine` (nanoGPT's warm-up then cosine), `step` (÷10 at 50 % and 75 % of the steps:
     DenseNet's), `linear` (decay to 0 over the run: WGAN-GP's), `halving` (× 0.5 every third of
-    the steps: ElementAI's N-BEATS) or `constant` (Stable-Baselines3's default)."""
+    the steps: ElementAI's N-BEATS), `annealing` (`CosineAnnealingLR` to 0 over the run, no
+    warm-up: word2vec-pytorch's), `step_x0.2` (× 0.2 at 30 %, 60 % and 80 % of the steps: davda54/sam's
+    `StepLR`) or `constant` (Stable-Baselines3's default)."""
     bf16: bool = False
     """Trained under CPU bf16 autocast (timm's `--amp` with bf16)."""
     amsgrad: bool = False
@@ -235,12 +253,26 @@ RECIPES = {
     # ElementAI's N-BEATS trainer: Adam at 1e-3, clip_grad_norm_ 1.0, lr halved every third of the run.
     "nbeats": Recipe(lr=1e-3, weight_decay=0.0, batch=256, clip=1.0, warmup=0, optimizer="adam",
                      schedule="halving"),
+    # Andras7/word2vec-pytorch: SparseAdam, CosineAnnealingLR, no clipping; lr 0.03 and 512 pairs a
+    # batch where it takes 0.001 and 32 over millions of pairs (at 0.001 the loss fell 4.16 -> 3.76
+    # in 150 steps, the word similarities' rho stayed at -0.06; at 0.03: 2.12 and 0.84).
+    "word2vec": Recipe(lr=0.03, weight_decay=0.0, batch=512, clip=None, warmup=0, optimizer="sparse_adam",
+                       schedule="annealing"),
+    # pytorch-metric-learning's examples: Adam (their MNIST notebook's 0.01; 3e-3 learned more in
+    # 150 steps: held-out recall@1 0.78 / 0.75 against 0.72 / 0.73), no clipping, a constant lr;
+    # P × K = 8 classes × 4 images.
+    "triplet": Recipe(lr=3e-3, weight_decay=0.0, batch=32, clip=None, warmup=0, optimizer="adam",
+                      schedule="constant"),
+    # davda54/sam's example: SGD lr 0.1, momentum 0.9, weight decay 5e-4, its StepLR; batch 32 (its 128).
+    "sam": Recipe(lr=0.1, weight_decay=5e-4, batch=32, clip=None, warmup=0, optimizer="sam", schedule="step_x0.2"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
     "plain_sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr),
     "adam": lambda groups, lr, recipe: torch.optim.Adam(groups, lr=lr, betas=recipe.betas),
     "adamw": lambda groups, lr, recipe: torch.optim.AdamW(groups, lr=lr, betas=recipe.betas, amsgrad=recipe.amsgrad),
+    "sparse_adam": lambda groups, lr, recipe: torch.optim.SparseAdam(groups, lr=lr, betas=recipe.betas),
+    "sam": lambda groups, lr, recipe: SAM(groups, torch.optim.SGD, rho=SAM_RHO, lr=lr, momentum=0.9),
 }
 """Each `Recipe.optimizer`'s constructor over `_param_groups`."""
 N_CRITIC = 5
@@ -255,6 +287,10 @@ BYOL_TAU = 0.99
 """BYOL's target EMA decay (the paper's base 0.996, lower for a 150-step run)."""
 TEACHER_STEPS = 300
 """Adam steps of the distillation teacher's own training (batches of 64 digits), before it is frozen."""
+SAM_RHO = 0.05
+"""SAM's neighbourhood size rho (Foret et al.'s, davda54/sam's for SAM without `--adaptive`)."""
+TRIPLET_PER_CLASS = 4
+"""K, the images of each class in a triplet batch of P × K (Hermans et al.'s K = 4)."""
 BASE_STEPS = 300
 """AdamW steps of the LoRA base model's pretraining on the default corpus (`lora_base`)."""
 LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba", "lora")
@@ -268,7 +304,8 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "ddpm": ddpm_loss, "ctc": ctc_loss, "convnext": smoothed_cross_entropy,
           "siren": torch.nn.functional.mse_loss, "pointnet": pointnet_loss, "clip": clip_loss,
           "swin": soft_target_cross_entropy, "distil": distillation_loss, "byol": byol_loss, "realnvp": flow_nll,
-          "transe": transe_margin_loss, "kws": keyword_nll_loss, "vqvae": vqvae_loss, "nbeats": smape_2_loss}
+          "transe": transe_margin_loss, "kws": keyword_nll_loss, "vqvae": vqvae_loss, "nbeats": smape_2_loss,
+          "word2vec": sgns_loss, "triplet": batch_hard_triplet_loss, "sam": smooth_crossentropy}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -301,6 +338,10 @@ OUTCOME_METRICS = {
     # The flow's loss itself, less its floor: an NLL per dimension goes below 0, where the twin
     # rule's ratios would turn over; NLL − the data's entropy is the KL to the data (≥ 0, 0 at best).
     "realnvp": OutcomeMetric("loss", higher_is_better=False, best=lambda: density_points()[2]),
+    # A collapsed embedding (every image at one point) has a batch-hard loss of exactly the margin,
+    # below a random net's (0.29-0.5), and the healthy runs end near it (0.21) while their recall
+    # climbs (0.6 -> 0.78): the loss does not say whether the embedding learned.
+    "triplet": OutcomeMetric("val_recall_at_1", higher_is_better=True, best=1.0),
 }
 """Families judged on a metric (see `OutcomeMetric`; `loss`: the training loss's distance to its
 floor); every other family on its training loss."""
@@ -320,13 +361,18 @@ def _judged(arch: str, outcome) -> list[float]:
 def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
     """nanoGPT's `get_lr` (`nanogpt.lr_at`) as a factor on each group's base lr: linear warm-up,
     then cosine decay to 10 %; or DenseNet's steps (÷10 at 50 % and at 75 % of the steps); or WGAN-GP's
-    linear decay to 0 at the last step; or ElementAI's halving every third of the steps; or a constant lr."""
+    linear decay to 0 at the last step; or ElementAI's halving every third of the steps; or
+    `CosineAnnealingLR` to 0; or davda54/sam's ×0.2 steps; or a constant lr."""
     if recipe.schedule == "constant":
         return lambda step: 1.0
     if recipe.schedule == "linear":
         return lambda step: 1 - step / steps
     if recipe.schedule == "halving":
         return lambda step: 0.5 ** (step // max(1, steps // 3))
+    if recipe.schedule == "annealing":
+        return lambda step: 0.5 * (1 + math.cos(math.pi * step / steps))
+    if recipe.schedule == "step_x0.2":
+        return lambda step: 0.2 ** ((step >= 0.3 * steps) + (step >= 0.6 * steps) + (step >= 0.8 * steps))
     if recipe.schedule == "step":
         return lambda step: 0.1 ** ((step >= steps // 2) + (step >= 3 * steps // 4))
     config = LoopConfig(steps=steps, warmup=recipe.warmup, lr=1.0)
@@ -396,19 +442,21 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
 
 FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae", "unet", "gnn",
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
-                "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats")
+                "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
+                "sam")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
 corrupted buffer), the WGAN's the real points its critic reads, the student's the images its
 teacher reads too, the flow's its points, the keyword spotter's its waveforms, the VQ-VAE's its
-images, N-BEATS's its input windows (its targets, the windows' futures, left as they are)."""
+images, N-BEATS's its input windows (its targets, the windows' futures, left as they are), the
+triplet net's and the Wide ResNet's their images; word2vec reads word IDs."""
 
 
-UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe")
+UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec")
 """Architectures trained without targets (self-supervised, generative, contrastive; an agent's
-actions are its own samples; a flow's density and TransE's triples and their corruptions): no
-labels to corrupt."""
+actions are its own samples; a flow's density, TransE's triples and their corruptions, word2vec's
+word pairs and their sampled negatives): no labels to corrupt."""
 
 
 LEFT_OUT = {
@@ -431,6 +479,22 @@ LEFT_OUT = {
     # an L1 norm) runs in bf16 under CPU autocast, so healthy_bf16 would be the healthy run again
     # (its 150 losses equal the healthy run's, seed 0).
     "transe": ("adam_state", "healthy_bf16"),
+    # The two embedding tables are the whole model, each read by the loss directly: no layer's
+    # output feeds another layer, so there is no stage of a network to cut off (detaching one
+    # table's lookups is not the detached-graph bug, it is training the other table alone).
+    "word2vec": ("detach",),
+    # A triplet batch's labels only group its images: MislabeledBatch moves every label of a batch
+    # by the same shift, which keeps the groups, so the two batches mine the same triplets and the
+    # run is the healthy one again. Batch-hard mining reads the whole batch: a quarter batch (2
+    # classes x 4) mines among 2 classes, another training, not the same one in less memory
+    # (pytorch-metric-learning's answer is a cross-batch memory); it learns less (held-out recall
+    # 0.64 -> 0.69-0.74 against 0.77-0.80) and fails the healthy check (recall distance 0.83x its start).
+    "triplet": ("healthy_spike", "healthy_accum"),
+    # SGD keeps no Adam moments. SAM's update is two calls that each also zero the gradients (with
+    # zero_grad=True): a loop that drops second_step keeps each step's ascent e(w) in the weights
+    # (they climb by rho a step, not stop), one that drops both drops every zero_grad too; neither
+    # is the loop without optimizer.step() the family means.
+    "sam": ("adam_state", "missing_step"),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -507,7 +571,7 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     the WGAN-GP (its `draw` is the loader of real points, `eval_draw` the held-out points), the
     DQN agent as the REINFORCE agent; for the distilled student the distillation loss of a student
     that predicts the uniform distribution against its teacher's logits on the training digits;
-    the round-12 and round-13 families' in `ARCH_DATA`."""
+    the round-12 to round-14 families' in `ARCH_DATA`."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in ARCH_DATA:
         return ARCH_DATA[arch](micro, seed)
@@ -653,16 +717,64 @@ def _forecast_data(micro: int, seed: int):
             SERIES.horizon, chance)
 
 
+def _skipgram_data(micro: int, seed: int):
+    """Skip-gram pairs of the topic corpus with their negatives (no targets); chance: the loss of
+    scores that ignore both words, σ(s) = 1 / (1 + K) (the share of true pairs among the scored):
+    ln(1 + K) + K ln(1 + 1 / K)."""
+    k = TOPICS.negatives
+    return (skipgram_sampler(micro, seed), skipgram_sampler(1024, seed + 1, held_out=True), TOPICS.vocab,
+            math.log(1 + k) + k * math.log(1 + 1 / k))
+
+
+def _metric_learning_data(micro: int, seed: int):
+    """P × K batches of the noisy digits (the last 297 held out); chance: the recall@1 distance of
+    an embedding that puts every image at one point (its neighbour any other image: 1 − 1/10)."""
+    images = noisy_digits()
+    train, held = Dataset(images.x[:1500], images.y[:1500]), Dataset(images.x[1500:], images.y[1500:])
+    return (class_balanced_sampler(train, micro, TRIPLET_PER_CLASS, seed),
+            class_balanced_sampler(held, 32, TRIPLET_PER_CLASS, seed + 1), 10, OUTCOME_METRICS["triplet"].distance(0.1))
+
+
+def _smoothed_pattern_data(micro: int, seed: int):
+    """The colour patterns and their classes (the ConvNeXt's); chance: the smoothed loss of the
+    uniform prediction, ln(classes) less the smoothed target's entropy."""
+    images, classes = pattern_images(), PATTERNS.classes
+    train, held = Dataset(images.x[:1600], images.y[:1600]), Dataset(images.x[1600:], images.y[1600:])
+    off = 0.1 / (classes - 1)
+    entropy = -(0.9 * math.log(0.9) + (classes - 1) * off * math.log(off))
+    return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), classes, math.log(classes) - entropy
+
+
 ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_data, "lora": _kitchen_data,
-             "vqvae": _pattern_reconstruction_data, "nbeats": _forecast_data}
-"""(draw, eval_draw, classes, chance) of the round-12 and round-13 families, from the micro-batch
+             "vqvae": _pattern_reconstruction_data, "nbeats": _forecast_data, "word2vec": _skipgram_data,
+             "triplet": _metric_learning_data, "sam": _smoothed_pattern_data}
+"""(draw, eval_draw, classes, chance) of the round-12 to round-14 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
     "transe": lambda model: {"hits_at_10": hits_at_k(model, knowledge_graph()[1], 10)},
     "vqvae": lambda model: {"codebook_perplexity": codebook_perplexity(model, pattern_images().x[1600:])},
     "nbeats": lambda model: {"val_smape": _held_out_smape(model)},
+    "word2vec": lambda model: {"wordsim_spearman": word_similarity_spearman(model, *related_word_pairs())},
+    "triplet": lambda model: {"val_recall_at_1": recall_at_1(model, noisy_digits().x[1500:], noisy_digits().y[1500:])},
+    "sam": lambda model: {"val_accuracy": _held_out_accuracy(model)},
 }
 """Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
+
+
+EVAL_EVERY = {"triplet": 1}
+"""Steps between evaluations where not 25: a family judged on a held-out metric
+(`OUTCOME_METRICS`) evaluates every step."""
+
+
+def _held_out_accuracy(model: nn.Module) -> float:
+    """The share of the held-out colour patterns classified right (eval mode, no gradient), as
+    davda54/sam's test loop logs it."""
+    images = pattern_images()
+    model.eval()
+    with torch.no_grad():
+        accuracy = float((model(images.x[1600:]).argmax(1) == images.y[1600:]).float().mean())
+    model.train()
+    return accuracy
 
 
 def _held_out_smape(model: nn.Module) -> float:
@@ -852,6 +964,11 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                                        batch=recipe.batch, noise=RING.noise, penalty=GRADIENT_PENALTY,
                                        bf16=options["bf16"], seed=seed, config=config,
                                        recorder_options=recorder_options)
+    elif arch == "sam":
+        outcome = train_sam(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, loss_fn=LOSSES[arch],
+                            fault=fault, accumulation=options["accumulation"], bf16=options["bf16"],
+                            eval_draw=eval_draw, config=config, recorder_options=recorder_options,
+                            eval_metrics=lambda: EVAL_METRICS[arch](model))
     elif arch == "clip":
         outcome = train_lightning(run_dir, model, optimizer, draw, eval_draw, steps=STEPS, lr_at=schedule, fault=fault,
                                   loss_fn=clip_loss, accumulation=options["accumulation"], clip=recipe.clip,
@@ -860,7 +977,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     else:
         outcome = train_field(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, fault=fault,
                               accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
-                              eval_draw=eval_draw, loss_fn=LOSSES.get(arch, token_cross_entropy), config=config,
+                              eval_draw=eval_draw, eval_every=EVAL_EVERY.get(arch, 25),
+                              loss_fn=LOSSES.get(arch, token_cross_entropy), config=config,
                               recorder_options=recorder_options, after_step=after_step,
                               mix=mixup_cutmix(classes, seed) if arch == "swin" else None,
                               teacher=teacher, scaler=scaler,

@@ -192,6 +192,20 @@
   block's backcast subtracted from what the next block reads, its forecast added to the running
   forecast, which starts at the last observed value); blocks grouped in `stacks`;
   `smape_2_loss` is ElementAI's sMAPE (200 · |f − y| / (|f| + |y|), the denominator detached).
+- `SkipGramModel`: word2vec's skip-gram with negative sampling as Andras7/word2vec-pytorch
+  (after Adoni's) writes it: centre `u_embeddings` and context `v_embeddings`, each an
+  `nn.Embedding(vocab, dim, sparse=True)` (sparse gradients, for `torch.optim.SparseAdam`),
+  u uniform in ±1/dim, v zeros, scores clamped to ±10; `sgns_loss` = −log σ(u·v) − Σ log σ(−u·v_neg);
+  `word_similarity_spearman` is gensim's `evaluate_word_pairs` ρ on the u vectors.
+- `TripletEmbeddingNet`: pytorch-metric-learning's MNIST example net (two convs, max-pool,
+  `Dropout2d(0.25)`, a Linear) with FaceNet's L2-normalised output; `batch_hard_triplet_loss` is
+  Hermans et al.'s batch-hard mining in a P × K batch (pml's `BatchHardMiner`) into
+  `nn.TripletMarginLoss(margin=0.2)`; `recall_at_1` is pml's `precision_at_1`.
+- `WideResNet`, `SAM`: davda54/sam's example Wide ResNet (pre-activation `BasicUnit`s and
+  `DownsampleUnit`s, its init, the classifier zeros) and its `SAM` optimizer (`first_step`
+  climbs to w + ρ·g/‖g‖, `second_step` restores w with `p.data = old_p` and steps the base
+  optimizer), `smooth_crossentropy` (label smoothing 0.1, as KL) and
+  `enable/disable_running_stats` (BatchNorm's momentum 0 on the second pass).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -200,7 +214,8 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 `fttransformer` and `convnext` before the seventh, `bert_mlm`, `siren` and `pointnet` before the eighth,
 `t5`, `clip` and `densenet` before the ninth, `reinforce`, `wgan_gp` and `swin` before the tenth,
 `dqn`, `distil` and `byol` before the eleventh, `realnvp`, `transe` and `kws` before the twelfth,
-`lora`, `vqvae` and `nbeats` before the thirteenth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`lora`, `vqvae` and `nbeats` before the thirteenth, `word2vec`, `triplet` and `sam` before the
+fourteenth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -212,12 +227,13 @@ same scaling is normalised away, and the run shrugs it off).
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from .data import CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, RING, SERIES, SPEECH, TABLE
+from .data import CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, RING, SERIES, SPEECH, TABLE, TOPICS
 from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
@@ -227,7 +243,10 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "swin_classifier", "mixup_cutmix", "soft_target_cross_entropy", "QNetwork", "KDStudent", "KDTeacher",
            "distillation_loss", "BYOL", "byol_target", "byol_ema_update", "byol_loss", "RealNVP", "flow_nll", "TransE",
            "transe_margin_loss", "hits_at_k", "M5", "keyword_nll_loss", "LoRALinear", "lora_gpt", "VQVAE",
-           "VectorQuantizerEMA", "vqvae_loss", "codebook_perplexity", "NBeats", "smape_2_loss", "build_field_model",
+           "VectorQuantizerEMA", "vqvae_loss", "codebook_perplexity", "NBeats", "smape_2_loss", "SkipGramModel",
+           "sgns_loss", "word_similarity_spearman", "TripletEmbeddingNet", "batch_hard_triplet_loss", "recall_at_1",
+           "WideResNet", "smooth_crossentropy", "SAM", "disable_running_stats", "enable_running_stats",
+           "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -2129,10 +2148,270 @@ def smape_2_loss(forecast: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return 200 * ((forecast - target).abs() / (forecast.detach().abs() + target.abs())).mean()
 
 
+class SkipGramModel(nn.Module):
+    """Skip-gram with negative sampling as Andras7/word2vec-pytorch (after Adoni's) writes it:
+    centre ("u") and context ("v") `nn.Embedding(vocab, dim, sparse=True)` tables, u uniform in
+    ±1/dim and v zeros; `forward({"pos_u", "pos_v", "neg_v"})` gives the clamped (±10) scores
+    u·v of each pair and u·v_neg of its negatives (`sgns_loss` takes them)."""
+
+    def __init__(self, vocab: int, dim: int = 32) -> None:
+        super().__init__()
+        self.u_embeddings = nn.Embedding(vocab, dim, sparse=True)
+        self.v_embeddings = nn.Embedding(vocab, dim, sparse=True)
+        nn.init.uniform_(self.u_embeddings.weight.data, -1.0 / dim, 1.0 / dim)
+        nn.init.constant_(self.v_embeddings.weight.data, 0)
+        self.units = ["u_embeddings", "v_embeddings"]
+        self.hidden = ["u_embeddings", "v_embeddings"]  # no layer between the tables and the loss
+        self.exposed = ["u_embeddings", "v_embeddings"]
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        emb_u = self.u_embeddings(batch["pos_u"])
+        emb_v = self.v_embeddings(batch["pos_v"])
+        emb_neg_v = self.v_embeddings(batch["neg_v"])
+        score = torch.clamp(torch.sum(torch.mul(emb_u, emb_v), dim=1), max=10, min=-10)
+        neg_score = torch.clamp(torch.bmm(emb_neg_v, emb_u.unsqueeze(2)).squeeze(2), max=10, min=-10)
+        return score, neg_score
+
+
+def sgns_loss(scores: tuple[torch.Tensor, torch.Tensor], _targets=None) -> torch.Tensor:
+    """The repository's loss: mean(−log σ(u·v) − Σ log σ(−u·v_neg))."""
+    score, neg_score = scores
+    return torch.mean(-nn.functional.logsigmoid(score) - torch.sum(nn.functional.logsigmoid(-neg_score), dim=1))
+
+
+def word_similarity_spearman(model: SkipGramModel, pairs: torch.Tensor, scores: torch.Tensor) -> float:
+    """Spearman's ρ between the cosine similarity of each pair's u vectors (the vectors the
+    repository saves) and its relatedness score, as gensim's `evaluate_word_pairs` reports it."""
+    from scipy.stats import spearmanr
+
+    with torch.no_grad():
+        vectors = model.u_embeddings.weight
+        cosine = nn.functional.cosine_similarity(vectors[pairs[:, 0]], vectors[pairs[:, 1]], dim=1)
+    if not torch.isfinite(cosine).all():
+        return math.nan
+    return float(spearmanr(cosine.numpy(), scores.numpy()).statistic)
+
+
+class TripletEmbeddingNet(nn.Module):
+    """pytorch-metric-learning's MNIST example `Net` on 8×8 digits (conv 32, conv 64, max-pool,
+    `Dropout2d(0.25)`, a Linear to the embedding), its output L2-normalised as FaceNet's."""
+
+    def __init__(self, dim: int = 64) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = nn.Dropout2d(0.25)
+        self.fc1 = nn.Linear(64 * 2 * 2, dim)
+        self.units = ["conv1", "conv2", "fc1"]
+        self.hidden = ["conv1", "conv2"]
+        self.exposed = ["conv1", "fc1"]  # no normalisation but the embedding's own L2 one
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.max_pool2d(torch.relu(self.conv2(torch.relu(self.conv1(x)))), 2)
+        return nn.functional.normalize(self.fc1(torch.flatten(self.dropout1(x), 1)), p=2, dim=1)
+
+
+TRIPLET_MARGIN = 0.2
+"""The triplet loss's margin (FaceNet's α = 0.2)."""
+
+
+def batch_hard_triplet_loss(embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Hermans et al.'s batch-hard mining inside a P × K batch (pytorch-metric-learning's
+    `BatchHardMiner`: indices chosen without gradient): each anchor with its farthest positive
+    and its nearest negative, into `nn.TripletMarginLoss(margin=0.2)` (L2 distance, mean over
+    anchors). 0 for a batch whose every anchor already satisfies the margin."""
+    with torch.no_grad():
+        distance = torch.cdist(embeddings, embeddings)
+        same = labels[:, None] == labels[None]
+        self_pair = torch.eye(len(labels), dtype=torch.bool)
+        positive = distance.masked_fill(~same | self_pair, -math.inf).argmax(1)
+        negative = distance.masked_fill(same, math.inf).argmin(1)
+    return nn.TripletMarginLoss(margin=TRIPLET_MARGIN)(embeddings, embeddings[positive], embeddings[negative])
+
+
+def recall_at_1(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
+    """Recall@1 over a held-out set, each image a query against all the others (eval mode, no
+    gradient): the share whose nearest neighbour by embedding distance has its class, as
+    pytorch-metric-learning's `AccuracyCalculator` reports `precision_at_1`."""
+    model.eval()
+    with torch.no_grad():
+        embeddings = model(images)
+    model.train()
+    if not torch.isfinite(embeddings).all():
+        return math.nan
+    distance = torch.cdist(embeddings, embeddings).fill_diagonal_(math.inf)
+    return float((labels[distance.argmin(1)] == labels).float().mean())
+
+
+class BasicUnit(nn.Module):
+    """davda54/sam's `BasicUnit` (example/model/wide_res_net.py): pre-activation BN-ReLU-conv twice, a residual."""
+
+    def __init__(self, channels: int, dropout: float) -> None:
+        super().__init__()
+        self.block = nn.Sequential(OrderedDict([
+            ("0_normalization", nn.BatchNorm2d(channels)),
+            ("1_activation", nn.ReLU(inplace=False)),
+            ("2_convolution", nn.Conv2d(channels, channels, (3, 3), stride=1, padding=1, bias=False)),
+            ("3_normalization", nn.BatchNorm2d(channels)),
+            ("4_activation", nn.ReLU(inplace=False)),
+            ("5_dropout", nn.Dropout(dropout, inplace=False)),
+            ("6_convolution", nn.Conv2d(channels, channels, (3, 3), stride=1, padding=1, bias=False)),
+        ]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.block(x)
+
+
+class DownsampleUnit(nn.Module):
+    """davda54/sam's `DownsampleUnit`: BN-ReLU shared by a strided conv pair and a 1×1 shortcut conv."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int, dropout: float) -> None:
+        super().__init__()
+        self.norm_act = nn.Sequential(OrderedDict([
+            ("0_normalization", nn.BatchNorm2d(in_channels)),
+            ("1_activation", nn.ReLU(inplace=False)),
+        ]))
+        self.block = nn.Sequential(OrderedDict([
+            ("0_convolution", nn.Conv2d(in_channels, out_channels, (3, 3), stride=stride, padding=1, bias=False)),
+            ("1_normalization", nn.BatchNorm2d(out_channels)),
+            ("2_activation", nn.ReLU(inplace=False)),
+            ("3_dropout", nn.Dropout(dropout, inplace=False)),
+            ("4_convolution", nn.Conv2d(out_channels, out_channels, (3, 3), stride=1, padding=1, bias=False)),
+        ]))
+        self.downsample = nn.Conv2d(in_channels, out_channels, (1, 1), stride=stride, padding=0, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm_act(x)
+        return self.block(x) + self.downsample(x)
+
+
+class WideResNet(nn.Module):
+    """davda54/sam's `WideResNet` (Zagoruyko & Komodakis), its names and init (convs
+    kaiming-normal fan-in, BN 1/0, the classifier zeros): `depth` 10 gives one `BasicUnit`
+    after each group's `DownsampleUnit`; 16×16 inputs pool 4×4 at the end (the repository's 8×8
+    for CIFAR's 32×32)."""
+
+    def __init__(self, depth: int = 10, width_factor: int = 1, dropout: float = 0.0, in_channels: int = 3,
+                 labels: int = 4, pooled: int = 4) -> None:
+        super().__init__()
+        self.filters = [16, 1 * 16 * width_factor, 2 * 16 * width_factor, 4 * 16 * width_factor]
+        self.block_depth = (depth - 4) // (3 * 2)
+        block = lambda i, stride: nn.Sequential(  # noqa: E731 - the repository's `Block`
+            DownsampleUnit(self.filters[i - 1], self.filters[i], stride, dropout),
+            *(BasicUnit(self.filters[i], dropout) for _ in range(self.block_depth)))
+        self.f = nn.Sequential(OrderedDict([
+            ("0_convolution", nn.Conv2d(in_channels, self.filters[0], (3, 3), stride=1, padding=1, bias=False)),
+            ("1_block", block(1, 1)),
+            ("2_block", block(2, 2)),
+            ("3_block", block(3, 2)),
+            ("4_normalization", nn.BatchNorm2d(self.filters[3])),
+            ("5_activation", nn.ReLU(inplace=False)),
+            ("6_pooling", nn.AvgPool2d(kernel_size=pooled)),
+            ("7_flattening", nn.Flatten()),
+            ("8_classification", nn.Linear(in_features=self.filters[3], out_features=labels)),
+        ]))
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight.data, mode="fan_in", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                m.weight.data.fill_(1)
+                m.bias.data.zero_()
+            elif isinstance(m, nn.Linear):
+                m.weight.data.zero_()
+                m.bias.data.zero_()
+        self.units = ["f.0_convolution", "f.1_block", "f.2_block", "f.3_block", "f.4_normalization",
+                      "f.8_classification"]
+        self.hidden = ["f.1_block", "f.2_block", "f.3_block"]
+        self.exposed = ["f.8_classification"]  # every conv's output meets a BatchNorm next
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.f(x)
+
+
+def smooth_crossentropy(pred: torch.Tensor, gold: torch.Tensor, smoothing: float = 0.1) -> torch.Tensor:
+    """davda54/sam's `smooth_crossentropy`, meaned as its loop does (`loss.mean()`): the KL
+    divergence to the smoothed one-hot target (0 at best, cross-entropy less the target's entropy)."""
+    n_class = pred.size(1)
+    one_hot = torch.full_like(pred, fill_value=smoothing / (n_class - 1))
+    one_hot.scatter_(dim=1, index=gold.unsqueeze(1), value=1.0 - smoothing)
+    log_prob = nn.functional.log_softmax(pred, dim=1)
+    return nn.functional.kl_div(input=log_prob, target=one_hot, reduction="none").sum(-1).mean()
+
+
+class SAM(torch.optim.Optimizer):
+    """davda54/sam's `SAM` (Foret et al.), as written there: `first_step` climbs to w + e(w),
+    e(w) = rho · g / ‖g‖ (the old weights kept in its state), `second_step` puts the weights back
+    (`p.data = old_p`) and steps the base optimizer on the gradient taken at w + e(w); its
+    param groups are the base optimizer's."""
+
+    def __init__(self, params, base_optimizer, rho: float = 0.05, adaptive: bool = False, **kwargs) -> None:
+        assert rho >= 0.0, f"Invalid rho, should be non-negative: {rho}"
+        defaults = dict(rho=rho, adaptive=adaptive, **kwargs)
+        super().__init__(params, defaults)
+        self.base_optimizer = base_optimizer(self.param_groups, **kwargs)
+        self.param_groups = self.base_optimizer.param_groups
+        self.defaults.update(self.base_optimizer.defaults)
+
+    @torch.no_grad()
+    def first_step(self, zero_grad: bool = False) -> None:
+        grad_norm = self._grad_norm()
+        for group in self.param_groups:
+            scale = group["rho"] / (grad_norm + 1e-12)
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                self.state[p]["old_p"] = p.data.clone()
+                e_w = (torch.pow(p, 2) if group["adaptive"] else 1.0) * p.grad * scale.to(p)
+                p.add_(e_w)  # climb to the local maximum "w + e(w)"
+        if zero_grad:
+            self.zero_grad()
+
+    @torch.no_grad()
+    def second_step(self, zero_grad: bool = False) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                p.data = self.state[p]["old_p"]  # get back to "w" from "w + e(w)"
+        self.base_optimizer.step()  # do the actual "sharpness-aware" update
+        if zero_grad:
+            self.zero_grad()
+
+    def _grad_norm(self) -> torch.Tensor:
+        shared_device = self.param_groups[0]["params"][0].device
+        return torch.norm(torch.stack([
+            ((torch.abs(p) if group["adaptive"] else 1.0) * p.grad).norm(p=2).to(shared_device)
+            for group in self.param_groups for p in group["params"] if p.grad is not None]), p=2)
+
+    def load_state_dict(self, state_dict) -> None:
+        super().load_state_dict(state_dict)
+        self.base_optimizer.param_groups = self.param_groups
+
+
+def disable_running_stats(model: nn.Module) -> None:
+    """davda54/sam's `bypass_bn.disable_running_stats`: BatchNorm momentum 0 for the second pass."""
+    def _disable(module: nn.Module) -> None:
+        if isinstance(module, nn.BatchNorm2d):
+            module.backup_momentum = module.momentum
+            module.momentum = 0
+
+    model.apply(_disable)
+
+
+def enable_running_stats(model: nn.Module) -> None:
+    """davda54/sam's `bypass_bn.enable_running_stats`: the BatchNorm momentum back for the first pass."""
+    def _enable(module: nn.Module) -> None:
+        if isinstance(module, nn.BatchNorm2d) and hasattr(module, "backup_momentum"):
+            module.momentum = module.backup_momentum
+
+    model.apply(_enable)
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
-               "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats")
+               "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
+               "sam")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -2178,6 +2457,9 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "lora": lambda vocab: lora_gpt(vocab),
     "vqvae": lambda vocab: VQVAE(),
     "nbeats": lambda vocab: NBeats(SERIES.inputs, SERIES.horizon),
+    "word2vec": lambda vocab: SkipGramModel(TOPICS.vocab),
+    "triplet": lambda vocab: TripletEmbeddingNet(),
+    "sam": lambda vocab: WideResNet(labels=vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""

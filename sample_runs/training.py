@@ -13,7 +13,7 @@ from torch import nn
 
 from .faults import Fault
 
-__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_policy_gradient", "train_dqn", "ReplayBuffer", "first_nonfinite", "broke_after", "broke_against",
+__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_sam", "train_policy_gradient", "train_dqn", "ReplayBuffer", "first_nonfinite", "broke_after", "broke_against",
            "stalled_against", "token_cross_entropy"]
 
 STEPS_AFTER_NONFINITE = 3
@@ -227,7 +227,9 @@ def train_field(
     `scaler.scale(loss).backward()`, `scaler.unscale_(optimizer)` before clipping,
     `scaler.step(optimizer)` (which skips a step whose gradients are not finite) and
     `scaler.update()`; the recorder is given the scaler. `eval_metrics()` runs beside the eval
-    loop and its metrics are recorded with `val_loss` (a ranking model's hits@10).
+    loop and its metrics are recorded with `val_loss` (a ranking model's hits@10), and kept in the
+    outcome at every step they are measured (a family judged on a held-out metric evaluates every
+    step: `eval_every=1`).
     `run_dir=None` trains without recording (the losses only).
     """
     fault = fault or Fault()
@@ -285,7 +287,81 @@ def train_field(
                 if fault.zero_grad(step):
                     optimizer.zero_grad(set_to_none=True)
                 rec.step(loss=total, inputs=x, targets=y, **extra)
-                outcome.log(step, total)
+                outcome.log(step, total, **extra)
+    except TrainingDiverged:
+        pass
+    return outcome
+
+
+def train_sam(
+    run_dir: Path | None,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    draw: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    *,
+    steps: int,
+    lr_at: Callable[[int], float],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    fault: Fault | None = None,
+    accumulation: int = 1,
+    bf16: bool = False,
+    eval_draw: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    eval_every: int = 25,
+    config: dict | None = None,
+    recorder_options: dict | None = None,
+    eval_metrics: Callable[[], dict[str, float]] | None = None,
+) -> Outcome:
+    """davda54/sam's `example/train.py` step with its `SAM` optimizer: `enable_running_stats`,
+    forward/backward at w, `optimizer.first_step(zero_grad=True)` (the weights moved to
+    w + e(w) outside any optimizer step), `disable_running_stats` (BatchNorm's running stats
+    left as the first pass set them), forward/backward at w + e(w) on the same batch,
+    `optimizer.second_step(zero_grad=True)` (back to w, then the base optimizer's step), then
+    `rec.step` with the first pass's loss, as the repository logs it. With `accumulation`, each
+    pass runs over the same `accumulation` micro-batches (each loss / accumulation). A fault's
+    `zero_grad(step)` False is a loop that calls both steps without `zero_grad=True` (their
+    default). `lr_at` is the schedule's factor on each group's `base_lr` (the repository's
+    `StepLR` sets each group's lr once per epoch); an eval loop every `eval_every` steps records
+    `val_loss` and `eval_metrics()`; `bf16` runs both passes under CPU bf16 autocast."""
+    from .field_models import disable_running_stats, enable_running_stats
+
+    fault = fault or Fault()
+    fault.install(model)
+    outcome = Outcome()
+
+    def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            return loss_fn(model(x).float(), y)
+
+    def evaluate() -> dict[str, float]:
+        model.eval()
+        with torch.no_grad():
+            values = {"val_loss": sum(loss_of(*eval_draw()).item() for _ in range(2)) / 2}
+        model.train()
+        return {**values, **(eval_metrics() if eval_metrics is not None else {})}
+
+    for group in optimizer.param_groups:
+        group.setdefault("base_lr", group["lr"])
+    try:
+        with _recorder(run_dir, model, optimizer, config, recorder_options) as rec:
+            for step in range(steps):
+                extra = evaluate() if eval_draw is not None and step % eval_every == 0 else {}
+                for group in optimizer.param_groups:
+                    group["lr"] = group["base_lr"] * lr_at(step)
+                fault.before_step(step, model, optimizer)
+                batches = [fault.batch(step, *draw()) for _ in range(accumulation)]
+                enable_running_stats(model)
+                total = 0.0
+                for x, y in batches:
+                    loss = loss_of(x, y)
+                    (loss / accumulation).backward()
+                    total += loss.item() / accumulation
+                optimizer.first_step(zero_grad=fault.zero_grad(step))
+                disable_running_stats(model)
+                for x, y in batches:
+                    (loss_of(x, y) / accumulation).backward()
+                optimizer.second_step(zero_grad=fault.zero_grad(step))
+                rec.step(loss=total, inputs=x, targets=y, **extra)
+                outcome.log(step, total, **extra)
     except TrainingDiverged:
         pass
     return outcome

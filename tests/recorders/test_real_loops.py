@@ -278,3 +278,35 @@ def test_a_compiled_model_is_recorded_without_activations(tmp_path, in_place):
     assert set(stats[stats.role == "grad"].name) == {"0.weight", "0.bias", "2.weight", "2.bias"}
     scalars = read_table(tmp_path / "run", "scalars")
     np.testing.assert_allclose(scalar(scalars, "grad_norm")[1], norms, rtol=1e-5)
+
+
+def test_a_sam_loop_records_the_base_optimizers_steps_and_state_and_the_second_passs_gradients(tmp_path):
+    """davda54/sam's loop: first_step moves the weights to w + e(w) outside any optimizer
+    step, second_step puts them back (`p.data = old_p`) and steps the base SGD; SAM's own
+    step() is never called. Given the SAM optimizer, as the README says, the recorder follows
+    its base optimizer: it stepped every step, its momentum is the state (not SAM's `old_p`
+    copies of the weights), the gradient is the one the base step consumed (at w + e(w)), the
+    update is w before the step to w after it."""
+    from sample_runs.field_models import SAM
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    opt = SAM(model.parameters(), torch.optim.SGD, rho=0.05, lr=0.1, momentum=0.9)
+    x, y = torch.randn(16, 6), torch.randint(0, 3, (16,))
+    second_grads, updates = [], []
+    with Recorder(tmp_path / "run", model, opt) as rec:
+        for _ in range(3):
+            before = model[0].weight.detach().clone()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.first_step(zero_grad=True)
+            nn.functional.cross_entropy(model(x), y).backward()
+            second_grads.append(model[0].weight.grad.norm().item())
+            opt.second_step(zero_grad=True)
+            updates.append((model[0].weight.detach() - before).norm().item())
+            rec.step()
+    scalars, stats = read_table(tmp_path / "run", "scalars"), read_table(tmp_path / "run", "stats")
+    assert scalar(scalars, "optimizer_stepped.optimizer")[1].tolist() == [1.0, 1.0, 1.0]
+    assert set(stats[stats.role == "state"]["key"]) == {"momentum_buffer"}
+    np.testing.assert_allclose(rows(stats, "grad", "0.weight")["norm"], second_grads, rtol=1e-5)
+    np.testing.assert_allclose(rows(stats, "update", "0.weight")["norm"], updates, rtol=1e-5)
+    assert read_manifest(tmp_path / "run")["optimizers"]["optimizer"]["class"] == "SGD"

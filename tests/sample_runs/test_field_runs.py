@@ -46,7 +46,7 @@ def test_catalogue_looks_like_the_field():
                                        "simclr", "ddpm", "ctc", "mamba", "fttransformer", "convnext", "bert_mlm",
                                        "siren", "pointnet", "t5", "clip", "densenet", "reinforce",
                                        "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "transe", "kws",
-                                       "lora", "vqvae", "nbeats"}
+                                       "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -1130,3 +1130,156 @@ def test_nbeats_forecasts_from_the_last_value_on_smape_and_a_detached_stack_cuts
     assert all(p.grad is None for unit in model.units[:2] for p in model.get_submodule(unit).parameters())
     assert all(p.grad is not None for p in model.stacks[2].parameters())
     assert model.hidden[-1] == "stacks.1"
+
+
+def test_word2vec_scores_pairs_against_unigram_negatives_and_its_sparse_gradients_are_recorded_as_if_dense(tmp_path):
+    from sample_runs.data import TOPICS, related_word_pairs, skipgram_pairs, skipgram_sampler, topic_corpus
+    from sample_runs.field import OUTCOME_METRICS, _data
+    from sample_runs.field_models import sgns_loss, word_similarity_spearman
+
+    score, negatives = torch.tensor([2.0, -1.0]), torch.tensor([[0.5, -3.0], [1.0, 0.0]])
+    expected = -torch.log(torch.sigmoid(score)) - torch.log(torch.sigmoid(-negatives)).sum(1)
+    assert float(sgns_loss((score, negatives))) == pytest.approx(float(expected.mean()), rel=1e-6)
+    docs = topic_corpus()
+    pairs = skipgram_pairs()
+    first = docs[0]
+    in_window = {(int(first[i]), int(first[j])) for i in range(TOPICS.length) for j in range(TOPICS.length)
+                 if 0 < abs(i - j) <= TOPICS.window}
+    assert in_window <= {tuple(p) for p in pairs.tolist()}
+    assert len(pairs) == 2 * TOPICS.window * (TOPICS.documents - TOPICS.held_out) * TOPICS.length \
+        - TOPICS.window * (TOPICS.window + 1) * (TOPICS.documents - TOPICS.held_out)
+    batch, targets = skipgram_sampler(4096, 0)()
+    assert targets is None and batch["neg_v"].shape == (4096, TOPICS.negatives)
+    counts = torch.bincount(docs[: -TOPICS.held_out].flatten(), minlength=TOPICS.vocab).double()
+    drawn = torch.bincount(batch["neg_v"].flatten(), minlength=TOPICS.vocab).double()
+    table = counts ** 0.75 / (counts ** 0.75).sum()
+    assert float((drawn / drawn.sum() - table).abs().max()) < 0.01  # unigram^0.75, not the unigram
+    torch.manual_seed(0)
+    model = build_field_model("word2vec", TOPICS.vocab)
+    assert model.u_embeddings.sparse and model.v_embeddings.sparse
+    assert not model.v_embeddings.weight.any() and model.u_embeddings.weight.abs().max() <= 1 / 32
+    optimizer = torch.optim.SparseAdam(_param_groups(model, RECIPES["word2vec"], 0.03), lr=0.03)
+    train_field(tmp_path / "run", model, optimizer, skipgram_sampler(64, 0), steps=4, lr_at=lambda s: 1.0,
+                loss_fn=sgns_loss, eval_draw=skipgram_sampler(256, 1, held_out=True), eval_every=2,
+                eval_metrics=lambda: {"wordsim_spearman": word_similarity_spearman(model, *related_word_pairs())})
+    stats = read_stats(tmp_path / "run")
+    grads = stats[(stats["role"] == "grad") & (stats["name"] == "v_embeddings.weight")].set_index("step")
+    centres = stats[(stats["role"] == "grad") & (stats["name"] == "u_embeddings.weight")].set_index("step")
+    assert centres.loc[0, "norm"] == 0.0  # v starts at 0: no gradient reaches u on the first step
+    assert 0.5 < centres.loc[3, "zero_frac"] < 1  # rows of the words outside the batch: zeros, counted
+    assert set(stats[(stats["role"] == "state")]["key"]) == {"exp_avg", "exp_avg_sq"}
+    assert set(stats[stats["role"] == "input"]["kind"]) == {"index"}
+    torch.manual_seed(0)  # the same first step by hand: the recorded norm is the dense gradient's
+    again = build_field_model("word2vec", TOPICS.vocab)
+    sgns_loss(again(skipgram_sampler(64, 0)()[0])).backward()
+    reference = again.v_embeddings.weight.grad.to_dense()
+    assert grads.loc[0, "norm"] == pytest.approx(float(reference.norm()), rel=1e-5)
+    assert grads.loc[0, "zero_frac"] == pytest.approx(float((reference == 0).double().mean()))
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    assert sorted(scalars[scalars["name"] == "wordsim_spearman"]["step"]) == [0, 2]
+    pairs, scores = related_word_pairs()
+    assert all(min(abs(v - 10 * (1 - d / 6)) for d in range(7)) < 1e-5 for v in scores.tolist())  # ring distance
+    assert (pairs[:, 0] != pairs[:, 1]).all()
+    *_, chance = _data("word2vec", RECIPES["word2vec"], 0, 1)
+    assert chance == pytest.approx(float(sgns_loss((torch.full((1,), -math.log(5)), torch.full((1, 5), -math.log(5))))))
+    twin = _twin_losses("word2vec", 0)
+    assert twin[0] == pytest.approx((1 + TOPICS.negatives) * math.log(2), rel=1e-4)  # v starts at 0
+    assert _mean(twin[-10:]) < 0.9 * chance and "word2vec" not in OUTCOME_METRICS  # judged on its loss
+    assert "detach" in LEFT_OUT["word2vec"]
+
+
+def test_triplet_mines_the_hardest_pairs_of_p_by_k_batches_and_is_judged_on_its_recall_every_step(tmp_path):
+    from sample_runs.data import class_balanced_sampler, noisy_digits
+    from sample_runs.field import OUTCOME_METRICS
+    from sample_runs.field_models import TRIPLET_MARGIN, batch_hard_triplet_loss, recall_at_1
+
+    images = noisy_digits()
+    x, y = class_balanced_sampler(images, 32, 4, 0)()
+    assert x.shape == (32, 1, 8, 8) and all((y[4 * i: 4 * i + 4] == y[4 * i]).all() for i in range(8))
+    assert len(set(y.tolist())) == 8
+    torch.manual_seed(0)
+    embeddings = torch.nn.functional.normalize(torch.randn(12, 5), dim=1).requires_grad_(True)
+    labels = torch.arange(3).repeat_interleave(4)
+    brute = []
+    d = torch.cdist(embeddings.detach(), embeddings.detach())
+    for a in range(12):
+        hardest_p = max((float(d[a, p]), p) for p in range(12) if labels[p] == labels[a] and p != a)
+        hardest_n = min((float(d[a, n]), n) for n in range(12) if labels[n] != labels[a])
+        brute.append(max(0.0, float(torch.norm(embeddings[a] - embeddings[hardest_p[1]] + 1e-6))
+                         - float(torch.norm(embeddings[a] - embeddings[hardest_n[1]] + 1e-6)) + TRIPLET_MARGIN))
+    loss = batch_hard_triplet_loss(embeddings, labels)
+    assert float(loss) == pytest.approx(sum(brute) / 12, rel=1e-4)  # nn.TripletMarginLoss's eps inside the norm
+    apart = torch.eye(3).repeat_interleave(4, 0)  # each class at its own corner: every margin met
+    assert float(batch_hard_triplet_loss(apart, labels)) == 0.0
+    assert float(batch_hard_triplet_loss(torch.ones(12, 3) / 3 ** 0.5, labels)) == pytest.approx(TRIPLET_MARGIN)
+    torch.manual_seed(0)
+    model = build_field_model("triplet", 10)
+    out = model(x)
+    assert torch.allclose(out.norm(dim=1), torch.ones(32), atol=1e-5)
+    identity = torch.nn.Identity()
+    points = torch.tensor([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
+    assert recall_at_1(identity, points, torch.tensor([0, 0, 1, 1])) == 1.0
+    assert recall_at_1(identity, points, torch.tensor([0, 1, 0, 1])) == 0.0
+    truth = make("healthy-triplet-s0", tmp_path / "run")
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    recall = scalars[scalars["name"] == "val_recall_at_1"].sort_values("step")
+    assert recall["step"].tolist() == list(range(150))  # evaluated every step: the truth reads it
+    assert _mean(recall["value"].tolist()[-10:]) > _mean(recall["value"].tolist()[:10]) + 0.03
+    assert OUTCOME_METRICS["triplet"].distance(0.75) == pytest.approx(0.25)
+    twin = _twin_losses("triplet", 0)
+    assert twin == pytest.approx([1 - v for v in recall["value"]], abs=1e-6)  # the twin is the healthy run
+    losses = _losses(tmp_path / "run")
+    assert min(losses[-20:]) > 0.9 * TRIPLET_MARGIN  # the loss sits near the margin while recall climbs
+    stats = read_stats(tmp_path / "run")
+    assert stats[stats["role"] == "input"]["shape"].iloc[0] == "32x1x8x8" and truth.verdict == "healthy"
+    assert {"healthy_spike", "healthy_accum"} <= set(LEFT_OUT["triplet"])
+
+
+def test_sam_climbs_by_rho_steps_from_the_restored_weights_and_is_recorded_as_its_base_optimizer(tmp_path):
+    from sample_runs.data import pattern_images
+    from sample_runs.field import SAM_RHO, _data
+    from sample_runs.field_models import SAM, smooth_crossentropy
+    from sample_runs.training import train_sam
+
+    pred, gold = torch.randn(5, 4), torch.tensor([0, 3, 1, 1, 2])
+    target = torch.full((5, 4), 0.1 / 3).scatter_(1, gold.unsqueeze(1), 0.9)
+    kl = (target * (target.log() - torch.log_softmax(pred, 1))).sum(1).mean()
+    assert float(smooth_crossentropy(pred, gold)) == pytest.approx(float(kl), rel=1e-5)
+    *_, chance = _data("sam", RECIPES["sam"], 0, 1)
+    assert chance == pytest.approx(float(smooth_crossentropy(torch.zeros(1, 4), torch.tensor([0]))), rel=1e-6)
+    assert [_schedule(RECIPES["sam"], 150)(s) for s in (0, 44, 45, 90, 120, 149)] == \
+        pytest.approx([1, 1, 0.2, 0.04, 0.008, 0.008])
+    torch.manual_seed(0)
+    model = build_field_model("sam", 4)
+    assert not model.f[-1].weight.any()  # the repository's zero-initialised classifier
+    images = pattern_images()
+    x, y = images.x[:16], images.y[:16]
+    optimizer = SAM(_param_groups(model, RECIPES["sam"], 0.1), torch.optim.SGD, rho=SAM_RHO, lr=0.1, momentum=0.9)
+    assert optimizer.param_groups is optimizer.base_optimizer.param_groups
+    w = [p.detach().clone() for p in model.parameters()]
+    smooth_crossentropy(model(x), y).backward()
+    g = [p.grad.clone() for p in model.parameters()]
+    optimizer.first_step(zero_grad=True)
+    climbed = torch.sqrt(sum(((p.detach() - w0) ** 2).sum() for p, w0 in zip(model.parameters(), w)))
+    assert float(climbed) == pytest.approx(SAM_RHO, rel=1e-4) and all(p.grad is None for p in model.parameters())
+    assert float(sum((p.detach() - w0).flatten() @ g0.flatten() for p, w0, g0 in zip(model.parameters(), w, g))) > 0
+    smooth_crossentropy(model(x), y).backward()
+    at_climbed = [p.grad.clone() for p in model.parameters()]
+    optimizer.second_step(zero_grad=True)
+    for p, w0, g1 in zip(model.parameters(), w, at_climbed):
+        decay = next(gr["weight_decay"] for gr in optimizer.param_groups if any(q is p for q in gr["params"]))
+        assert torch.allclose(p.detach(), w0 - 0.1 * (g1 + decay * w0), atol=1e-6)  # SGD's step from w
+    torch.manual_seed(0)
+    model = build_field_model("sam", 4)
+    optimizer = SAM(_param_groups(model, RECIPES["sam"], 0.1), torch.optim.SGD, rho=SAM_RHO, lr=0.1, momentum=0.9)
+    draw = lambda: (x, y)  # noqa: E731
+    train_sam(tmp_path / "run", model, optimizer, draw, steps=4, lr_at=lambda s: 1.0, loss_fn=smooth_crossentropy,
+              fault=faults.MissingZeroGrad(t0=2))
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    stepped = scalars[scalars["name"] == "optimizer_stepped.optimizer"].sort_values("step")["value"].tolist()
+    assert stepped == [1.0] * 4  # second_step's base SGD step, recorded through the SAM optimizer
+    carried = scalars[scalars["name"] == "grad_carried_over"].sort_values("step")["value"].tolist()
+    assert carried[:2] == [0.0, 0.0] and carried[3] > 0.5  # no zero_grad=True from step 2: gradients pile up
+    stats = read_stats(tmp_path / "run")
+    assert set(stats[stats["role"] == "state"]["key"]) == {"momentum_buffer"}  # not SAM's old_p copies
+    assert {"adam_state", "missing_step"} <= set(LEFT_OUT["sam"])
