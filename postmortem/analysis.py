@@ -135,7 +135,7 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     if diverged and onset is not None:
         onset = _caused(evidence, onset, first, thresholds, precomputed)
     elif not diverged:
-        onset = onsets.regression_onset(evidence, thresholds, first)
+        onset = onsets.regression_onset(evidence, thresholds, first) or onsets.runaway_onset(evidence, thresholds)
         diverged = onset is not None
         evidence = replace(evidence, onset=onset, diverged=diverged)
     recovered = diverged and onsets.came_back(table, scalars, onset, thresholds.outcome, ignore_grads=scaled, run_outcome=outcome)

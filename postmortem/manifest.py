@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["manifest_order", "parameter_shapes", "frozen_parameters", "module_types"]
+__all__ = ["manifest_order", "parameter_shapes", "frozen_parameters", "lookup_tables", "module_types"]
+
+# Modules whose weight is a table of rows looked up by index, not a map applied to an input.
+_LOOKUP_MODULES = ("Embedding", "EmbeddingBag")
 
 
 def _entries(manifest: dict, section: str):
@@ -41,6 +44,11 @@ def parameter_shapes(manifest: dict) -> dict[str, list[int]]:
 def module_types(manifest: dict) -> dict[str, str]:
     """Qualified module name → its class name (`Sigmoid`, `Linear`)."""
     return {name: str(entry.get("type")) for name, entry in _entries(manifest, "modules")}
+
+
+def lookup_tables(manifest: dict) -> set[str]:
+    """The weights of lookup modules (`nn.Embedding`, `nn.EmbeddingBag`)."""
+    return {f"{name}.weight" for name, kind in module_types(manifest).items() if kind in _LOOKUP_MODULES}
 
 
 def frozen_parameters(manifest: dict) -> set[str]:

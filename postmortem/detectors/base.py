@@ -34,6 +34,7 @@ __all__ = [
     "adaptive_optimizer",
     "finding",
     "judging_curve",
+    "judging_metrics",
     "layer_list",
     "loss_curve",
     "main_loss",
@@ -90,8 +91,7 @@ def measure_outcome(steps: np.ndarray, values: np.ndarray, metrics: dict[str, tu
     training loss's own objective and never takes its place."""
     improved = tuple(sorted(n for n, (v, higher) in metrics.items()
                             if _improves(v if higher else -v, th)))
-    outcome_metrics = sorted(n for n, (v, _) in metrics.items()
-                             if not is_loss(n) and np.isfinite(v).sum() >= th.min_steps)
+    outcome_metrics = judging_metrics(metrics, th)
     if len(values) < th.min_steps:
         judge = next((n for n in outcome_metrics if n in improved), outcome_metrics[0] if outcome_metrics else None)
         learns = bool(improved) if improved else (False if judge else None)
@@ -107,6 +107,11 @@ def measure_outcome(steps: np.ndarray, values: np.ndarray, metrics: dict[str, tu
     judge = None if learns else next((n for n in outcome_metrics if n in improved), None)
     return Outcome(bool(learns or improved), improvement, noise / abs(early) if early else None, loss,
                    judge, bool(judge and metrics[judge][1]))
+
+
+def judging_metrics(metrics: dict[str, tuple[np.ndarray, bool]], th: OutcomeThresholds) -> list[str]:
+    """The metrics that may judge a run where its loss cannot: no loss, with enough points."""
+    return sorted(n for n, (v, _) in metrics.items() if not is_loss(n) and np.isfinite(v).sum() >= th.min_steps)
 
 
 def judging_curve(scalars: pd.DataFrame, outcome: Outcome) -> tuple[np.ndarray, np.ndarray]:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..findings import Finding, FirstNonfinite, Onset
+from ..manifest import lookup_tables
 from ..ranking import TensorBreak, clips_recorded
 from ..scalars import is_loss, raised
 from ..series import SeriesTable
@@ -81,7 +82,7 @@ class Incident:
     update_breaks: list[TensorBreak]
     healthy_max_grad_norm: float | None
     lr: float | None  # at the onset
-    first_update_ratio: float | None  # median over parameters of the first update/param ratio
+    first_update_ratio: float | None  # median over the weights (as `weight_update_ratios`) of their first update/param ratio
     weight_update_ratios: tuple[np.ndarray, ...]  # each weight's (> 1 element: an init has a scale) first update/param ratios
     steps_from_start: int | None  # onset step − the run's first recorded step
     loss_first_alone: bool  # the loss was the first NaN while no tensor amplified
@@ -98,11 +99,15 @@ class Incident:
 _EARLY_READ = 64  # recorded updates read per weight for the first steps (≥ any sane erases_init_within)
 
 
-def _weight_update_ratios(table: SeriesTable) -> tuple[np.ndarray, ...]:
-    """The finite update/param ratios of each weight of more than one element, its first ones."""
+def _weight_update_ratios(table: SeriesTable, tables: set[str]) -> tuple[np.ndarray, ...]:
+    """The finite update/param ratios of each weight of more than one element, its first ones.
+    Lookup tables (`tables`) are left out: their rows start at whatever scale the model picks
+    (word2vec's ±0.5/dim and zeros, whose first updates are 0.9× the rows at a healthy lr; round
+    14), not at an init scaled to a fan-in that a step could erase."""
     found = []
     for index in table.indices("update"):
-        if table.keys[index].name.endswith("weight") and table.numel[index] > 1:
+        name = table.keys[index].name
+        if name.endswith("weight") and table.numel[index] > 1 and name not in tables:
             ratios = table.column(index, "ratio")[:_EARLY_READ]
             ratios = ratios[np.isfinite(ratios)]
             if len(ratios):
@@ -114,10 +119,7 @@ def _incident(ev: Evidence) -> Incident:
     onset_step = ev.onset.step if ev.onset is not None else None
     steps, norms = grad_norm_series(ev.table, ev.scalars)
     healthy = np.isfinite(norms) & ((steps < onset_step) if onset_step is not None else True)
-    updates = role(ev.summary, "update")
-    first_ratio = None
-    if not updates.empty and updates["ratio_first"].notna().any():
-        first_ratio = float(np.nanmedian(updates["ratio_first"]))
+    weights = _weight_update_ratios(ev.table, lookup_tables(ev.manifest))
     start = int(ev.table.step.min()) if len(ev.table.step) else None
     first = ev.first_nonfinite
     amplified = sorted((b for b in ev.breaks if b.fit.amplified and b.role != "scalar"),
@@ -136,8 +138,8 @@ def _incident(ev: Evidence) -> Incident:
         update_breaks=[b for b in ev.breaks if b.role in ("update", "grad")],
         healthy_max_grad_norm=float(np.max(norms[healthy])) if healthy.any() else None,
         lr=lr_at(ev.scalars, onset_step),
-        first_update_ratio=first_ratio,
-        weight_update_ratios=_weight_update_ratios(ev.table),
+        first_update_ratio=float(np.median([r[0] for r in weights])) if weights else None,
+        weight_update_ratios=weights,
         steps_from_start=onset_step - start if onset_step is not None and start is not None else None,
         loss_first_alone=(first is not None and first.role == "scalar" and is_loss(first.tensor)
                           and not any(b.fit.amplified for b in ev.breaks if b.role != "scalar")),

@@ -17,11 +17,11 @@ from ..findings import Finding, FirstNonfinite, Onset
 from ..scalars import raised
 from ..series import SeriesTable
 from . import outcome, root_causes
-from .base import REGISTRY, Evidence, Outcome, judging_curve, loss_curve, main_loss
+from .base import REGISTRY, Evidence, Outcome, judging_curve, judging_metrics, loss_curve, main_loss, metric_curves
 from .thresholds import OutcomeThresholds, Thresholds
 
 __all__ = ["accumulation_onset", "after_learning", "came_back", "cause_onset", "nonfinite_input_onset", "regression_onset",
-           "root_cause_findings"]
+           "root_cause_findings", "runaway_onset"]
 
 
 def root_cause_findings(ev: Evidence, thresholds: Thresholds) -> list[Finding]:
@@ -111,6 +111,26 @@ def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite
             return onset
         recovered = recovered or (onset if lasting else None)
     return recovered
+
+
+def runaway_onset(ev: Evidence, thresholds: Thresholds) -> Onset | None:
+    """A finite run judged by its loss alone (no outcome metric beside it) whose loss ends ≥ ×2
+    where it began (`OutcomeThresholds.ran_away_factor`, `raised`; the first loss is the untrained
+    model's) ran away and did not come back: diverged where its loss first crossed that line, or
+    at the earliest direct cause the recorder saw around it (word2vec at lr ×100: 4.16 → 12 from
+    its first step; a table rescaled ×k at 47: 2.5 → 9.7 for good; round 14)."""
+    th = thresholds.outcome
+    if ev.outcome.learns is not False or ev.outcome.judged_by or judging_metrics(metric_curves(ev.scalars), th):
+        return None
+    steps, loss = loss_curve(ev.scalars)
+    if len(loss) < th.min_steps:
+        return None
+    line = raised(float(loss[0]), th.ran_away_factor)
+    if np.median(loss[-max(1, len(loss) // 4):]) < line:
+        return None
+    step = int(steps[np.argmax(loss > line)])
+    crossing = Onset(step, (step, step), main_loss(ev.scalars) or "loss", None, None, None, None)
+    return cause_onset(crossing, root_cause_findings(replace(ev, onset=crossing), thresholds), ev.first_nonfinite)
 
 
 def _best_after(steps: np.ndarray, loss: np.ndarray, step: int,

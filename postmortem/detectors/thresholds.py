@@ -39,6 +39,7 @@ class OutcomeThresholds:
     spike_window: int = 20  # the recent level: rolling median of the 20 previous losses (Megatron-LM)
     recovered_factor: float = 1.1  # came back: the loss returns to, and ends, within 10 % of its level before
     recovered_within: float = 0.5  # ...within the first half of the steps after the onset (our choice, docs/diagnoses.md)
+    ran_away_factor: float = 2.0  # a finite loss that ends ≥ 2× where it began ran away (Megatron-LM's "back below 2×", as spike_recovered; session 14 on round 14's word2vec at lr ×100, 4.16 → 12)
     recovered_mean_factor: float = 2.0  # ...and the mean of its last losses is back below 2× that level (Megatron-LM's "back below 2×", as spike_recovered; session 8, helper 12m, on weight_scale-mixer-s1: median 0, mean 3.4×)
 
 

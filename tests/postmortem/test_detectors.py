@@ -331,6 +331,30 @@ def test_a_finite_run_whose_loss_rose_for_good_after_an_lr_change_diverged_there
     assert labels == {"healthy"}
 
 
+def test_a_finite_loss_that_ends_twice_where_it_began_ran_away(tmp_path):
+    at = int(np.random.default_rng(8).integers(1, 60))
+    loss = _loss("flat")
+    loss[at:] *= 3.0  # ×3 from `at` on, for good, with no cause recorded
+    analysis, _ = _labels(tmp_path, _layers(), loss)
+    assert analysis.verdict == "diverged" and analysis.onset.step == at
+    loss = _loss("flat")
+    loss[at:] *= 1.5  # worse, not run away: a run that does not learn
+    analysis, _ = _labels(tmp_path / "worse", _layers(), loss)
+    assert analysis.verdict == "not_learning"
+
+
+def test_lookup_tables_have_no_init_scale_for_their_first_updates_to_erase(tmp_path):
+    names = ("u_embeddings", "v_embeddings")
+    manifest = _manifest(names)
+    first_updates_erase = _layers(names, ratio=0.9)
+    _, labels = _labels(tmp_path, first_updates_erase, _loss("learning"), manifest)
+    assert "lr_too_high" in labels  # weights of maps (Linear) that the first steps wiped
+    for module in manifest["models"]["model"]["modules"]:
+        module["type"] = "Embedding"
+    _, labels = _labels(tmp_path / "tables", first_updates_erase, _loss("learning"), manifest)
+    assert labels == {"healthy"}  # word2vec's tables: rows at ±0.5/dim and zeros
+
+
 def test_a_gan_whose_sample_distance_rose_for_good_after_an_lr_change_diverged_there(tmp_path):
     # Two adversarial losses and no single training loss: the sample distance judges the run.
     at = int(np.random.default_rng(11).integers(50, 90))
