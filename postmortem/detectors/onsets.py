@@ -73,8 +73,9 @@ _MAX_SPIKES = 5  # loss spikes whose batches are checked: an incident shows in i
 
 def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite | None) -> Onset | None:
     """A run that stayed finite but whose loss (or the outcome metric that judges it, `judging_curve`:
-    a WGAN's sample distance) rose after a param group's hyperparameter changed
-    ×k (or an optimizer state collapsed, or a batch ×10 out of its range spiked the loss), and
+    a WGAN's sample distance) rose after a param group's hyperparameter changed ×k (or an
+    optimizer state collapsed, weights were rescaled outside the optimizer, or a batch ×10 out of
+    its range spiked the loss), and
     never came back (every group's lr ×300: loss 2.3 → 3.3 for good), diverged there. When every
     such rise came back, the first after a lasting change (a hyperparameter, an optimizer state;
     not a one-off batch, whose spike is a note) is the onset of an incident the run recovered
@@ -91,6 +92,8 @@ def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite
     candidates = [(step, f"hyperparameter_changed: {name}") for step, name, _, _ in root_causes.hp_changes(window, whole_run)]
     candidates += [(step, f"optimizer_state_changed: {name}[{key}]")
                    for step, name, key, _ in root_causes.state_changes(window, whole_run)]
+    candidates += [(f.step, f"weights_changed_outside_optimizer: {', '.join(f.tensors[:3])}")
+                   for f in root_causes.weights_changed_outside_optimizer(window, whole_run)]
     spikes, _ = outcome.loss_spikes(loss, th)  # a loss spike a batch out of its range made (a unit change, ×1e3)
     for step in steps[spikes[:_MAX_SPIKES]]:
         batch = root_causes.batch_out_of_range(replace(window, onset=int(step)), thresholds.root_causes)

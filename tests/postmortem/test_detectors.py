@@ -331,6 +331,20 @@ def test_a_finite_run_whose_loss_rose_for_good_after_an_lr_change_diverged_there
     assert labels == {"healthy"}
 
 
+def test_a_finite_run_whose_loss_rose_for_good_after_a_weight_rescale_diverged_there(tmp_path):
+    loss = _loss("learning")
+    at = int(np.random.default_rng(10).integers(50, 90))
+    # ×300 at the rescale, then down to where the run began, where it stays (SAM's head ×100)
+    loss[at:] = loss[0] + 300 * np.median(loss[at - 10: at]) * np.exp(-np.arange(STEPS - at) / 3.0)
+    stats = _layers()
+    weight = (stats["name"] == "fc2.weight") & (stats["step"] >= at)
+    stats.loc[weight & (stats["role"] == "param"), "norm"] *= 100.0
+    stats.loc[weight & (stats["role"] == "update") & (stats["step"] == at), "norm"] = 500.0  # the whole new norm
+    analysis, labels = _labels(tmp_path, stats, loss)
+    assert analysis.verdict == "diverged" and analysis.onset.step == at
+    assert "weights_changed_outside_optimizer" in labels
+
+
 def test_a_finite_loss_that_ends_twice_where_it_began_ran_away(tmp_path):
     at = int(np.random.default_rng(8).integers(1, 60))
     loss = _loss("flat")
