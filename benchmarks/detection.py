@@ -958,8 +958,9 @@ the never-seen families' scores being the headline, and change nothing after rea
    restoring them and stepping SGD, BatchNorm running stats bypassed on the second pass,
    label smoothing 0.1, the ×0.2 step schedule, on generated colour patterns), committed and
    generated in session 14 (helper 14a) before that session's detector changes were final and
-   analysed only for this scoring; detectors changed on every other family. This table is
-   round 14's single scoring.
+   analysed only for this scoring; detectors changed on every other family. Scored once in
+   session 14 at 9f590b3; word2vec, triplet and sam's failures were read in session 14 (lead),
+   so they informed defaults since.
 15. Lead time: "median lead (steps)" counts runs whose first non-finite value comes after the
    truth's onset (a NaN batch, or a run that overflows on the injection step, has no lead to
    give; the old all-runs median, "median lead, all", counted those as 0); `(n)` is how many runs
