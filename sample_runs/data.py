@@ -88,6 +88,9 @@ __all__ = [
     "related_word_pairs",
     "class_balanced_sampler",
     "noisy_digits",
+    "BOXES",
+    "BoxesSpec",
+    "box_images",
 ]
 
 
@@ -824,6 +827,12 @@ class CartPole:
         self.state = self.rng.uniform(-0.05, 0.05, (self.envs, 4))
         return torch.from_numpy(self.state.astype(np.float32))
 
+    def reset_done(self, done: np.ndarray) -> torch.Tensor:
+        """Gym's vector-env autoreset: the ended episodes' states drawn again (as `reset`), the
+        others kept; returns the observations."""
+        self.state[done] = self.rng.uniform(-0.05, 0.05, (int(done.sum()), 4))
+        return torch.from_numpy(self.state.astype(np.float32))
+
     def step(self, actions: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
         spec = CARTPOLE
         x, x_dot, theta, theta_dot = self.state.T
@@ -1169,3 +1178,48 @@ def noisy_digits() -> Dataset:
     rows = digits("rows")
     noise = torch.randn(rows.x.shape, generator=torch.Generator().manual_seed(2030))
     return Dataset((rows.x + 0.3 * noise).unsqueeze(1), rows.y)
+
+
+@dataclass(frozen=True)
+class BoxesSpec:
+    """The detector's task: (1, size, size) grey images of 1 to `most` shapes of distinct classes
+    (`classes`: a filled square, a disc, a square frame), each of half-size 3 to 6 pixels, kept
+    apart (their boxes do not overlap), of random brightness on a noisy background; each image's
+    boxes as rows of (class, x1, y1, x2, y2) in pixels, padded with class −1."""
+
+    size: int = 32
+    classes: int = 3
+    most: int = 3
+    images: int = 1500
+    held_out: int = 200
+
+
+BOXES = BoxesSpec()
+
+
+@lru_cache(maxsize=1)
+def box_images() -> Dataset:
+    """The detection images and their (N, `most`, 5) int64 box rows (the same for every seed)."""
+    spec, rng = BOXES, np.random.default_rng(2031)
+    rows, cols = np.mgrid[: spec.size, : spec.size]
+    images = 0.1 * rng.standard_normal((spec.images, 1, spec.size, spec.size))
+    targets = np.full((spec.images, spec.most, 5), -1, dtype=np.int64)
+    for i in range(spec.images):
+        kinds = rng.permutation(spec.classes)[: rng.integers(1, spec.most + 1)]
+        placed = []
+        for slot, kind in enumerate(kinds):
+            for _ in range(50):  # rejection: a box clear of the boxes placed
+                half = int(rng.integers(3, 7))
+                r, c = (int(v) for v in rng.integers(half, spec.size - half, 2))
+                box = (c - half, r - half, c + half + 1, r + half + 1)
+                if all(box[2] <= b[0] or b[2] <= box[0] or box[3] <= b[1] or b[3] <= box[1] for b in placed):
+                    break
+            else:
+                continue
+            placed.append(box)
+            dr, dc = np.abs(rows - r), np.abs(cols - c)
+            inside = [(dr <= half) & (dc <= half), (rows - r) ** 2 + (cols - c) ** 2 <= half ** 2,
+                      (np.maximum(dr, dc) == half) | (np.maximum(dr, dc) == half - 1)][kind]
+            images[i, 0][inside] += 0.5 + 0.5 * rng.random()
+            targets[i, slot] = (kind, *box)
+    return Dataset(torch.from_numpy(images.astype(np.float32)), torch.from_numpy(targets))

@@ -21,7 +21,8 @@ on a ring of Gaussians, Hugging Face's `SwinForImageClassification`, a DQN agent
 student distilled from a frozen teacher, a BYOL encoder, a RealNVP normalizing flow, TransE
 knowledge-graph embeddings, an M5 keyword spotter on raw waveforms, LoRA fine-tuning of a
 pretrained GPT, a VQ-VAE with an EMA codebook, an N-BEATS forecaster, skip-gram word2vec with
-negative sampling, a triplet-loss embedding net and a Wide ResNet trained with SAM (`field_models`),
+negative sampling, a triplet-loss embedding net, a Wide ResNet trained with SAM, a PPO agent on
+CartPole, a one-level FCOS object detector and a timm-style EfficientNet (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -38,12 +39,16 @@ AdamW, the VQ-VAE by the plain loop with Adam (its codebook moved by its own EMA
 pass), N-BEATS by the plain loop with Adam on sMAPE, clip 1.0 and ElementAI's lr halving,
 word2vec by the plain loop with SparseAdam on its sparse embedding gradients, the triplet net by
 the plain loop with Adam on batch-hard triplets of P × K batches, the Wide ResNet by davda54/sam's
-two-pass loop (`training.train_sam`). Faults
+two-pass loop (`training.train_sam`), the PPO agent by CleanRL's `ppo.py` loop
+(`training.train_ppo`: one recorded step a minibatch update), the detector by the plain loop with
+SGD (momentum 0.9), torchvision's warm-up and ×0.1 steps on its loss dict (focal + GIoU), the
+EfficientNet by the plain loop with RMSprop, timm's warm-up and ×0.97 steps, label smoothing and
+a `ModelEmaV2` updated after each step. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
 whose loss does not fall as it learns declares the metric its truth reads instead
-(`OUTCOME_METRICS`: the agents' reward, the WGAN's sample distance, the flow's NLL less the data's
+(`OUTCOME_METRICS`: the agents' reward (the PPO agent's episodic return), the WGAN's sample distance, the flow's NLL less the data's
 entropy, the triplet net's held-out recall@1).
 """
 from __future__ import annotations
@@ -66,6 +71,7 @@ from .data import (
     CLOUDS,
     DENSITY,
     KEYWORDS,
+    BOXES,
     KITCHEN_WORDS,
     KNOWLEDGE_GRAPH,
     MLM,
@@ -81,6 +87,7 @@ from .data import (
     CartPole,
     Dataset,
     batch_sampler,
+    box_images,
     captioned_digits,
     char_corpus,
     class_balanced_sampler,
@@ -116,6 +123,7 @@ from .field_models import (
     FIELD_ARCHS,
     build_field_model,
     KDTeacher,
+    ModelEmaV2,
     SAM,
     batch_hard_triplet_loss,
     codebook_perplexity,
@@ -125,8 +133,12 @@ from .field_models import (
     byol_loss,
     byol_target,
     ddpm_loss,
+    detection_iou,
     distillation_loss,
+    fcos_loss,
+    fcos_targets,
     flow_nll,
+    sigmoid_focal_loss,
     hits_at_k,
     info_nce_loss,
     keyword_nll_loss,
@@ -152,7 +164,7 @@ from .models import TinyGPT
 from .nanogpt import LoopConfig, lr_at
 from .framework_loops import train_hf_trainer, train_lightning, train_lightning_wgan
 from .training import (broke_against, stalled_against, token_cross_entropy, train_dqn, train_field,
-                       train_policy_gradient, train_sam)
+                       train_policy_gradient, train_ppo, train_sam)
 
 __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
 
@@ -177,13 +189,17 @@ class Recipe:
     optimizer: str = "adamw"
     """`adamw`, `adam` (L2 weight decay in the gradient), `sgd` (Nesterov momentum 0.9), `plain_sgd`
     (no momentum: OpenKE's default), `sparse_adam` (`torch.optim.SparseAdam`) or `sam` (davda54's
-    SAM around SGD with momentum 0.9, rho `SAM_RHO`); `OPTIMIZERS`."""
+    SAM around SGD with momentum 0.9, rho `SAM_RHO`), `cleanrl_adam` (Adam, eps 1e-5: CleanRL's),
+    `momentum_sgd` (momentum 0.9, no Nesterov: torchvision's detection references) or `rmsprop_tf`
+    (timm's `rmsproptf` settings on `torch.optim.RMSprop`); `OPTIMIZERS`."""
     schedule: str = "cosine"
     """`cosine` (nanoGPT's warm-up then cosine), `step` (÷10 at 50 % and 75 % of the steps:
     DenseNet's), `linear` (decay to 0 over the run: WGAN-GP's), `halving` (× 0.5 every third of
     the steps: ElementAI's N-BEATS), `annealing` (`CosineAnnealingLR` to 0 over the run, no
     warm-up: word2vec-pytorch's), `step_x0.2` (× 0.2 at 30 %, 60 % and 80 % of the steps: davda54/sam's
-    `StepLR`) or `constant` (Stable-Baselines3's default)."""
+    `StepLR`), `warmup_multistep` (linear warm-up from 0.001×, then ×0.1 at 16/26 and 22/26 of the
+    steps: torchvision's detection references), `warmup_exp` (linear warm-up, then ×0.97 every
+    `EXP_DECAY_STEPS` steps: timm's `step` scheduler) or `constant` (Stable-Baselines3's default)."""
     bf16: bool = False
     """Trained under CPU bf16 autocast (timm's `--amp` with bf16)."""
     amsgrad: bool = False
@@ -192,6 +208,19 @@ class Recipe:
     """Trained under CPU float16 autocast with a `torch.amp.GradScaler("cpu")` (torch.amp's fp16
     recipe; `healthy_bf16` trains it under bf16 autocast without the scaler instead)."""
 
+
+PPO_LR = 2.5e-3
+"""The PPO agent's Adam lr (CleanRL's default; see `RECIPES`)."""
+EFFICIENTNET_LR = 1e-3
+"""The EfficientNet's RMSprop lr: timm's .048 for 1536 images scaled linearly to batch 32."""
+EXP_DECAY_STEPS = 10
+"""Steps between timm's ×0.97 lr decays (`warmup_exp`; its 2.4 epochs, scaled to a 150-step run)."""
+MODEL_EMA_DECAY = 0.999
+"""The EfficientNet's `ModelEmaV2` decay (timm's `--model-ema-decay` 0.9998, lower for 150 steps)."""
+PPO_ENVS = 4
+"""CartPoles the PPO agent steps together (CleanRL's `num_envs`)."""
+PPO_ROLLOUT = 128
+"""Steps of each env a PPO rollout collects (CleanRL's `num_steps`)."""
 
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
@@ -265,6 +294,19 @@ RECIPES = {
                       schedule="constant"),
     # davda54/sam's example: SGD lr 0.1, momentum 0.9, weight decay 5e-4, its StepLR; batch 32 (its 128).
     "sam": Recipe(lr=0.1, weight_decay=5e-4, batch=32, clip=None, warmup=0, optimizer="sam", schedule="step_x0.2"),
+    # CleanRL's ppo.py: Adam (eps 1e-5), lr annealed linearly to 0, clip_grad_norm_ 0.5; batch: its
+    # minibatch (4 envs x 128 steps in 4 minibatches).
+    "ppo": Recipe(lr=PPO_LR, weight_decay=0.0, batch=128, clip=0.5, warmup=0, optimizer="cleanrl_adam",
+                  schedule="linear"),
+    # torchvision's detection references (RetinaNet/FCOS): SGD momentum 0.9, weight decay 1e-4, lr
+    # 0.01 for 16 images, linear warm-up from 0.001x then x0.1 at epochs 16 and 22 of 26; no clipping.
+    "detector": Recipe(lr=0.01, weight_decay=1e-4, batch=16, clip=None, warmup=15, optimizer="momentum_sgd",
+                       schedule="warmup_multistep"),
+    # timm's EfficientNet-B0 recipe (rmsproptf, eps 1e-3, weight decay 1e-5, warm-up, x0.97 steps,
+    # label smoothing 0.1, drop-path 0.2, model EMA), its lr .048 for 1536 images at batch 32:
+    # EFFICIENTNET_LR.
+    "efficientnet": Recipe(lr=EFFICIENTNET_LR, weight_decay=1e-5, batch=32, clip=None, warmup=15,
+                           optimizer="rmsprop_tf", schedule="warmup_exp"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -273,6 +315,11 @@ OPTIMIZERS = {
     "adamw": lambda groups, lr, recipe: torch.optim.AdamW(groups, lr=lr, betas=recipe.betas, amsgrad=recipe.amsgrad),
     "sparse_adam": lambda groups, lr, recipe: torch.optim.SparseAdam(groups, lr=lr, betas=recipe.betas),
     "sam": lambda groups, lr, recipe: SAM(groups, torch.optim.SGD, rho=SAM_RHO, lr=lr, momentum=0.9),
+    "cleanrl_adam": lambda groups, lr, recipe: torch.optim.Adam(groups, lr=lr, eps=1e-5),
+    "momentum_sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9),
+    # TF's RMSprop as timm's rmsproptf sets it (alpha 0.9, eps 1e-3, momentum 0.9) on torch's RMSprop:
+    # eps outside the square root and square_avg starting at 0, where RMSpropTF starts it at 1.
+    "rmsprop_tf": lambda groups, lr, recipe: torch.optim.RMSprop(groups, lr=lr, alpha=0.9, eps=1e-3, momentum=0.9),
 }
 """Each `Recipe.optimizer`'s constructor over `_param_groups`."""
 N_CRITIC = 5
@@ -305,7 +352,8 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "siren": torch.nn.functional.mse_loss, "pointnet": pointnet_loss, "clip": clip_loss,
           "swin": soft_target_cross_entropy, "distil": distillation_loss, "byol": byol_loss, "realnvp": flow_nll,
           "transe": transe_margin_loss, "kws": keyword_nll_loss, "vqvae": vqvae_loss, "nbeats": smape_2_loss,
-          "word2vec": sgns_loss, "triplet": batch_hard_triplet_loss, "sam": smooth_crossentropy}
+          "word2vec": sgns_loss, "triplet": batch_hard_triplet_loss, "sam": smooth_crossentropy, "detector": fcos_loss,
+          "efficientnet": smoothed_cross_entropy}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -342,6 +390,8 @@ OUTCOME_METRICS = {
     # below a random net's (0.29-0.5), and the healthy runs end near it (0.21) while their recall
     # climbs (0.6 -> 0.78): the loss does not say whether the embedding learned.
     "triplet": OutcomeMetric("val_recall_at_1", higher_is_better=True, best=1.0),
+    # PPO's loss is a surrogate whose scale follows the advantages: CleanRL's episodic return instead.
+    "ppo": OutcomeMetric("reward", higher_is_better=True, best=float(CARTPOLE.max_steps)),
 }
 """Families judged on a metric (see `OutcomeMetric`; `loss`: the training loss's distance to its
 floor); every other family on its training loss."""
@@ -362,7 +412,8 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
     """nanoGPT's `get_lr` (`nanogpt.lr_at`) as a factor on each group's base lr: linear warm-up,
     then cosine decay to 10 %; or DenseNet's steps (÷10 at 50 % and at 75 % of the steps); or WGAN-GP's
     linear decay to 0 at the last step; or ElementAI's halving every third of the steps; or
-    `CosineAnnealingLR` to 0; or davda54/sam's ×0.2 steps; or a constant lr."""
+    `CosineAnnealingLR` to 0; or davda54/sam's ×0.2 steps; or torchvision's detection warm-up and
+    steps; or timm's warm-up and ×0.97 steps; or a constant lr."""
     if recipe.schedule == "constant":
         return lambda step: 1.0
     if recipe.schedule == "linear":
@@ -373,6 +424,12 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
         return lambda step: 0.5 * (1 + math.cos(math.pi * step / steps))
     if recipe.schedule == "step_x0.2":
         return lambda step: 0.2 ** ((step >= 0.3 * steps) + (step >= 0.6 * steps) + (step >= 0.8 * steps))
+    if recipe.schedule == "warmup_multistep":
+        return lambda step: (0.001 + 0.999 * step / recipe.warmup if step < recipe.warmup else 1.0) * \
+            0.1 ** ((step >= 16 * steps / 26) + (step >= 22 * steps / 26))
+    if recipe.schedule == "warmup_exp":
+        return lambda step: (step + 1) / (recipe.warmup + 1) if step < recipe.warmup else \
+            0.97 ** (step // EXP_DECAY_STEPS)
     if recipe.schedule == "step":
         return lambda step: 0.1 ** ((step >= steps // 2) + (step >= 3 * steps // 4))
     config = LoopConfig(steps=steps, warmup=recipe.warmup, lr=1.0)
@@ -443,17 +500,20 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
 FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae", "unet", "gnn",
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
-                "sam")
+                "sam", "ppo", "detector", "efficientnet")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
 corrupted buffer), the WGAN's the real points its critic reads, the student's the images its
 teacher reads too, the flow's its points, the keyword spotter's its waveforms, the VQ-VAE's its
 images, N-BEATS's its input windows (its targets, the windows' futures, left as they are), the
-triplet net's and the Wide ResNet's their images; word2vec reads word IDs."""
+triplet net's and the Wide ResNet's their images, the PPO agent's the observations of its
+minibatch (a corrupted rollout buffer), the detector's and the EfficientNet's their images;
+word2vec reads word IDs."""
 
 
-UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec")
+UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
+              "ppo")
 """Architectures trained without targets (self-supervised, generative, contrastive; an agent's
 actions are its own samples; a flow's density, TransE's triples and their corruptions, word2vec's
 word pairs and their sampled negatives): no labels to corrupt."""
@@ -495,6 +555,12 @@ LEFT_OUT = {
     # (they climb by rho a step, not stop), one that drops both drops every zero_grad too; neither
     # is the loop without optimizer.step() the family means.
     "sam": ("adam_state", "missing_step"),
+    # torchvision's SGD keeps no Adam moments. MislabeledBatch moves every entry of an integer
+    # target tensor; a detector's targets are rows of (class, box): moving the box coordinates by
+    # a class shift is not a batch with wrong labels, it is boxes in the wrong place.
+    "detector": ("adam_state", "healthy_spike"),
+    # RMSprop keeps square_avg, not Adam's exp_avg_sq: AdamStateZeroed would change nothing.
+    "efficientnet": ("adam_state",),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -571,7 +637,7 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     the WGAN-GP (its `draw` is the loader of real points, `eval_draw` the held-out points), the
     DQN agent as the REINFORCE agent; for the distilled student the distillation loss of a student
     that predicts the uniform distribution against its teacher's logits on the training digits;
-    the round-12 to round-14 families' in `ARCH_DATA`."""
+    the round-12 to round-15 families' in `ARCH_DATA`."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in ARCH_DATA:
         return ARCH_DATA[arch](micro, seed)
@@ -745,10 +811,49 @@ def _smoothed_pattern_data(micro: int, seed: int):
     return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), classes, math.log(classes) - entropy
 
 
+def _ppo_data(micro: int, seed: int):
+    """CleanRL's `PPO_ENVS` CartPoles (the `draw` makes them from a seed); no eval draw; chance as
+    the other agents': a uniformly random policy's reward shortfall."""
+    return (lambda env_seed: CartPole(env_seed, envs=PPO_ENVS)), None, CARTPOLE.actions, _random_policy_shortfall()
+
+
+def _box_data(micro: int, seed: int):
+    """The box images and their box rows (the last `BOXES.held_out` held out); chance: the loss of
+    a detector that learned nothing (`_detection_chance`)."""
+    images, held = box_images(), BOXES.held_out
+    train, test = Dataset(images.x[:-held], images.y[:-held]), Dataset(images.x[-held:], images.y[-held:])
+    return batch_sampler(train, micro, seed), batch_sampler(test, 100, seed + 1), BOXES.classes, _detection_chance()
+
+
+@lru_cache(maxsize=1)
+def _detection_chance() -> float:
+    """The detector's loss on the training images where it learned only each class's share of
+    positive locations (one logit a class everywhere) and no box (ltrb 0: a point at each location,
+    GIoU loss 1)."""
+    images, held = box_images(), BOXES.held_out
+    labels, _ = fcos_targets(images.y[:-held], (BOXES.size // 4, BOXES.size // 4), 4)
+    one_hot = nn.functional.one_hot(labels.clamp(min=0), BOXES.classes).float() * (labels >= 0).unsqueeze(-1)
+    share = one_hot.mean((0, 1))
+    logits = torch.log(share / (1 - share)).expand_as(one_hot)
+    per_image = [float(sigmoid_focal_loss(logits[i], one_hot[i])) / max(1, int((labels[i] >= 0).sum()))
+                 for i in range(len(labels))]
+    return sum(per_image) / len(per_image) + 1.0
+
+
+def _pattern_data(micro: int, seed: int):
+    """The colour patterns and their classes (the ConvNeXt's); chance: ln(classes), the smoothed
+    cross-entropy of the uniform prediction."""
+    images = pattern_images()
+    train, held = Dataset(images.x[:1600], images.y[:1600]), Dataset(images.x[1600:], images.y[1600:])
+    return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), PATTERNS.classes, \
+        math.log(PATTERNS.classes)
+
+
 ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_data, "lora": _kitchen_data,
              "vqvae": _pattern_reconstruction_data, "nbeats": _forecast_data, "word2vec": _skipgram_data,
-             "triplet": _metric_learning_data, "sam": _smoothed_pattern_data}
-"""(draw, eval_draw, classes, chance) of the round-12 to round-14 families, from the micro-batch
+             "triplet": _metric_learning_data, "sam": _smoothed_pattern_data, "ppo": _ppo_data, "detector": _box_data,
+             "efficientnet": _pattern_data}
+"""(draw, eval_draw, classes, chance) of the round-12 to round-15 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
     "transe": lambda model: {"hits_at_10": hits_at_k(model, knowledge_graph()[1], 10)},
@@ -757,6 +862,9 @@ EVAL_METRICS = {
     "word2vec": lambda model: {"wordsim_spearman": word_similarity_spearman(model, *related_word_pairs())},
     "triplet": lambda model: {"val_recall_at_1": recall_at_1(model, noisy_digits().x[1500:], noisy_digits().y[1500:])},
     "sam": lambda model: {"val_accuracy": _held_out_accuracy(model)},
+    "detector": lambda model: {"val_iou": detection_iou(model, box_images().x[-BOXES.held_out:],
+                                                        box_images().y[-BOXES.held_out:])},
+    "efficientnet": lambda model: {"val_accuracy": _held_out_accuracy(model)},
 }
 """Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
 
@@ -928,6 +1036,9 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
         ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(
             recipe.ema))
         after_step = lambda: ema.update_parameters(model)  # noqa: E731
+    if arch == "efficientnet":  # timm's train.py: model_ema.update(model) after each optimizer step
+        ema = ModelEmaV2(model, MODEL_EMA_DECAY)
+        after_step = lambda: ema.update(model)  # noqa: E731
     teacher = distillation_teacher(seed) if arch == "distil" else None
     if arch == "byol":  # the target network: projections in the loss, an EMA of the online weights after each step
         teacher = byol_target(model)
@@ -952,6 +1063,11 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                                         max_steps=CARTPOLE.max_steps, fault=fault,
                                         accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
                                         config=config, recorder_options=recorder_options)
+    elif arch == "ppo":
+        outcome = train_ppo(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, seed=seed,
+                            max_steps=CARTPOLE.max_steps, fault=fault, accumulation=options["accumulation"],
+                            clip=recipe.clip, bf16=options["bf16"], num_steps=PPO_ROLLOUT, config=config,
+                            recorder_options=recorder_options)
     elif arch == "dqn":
         outcome = train_dqn(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, seed=seed,
                             max_steps=CARTPOLE.max_steps, observations=CARTPOLE.observations, fault=fault,

@@ -206,6 +206,17 @@
   climbs to w + ρ·g/‖g‖, `second_step` restores w with `p.data = old_p` and steps the base
   optimizer), `smooth_crossentropy` (label smoothing 0.1, as KL) and
   `enable/disable_running_stats` (BatchNorm's momentum 0 on the second pass).
+- `PPOAgent`: CleanRL's `ppo.py` agent (separate tanh MLP actor and critic, orthogonal
+  `layer_init`, the actor's head at std 0.01, the critic's at 1), trained by `training.train_ppo`.
+- `TinyFCOS`: a one-level FCOS detector as torchvision's `FCOSHead` writes it (classification
+  and regression towers with GroupNorm, a 0.01-prior classification bias, ReLU'd ltrb distances;
+  no centerness, no FPN) on a small conv-BN-ReLU backbone; `fcos_loss` is its loss dict
+  (`loss_cls`: `sigmoid_focal_loss`, `loss_box`: `generalized_box_iou_loss`, both as
+  torchvision.ops writes them, over the positives); `detection_iou` the held-out box quality.
+- `EfficientNet`, `ModelEmaV2`: timm's EfficientNet from B0's block strings, narrow and shallow
+  (MBConv `InvertedResidual`s: expansion, depthwise conv, `SqueezeExcite`, SiLU, BatchNorm,
+  drop-path), timm's init; timm's `ModelEmaV2` (an untrained copy moved towards the weights after
+  each step).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -215,7 +226,8 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 `t5`, `clip` and `densenet` before the ninth, `reinforce`, `wgan_gp` and `swin` before the tenth,
 `dqn`, `distil` and `byol` before the eleventh, `realnvp`, `transe` and `kws` before the twelfth,
 `lora`, `vqvae` and `nbeats` before the thirteenth, `word2vec`, `triplet` and `sam` before the
-fourteenth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth (benchmarks/detection.py
+`NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -246,7 +258,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "VectorQuantizerEMA", "vqvae_loss", "codebook_perplexity", "NBeats", "smape_2_loss", "SkipGramModel",
            "sgns_loss", "word_similarity_spearman", "TripletEmbeddingNet", "batch_hard_triplet_loss", "recall_at_1",
            "WideResNet", "smooth_crossentropy", "SAM", "disable_running_stats", "enable_running_stats",
-           "build_field_model",
+           "PPOAgent", "TinyFCOS", "sigmoid_focal_loss", "generalized_box_iou_loss", "fcos_targets", "fcos_loss",
+           "detection_iou", "EfficientNet", "InvertedResidual", "SqueezeExcite", "ModelEmaV2", "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -2407,11 +2420,272 @@ def enable_running_stats(model: nn.Module) -> None:
     model.apply(_enable)
 
 
+def _cleanrl_layer(layer: nn.Linear, std: float = math.sqrt(2)) -> nn.Linear:
+    """CleanRL's `layer_init`: orthogonal weights of gain `std`, biases 0."""
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, 0.0)
+    return layer
+
+
+class PPOAgent(nn.Module):
+    """CleanRL's `ppo.py` `Agent`: a separate critic and actor, each Linear(obs, 64) → tanh →
+    Linear(64, 64) → tanh → a head (the critic's of std 1, the actor's logits of std 0.01), every
+    layer `layer_init`ed; `forward(observations)` gives (logits, values), `policy` the logits and
+    `value` the values (what the rollout needs, without gradient)."""
+
+    def __init__(self, observations: int, actions: int, width: int = 64) -> None:
+        super().__init__()
+        self.critic = nn.Sequential(_cleanrl_layer(nn.Linear(observations, width)), nn.Tanh(),
+                                    _cleanrl_layer(nn.Linear(width, width)), nn.Tanh(),
+                                    _cleanrl_layer(nn.Linear(width, 1), std=1.0))
+        self.actor = nn.Sequential(_cleanrl_layer(nn.Linear(observations, width)), nn.Tanh(),
+                                   _cleanrl_layer(nn.Linear(width, width)), nn.Tanh(),
+                                   _cleanrl_layer(nn.Linear(width, actions), std=0.01))
+        self.units = ["critic.0", "critic.2", "critic.4", "actor.0", "actor.2", "actor.4"]
+        self.hidden = ["actor.0", "actor.2"]
+        self.exposed = ["actor.0", "actor.4"]  # no normalisation anywhere: the first layer's tanh, the logits
+
+    def policy(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.actor(observations)
+
+    def value(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.critic(observations).squeeze(-1)
+
+    def forward(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy(observations), self.value(observations)
+
+
+def _conv_bn_relu(inputs: int, outputs: int, stride: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(inputs, outputs, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(outputs),
+                         nn.ReLU())
+
+
+class TinyFCOS(nn.Module):
+    """A single-level FCOS detector as torchvision's `FCOSHead` lays it out: a small conv backbone
+    (conv-BN-ReLU, stride 4 in all), then a classification tower (conv 3×3 + GroupNorm(16) + ReLU)
+    into `cls_logits` (one logit a class and a location, bias −log((1 − 0.01) / 0.01): the 0.01
+    prior) and a regression tower into `bbox_reg` (ReLU'd left, top, right, bottom distances of
+    each location to its box, in strides); torchvision's init (normal std 0.01, biases 0) in the
+    heads. No centerness branch, one feature level (no FPN). `forward(images)` gives
+    (class logits (B, C, H, W), ltrb (B, 4, H, W))."""
+
+    stride = 4
+
+    def __init__(self, classes: int, width: int = 32) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(OrderedDict(
+            stem=_conv_bn_relu(1, 16, 1), layer1=_conv_bn_relu(16, width, 2), layer2=_conv_bn_relu(width, width, 2),
+            layer3=_conv_bn_relu(width, width, 1)))
+        self.cls_tower, self.bbox_tower = (
+            nn.Sequential(nn.Conv2d(width, width, 3, padding=1), nn.GroupNorm(16, width), nn.ReLU()) for _ in range(2))
+        self.cls_logits = nn.Conv2d(width, classes, 3, padding=1)
+        self.bbox_reg = nn.Conv2d(width, 4, 3, padding=1)
+        for layer in (self.cls_tower[0], self.bbox_tower[0], self.cls_logits, self.bbox_reg):
+            nn.init.normal_(layer.weight, std=0.01)
+            nn.init.constant_(layer.bias, 0.0)
+        nn.init.constant_(self.cls_logits.bias, -math.log((1 - 0.01) / 0.01))
+        self.units = ["backbone.stem", "backbone.layer1", "backbone.layer2", "backbone.layer3", "cls_tower",
+                      "cls_logits", "bbox_tower", "bbox_reg"]
+        self.hidden = ["backbone.stem", "backbone.layer1", "backbone.layer2", "backbone.layer3"]
+        self.exposed = ["cls_logits", "bbox_reg"]  # each head's output: every other conv meets a norm next
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.backbone(images)
+        return self.cls_logits(self.cls_tower(features)), torch.relu(self.bbox_reg(self.bbox_tower(features)))
+
+
+def sigmoid_focal_loss(logits: torch.Tensor, targets: torch.Tensor, alpha: float = 0.25,
+                       gamma: float = 2.0) -> torch.Tensor:
+    """torchvision.ops.sigmoid_focal_loss (Lin et al.'s), summed: BCE-with-logits × (1 − p_t)^γ,
+    weighted α on positives and 1 − α on negatives (torchvision is not a dependency here)."""
+    p = torch.sigmoid(logits)
+    ce = nn.functional.binary_cross_entropy_with_logits(logits, targets, reduction="none")
+    p_t = p * targets + (1 - p) * (1 - targets)
+    loss = ce * (1 - p_t) ** gamma
+    return ((alpha * targets + (1 - alpha) * (1 - targets)) * loss).sum()
+
+
+def generalized_box_iou_loss(boxes: torch.Tensor, targets: torch.Tensor, eps: float = 1e-7) -> torch.Tensor:
+    """torchvision.ops.generalized_box_iou_loss of paired (N, 4) x1y1x2y2 boxes, summed: 1 − IoU
+    plus the share of the enclosing box that neither covers."""
+    x1, y1 = torch.max(boxes[:, 0], targets[:, 0]), torch.max(boxes[:, 1], targets[:, 1])
+    x2, y2 = torch.min(boxes[:, 2], targets[:, 2]), torch.min(boxes[:, 3], targets[:, 3])
+    inter = (x2 - x1).clamp(min=0) * (y2 - y1).clamp(min=0)
+    area = lambda b: (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])  # noqa: E731
+    union = area(boxes) + area(targets) - inter
+    iou = inter / (union + eps)
+    hull = ((torch.max(boxes[:, 2], targets[:, 2]) - torch.min(boxes[:, 0], targets[:, 0]))
+            * (torch.max(boxes[:, 3], targets[:, 3]) - torch.min(boxes[:, 1], targets[:, 1])))
+    return (1 - iou + (hull - union) / (hull + eps)).sum()
+
+
+def fcos_targets(targets: torch.Tensor, size: tuple[int, int], stride: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """FCOS's assignment on one level: a location (its cell's centre) is positive for a box that
+    contains it, the smallest such box where several do. `targets` (B, K, 5) int64 rows of
+    (class, x1, y1, x2, y2), class −1 padding. Returns each location's class (B, H·W; −1
+    background) and its box (B, H·W, 4)."""
+    rows, cols = size
+    ys, xs = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
+    centres = torch.stack([(xs.flatten() + 0.5) * stride, (ys.flatten() + 0.5) * stride], 1)  # (L, 2)
+    boxes = targets[..., 1:].float()  # (B, K, 4)
+    inside = ((centres[None, :, None, 0] > boxes[:, None, :, 0]) & (centres[None, :, None, 0] < boxes[:, None, :, 2])
+              & (centres[None, :, None, 1] > boxes[:, None, :, 1]) & (centres[None, :, None, 1] < boxes[:, None, :, 3])
+              & (targets[:, None, :, 0] >= 0))  # (B, L, K)
+    area = ((boxes[..., 2] - boxes[..., 0]) * (boxes[..., 3] - boxes[..., 1]))[:, None, :].expand_as(inside)
+    chosen = torch.where(inside, area, torch.full_like(area, math.inf)).argmin(-1)  # (B, L)
+    labels = torch.gather(targets[..., 0], 1, chosen).where(inside.any(-1), torch.full_like(chosen, -1))
+    return labels, torch.gather(boxes, 1, chosen.unsqueeze(-1).expand(-1, -1, 4))
+
+
+def _decoded_boxes(ltrb: torch.Tensor, stride: int) -> torch.Tensor:
+    """(B, 4, H, W) ltrb distances in strides → (B, H·W, 4) x1y1x2y2 boxes around each location's centre."""
+    _, _, rows, cols = ltrb.shape
+    ys, xs = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
+    cx, cy = ((xs.flatten() + 0.5) * stride).to(ltrb), ((ys.flatten() + 0.5) * stride).to(ltrb)
+    d = ltrb.flatten(2).transpose(1, 2) * stride
+    return torch.stack([cx - d[..., 0], cy - d[..., 1], cx + d[..., 2], cy + d[..., 3]], -1)
+
+
+def fcos_loss(output: tuple[torch.Tensor, torch.Tensor], targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """torchvision's `FCOSHead.compute_loss` without centerness, as its loss dict: `loss_cls`,
+    the sigmoid focal loss over every location and class, and `loss_box`, the GIoU loss of the
+    positive locations' decoded boxes, each summed and divided by the positives (at least 1)."""
+    logits, ltrb = output
+    classes, (_, _, rows, cols) = logits.shape[1], logits.shape
+    labels, boxes = fcos_targets(targets, (rows, cols), TinyFCOS.stride)
+    positive = labels >= 0
+    one_hot = nn.functional.one_hot(labels.clamp(min=0), classes).float() * positive.unsqueeze(-1)
+    positives = max(1, int(positive.sum()))
+    predicted = _decoded_boxes(ltrb, TinyFCOS.stride)
+    return {"loss_cls": sigmoid_focal_loss(logits.flatten(2).transpose(1, 2), one_hot) / positives,
+            "loss_box": generalized_box_iou_loss(predicted[positive], boxes[positive]) / positives}
+
+
+def detection_iou(model: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> float:
+    """Held-out box quality: for each object, the IoU with its box of the box predicted at the
+    location that scores its class highest in its image (an image holds at most one object of a
+    class), averaged over the objects; eval mode, no gradient."""
+    model.eval()
+    with torch.no_grad():
+        logits, ltrb = model(images)
+    model.train()
+    predicted = _decoded_boxes(ltrb, TinyFCOS.stride)  # (B, L, 4)
+    image, slot = torch.nonzero(targets[..., 0] >= 0, as_tuple=True)
+    best = logits.flatten(2)[image, targets[image, slot, 0]].argmax(-1)
+    box, truth = predicted[image, best], targets[image, slot, 1:].float()
+    x1, y1 = torch.max(box[:, 0], truth[:, 0]), torch.max(box[:, 1], truth[:, 1])
+    x2, y2 = torch.min(box[:, 2], truth[:, 2]), torch.min(box[:, 3], truth[:, 3])
+    inter = (x2 - x1).clamp(min=0) * (y2 - y1).clamp(min=0)
+    area = lambda b: (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])  # noqa: E731
+    return float((inter / (area(box) + area(truth) - inter).clamp(min=1e-7)).mean())
+
+
+class SqueezeExcite(nn.Module):
+    """timm's `SqueezeExcite` of an MBConv block: global average pool → 1×1 conv to
+    `reduced` channels → SiLU → 1×1 conv back → sigmoid gate on the channels."""
+
+    def __init__(self, channels: int, reduced: int) -> None:
+        super().__init__()
+        self.conv_reduce, self.act1 = nn.Conv2d(channels, reduced, 1), nn.SiLU()
+        self.conv_expand = nn.Conv2d(reduced, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(self.conv_expand(self.act1(self.conv_reduce(x.mean((2, 3), keepdim=True)))))
+
+
+class InvertedResidual(nn.Module):
+    """timm's `InvertedResidual` (MBConv): 1×1 expansion conv-BN-SiLU (absent at ratio 1: timm's
+    `DepthwiseSeparableConv`), k×k depthwise conv-BN-SiLU, squeeze-excitation (reduced from the
+    block's input channels × 0.25), 1×1 projection conv-BN (no activation), and where the shape is
+    kept a residual with drop-path."""
+
+    def __init__(self, inputs: int, outputs: int, kernel: int, stride: int, expand: int, drop: float) -> None:
+        super().__init__()
+        mid = inputs * expand
+        self.conv_pw = nn.Sequential(nn.Conv2d(inputs, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.SiLU()) \
+            if expand != 1 else nn.Identity()
+        self.conv_dw = nn.Sequential(nn.Conv2d(mid, mid, kernel, stride, kernel // 2, groups=mid, bias=False),
+                                     nn.BatchNorm2d(mid), nn.SiLU())
+        self.se = SqueezeExcite(mid, max(1, int(inputs * 0.25)))
+        self.conv_pwl = nn.Sequential(nn.Conv2d(mid, outputs, 1, bias=False), nn.BatchNorm2d(outputs))
+        self.residual, self.drop = stride == 1 and inputs == outputs, drop
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv_pwl(self.se(self.conv_dw(self.conv_pw(x))))
+        return x + drop_path(h, self.drop, self.training) if self.residual else h
+
+
+class EfficientNet(nn.Module):
+    """timm's `EfficientNet` built from B0's block strings, narrow and shallow for 16×16 colour
+    patterns: a 3×3 stem conv-BN-SiLU (stride 1 here, B0's 2), stages `ds_r1_k3_s1_c16`,
+    `ir_r2_k3_s2_e4_c24`, `ir_r2_k5_s2_e4_c40` (B0's e6 at e4) with SE 0.25, a 1×1 head conv to
+    128 channels + BN + SiLU, global average pooling, dropout 0.2, a linear classifier; drop-path
+    rising linearly to `drop_path_rate` over the blocks; timm's `_init_weight_goog` (convs
+    N(0, √(2 / fan_out)), BN 1 and 0, the classifier uniform ±1/√classes)."""
+
+    stages = ((1, 3, 1, 1, 16), (2, 3, 2, 4, 24), (2, 5, 2, 4, 40))
+    """(repeats, kernel, stride, expansion, channels) of each stage."""
+
+    def __init__(self, classes: int, drop_path_rate: float = 0.2, head: int = 128) -> None:
+        super().__init__()
+        self.conv_stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.SiLU())
+        total, blocks, inputs = sum(s[0] for s in self.stages), [], 16
+        for repeats, kernel, stride, expand, outputs in self.stages:
+            stage = []
+            for i in range(repeats):
+                rate = drop_path_rate * (len(stage) + sum(len(b) for b in blocks)) / total
+                stage.append(InvertedResidual(inputs, outputs, kernel, stride if i == 0 else 1, expand, rate))
+                inputs = outputs
+            blocks.append(nn.Sequential(*stage))
+        self.blocks = nn.Sequential(*blocks)
+        self.conv_head = nn.Sequential(nn.Conv2d(inputs, head, 1, bias=False), nn.BatchNorm2d(head), nn.SiLU())
+        self.dropout, self.classifier = nn.Dropout(0.2), nn.Linear(head, classes)
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                fan_out = module.kernel_size[0] * module.kernel_size[1] * module.out_channels // module.groups
+                nn.init.normal_(module.weight, 0, math.sqrt(2.0 / fan_out))
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Linear):
+                bound = 1 / math.sqrt(module.weight.size(0))
+                nn.init.uniform_(module.weight, -bound, bound)
+                nn.init.zeros_(module.bias)
+        block_names = [f"blocks.{i}.{j}" for i, stage in enumerate(self.blocks) for j in range(len(stage))]
+        self.units = ["conv_stem", *block_names, "conv_head", "classifier"]
+        self.hidden = block_names
+        # The logits; the last block's SE gate logits (into a sigmoid): every other conv meets a BatchNorm next.
+        self.exposed = ["classifier", f"{block_names[-1]}.se.conv_expand"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = self.conv_head(self.blocks(self.conv_stem(x)))
+        return self.classifier(self.dropout(features.mean((2, 3))))
+
+
+class ModelEmaV2:
+    """timm's `ModelEmaV2`: a deep copy of the model in eval mode, never trained, its every
+    floating state entry (weights and BatchNorm's running stats) moved to decay × itself +
+    (1 − decay) × the model's after each optimizer step (`update`), integer entries copied."""
+
+    def __init__(self, model: nn.Module, decay: float) -> None:
+        import copy
+
+        self.module = copy.deepcopy(model).eval().requires_grad_(False)
+        self.decay = decay
+
+    def update(self, model: nn.Module) -> None:
+        with torch.no_grad():
+            for ema_v, model_v in zip(self.module.state_dict().values(), model.state_dict().values()):
+                if ema_v.is_floating_point():
+                    ema_v.mul_(self.decay).add_(model_v, alpha=1 - self.decay)
+                else:
+                    ema_v.copy_(model_v)
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
-               "sam")
+               "sam", "ppo", "detector", "efficientnet")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -2460,6 +2734,9 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "word2vec": lambda vocab: SkipGramModel(TOPICS.vocab),
     "triplet": lambda vocab: TripletEmbeddingNet(),
     "sam": lambda vocab: WideResNet(labels=vocab),
+    "ppo": lambda vocab: PPOAgent(CARTPOLE.observations, CARTPOLE.actions),
+    "detector": lambda vocab: TinyFCOS(vocab),
+    "efficientnet": lambda vocab: EfficientNet(vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""

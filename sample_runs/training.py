@@ -13,7 +13,7 @@ from torch import nn
 
 from .faults import Fault
 
-__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_sam", "train_policy_gradient", "train_dqn", "ReplayBuffer", "first_nonfinite", "broke_after", "broke_against",
+__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_sam", "train_ppo", "train_policy_gradient", "train_dqn", "ReplayBuffer", "first_nonfinite", "broke_after", "broke_against",
            "stalled_against", "token_cross_entropy"]
 
 STEPS_AFTER_NONFINITE = 3
@@ -229,7 +229,9 @@ def train_field(
     `scaler.update()`; the recorder is given the scaler. `eval_metrics()` runs beside the eval
     loop and its metrics are recorded with `val_loss` (a ranking model's hits@10), and kept in the
     outcome at every step they are measured (a family judged on a held-out metric evaluates every
-    step: `eval_every=1`).
+    step: `eval_every=1`). A `loss_fn` may return torchvision's loss dict (a detector's
+    `loss_cls` and `loss_box`): the loss is its sum, each part recorded beside it, averaged over
+    the micro-batches.
     `run_dir=None` trains without recording (the losses only).
     """
     fault = fault or Fault()
@@ -248,7 +250,7 @@ def train_field(
     def evaluate() -> float:
         model.eval()
         with torch.no_grad():
-            value = sum(loss_of(*eval_draw()).item() for _ in range(2)) / 2
+            value = sum(_summed(loss_of(*eval_draw()))[0].item() for _ in range(2)) / 2
         model.train()
         return value
 
@@ -263,14 +265,16 @@ def train_field(
                 for group in optimizer.param_groups:
                     group["lr"] = group["base_lr"] * lr_at(step)
                 fault.before_step(step, model, optimizer)
-                total = 0.0
+                total, parts = 0.0, {}
                 for _ in range(accumulation):
                     x, y = fault.batch(step, *draw())
                     if mix is not None:
                         x, y = mix(x, y)
-                    loss = loss_of(x, y)
+                    loss, named = _summed(loss_of(x, y))
                     (loss / accumulation if scaler is None else scaler.scale(loss / accumulation)).backward()
                     total += loss.item() / accumulation
+                    for name, value in named.items():
+                        parts[name] = parts.get(name, 0.0) + value.item() / accumulation
                 if scaler is not None:
                     scaler.unscale_(optimizer)
                 if clip is not None:
@@ -286,11 +290,19 @@ def train_field(
                     scaler.update()
                 if fault.zero_grad(step):
                     optimizer.zero_grad(set_to_none=True)
-                rec.step(loss=total, inputs=x, targets=y, **extra)
+                rec.step(loss=total, inputs=x, targets=y, **parts, **extra)
                 outcome.log(step, total, **extra)
     except TrainingDiverged:
         pass
     return outcome
+
+
+def _summed(loss: torch.Tensor | dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """A loss, or torchvision's loss dict summed (the detection references' `sum(loss_dict.values())`)
+    with its parts, which the loop logs beside the loss as the references' `MetricLogger` does."""
+    if isinstance(loss, dict):
+        return sum(loss.values()), loss
+    return loss, {}
 
 
 def train_sam(
@@ -624,3 +636,152 @@ def train_dqn(
     except TrainingDiverged:
         pass
     return outcome
+
+
+def _gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
+         next_done: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+    """CleanRL's generalized advantage estimate of a (T, N) rollout: δ_t = r_t + γ·V(s_t+1)·(1 − done_t+1)
+    − V(s_t), A_t = δ_t + γλ·(1 − done_t+1)·A_t+1, bootstrapped by V of the observation after the rollout."""
+    advantages, last = torch.zeros_like(rewards), torch.zeros_like(next_value)
+    for t in reversed(range(len(rewards))):
+        nonterminal = 1.0 - (next_done if t == len(rewards) - 1 else dones[t + 1])
+        following = next_value if t == len(rewards) - 1 else values[t + 1]
+        delta = rewards[t] + gamma * following * nonterminal - values[t]
+        advantages[t] = last = delta + gamma * lam * nonterminal * last
+    return advantages
+
+
+def train_ppo(
+    run_dir: Path | None,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    make_env: Callable[[int], object],
+    *,
+    steps: int,
+    lr_at: Callable[[int], float],
+    seed: int,
+    max_steps: int,
+    fault: Fault | None = None,
+    accumulation: int = 1,
+    clip: float | None = 0.5,
+    bf16: bool = False,
+    num_steps: int = 32,
+    update_epochs: int = 4,
+    minibatches: int = 4,
+    gamma: float = 0.99,
+    gae_lambda: float = 0.95,
+    clip_coef: float = 0.2,
+    ent_coef: float = 0.01,
+    vf_coef: float = 0.5,
+    config: dict | None = None,
+    recorder_options: dict | None = None,
+) -> Outcome:
+    """CleanRL's `ppo.py`: rollouts of `num_steps` steps of every env (autoreset; an episode also
+    ends at `max_steps`, counted as done, as CleanRL counts truncation), GAE(γ, λ), then
+    `update_epochs` shuffled passes over `minibatches` minibatches, each one optimizer step and one
+    recorded step: advantages normalised per minibatch, the clipped surrogate, the clipped value
+    loss (`clip_vloss`), the entropy bonus, `zero_grad()` → backward → `clip_grad_norm_(clip)` →
+    `optimizer.step()`. The lr is annealed linearly once per rollout (`lr_at` of the rollout's first
+    step, a factor on each group's `base_lr`). `rec.step(loss, inputs = the minibatch's
+    observations, targets = its actions, reward = the mean episodic return of the episodes that
+    ended in the last rollout (the one before while none did), and CleanRL's losses/ scalars)`.
+    The fault's `batch` sees each micro-batch's observations and actions (a corrupted rollout
+    buffer); with `accumulation`, each minibatch splits into micro-batches (each loss weighted
+    by its share) after its advantages are normalised; `bf16` runs the update's forward under CPU
+    bf16 autocast."""
+    fault = fault or Fault()
+    fault.install(model)
+    outcome = Outcome()
+    env, sampler = make_env(seed), np.random.default_rng(seed + 2)
+    obs, done, episode, reward = env.reset(), torch.zeros(env.envs), np.zeros(env.envs), 0.0
+    for group in optimizer.param_groups:
+        group.setdefault("base_lr", group["lr"])
+    updates = update_epochs * minibatches
+    try:
+        with _recorder(run_dir, model, optimizer, config, recorder_options) as rec:
+            for step in range(steps):
+                if step % updates == 0:
+                    for group in optimizer.param_groups:
+                        group["lr"] = group["base_lr"] * lr_at(step)
+                    rollout, obs, done, episode, reward = _ppo_rollout(model, env, obs, done, episode, reward,
+                                                                       num_steps, max_steps, sampler, gamma, gae_lambda)
+                    size = len(rollout["actions"])
+                    order = [torch.from_numpy(sampler.permutation(size)) for _ in range(update_epochs)]
+                fault.before_step(step, model, optimizer)
+                index = order[(step % updates) // minibatches].chunk(minibatches)[step % minibatches]
+                advantages = rollout["advantages"][index]
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+                if fault.zero_grad(step):
+                    optimizer.zero_grad()
+                parts, total = {}, 0.0
+                for micro in torch.arange(len(index)).chunk(accumulation):
+                    x, a = fault.batch(step, rollout["obs"][index[micro]], rollout["actions"][index[micro]])
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                        logits, values = model(x)
+                    losses = _ppo_losses(logits.float(), values.float(), a, advantages[micro],
+                                         {k: v[index[micro]] for k, v in rollout.items()}, clip_coef)
+                    loss = losses["policy_loss"] - ent_coef * losses["entropy"] + vf_coef * losses["value_loss"]
+                    (loss * len(micro) / len(index)).backward()
+                    total += loss.item() * len(micro) / len(index)
+                    for name, value in losses.items():
+                        parts[name] = parts.get(name, 0.0) + value.item() * len(micro) / len(index)
+                if clip is not None:
+                    nn.utils.clip_grad_norm_(model.parameters(), clip)
+                if fault.take_step(step):
+                    optimizer.step()
+                rec.step(loss=total, inputs=x, targets=a, reward=reward, **parts)
+                outcome.log(step, total, reward=reward)
+    except TrainingDiverged:
+        pass
+    return outcome
+
+
+def _ppo_losses(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor,
+                old: dict[str, torch.Tensor], clip_coef: float) -> dict[str, torch.Tensor]:
+    """CleanRL's minibatch losses: the clipped surrogate, ½ the max of the unclipped and clipped
+    squared value errors, the policy's entropy; `approx_kl` and `clipfrac` as it logs them."""
+    log_probs = torch.log_softmax(logits, -1)
+    logratio = log_probs.gather(1, actions.unsqueeze(1)).squeeze(1) - old["logprobs"]
+    ratio = logratio.exp()
+    policy = torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean()
+    clipped = old["values"] + torch.clamp(values - old["values"], -clip_coef, clip_coef)
+    value = 0.5 * torch.max((values - old["returns"]) ** 2, (clipped - old["returns"]) ** 2).mean()
+    entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
+    return {"policy_loss": policy, "value_loss": value, "entropy": entropy, "approx_kl": approx_kl,
+            "clipfrac": clipfrac}
+
+
+def _ppo_rollout(model: nn.Module, env, obs: torch.Tensor, done: torch.Tensor, episode: np.ndarray, reward: float,
+                 num_steps: int, max_steps: int, rng: np.random.Generator, gamma: float, lam: float):
+    """`num_steps` steps of every env under the current policy (no gradient), autoreset, as CleanRL
+    collects them; returns the flattened rollout (obs, actions, logprobs, values, advantages,
+    returns), the carried-over obs, done and episode lengths, and the mean return of the episodes
+    that ended (`reward` where none did). Raises TrainingDiverged on non-finite logits."""
+    buffers = {name: [] for name in ("obs", "actions", "logprobs", "values", "dones", "rewards")}
+    finished = []
+    with torch.no_grad():
+        for _ in range(num_steps):
+            logits, value = model.policy(obs), model.value(obs)
+            if not torch.isfinite(logits).all():
+                raise TrainingDiverged("the policy's logits are not finite")
+            cumulative = torch.softmax(logits, -1).cumsum(-1).numpy()
+            action = (rng.random((len(cumulative), 1)) > cumulative[:, :-1]).sum(1)
+            log_prob = torch.log_softmax(logits, -1)[torch.arange(len(action)), torch.from_numpy(action)]
+            for name, item in (("obs", obs), ("actions", torch.from_numpy(action)), ("logprobs", log_prob),
+                               ("values", value), ("dones", done), ("rewards", torch.ones(env.envs))):
+                buffers[name].append(item)
+            obs, ended = env.step(action)
+            episode += 1
+            ended |= episode >= max_steps
+            finished.extend(episode[ended].tolist())
+            episode[ended] = 0
+            obs, done = env.reset_done(ended), torch.from_numpy(ended.astype(np.float32))
+        stacked = {name: torch.stack(items) for name, items in buffers.items()}
+        advantages = _gae(stacked["rewards"], stacked["values"], stacked["dones"], model.value(obs), done, gamma, lam)
+    rollout = {"obs": stacked["obs"].flatten(0, 1), "actions": stacked["actions"].flatten().long(),
+               "logprobs": stacked["logprobs"].flatten(), "values": stacked["values"].flatten(),
+               "advantages": advantages.flatten(), "returns": (advantages + stacked["values"]).flatten()}
+    return rollout, obs, done, episode, (float(np.mean(finished)) if finished else reward)

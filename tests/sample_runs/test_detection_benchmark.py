@@ -72,21 +72,21 @@ def _row(detection, arch, config, right, held_out=False):
 
 
 def test_each_family_is_scored_with_the_configuration_chosen_on_the_others(detection):
-    # "b" is right on mlp, cnn and lstm, "a" only on sam: sam gets "b", chosen without it.
+    # "b" is right on mlp, cnn and lstm, "a" only on detector: detector gets "b", chosen without it.
     results = {"mlp": {"a": False, "b": True}, "cnn": {"a": False, "b": True}, "lstm": {"a": False, "b": True},
-               "sam": {"a": True, "b": False}}
+               "detector": {"a": True, "b": False}}
     rows = [_row(detection, arch, config, right, arch in detection.NEVER_SEEN_ARCHS)
             for arch, by_config in results.items() for config, right in by_config.items()]
     chosen = detection.choose_per_family(rows)
-    assert chosen == {"cnn": "b", "lstm": "b", "mlp": "b", "sam": "b"}
+    assert chosen == {"cnn": "b", "lstm": "b", "mlp": "b", "detector": "b"}
     left = detection.left_out_rows(rows, chosen)
-    assert sorted(r.run for r in left) == ["cnn-b", "lstm-b", "mlp-b", "sam-b"]
-    # With sam's runs alone deciding, "a" would win: the choice for a family never reads its runs.
-    alone = [r for r in rows if r.arch in ("sam", "mlp")]
-    assert detection.choose_per_family(alone) == {"sam": "b", "mlp": "a"}
+    assert sorted(r.run for r in left) == ["cnn-b", "detector-b", "lstm-b", "mlp-b"]
+    # With detector's runs alone deciding, "a" would win: the choice for a family never reads its runs.
+    alone = [r for r in rows if r.arch in ("detector", "mlp")]
+    assert detection.choose_per_family(alone) == {"detector": "b", "mlp": "a"}
     text = detection.left_out_section(rows)
-    assert "| sam (never seen) | b | 1 | 0/1 (0 %)" in text
-    assert "| **never seen (word2vec, triplet, sam; 1 runs)** | 1 | 0/1 (0 %)" in text
+    assert "| detector (never seen) | b | 1 | 0/1 (0 %)" in text
+    assert "| **never seen (ppo, detector, efficientnet; 1 runs)** | 1 | 0/1 (0 %)" in text
 
 
 def test_a_grid_analyses_each_run_once_per_configuration_and_caches_it(detection, runs):

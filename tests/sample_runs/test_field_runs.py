@@ -46,7 +46,8 @@ def test_catalogue_looks_like_the_field():
                                        "simclr", "ddpm", "ctc", "mamba", "fttransformer", "convnext", "bert_mlm",
                                        "siren", "pointnet", "t5", "clip", "densenet", "reinforce",
                                        "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "transe", "kws",
-                                       "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam"}
+                                       "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam", "ppo", "detector",
+                                       "efficientnet"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -1283,3 +1284,157 @@ def test_sam_climbs_by_rho_steps_from_the_restored_weights_and_is_recorded_as_it
     stats = read_stats(tmp_path / "run")
     assert set(stats[stats["role"] == "state"]["key"]) == {"momentum_buffer"}  # not SAM's old_p copies
     assert {"adam_state", "missing_step"} <= set(LEFT_OUT["sam"])
+
+
+def test_ppo_updates_on_minibatches_of_gae_rollouts_with_clipped_losses_and_is_judged_on_its_return(tmp_path):
+    from sample_runs.field import OUTCOME_METRICS, PPO_ENVS, _data
+    from sample_runs.training import _gae, _ppo_losses, train_ppo
+
+    rewards, values = torch.ones(3, 1), torch.tensor([[0.5], [0.2], [0.4]])
+    dones = torch.tensor([[0.0], [0.0], [1.0]])  # the episode ends after step 1; step 2 starts a new one
+    advantages = _gae(rewards, values, dones, torch.tensor([0.3]), torch.tensor([0.0]), 0.9, 0.5)
+    d2 = 1 + 0.9 * 0.3 - 0.4
+    d1 = 1 - 0.2  # no bootstrap across the episode's end
+    d0 = 1 + 0.9 * 0.2 - 0.5
+    assert advantages.flatten().tolist() == pytest.approx([d0 + 0.45 * d1, d1, d2])
+    old = {"logprobs": torch.log(torch.tensor([0.5, 0.5])), "values": torch.tensor([0.0, 0.0]),
+           "returns": torch.tensor([1.0, 1.0])}
+    logits = torch.log(torch.tensor([[0.9, 0.1], [0.5, 0.5]]))  # ratio 1.8 on the first, 1 on the second
+    losses = _ppo_losses(logits, torch.tensor([0.5, -1.0]), torch.tensor([0, 0]), torch.tensor([1.0, -1.0]), old, 0.2)
+    assert float(losses["policy_loss"]) == pytest.approx((-1.2 + 1.0) / 2)  # clipped at 1 + 0.2
+    # unclipped (0.5 − 1)² against clipped (0.2 − 1)²; (−1 − 1)² against (−0.2 − 1)²
+    assert float(losses["value_loss"]) == pytest.approx(0.5 * (0.64 + 4.0) / 2)
+    assert float(losses["clipfrac"]) == 0.5
+    torch.manual_seed(0)
+    model = build_field_model("ppo", CARTPOLE.actions)
+    assert model.actor[4].weight.norm(dim=1).max() < 0.02 and not model.critic[0].bias.any()  # CleanRL's layer_init
+    w = model.critic[2].weight.detach()
+    assert torch.allclose(w @ w.T, 2 * torch.eye(64), atol=1e-4)  # orthogonal, gain √2
+    draw, eval_draw, classes, chance = _data("ppo", RECIPES["ppo"], 0, 1)
+    assert eval_draw is None and draw(0).envs == PPO_ENVS and 150 < chance < 190
+    spy = _Spy()
+    optimizer = torch.optim.Adam(_param_groups(model, RECIPES["ppo"], 1e-3), lr=1e-3, eps=1e-5)
+    outcome = train_ppo(tmp_path / "run", model, optimizer, draw, steps=20, lr_at=lambda step: 1 - step / 20, seed=0,
+                        max_steps=CARTPOLE.max_steps, fault=spy, accumulation=2, num_steps=16)
+    assert spy.began == spy.zeroed == spy.stepped == list(range(20))  # one optimizer step a recorded step
+    assert spy.batches == [s for s in range(20) for _ in range(2)]
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    lrs = scalars[scalars["name"] == "hp.optimizer.0.lr"].sort_values("step")["value"].tolist()
+    assert lrs == pytest.approx([1e-3] * 16 + [1e-3 * (1 - 16 / 20)] * 4)  # annealed once a rollout of 16 updates
+    stats = read_stats(tmp_path / "run")
+    # a minibatch of a quarter of the rollout, the last of its two micro-batches recorded
+    assert stats.query("role == 'input' and step == 0")["shape"].tolist() == [f"{16 * PPO_ENVS // 4 // 2}x4"]
+    for name in ("reward", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"):
+        assert scalars[scalars["name"] == name]["step"].tolist() == list(range(20))
+    rewards = outcome.metrics["reward"]
+    assert len(set(rewards[:16])) == 1 and 8 <= rewards[0] <= 60  # the episodes that ended in the first rollout
+    assert OUTCOME_METRICS["ppo"].name == "reward"
+    twin = _twin_losses("ppo", 0)
+    assert _mean(twin[-10:]) < 0.8 * _mean(twin[:10])  # the healthy agent's return climbs
+    env = CartPole(0, envs=3)
+    env.reset()
+    kept = env.state.copy()
+    obs = env.reset_done(np.array([True, False, False]))
+    assert np.array_equal(env.state[1:], kept[1:]) and not np.array_equal(env.state[0], kept[0])
+    assert obs.shape == (3, 4) and obs.abs().max() <= 0.05
+
+
+def test_detector_assigns_locations_inside_boxes_and_sums_focal_and_giou_losses_as_torchvision_does(tmp_path):
+    from sample_runs.data import BOXES, box_images
+    from sample_runs.field import _data, _detection_chance
+    from sample_runs.field_models import (TinyFCOS, detection_iou, fcos_loss, fcos_targets,
+                                          generalized_box_iou_loss, sigmoid_focal_loss)
+
+    logits, targets = torch.tensor([2.0, -1.0, 0.0]), torch.tensor([1.0, 0.0, 0.0])
+    p = torch.sigmoid(logits)
+    expected = [-0.25 * (1 - p[0]) ** 2 * torch.log(p[0]), -0.75 * p[1] ** 2 * torch.log(1 - p[1]),
+                -0.75 * p[2] ** 2 * torch.log(1 - p[2])]
+    assert float(sigmoid_focal_loss(logits, targets)) == pytest.approx(float(sum(expected)), rel=1e-5)
+    box, truth = torch.tensor([[0.0, 0.0, 2.0, 2.0]]), torch.tensor([[1.0, 1.0, 3.0, 3.0]])
+    iou, hull = 1 / 7, 9.0  # intersection 1, union 7, enclosing box 3 × 3
+    assert float(generalized_box_iou_loss(box, truth)) == pytest.approx(1 - iou + (hull - 7) / hull, rel=1e-5)
+    assert float(generalized_box_iou_loss(truth, truth)) == pytest.approx(0.0, abs=1e-6)
+    rows = torch.tensor([[[1, 0, 0, 8, 8], [0, 4, 4, 16, 16], [-1, -1, -1, -1, -1]]])
+    labels, boxes = fcos_targets(rows, (4, 4), 4)
+    grid = labels.view(4, 4)
+    assert grid[0, 0] == 1 and grid[0, 1] == 1 and grid[1, 1] == 1  # inside both: the smaller box's
+    assert grid.tolist() == [[1, 1, -1, -1], [1, 1, 0, 0], [-1, 0, 0, 0], [-1, 0, 0, 0]]  # -1: in no box
+    assert boxes[0, 5].tolist() == [0.0, 0.0, 8.0, 8.0]
+    images = box_images()
+    assert images.x.shape == (BOXES.images, 1, BOXES.size, BOXES.size)
+    for row in images.y[:50]:
+        kinds = row[row[:, 0] >= 0, 0].tolist()
+        assert 1 <= len(kinds) == len(set(kinds))  # distinct classes in an image: detection_iou's matching
+    torch.manual_seed(0)
+    model = build_field_model("detector", BOXES.classes)
+    cls, ltrb = model(images.x[:2])
+    assert cls.shape == (2, 3, 8, 8) and ltrb.shape == (2, 4, 8, 8) and (ltrb >= 0).all()
+    assert float(torch.sigmoid(cls.detach()).mean()) == pytest.approx(0.01, abs=0.005)  # the 0.01 prior
+    loss = fcos_loss((cls, ltrb), images.y[:2])
+    assert set(loss) == {"loss_cls", "loss_box"}
+    *_, chance = _data("detector", RECIPES["detector"], 0, 1)
+    assert chance == _detection_chance() and 1.0 < chance < 2.5
+    perfect, exact = torch.full((1, 3, 8, 8), -20.0), torch.zeros(1, 4, 8, 8)
+    for kind, x1, y1, x2, y2 in rows[0, :2].tolist():  # every location inside a box: its class, its exact ltrb
+        for i in range(8):
+            for j in range(8):
+                cx, cy = (j + 0.5) * TinyFCOS.stride, (i + 0.5) * TinyFCOS.stride
+                if x1 < cx < x2 and y1 < cy < y2:
+                    exact[0, :, i, j] = torch.tensor([cx - x1, cy - y1, x2 - cx, y2 - cy]) / TinyFCOS.stride
+                    perfect[0, :, i, j] = -20.0
+                    perfect[0, kind, i, j] = 20.0
+    stub = lambda x: (perfect, exact)  # noqa: E731
+    stub.eval, stub.train = (lambda: None), (lambda: None)
+    assert detection_iou(stub, torch.zeros(1, 1, 32, 32), rows) == pytest.approx(1.0)
+    truth = make("healthy-detector-s0", tmp_path / "run")
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    by_name = {name: frame.sort_values("step")["value"].tolist() for name, frame in scalars.groupby("name")}
+    assert by_name["loss"] == pytest.approx([c + b for c, b in zip(by_name["loss_cls"], by_name["loss_box"])], rel=1e-5)
+    assert by_name["val_iou"][-1] > by_name["val_iou"][0] + 0.3 and truth.verdict == "healthy"
+    lrs = by_name["hp.optimizer.0.lr"]
+    assert lrs[0] == pytest.approx(1e-5) and max(lrs) == pytest.approx(0.01) and lrs[-1] == pytest.approx(1e-4)
+    assert {"adam_state", "healthy_spike"} <= set(LEFT_OUT["detector"])
+
+
+def test_efficientnet_stacks_mbconv_blocks_with_se_and_drop_path_and_keeps_a_timm_ema_unrecorded(tmp_path):
+    from sample_runs.field import EFFICIENTNET_LR, MODEL_EMA_DECAY
+    from sample_runs.field_models import InvertedResidual, ModelEmaV2
+
+    torch.manual_seed(0)
+    model = build_field_model("efficientnet", PATTERNS.classes)
+    blocks = [b for stage in model.blocks for b in stage]
+    assert [b.residual for b in blocks] == [True, False, True, False, True]  # a skip where the shape is kept
+    assert [round(b.drop, 3) for b in blocks] == [0.0, 0.04, 0.08, 0.12, 0.16]  # timm: rate × index / blocks
+    assert isinstance(blocks[0].conv_pw, torch.nn.Identity) and blocks[1].conv_pw[0].out_channels == 64
+    assert blocks[1].conv_dw[0].groups == 64 and blocks[3].conv_dw[0].kernel_size == (5, 5)  # depthwise
+    assert blocks[1].se.conv_reduce.out_channels == 4  # reduced from the block's input (16 × 0.25)
+    assert all(isinstance(m, InvertedResidual) for m in blocks)
+    assert any(isinstance(m, torch.nn.SiLU) for m in model.modules())
+    x = pattern_images().x[:8]
+    assert model(x).shape == (8, PATTERNS.classes)
+    assert _schedule(RECIPES["efficientnet"], 150)(0) == pytest.approx(1 / 16)
+    assert _schedule(RECIPES["efficientnet"], 150)(15) == pytest.approx(0.97)
+    assert _schedule(RECIPES["efficientnet"], 150)(149) == pytest.approx(0.97 ** 14)
+    assert EFFICIENTNET_LR == pytest.approx(0.048 * 32 / 1536)
+    ema = ModelEmaV2(model, MODEL_EMA_DECAY)
+    assert not ema.module.training and not any(p.requires_grad for p in ema.module.parameters())
+    before = {k: v.clone() for k, v in ema.module.state_dict().items()}
+    groups = _param_groups(model, RECIPES["efficientnet"], 1e-3)
+    optimizer = torch.optim.RMSprop(groups, lr=1e-3, alpha=0.9, eps=1e-3, momentum=0.9)
+    draw = lambda: (x, pattern_images().y[:8])  # noqa: E731
+    train_field(tmp_path / "run", model, optimizer, draw, steps=3, lr_at=lambda s: 1.0, loss_fn=smoothed_cross_entropy,
+                after_step=lambda: ema.update(model))
+    moved = ema.module.state_dict()["conv_stem.1.running_mean"] - before["conv_stem.1.running_mean"]
+    assert moved.abs().max() > 0  # BatchNorm's running stats averaged too (ModelEmaV2 walks the state dict)
+    assert ema.module.conv_stem[1].num_batches_tracked == model.conv_stem[1].num_batches_tracked == 4  # copied
+    stats = read_stats(tmp_path / "run")
+    assert "classifier.weight" in set(stats["name"]) and not any(n.startswith("module.") for n in stats["name"])
+    assert set(stats[stats["role"] == "state"]["key"]) == {"square_avg", "momentum_buffer"}
+    assert "adam_state" in LEFT_OUT["efficientnet"]
+    linear = torch.nn.Linear(2, 1)
+    average = ModelEmaV2(linear, 0.9)
+    start = linear.weight.detach().clone()
+    with torch.no_grad():
+        linear.weight.add_(1.0)
+    average.update(linear)
+    assert torch.allclose(average.module.weight, 0.9 * start + 0.1 * (start + 1))
