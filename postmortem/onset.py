@@ -60,6 +60,7 @@ class SeriesBreak:
     credible: bool
     diverges: bool
     amplified: bool
+    first_level: float  # value (not log) at the series' first finite, positive point
 
 
 def analyse_series(
@@ -115,6 +116,7 @@ def analyse_series(
         credible=credible,
         diverges=diverges,
         amplified=credible and rise >= thresholds.amplified_decades,
+        first_level=float(values[0]),
     )
 
 

@@ -46,6 +46,7 @@ class RankingThresholds:
 
     settle_steps: int = 10  # a break ≥ 10 steps after a series' first point: a slow climb from the first steps is a model waking up, not a divergence (our choice)
     abrupt_param_jump: float = 10.0  # a parameter norm never moves ×10 in one healthy step (our choice: a decade, as the other one-step factors)
+    grown_before_break: float = 10.0  # a parameter whose level before its break is ≥ 10× its first is still growing from a near-zero init, not diverging (session 14, round 15's detector: zero-initialised head biases ×100 by step 10 of a warm-up from lr 0; as abrupt_param_jump, a decade)
     loss_recovered_factor: float = 2.0  # a parameter that jumped ×10 and stayed: the run is not destroyed while its final loss is within 2× its level before (Megatron-LM's "back below 2×")
     felt_steps: int = 20  # a tensor's gradient break counts when the loss felt it within 20 steps (two loss windows; session 8, read on round 7's convnext)
     felt_factor: float = 1.1  # ...by rising above 1.1× its level at the break (OutcomeThresholds.recovered_factor)
@@ -184,9 +185,11 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite
             found.append(b)
         elif (b.fit.diverges and b.role == "param"
               and (b.fit.jump >= th.abrupt_param_jump or b.fit.growth_per_step >= th.sharp_growth)
-              and settled):
+              and settled and b.fit.stable_level < th.grown_before_break * b.fit.first_level):
             # Small or zero-initialised parameters (biases) may grow by orders of magnitude
-            # while the model learns, but slowly and from the first steps on.
+            # while the model learns, from the first steps on; one already ×10 above where it
+            # started when it "broke" is still growing from that start (FCOS's zero biases under
+            # a warm-up from lr 0: 1e-5 → 1e-3 by step 10 → 0.07).
             found.append(b)
         elif (b.role == "param" and b.fit.step_jump >= th.abrupt_param_jump
               and settled

@@ -611,7 +611,7 @@ def test_batch_out_of_range():
 
 def _break(role, name, onset, *, step_jump=50.0, amplified=True) -> TensorBreak:
     fit = SeriesBreak(f"{role} {name}", 0, onset, (onset, onset), 2.0, 1.0, step_jump, step_jump, 100.0,
-                      1.0, 0.05, 1e6, True, True, amplified)
+                      1.0, 0.05, 1e6, True, True, amplified, 1.0)
     return TensorBreak(role, name, None, fit)
 
 
@@ -684,6 +684,16 @@ def test_clipped_gradients_growing_in_a_finite_run_are_no_divergence():
     assert len(diverging(grows, clipped, stayed_finite=False)) == 2  # NaN followed: the growth is its story
     unclipped = pd.DataFrame({"step": [0], "name": ["loss"], "value": [1.0]})
     assert len(diverging(grows, unclipped, stayed_finite=True)) == 2
+
+
+def test_a_parameter_still_growing_from_a_near_zero_init_is_no_divergence():
+    # A param break: ×100 rise at 30, stable level 1.0 before it (`_break`), first level 1.0.
+    weight = _break("param", "head.weight", 30)
+    loss = pd.DataFrame({"step": [0], "name": ["loss"], "value": [1.0]})
+    assert diverging([weight], loss, stayed_finite=True) == [weight]
+    # A zero-initialised bias: 1e-2 at its first point, ×100 by its break, still growing from there.
+    bias = TensorBreak("param", "head.bias", None, replace(weight.fit, first_level=1e-2))
+    assert diverging([bias], loss, stayed_finite=True) == []
 
 
 def test_recovered_incident():
