@@ -8,7 +8,8 @@ import pandas as pd
 
 from recorders.vocabulary import is_reserved_scalar
 
-__all__ = ["recorder_scalar", "is_loss", "is_eval_loss", "main_loss", "loss_curve", "metric_direction", "raised"]
+__all__ = ["recorder_scalar", "is_agent_outcome", "is_loss", "is_eval_loss", "main_loss", "loss_curve", "metric_direction",
+           "raised"]
 
 
 def recorder_scalar(name: str) -> bool:
@@ -59,8 +60,10 @@ def loss_curve(scalars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return steps[keep], values[keep]
 
 
-HIGHER_IS_BETTER = ("acc", "f1", "auc", "score", "bleu", "reward", "iou", "dice", "hits", "mrr", "recall", "precision",
-                    "ndcg")
+AGENT_OUTCOMES = ("reward", "return")
+"""Words of an agent's outcome, its reward or episodic return (CleanRL's `episodic_return`)."""
+HIGHER_IS_BETTER = ("acc", "f1", "auc", "score", "bleu", *AGENT_OUTCOMES, "iou", "dice", "hits", "mrr", "recall",
+                    "precision", "ndcg")
 """Words of a metric that rises as a run learns: accuracies and scores, an agent's reward, the
 ranking metrics of retrieval, recommenders and link prediction (PyKEEN's `hits_at_10`, MRR)."""
 LOWER_IS_BETTER = ("distance", "wasserstein", "fid", "perplexity", "error", "mean_rank", "mape", "mae", "mse")
@@ -73,6 +76,11 @@ DIAGNOSTIC = ("codebook",)
 """Words of a statistic about the model's own parts, not its objective: a VQ-VAE's codebook
 perplexity rises as more codes are used (and rises by the codebook's EMA alone, with no
 optimizer step), the opposite of a language model's perplexity."""
+
+
+def is_agent_outcome(name: str) -> bool:
+    """An agent's reward or return: the outcome of a run whose loss is a surrogate."""
+    return metric_direction(name) is True and any(word in name for word in AGENT_OUTCOMES)
 
 
 def metric_direction(name: str) -> bool | None:

@@ -18,7 +18,7 @@ import pandas as pd
 from ..findings import Finding, FirstNonfinite, Onset, Severity
 from ..models import median
 from ..ranking import TensorBreak
-from ..scalars import is_loss, loss_curve, main_loss, metric_direction
+from ..scalars import is_agent_outcome, is_loss, loss_curve, main_loss, metric_direction
 from ..series import AUX_COLUMNS, SeriesTable
 from .thresholds import OutcomeThresholds, Thresholds
 
@@ -84,14 +84,21 @@ def measure_outcome(steps: np.ndarray, values: np.ndarray, metrics: dict[str, tu
                     th: OutcomeThresholds, *, loss: str | None = "loss") -> Outcome:
     """`values`: the finite training loss in step order; `metrics`: name → (values, higher_is_better).
 
-    An outcome metric that is not a loss (a reward, a sample distance) judges the run where the
-    loss cannot: where there is no single training loss (adversarial losses), or where the loss
-    did not improve while that metric did (a policy-gradient surrogate, whose value term grows
-    with the returns as the agent learns; round 10's reinforce). An evaluation loss measures the
+    An agent's reward (or return) judges its run always. Another outcome metric that is not a
+    loss (a sample distance, an accuracy) judges the run where the loss cannot: where there is no
+    single training loss (adversarial losses), or where the loss did not improve while that
+    metric did (a policy-gradient surrogate, whose value term grows with the returns as the agent
+    learns; round 10's reinforce). An evaluation loss measures the
     training loss's own objective and never takes its place."""
     improved = tuple(sorted(n for n, (v, higher) in metrics.items()
                             if _improves(v if higher else -v, th)))
     outcome_metrics = judging_metrics(metrics, th)
+    agent = next((n for n in outcome_metrics if is_agent_outcome(n)), None)
+    if agent is not None:
+        # An agent's loss is a surrogate whose fall says nothing of its policy (PPO's value loss
+        # fits the returns while the policy stands still: round 15's ppo at lr ×1e-4, loss 23 → 20,
+        # reward 23 → 21): its reward judges the run, always.
+        return Outcome(agent in improved, None, None, loss, agent, True)
     if len(values) < th.min_steps:
         judge = next((n for n in outcome_metrics if n in improved), outcome_metrics[0] if outcome_metrics else None)
         learns = bool(improved) if improved else (False if judge else None)

@@ -754,9 +754,14 @@ def test_an_outcome_metric_judges_a_run_whose_loss_cannot():
     reward = np.linspace(20, 180, N) + rng.normal(0, 5, N)
     judged = measure_outcome(steps, rising, {"reward": (reward, True)}, TH.outcome)
     assert judged.learns and judged.judged_by == "reward" and judged.higher_is_better
-    # Without the metric the same loss does not learn; with a loss that learns the loss judges.
+    # Without the metric the same loss does not learn; with a loss that learns the loss judges...
     assert measure_outcome(steps, rising, {}, TH.outcome).learns is False
-    assert measure_outcome(steps, rising[::-1].copy(), {"reward": (reward, True)}, TH.outcome).judged_by is None
+    accuracy = np.linspace(0.2, 0.9, N)
+    assert measure_outcome(steps, rising[::-1].copy(), {"accuracy": (accuracy, True)}, TH.outcome).judged_by is None
+    # ...but an agent's reward judges always: PPO's value loss falls while its policy stands still.
+    flat_reward = 22.0 + rng.normal(0, 2, N)
+    agent = measure_outcome(steps, rising[::-1].copy(), {"episodic_return": (flat_reward, True)}, TH.outcome)
+    assert agent.learns is False and agent.judged_by == "episodic_return"
     # No single training loss (adversarial losses): the metric alone says, either way.
     flat = 1.19 + rng.normal(0, 1e-6, N)
     assert measure_outcome(steps[:0], rising[:0], {"distance": (flat, False)}, TH.outcome).learns is False
