@@ -12,7 +12,7 @@ from ..findings import Finding
 from ..manifest import frozen_parameters, manifest_order
 from ..scalars import main_loss, raised
 from ..series import SeriesTable
-from .base import (ERROR, NOTE, WARNING, Evidence, Outcome, finding, judging_curve, layer_list, loss_curve,
+from .base import (ERROR, NOTE, WARNING, Evidence, Outcome, finding, judging_curve, layer_list,
                    register, role)
 from .thresholds import GradientThresholds
 
@@ -45,7 +45,9 @@ class SilentGradients:
     outcome: Outcome
     called: frozenset[str] | None = None  # modules whose outputs were recorded (None: none were)
     dead: tuple[str, ...] = ()  # modules dead_units found outputting exactly 0
-    loss: tuple[np.ndarray, np.ndarray] | None = None  # the training loss (steps, values), when recorded
+    loss: tuple[np.ndarray, np.ndarray] | None = None
+    """What judges the run (steps, finite values, lower is better: `judging_curve`): the training
+    loss, or an agent's negated reward (PPO's loss rises as it learns)."""
 
     def quiet(self, th: GradientThresholds) -> dict[str, int]:
         return {n: s for n, s in self.silent_from.items() if s is not None
@@ -73,7 +75,14 @@ def _silent_gradients(ev: Evidence) -> SilentGradients:
     called = frozenset(role(ev.summary, "activation").get("name", []))
     dead = tuple(t for f in ev.found if f.label == "dead_units" for t in f.tensors)
     return replace(silence(role(ev.summary, "grad"), ev.manifest, ev.outcome, called or None), dead=dead,
-                   loss=loss_curve(ev.scalars) if main_loss(ev.scalars) else None)
+                   loss=_finite(judging_curve(ev.scalars, ev.outcome)) if main_loss(ev.scalars) or ev.outcome.judged_by
+                   else None)
+
+
+def _finite(curve: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    steps, values = curve
+    keep = np.isfinite(values)
+    return steps[keep], values[keep]
 
 
 def _module(parameter: str) -> str:

@@ -455,6 +455,15 @@ def test_a_run_whose_reward_rises_while_its_loss_rises_learns(tmp_path):
     assert next(f for f in analysis.findings if f.label == "healthy").evidence["judged_by"] == "reward"
     bare, _ = _labels(tmp_path / "bare", _layers(), rising)
     assert bare.verdict != "healthy"
+    # A layer cut off at 40 while the reward kept rising: the agent learns on without it (a
+    # warning), read on the reward that judges the run, not on the surrogate loss.
+    stats = _layers()
+    cut = (stats["role"] == "grad") & (stats["name"] == "fc1.weight") & (stats["step"] >= 40)
+    stats.loc[cut, "norm"] = 0.0
+    stats.loc[cut, "grad_none"] = True
+    cut_off, _ = _labels(tmp_path / "cut", stats, rising, extra_scalars=[reward])
+    assert cut_off.verdict == "healthy"
+    assert next(f for f in cut_off.findings if f.label == "no_gradient").severity == "warning"
 
 
 def test_adversarial_losses_and_a_flat_sample_distance_do_not_learn(tmp_path):
