@@ -982,7 +982,9 @@ the never-seen families' scores being the headline, and change nothing after rea
    smoothing 0.1, a `ModelEmaV2` (decay 0.999) updated after each step, on generated colour
    patterns; `val_accuracy` every 25 steps), committed and generated in session 14 (helper
    15a) before that session's detector changes were final and analysed only for this scoring;
-   detectors changed on every other family. This table is round 15's single scoring.
+   detectors changed on every other family. Scored once in session 14 at 8b0533e; ppo,
+   detector and efficientnet's failures were read in session 14 (lead), so they informed
+   defaults since.
 16. Lead time: "median lead (steps)" counts runs whose first non-finite value comes after the
    truth's onset (a NaN batch, or a run that overflows on the injection step, has no lead to
    give; the old all-runs median, "median lead, all", counted those as 0); `(n)` is how many runs
