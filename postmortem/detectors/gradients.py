@@ -46,8 +46,8 @@ class SilentGradients:
     called: frozenset[str] | None = None  # modules whose outputs were recorded (None: none were)
     dead: tuple[str, ...] = ()  # modules dead_units found outputting exactly 0
     loss: tuple[np.ndarray, np.ndarray] | None = None
-    """What judges the run (steps, finite values, lower is better: `judging_curve`): the training
-    loss, or an agent's negated reward (PPO's loss rises as it learns)."""
+    """What judges the run (steps, values, lower is better: `judging_curve`): the training loss,
+    or an agent's negated reward (PPO's loss rises as it learns)."""
 
     def quiet(self, th: GradientThresholds) -> dict[str, int]:
         return {n: s for n, s in self.silent_from.items() if s is not None
@@ -75,14 +75,8 @@ def _silent_gradients(ev: Evidence) -> SilentGradients:
     called = frozenset(role(ev.summary, "activation").get("name", []))
     dead = tuple(t for f in ev.found if f.label == "dead_units" for t in f.tensors)
     return replace(silence(role(ev.summary, "grad"), ev.manifest, ev.outcome, called or None), dead=dead,
-                   loss=_finite(judging_curve(ev.scalars, ev.outcome)) if main_loss(ev.scalars) or ev.outcome.judged_by
+                   loss=judging_curve(ev.scalars, ev.outcome) if main_loss(ev.scalars) or ev.outcome.judged_by
                    else None)
-
-
-def _finite(curve: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    steps, values = curve
-    keep = np.isfinite(values)
-    return steps[keep], values[keep]
 
 
 def _module(parameter: str) -> str:
@@ -135,7 +129,8 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
     everything = len(quiet) == len(grads.first_step)
     structural = _structural(grads, quiet)
     since = min(quiet.values())
-    gain = None if everything else _gain_since(grads, since)
+    # What the run learned without the silent tensors.
+    gain = None if everything or grads.loss is None else _loss_gain(*grads.loss, since)
     learns_on = gain is not None and bool(grads.outcome.learns) and gain >= th.cut_off_still_learns
     where = "the loss is not connected to any parameter" if everything else \
         "these parameters stopped receiving a gradient while the rest of the model still does"
@@ -164,21 +159,6 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
          "loss_gain_since": gain},
         fix, NOTE if structural else WARNING if learns_on else ERROR,
     )]
-
-
-def _gain_since(grads: SilentGradients, step: int) -> float | None:
-    """Relative loss decrease from the 10 losses before `step` (the first 10 from it, for a
-    silence from the start) to the last 10: what the run learned without the silent tensors."""
-    if grads.loss is None:
-        return None
-    steps, values = grads.loss
-    before = values[steps < step][-10:]
-    if len(before) < 3:
-        before = values[steps >= step][:10]
-    after = values[-10:]
-    if len(before) < 3 or len(values) < 20 or np.median(before) == 0:
-        return None
-    return float((np.median(before) - np.median(after)) / abs(np.median(before)))
 
 
 def global_grad_norm(table: SeriesTable) -> tuple[np.ndarray, np.ndarray]:
