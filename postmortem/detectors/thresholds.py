@@ -139,6 +139,7 @@ class InitThresholds:
     """poor_init."""
 
     scale_range: tuple[float, float] = (0.05, 10.0)  # std·sqrt(fan_in); PyTorch default 0.58, Kaiming 1.41
+    model_share: float = 0.5  # a bad init explains a run that does not learn when it is half the weight matrices or more (seed 003: every layer), not one head scaled on purpose (CleanRL's actor at gain 0.01; session 14)
 
 
 @dataclass(frozen=True)

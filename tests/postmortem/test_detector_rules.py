@@ -507,6 +507,13 @@ def test_poor_init():
     # A LayerNorm's gain starts at ones: constant (std 0), not zero; a tiny lr keeps it there.
     gain = InitialWeights([InitialWeight("norm.weight", 0.0, 8.0, 64, (64,))], FLAT)
     assert poor_init(gain, TH.init) == []
+    # One head scaled down on purpose (CleanRL's actor at gain 0.01) beside sane layers is a note...
+    hidden = [InitialWeight(f"fc{i}.weight", 0.58 / 8, 4.6, 64, (8, 8)) for i in range(3)]
+    head = InitialWeight("actor.weight", 0.01 / 8, 0.08, 64, (8, 8))
+    assert poor_init(InitialWeights([*hidden, head], FLAT), TH.init)[0].severity == "note"
+    # ...while most of the matrices started wrong explain a run that does not learn (seed 003).
+    small = [replace(w, std=0.01 / 8) for w in hidden]
+    assert poor_init(InitialWeights([*small, head], FLAT), TH.init)[0].severity == "error"
 
 
 # ---------------------------------------------------------------- root causes
