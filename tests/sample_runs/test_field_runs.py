@@ -47,7 +47,7 @@ def test_catalogue_looks_like_the_field():
                                        "siren", "pointnet", "t5", "clip", "densenet", "reinforce",
                                        "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "transe", "kws",
                                        "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam", "ppo", "detector",
-                                       "efficientnet"}
+                                       "efficientnet", "pinn", "maml", "pix2pix"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
