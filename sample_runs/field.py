@@ -22,7 +22,8 @@ student distilled from a frozen teacher, a BYOL encoder, a RealNVP normalizing f
 knowledge-graph embeddings, an M5 keyword spotter on raw waveforms, LoRA fine-tuning of a
 pretrained GPT, a VQ-VAE with an EMA codebook, an N-BEATS forecaster, skip-gram word2vec with
 negative sampling, a triplet-loss embedding net, a Wide ResNet trained with SAM, a PPO agent on
-CartPole, a one-level FCOS object detector and a timm-style EfficientNet (`field_models`),
+CartPole, a one-level FCOS object detector, a timm-style EfficientNet, a physics-informed network,
+MAML on sinusoid tasks and pix2pix (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -43,13 +44,17 @@ two-pass loop (`training.train_sam`), the PPO agent by CleanRL's `ppo.py` loop
 (`training.train_ppo`: one recorded step a minibatch update), the detector by the plain loop with
 SGD (momentum 0.9), torchvision's warm-up and ×0.1 steps on its loss dict (focal + GIoU), the
 EfficientNet by the plain loop with RMSprop, timm's warm-up and ×0.97 steps, label smoothing and
-a `ModelEmaV2` updated after each step. Faults
+a `ModelEmaV2` updated after each step, the PINN by the plain loop with Adam on DeepXDE's loss
+terms, MAML by the plain loop with Adam over meta-batches of tasks (the inner loop inside the
+model's forward), pix2pix by junyanz's `optimize_parameters` (`training.train_pix2pix`: a D step,
+then a G step, each its own Adam). Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
 whose loss does not fall as it learns declares the metric its truth reads instead
 (`OUTCOME_METRICS`: the agents' reward (the PPO agent's episodic return), the WGAN's sample distance, the flow's NLL less the data's
-entropy, the triplet net's held-out recall@1).
+entropy, the triplet net's held-out recall@1, the PINN's held-out error to the exact solution, MAML's
+post-adaptation loss on held-out tasks, pix2pix's held-out L1 error).
 """
 from __future__ import annotations
 

@@ -217,6 +217,11 @@
   (MBConv `InvertedResidual`s: expansion, depthwise conv, `SqueezeExcite`, SiLU, BatchNorm,
   drop-path), timm's init; timm's `ModelEmaV2` (an untrained copy moved towards the weights after
   each step).
+- `PoissonPINN`, `pinn_loss`: DeepXDE's FNN for its 1-D Poisson example (a tanh MLP), the PDE
+  residual by autograd on the inputs (`create_graph=True`), the residual and boundary loss terms.
+- `SineMAML`: MAML's sinusoid regressor, fast weights per task by `torch.func.functional_call`
+  and second-order inner steps (tristandeleu/pytorch-maml's `update_parameters`).
+- `Pix2Pix`: junyanz's `UnetGenerator` (unrolled) and PatchGAN `NLayerDiscriminator`, its init.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -226,7 +231,8 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 `t5`, `clip` and `densenet` before the ninth, `reinforce`, `wgan_gp` and `swin` before the tenth,
 `dqn`, `distil` and `byol` before the eleventh, `realnvp`, `transe` and `kws` before the twelfth,
 `lora`, `vqvae` and `nbeats` before the thirteenth, `word2vec`, `triplet` and `sam` before the
-fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth (benchmarks/detection.py
+fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `maml` and `pix2pix` before the
+sixteenth (benchmarks/detection.py
 `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
