@@ -75,7 +75,7 @@ SECTION = "## Detection"
 BENIGN_LABELS = {"healthy", "loss_spike_recovered", "recovered_incident"}
 DEFAULT = "default"
 GENERATED_FILE = ".generated.json"
-NEVER_SEEN_ARCHS = ("ppo", "detector", "efficientnet")
+NEVER_SEEN_ARCHS = ("pinn", "maml", "pix2pix")
 """Model families added to the zoo before the detectors' last changes and never analysed while any
 detector changed: the headline's runs."""
 INFORMED_DEFAULTS = {
@@ -110,6 +110,8 @@ INFORMED_DEFAULTS = {
                            "session 13 (lead)",
     "word2vec, triplet, sam": "never-seen round 14, scored once in session 14 at 9f590b3; failures read in "
                               "session 14 (lead)",
+    "ppo, detector, efficientnet": "never-seen round 15, scored once in session 14 at 8b0533e; failures read "
+                                   "in session 14 (lead)",
 }
 """Which families informed the defaults, and since when."""
 
@@ -774,7 +776,7 @@ NOTES = """Notes on the method rows:
 - postmortem's findings of severity `note` are not counted (benign on any run)."""
 
 
-PROTOCOL = """Fifteen rounds, each: add never-seen model families to the zoo (field fault menu, healthy
+PROTOCOL = """Sixteen rounds, each: add never-seen model families to the zoo (field fault menu, healthy
 variants, truths from fault-free twins), commit them and generate their runs without analysing
 them; change detectors by reading the failures of the families already seen; then score once,
 the never-seen families' scores being the headline, and change nothing after reading them.
@@ -985,7 +987,25 @@ the never-seen families' scores being the headline, and change nothing after rea
    detectors changed on every other family. Scored once in session 14 at 8b0533e; ppo,
    detector and efficientnet's failures were read in session 14 (lead), so they informed
    defaults since.
-16. Lead time: "median lead (steps)" counts runs whose first non-finite value comes after the
+16. Round 16 (session 15), training code we did not write: new `pinn` (a physics-informed
+   network as DeepXDE's 1-D Poisson example writes it, Raissi et al.'s PINN: a tanh MLP
+   with Glorot-normal weights, the PDE residual −u″ − π² sin(πx) by `torch.autograd.grad` on
+   the collocation points with `create_graph=True`, `loss_pde` + `loss_bc` logged beside
+   `loss`, collocation points resampled each batch, Adam at 3e-3; judged on the held-out
+   `val_l2_relative_error` to the exact solution, every step), `maml` (MAML on Finn et al.'s
+   sinusoid regression tasks as tristandeleu/pytorch-maml writes it, `torch.func.functional_call`
+   for torchmeta's `params=`: one inner SGD step (0.01) per task with `create_graph=True`
+   (second order), the query loss over a meta-batch of 16 tasks, Adam at 3e-3; judged on the
+   post-adaptation `val_loss` of fixed held-out tasks, every step) and `pix2pix` (a conditional
+   GAN as junyanz/pytorch-CycleGAN-and-pix2pix's `Pix2PixModel` writes it: a U-Net generator, a
+   PatchGAN discriminator, normal(0.02) init, the vanilla GAN loss + 100 · L1, `set_requires_grad`
+   on the discriminator, two Adams (2e-4, betas (0.5, 0.999)) each stepped every iteration, its
+   constant-then-linear schedule, on generated edges → colour-shape pairs; `loss_G_GAN`,
+   `loss_G_L1`, `loss_D_real`, `loss_D_fake` logged; judged on the held-out `val_l1_error`,
+   every step), committed and generated in session 15 (helper 16a) at 05cf250 and never
+   analysed before this scoring; detectors changed on every other family. This table is round
+   16's single scoring.
+17. Lead time: "median lead (steps)" counts runs whose first non-finite value comes after the
    truth's onset (a NaN batch, or a run that overflows on the injection step, has no lead to
    give; the old all-runs median, "median lead, all", counted those as 0); `(n)` is how many runs
    it is over."""

@@ -5,6 +5,7 @@ Every function takes a seed and returns the same tensors for the same seed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -91,6 +92,15 @@ __all__ = [
     "BOXES",
     "BoxesSpec",
     "box_images",
+    "POISSON",
+    "PoissonSpec",
+    "poisson_points_sampler",
+    "SINUSOIDS",
+    "SinusoidSpec",
+    "sinusoid_tasks_sampler",
+    "EDGES",
+    "EdgesSpec",
+    "edge_photo_pairs",
 ]
 
 
@@ -1223,3 +1233,99 @@ def box_images() -> Dataset:
             images[i, 0][inside] += 0.5 + 0.5 * rng.random()
             targets[i, slot] = (kind, *box)
     return Dataset(torch.from_numpy(images.astype(np.float32)), torch.from_numpy(targets))
+
+
+@dataclass(frozen=True)
+class PoissonSpec:
+    """DeepXDE's 1-D Poisson example: −u″(x) = π² sin(πx) on [−1, 1], u(±1) = 0, whose solution is
+    sin(πx); `domain` collocation points drawn afresh each batch (DeepXDE's `PDEPointResampler`),
+    the two boundary points, `grid` evenly spaced held-out points for the error."""
+
+    domain: int = 64
+    grid: int = 201
+
+
+POISSON = PoissonSpec()
+
+
+def poisson_points_sampler(points: int, seed: int) -> Callable[[], tuple[dict, torch.Tensor]]:
+    """Batches of `points` uniform collocation points in (−1, 1) and the boundary {−1, 1}, with
+    the boundary's values (0) as the targets."""
+    g = torch.Generator().manual_seed(seed)
+    boundary = torch.tensor([[-1.0], [1.0]])
+
+    def draw():
+        return {"domain": 2 * torch.rand(points, 1, generator=g) - 1, "boundary": boundary.clone()}, torch.zeros(2, 1)
+
+    return draw
+
+
+@dataclass(frozen=True)
+class SinusoidSpec:
+    """Finn et al.'s sinusoid regression tasks: y = A sin(x − φ), A ~ U[0.1, 5], φ ~ U[0, π],
+    x ~ U[−5, 5]; `shots` support and `queries` query points a task; `held_out` fixed tasks."""
+
+    shots: int = 10
+    queries: int = 10
+    held_out: int = 16
+
+
+SINUSOIDS = SinusoidSpec()
+
+
+def sinusoid_tasks_sampler(tasks: int, seed: int, fixed: bool = False) -> Callable[[], tuple[dict, torch.Tensor]]:
+    """Meta-batches of `tasks` sinusoid tasks: ({support_x, support_y, query_x}: (T, K, 1) each,
+    query_y); `fixed` returns the same tasks at every draw (the held-out tasks)."""
+    g = torch.Generator().manual_seed(seed)
+    spec = SINUSOIDS
+
+    def tasks_batch():
+        amplitude = 0.1 + 4.9 * torch.rand(tasks, 1, 1, generator=g)
+        phase = math.pi * torch.rand(tasks, 1, 1, generator=g)
+        x = 10 * torch.rand(tasks, spec.shots + spec.queries, 1, generator=g) - 5
+        y = amplitude * torch.sin(x - phase)
+        return ({"support_x": x[:, : spec.shots], "support_y": y[:, : spec.shots], "query_x": x[:, spec.shots:]},
+                y[:, spec.shots:])
+
+    if fixed:
+        batch = tasks_batch()
+        return lambda: batch
+    return tasks_batch
+
+
+@dataclass(frozen=True)
+class EdgesSpec:
+    """pix2pix's edges → photo pairs, small: a `size`² image of one or two shapes (a square, a
+    disc, a triangle), each in its kind's colour with a shade, on a white background (edges2shoes'
+    photos'); the input is
+    the shapes' outlines (1 channel, in [−1, 1]), the target the colour image (3 channels, in
+    [−1, 1], pix2pix's tanh range)."""
+
+    size: int = 16
+    images: int = 1200
+    held_out: int = 100
+
+
+EDGES = EdgesSpec()
+KIND_COLOURS = ((0.9, 0.2, 0.2), (0.2, 0.8, 0.3), (0.2, 0.3, 0.9))
+
+
+@lru_cache(maxsize=1)
+def edge_photo_pairs() -> Dataset:
+    """The (edges, colour image) pairs, the same for every seed."""
+    spec, rng = EDGES, np.random.default_rng(2032)
+    rows, cols = np.mgrid[: spec.size, : spec.size]
+    edges = np.zeros((spec.images, 1, spec.size, spec.size), dtype=np.float32)
+    photos = np.ones((spec.images, 3, spec.size, spec.size), dtype=np.float32)
+    for i in range(spec.images):
+        for kind in rng.permutation(3)[: rng.integers(1, 3)]:
+            half, (r, c) = int(rng.integers(3, 6)), rng.integers(4, spec.size - 4, 2)
+            dr, dc = np.abs(rows - r), np.abs(cols - c)
+            inside = [(dr <= half) & (dc <= half), dr ** 2 + dc ** 2 <= half ** 2,
+                      (rows >= r - half) & (rows <= r + half) & (dc <= (rows - r + half) / 2)][kind]
+            shade = 0.8 + 0.2 * rng.random()
+            photos[i][:, inside] = np.array(KIND_COLOURS[kind], dtype=np.float32)[:, None] * shade
+            interior = inside & np.roll(inside, 1, 0) & np.roll(inside, -1, 0) & np.roll(inside, 1, 1) & \
+                np.roll(inside, -1, 1)
+            edges[i, 0][inside & ~interior] = 1.0
+    return Dataset(torch.from_numpy(2 * edges - 1), torch.from_numpy(2 * photos - 1))

@@ -22,7 +22,8 @@ student distilled from a frozen teacher, a BYOL encoder, a RealNVP normalizing f
 knowledge-graph embeddings, an M5 keyword spotter on raw waveforms, LoRA fine-tuning of a
 pretrained GPT, a VQ-VAE with an EMA codebook, an N-BEATS forecaster, skip-gram word2vec with
 negative sampling, a triplet-loss embedding net, a Wide ResNet trained with SAM, a PPO agent on
-CartPole, a one-level FCOS object detector and a timm-style EfficientNet (`field_models`),
+CartPole, a one-level FCOS object detector, a timm-style EfficientNet, a physics-informed network,
+MAML on sinusoid tasks and pix2pix (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -43,13 +44,17 @@ two-pass loop (`training.train_sam`), the PPO agent by CleanRL's `ppo.py` loop
 (`training.train_ppo`: one recorded step a minibatch update), the detector by the plain loop with
 SGD (momentum 0.9), torchvision's warm-up and ×0.1 steps on its loss dict (focal + GIoU), the
 EfficientNet by the plain loop with RMSprop, timm's warm-up and ×0.97 steps, label smoothing and
-a `ModelEmaV2` updated after each step. Faults
+a `ModelEmaV2` updated after each step, the PINN by the plain loop with Adam on DeepXDE's loss
+terms, MAML by the plain loop with Adam over meta-batches of tasks (the inner loop inside the
+model's forward), pix2pix by junyanz's `optimize_parameters` (`training.train_pix2pix`: a D step,
+then a G step, each its own Adam). Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
 whose loss does not fall as it learns declares the metric its truth reads instead
 (`OUTCOME_METRICS`: the agents' reward (the PPO agent's episodic return), the WGAN's sample distance, the flow's NLL less the data's
-entropy, the triplet net's held-out recall@1).
+entropy, the triplet net's held-out recall@1, the PINN's held-out error to the exact solution, MAML's
+post-adaptation loss on held-out tasks, pix2pix's held-out L1 error).
 """
 from __future__ import annotations
 
@@ -70,6 +75,9 @@ from .data import (
     CARTPOLE,
     CLOUDS,
     DENSITY,
+    EDGES,
+    POISSON,
+    SINUSOIDS,
     KEYWORDS,
     BOXES,
     KITCHEN_WORDS,
@@ -96,6 +104,9 @@ from .data import (
     ctc_batch_sampler,
     density_points,
     digits,
+    edge_photo_pairs,
+    poisson_points_sampler,
+    sinusoid_tasks_sampler,
     forecast_windows_sampler,
     images_sampler,
     keyword_clips,
@@ -140,6 +151,9 @@ from .field_models import (
     flow_nll,
     sigmoid_focal_loss,
     hits_at_k,
+    l2_relative_error,
+    pinn_loss,
+    pix2pix_l1_error,
     info_nce_loss,
     keyword_nll_loss,
     mixup_cutmix,
@@ -164,7 +178,7 @@ from .models import TinyGPT
 from .nanogpt import LoopConfig, lr_at
 from .framework_loops import train_hf_trainer, train_lightning, train_lightning_wgan
 from .training import (broke_against, stalled_against, token_cross_entropy, train_dqn, train_field,
-                       train_policy_gradient, train_ppo, train_sam)
+                       train_pix2pix, train_policy_gradient, train_ppo, train_sam)
 
 __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
 
@@ -218,6 +232,13 @@ EXP_DECAY_STEPS = 10
 """Steps between timm's ×0.97 lr decays (`warmup_exp`; its 2.4 epochs, scaled to a 150-step run)."""
 MODEL_EMA_DECAY = 0.999
 """The EfficientNet's `ModelEmaV2` decay (timm's `--model-ema-decay` 0.9998, lower for 150 steps)."""
+PINN_LR = 3e-3
+"""The PINN's Adam lr: 3× DeepXDE's 1e-3, which trains 10000 iterations where a run here has 150 (at
+1e-3 the held-out l2 relative error went 0.74 -> 1.06, seed 0; at 3e-3 0.79 -> 0.12 and 0.81 -> 0.09)."""
+MAML_LR = 3e-3
+"""The MAML meta-optimizer's Adam lr: 3× tristandeleu/pytorch-maml's `--meta-lr` 1e-3, which meta-trains
+for tens of thousands of batches (at 1e-3 the held-out post-adaptation loss ended 0.78× its start,
+seed 0; at 3e-3 0.67× and 0.56×, seeds 0 and 1)."""
 PPO_ENVS = 4
 """CartPoles the PPO agent steps together (CleanRL's `num_envs`)."""
 PPO_ROLLOUT = 128
@@ -308,6 +329,17 @@ RECIPES = {
     # EFFICIENTNET_LR.
     "efficientnet": Recipe(lr=EFFICIENTNET_LR, weight_decay=1e-5, batch=32, clip=None, warmup=15,
                            optimizer="rmsprop_tf", schedule="warmup_exp"),
+    # DeepXDE's Poisson example: model.compile("adam", lr=1e-3), no decay, no clipping, no schedule;
+    # POISSON.domain collocation points a batch.
+    "pinn": Recipe(lr=PINN_LR, weight_decay=0.0, batch=POISSON.domain, clip=None, warmup=0, optimizer="adam",
+                   schedule="constant"),
+    # tristandeleu/pytorch-maml: Adam meta-optimizer at 1e-3, no clipping, no schedule; a meta-batch of tasks.
+    "maml": Recipe(lr=MAML_LR, weight_decay=0.0, batch=16, clip=None, warmup=0, optimizer="adam",
+                   schedule="constant"),
+    # pix2pix's train options: Adam lr 2e-4, beta1 0.5, its `linear` policy (constant, then linear
+    # decay to 0 over the second half); batch 8 (its 1).
+    "pix2pix": Recipe(lr=2e-4, weight_decay=0.0, batch=8, clip=None, betas=(0.5, 0.999), warmup=0, optimizer="adam",
+                      schedule="constant_then_linear"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -323,6 +355,8 @@ OPTIMIZERS = {
     "rmsprop_tf": lambda groups, lr, recipe: torch.optim.RMSprop(groups, lr=lr, alpha=0.9, eps=1e-3, momentum=0.9),
 }
 """Each `Recipe.optimizer`'s constructor over `_param_groups`."""
+NETWORKS = {"wgan_gp": ("generator", "critic"), "pix2pix": ("netG", "netD")}
+"""The two networks of an adversarial family, each with its own Adam, in the order its loop takes them."""
 N_CRITIC = 5
 """WGAN-GP's critic steps per generator step (the paper's)."""
 GRADIENT_PENALTY = 10.0
@@ -354,7 +388,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "swin": soft_target_cross_entropy, "distil": distillation_loss, "byol": byol_loss, "realnvp": flow_nll,
           "transe": transe_margin_loss, "kws": keyword_nll_loss, "vqvae": vqvae_loss, "nbeats": smape_2_loss,
           "word2vec": sgns_loss, "triplet": batch_hard_triplet_loss, "sam": smooth_crossentropy, "detector": fcos_loss,
-          "efficientnet": smoothed_cross_entropy}
+          "efficientnet": smoothed_cross_entropy, "pinn": pinn_loss, "maml": torch.nn.functional.mse_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -393,6 +427,12 @@ OUTCOME_METRICS = {
     "triplet": OutcomeMetric("val_recall_at_1", higher_is_better=True, best=1.0),
     # PPO's loss is a surrogate whose scale follows the advantages: CleanRL's episodic return instead.
     "ppo": OutcomeMetric("reward", higher_is_better=True, best=float(CARTPOLE.max_steps)),
+    # A PINN's loss is its residual at the points it was given: DeepXDE's held-out error to the exact solution.
+    "pinn": OutcomeMetric("val_l2_relative_error", higher_is_better=False, best=0.0),
+    # MAML's worth is how well it adapts to tasks it never met: the post-adaptation loss on held-out tasks.
+    "maml": OutcomeMetric("val_loss", higher_is_better=False, best=0.0),
+    # pix2pix's losses are adversarial: the generator's held-out L1 error to the target images.
+    "pix2pix": OutcomeMetric("val_l1_error", higher_is_better=False, best=0.0),
 }
 """Families judged on a metric (see `OutcomeMetric`; `loss`: the training loss's distance to its
 floor); every other family on its training loss."""
@@ -431,6 +471,8 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
     if recipe.schedule == "warmup_exp":
         return lambda step: (step + 1) / (recipe.warmup + 1) if step < recipe.warmup else \
             0.97 ** (step // EXP_DECAY_STEPS)
+    if recipe.schedule == "constant_then_linear":
+        return lambda step: min(1.0, 2 * (1 - step / steps))
     if recipe.schedule == "step":
         return lambda step: 0.1 ** ((step >= steps // 2) + (step >= 3 * steps // 4))
     config = LoopConfig(steps=steps, warmup=recipe.warmup, lr=1.0)
@@ -501,7 +543,7 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
 FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae", "unet", "gnn",
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
-                "sam", "ppo", "detector", "efficientnet")
+                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -509,8 +551,9 @@ corrupted buffer), the WGAN's the real points its critic reads, the student's th
 teacher reads too, the flow's its points, the keyword spotter's its waveforms, the VQ-VAE's its
 images, N-BEATS's its input windows (its targets, the windows' futures, left as they are), the
 triplet net's and the Wide ResNet's their images, the PPO agent's the observations of its
-minibatch (a corrupted rollout buffer), the detector's and the EfficientNet's their images;
-word2vec reads word IDs."""
+minibatch (a corrupted rollout buffer), the detector's and the EfficientNet's their images, the
+PINN's its collocation and boundary points, MAML's its tasks' support points and values and query
+points, pix2pix's its edge maps; word2vec reads word IDs."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
@@ -562,6 +605,9 @@ LEFT_OUT = {
     "detector": ("adam_state", "healthy_spike"),
     # RMSprop keeps square_avg, not Adam's exp_avg_sq: AdamStateZeroed would change nothing.
     "efficientnet": ("adam_state",),
+    # pix2pix's loop accumulates nothing (its batch_size is 1 by default; one G and one D step an
+    # iteration): a loop that accumulates G's and D's gradients by hand is not the repository's.
+    "pix2pix": ("healthy_accum",),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -638,7 +684,7 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     the WGAN-GP (its `draw` is the loader of real points, `eval_draw` the held-out points), the
     DQN agent as the REINFORCE agent; for the distilled student the distillation loss of a student
     that predicts the uniform distribution against its teacher's logits on the training digits;
-    the round-12 to round-15 families' in `ARCH_DATA`."""
+    the round-12 to round-16 families' in `ARCH_DATA`."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in ARCH_DATA:
         return ARCH_DATA[arch](micro, seed)
@@ -850,11 +896,39 @@ def _pattern_data(micro: int, seed: int):
         math.log(PATTERNS.classes)
 
 
+def _poisson_data(micro: int, seed: int):
+    """Collocation and boundary points of DeepXDE's Poisson problem, held-out points for its
+    `val_loss`; chance: the l2 relative error of u ≡ 0, 1."""
+    return (poisson_points_sampler(micro, seed), poisson_points_sampler(POISSON.grid, seed + 1), 1,
+            OUTCOME_METRICS["pinn"].distance(1.0))
+
+
+def _sinusoid_data(micro: int, seed: int):
+    """Meta-batches of sinusoid tasks, `SINUSOIDS.held_out` fixed held-out tasks (the same for
+    every seed); chance: their query points' mean square, the loss of predicting 0 (the tasks' mean)."""
+    held_out = sinusoid_tasks_sampler(SINUSOIDS.held_out, 7_000, fixed=True)
+    return (sinusoid_tasks_sampler(micro, seed), held_out, 1,
+            OUTCOME_METRICS["maml"].distance(float((held_out()[1] ** 2).mean())))
+
+
+def _held_out_pairs() -> tuple[torch.Tensor, torch.Tensor]:
+    pairs = edge_photo_pairs()
+    return pairs.x[-EDGES.held_out:], pairs.y[-EDGES.held_out:]
+
+
+def _edges_data(micro: int, seed: int):
+    """The (edges, photo) pairs, the last `EDGES.held_out` held out; no eval draw (the loop
+    measures `val_l1_error`); chance: the L1 error of a grey image (the generator's tanh at 0)."""
+    pairs, held = edge_photo_pairs(), EDGES.held_out
+    train = Dataset(pairs.x[:-held], pairs.y[:-held])
+    return batch_sampler(train, micro, seed), None, 3, float(_held_out_pairs()[1].abs().mean()) / 2
+
+
 ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_data, "lora": _kitchen_data,
              "vqvae": _pattern_reconstruction_data, "nbeats": _forecast_data, "word2vec": _skipgram_data,
              "triplet": _metric_learning_data, "sam": _smoothed_pattern_data, "ppo": _ppo_data, "detector": _box_data,
-             "efficientnet": _pattern_data}
-"""(draw, eval_draw, classes, chance) of the round-12 to round-15 families, from the micro-batch
+             "efficientnet": _pattern_data, "pinn": _poisson_data, "maml": _sinusoid_data, "pix2pix": _edges_data}
+"""(draw, eval_draw, classes, chance) of the round-12 to round-16 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
     "transe": lambda model: {"hits_at_10": hits_at_k(model, knowledge_graph()[1], 10)},
@@ -866,11 +940,13 @@ EVAL_METRICS = {
     "detector": lambda model: {"val_iou": detection_iou(model, box_images().x[-BOXES.held_out:],
                                                         box_images().y[-BOXES.held_out:])},
     "efficientnet": lambda model: {"val_accuracy": _held_out_accuracy(model)},
+    "pinn": lambda model: {"val_l2_relative_error": l2_relative_error(model, POISSON.grid)},
+    "pix2pix": lambda model: {"val_l1_error": pix2pix_l1_error(model, *_held_out_pairs())},
 }
 """Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
 
 
-EVAL_EVERY = {"triplet": 1}
+EVAL_EVERY = {"triplet": 1, "pinn": 1, "maml": 1}
 """Steps between evaluations where not 25: a family judged on a held-out metric
 (`OUTCOME_METRICS`) evaluates every step."""
 
@@ -1026,10 +1102,10 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     if arch == "lora":  # loralib's recipe: the pretrained checkpoint first, strict=False (no LoRA keys in it)
         model.load_state_dict(lora_base(seed), strict=False)
     lr = recipe.lr * spec.lr_factor
-    if arch == "wgan_gp":  # one Adam per network, each with its blocks' groups
+    if arch in ("wgan_gp", "pix2pix"):  # one Adam per network, each with its blocks' groups
         groups = _param_groups(model, recipe, lr)
         optimizer = tuple(torch.optim.Adam([g for g in groups if g["layer"].startswith(net + ".")], lr=lr,
-                                           betas=recipe.betas) for net in ("generator", "critic"))
+                                           betas=recipe.betas) for net in NETWORKS[arch])
     else:
         optimizer = OPTIMIZERS[recipe.optimizer](_param_groups(model, recipe, lr), lr, recipe)
     after_step = model.normalize_entities if arch == "transe" else None
@@ -1081,6 +1157,10 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                                        batch=recipe.batch, noise=RING.noise, penalty=GRADIENT_PENALTY,
                                        bf16=options["bf16"], seed=seed, config=config,
                                        recorder_options=recorder_options)
+    elif arch == "pix2pix":
+        outcome = train_pix2pix(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, fault=fault,
+                                bf16=options["bf16"], eval_metrics=lambda: EVAL_METRICS[arch](model), config=config,
+                                recorder_options=recorder_options)
     elif arch == "sam":
         outcome = train_sam(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, loss_fn=LOSSES[arch],
                             fault=fault, accumulation=options["accumulation"], bf16=options["bf16"],

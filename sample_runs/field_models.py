@@ -217,6 +217,11 @@
   (MBConv `InvertedResidual`s: expansion, depthwise conv, `SqueezeExcite`, SiLU, BatchNorm,
   drop-path), timm's init; timm's `ModelEmaV2` (an untrained copy moved towards the weights after
   each step).
+- `PoissonPINN`, `pinn_loss`: DeepXDE's FNN for its 1-D Poisson example (a tanh MLP), the PDE
+  residual by autograd on the inputs (`create_graph=True`), the residual and boundary loss terms.
+- `SineMAML`: MAML's sinusoid regressor, fast weights per task by `torch.func.functional_call`
+  and second-order inner steps (tristandeleu/pytorch-maml's `update_parameters`).
+- `Pix2Pix`: junyanz's `UnetGenerator` (unrolled) and PatchGAN `NLayerDiscriminator`, its init.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -226,7 +231,8 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 `t5`, `clip` and `densenet` before the ninth, `reinforce`, `wgan_gp` and `swin` before the tenth,
 `dqn`, `distil` and `byol` before the eleventh, `realnvp`, `transe` and `kws` before the twelfth,
 `lora`, `vqvae` and `nbeats` before the thirteenth, `word2vec`, `triplet` and `sam` before the
-fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth (benchmarks/detection.py
+fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `maml` and `pix2pix` before the
+sixteenth (benchmarks/detection.py
 `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
@@ -2681,11 +2687,193 @@ class ModelEmaV2:
                     ema_v.copy_(model_v)
 
 
+def _derivative(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """dy/dx of a pointwise y(x), differentiable (create_graph) so that the loss on it trains the
+    net, as DeepXDE's `grad.jacobian` takes it; zero where y does not depend on x (a network whose
+    features were cut from its input)."""
+    if not y.requires_grad:
+        return torch.zeros_like(x)
+    (dy,) = torch.autograd.grad(y.sum(), x, create_graph=True, allow_unused=True, materialize_grads=True)
+    return dy
+
+
+class PoissonPINN(nn.Module):
+    """A physics-informed network as DeepXDE's `FNN` builds it for its 1-D Poisson example
+    (Raissi et al.'s PINN): a tanh MLP 1 → `width` ×3 → 1, Glorot-normal weights, zero biases.
+    `forward` takes the collocation and boundary points and returns the PDE residual
+    −u″(x) − π² sin(πx) at the collocation points (u″ by `torch.autograd.grad` on the inputs with
+    `create_graph=True`, under `enable_grad` so that an eval loop can measure it too) and u at
+    the boundary."""
+
+    def __init__(self, width: int = 32, depth: int = 3) -> None:
+        super().__init__()
+        widths = [1, *([width] * depth), 1]
+        self.linears = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
+        for layer in self.linears:
+            nn.init.xavier_normal_(layer.weight)
+            nn.init.zeros_(layer.bias)
+        self.units = [f"linears.{i}" for i in range(len(self.linears))]
+        self.hidden = self.units[1:-1]
+        self.exposed = list(self.units)  # no normalisation anywhere
+
+    def u(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.linears[:-1]:
+            x = torch.tanh(layer(x))
+        return self.linears[-1](x)
+
+    def forward(self, points: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.enable_grad():
+            x = points["domain"].detach().requires_grad_(True)
+            u_xx = _derivative(_derivative(self.u(x), x), x)
+        return -u_xx - math.pi ** 2 * torch.sin(math.pi * x), self.u(points["boundary"])
+
+
+def pinn_loss(output: tuple[torch.Tensor, torch.Tensor], boundary_values: torch.Tensor) -> dict[str, torch.Tensor]:
+    """DeepXDE's loss terms, each a mean square, weight 1: the PDE residual's and the boundary
+    condition's (logged apart, as DeepXDE's `LossHistory` keeps them)."""
+    residual, boundary = output
+    return {"loss_pde": (residual ** 2).mean(), "loss_bc": nn.functional.mse_loss(boundary, boundary_values)}
+
+
+def l2_relative_error(model: PoissonPINN, grid: int) -> float:
+    """DeepXDE's "l2 relative error" metric of u against the exact sin(πx) on `grid` held-out
+    points (eval mode, no gradient)."""
+    x = torch.linspace(-1, 1, grid).unsqueeze(1)
+    model.eval()
+    with torch.no_grad():
+        u = model.u(x)
+    model.train()
+    exact = torch.sin(math.pi * x)
+    return float((u - exact).norm() / exact.norm())
+
+
+class SineMAML(nn.Module):
+    """MAML (Finn et al.) on sinusoid regression as tristandeleu/pytorch-maml writes it, with
+    `torch.func.functional_call` where it uses torchmeta's `MetaModule(params=...)`: Finn's
+    regressor (1 → 40 → 40 → 1, ReLU); `forward` takes a meta-batch of tasks and, for each,
+    adapts fast weights by `inner_steps` SGD steps on the support loss (`update_parameters`:
+    `torch.autograd.grad` with `create_graph=True` while training, second-order MAML; first-order
+    in eval, whose values are the same), then predicts its query points with them."""
+
+    def __init__(self, width: int = 40, inner_lr: float = 0.01, inner_steps: int = 1) -> None:
+        super().__init__()
+        self.net, self.inner_lr, self.inner_steps = _mlp(1, width, 1), inner_lr, inner_steps
+        self.units = ["net.fc0", "net.fc1", "net.out"]
+        self.hidden = ["net.fc0", "net.fc1"]
+        self.exposed = list(self.units)
+
+    def adapt(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        params = dict(self.net.named_parameters())
+        for _ in range(self.inner_steps):
+            loss = nn.functional.mse_loss(torch.func.functional_call(self.net, params, (x,)), y)
+            grads = torch.autograd.grad(loss, list(params.values()), create_graph=self.training, allow_unused=True,
+                                        materialize_grads=True)
+            params = {name: p - self.inner_lr * g for (name, p), g in zip(params.items(), grads)}
+        return params
+
+    def forward(self, tasks: dict[str, torch.Tensor]) -> torch.Tensor:
+        with torch.enable_grad():
+            return torch.stack([torch.func.functional_call(self.net, self.adapt(sx, sy), (qx,))
+                                for sx, sy, qx in zip(tasks["support_x"], tasks["support_y"], tasks["query_x"])])
+
+
+class UnetGenerator(nn.Module):
+    """pix2pix's `UnetGenerator` (junyanz/pytorch-CycleGAN-and-pix2pix `networks.py`), its
+    recursive `UnetSkipConnectionBlock`s unrolled: 4×4 stride-2 convs down (LeakyReLU 0.2 before
+    each but the first, BatchNorm after each but the outermost and innermost), transposed convs
+    up (ReLU before, BatchNorm after, dropout 0.5 in the innermost-but-one), each up block's
+    output concatenated with its mirror's input, Tanh out; no bias before a BatchNorm."""
+
+    def __init__(self, inputs: int = 1, outputs: int = 3, ngf: int = 16, downs: int = 4) -> None:
+        super().__init__()
+        widths = [ngf * min(2 ** i, 8) for i in range(downs)]
+        self.down = nn.ModuleList()
+        for i, width in enumerate(widths):
+            conv = nn.Conv2d(inputs if i == 0 else widths[i - 1], width, 4, 2, 1, bias=i in (0, downs - 1))
+            norm = nn.BatchNorm2d(width) if 0 < i < downs - 1 else nn.Identity()
+            self.down.append(nn.Sequential(nn.Identity() if i == 0 else nn.LeakyReLU(0.2), conv, norm))
+        self.up = nn.ModuleList()
+        for i in reversed(range(downs)):
+            into = widths[i] * (1 if i == downs - 1 else 2)
+            if i == 0:
+                self.up.append(nn.Sequential(nn.ReLU(), nn.ConvTranspose2d(into, outputs, 4, 2, 1), nn.Tanh()))
+                continue
+            layers = [nn.ReLU(), nn.ConvTranspose2d(into, widths[i - 1], 4, 2, 1, bias=False),
+                      nn.BatchNorm2d(widths[i - 1])]
+            self.up.append(nn.Sequential(*layers, *([nn.Dropout(0.5)] if i == downs - 2 else [])))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skips = []
+        for block in self.down:
+            x = block(x)
+            skips.append(x)
+        for i, block in enumerate(self.up):
+            x = block(x if i == 0 else torch.cat([x, skips[-1 - i]], 1))
+        return x
+
+
+class NLayerDiscriminator(nn.Module):
+    """pix2pix's PatchGAN `NLayerDiscriminator` (`--netD basic` with `n_layers`): 4×4 convs,
+    stride 2 then 1, BatchNorm and LeakyReLU 0.2, one logit per patch."""
+
+    def __init__(self, inputs: int = 4, ndf: int = 16, n_layers: int = 2) -> None:
+        super().__init__()
+        layers, width = [nn.Conv2d(inputs, ndf, 4, 2, 1), nn.LeakyReLU(0.2)], ndf
+        for n in range(1, n_layers + 1):
+            wider = ndf * min(2 ** n, 8)
+            layers += [nn.Conv2d(width, wider, 4, 2 if n < n_layers else 1, 1, bias=False), nn.BatchNorm2d(wider),
+                       nn.LeakyReLU(0.2)]
+            width = wider
+        layers.append(nn.Conv2d(width, 1, 4, 1, 1))
+        self.model = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+
+def _pix2pix_init(module: nn.Module) -> None:
+    """pix2pix's `init_weights(init_type='normal', init_gain=0.02)`: convs N(0, 0.02), zero bias;
+    BatchNorm weights N(1, 0.02)."""
+    if isinstance(module, (nn.Conv2d, nn.ConvTranspose2d)):
+        nn.init.normal_(module.weight, 0.0, 0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.BatchNorm2d):
+        nn.init.normal_(module.weight, 1.0, 0.02)
+        nn.init.zeros_(module.bias)
+
+
+class Pix2Pix(nn.Module):
+    """pix2pix's two networks: `netG` (edges → a colour image, `UnetGenerator`) and `netD` (an
+    (edges, image) pair → patch logits, `NLayerDiscriminator`), both `init_weights`'d."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.netG, self.netD = UnetGenerator(), NLayerDiscriminator()
+        self.apply(_pix2pix_init)
+        generator = [f"netG.down.{i}" for i in range(len(self.netG.down))] + \
+            [f"netG.up.{i}" for i in range(len(self.netG.up))]
+        self.units = [*generator, "netD.model"]
+        self.hidden = generator[1:-1]
+        self.exposed = ["netG.up.3.1", "netD.model.8"]  # the image before its tanh; the patch logits
+
+
+def pix2pix_l1_error(model: Pix2Pix, edges: torch.Tensor, photos: torch.Tensor) -> float:
+    """The mean absolute error of the generator's images against the held-out photos, in pixel
+    units of [0, 1] (eval mode, no gradient; pix2pix's test.py without `--eval` keeps train mode,
+    here the BatchNorm running statistics are used)."""
+    model.eval()
+    with torch.no_grad():
+        error = float((model.netG(edges) - photos).abs().mean()) / 2
+    model.train()
+    return error
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
-               "sam", "ppo", "detector", "efficientnet")
+               "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -2737,6 +2925,9 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "ppo": lambda vocab: PPOAgent(CARTPOLE.observations, CARTPOLE.actions),
     "detector": lambda vocab: TinyFCOS(vocab),
     "efficientnet": lambda vocab: EfficientNet(vocab),
+    "pinn": lambda vocab: PoissonPINN(),
+    "maml": lambda vocab: SineMAML(),
+    "pix2pix": lambda vocab: Pix2Pix(),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""

@@ -13,7 +13,7 @@ from torch import nn
 
 from .faults import Fault
 
-__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_sam", "train_ppo", "train_policy_gradient", "train_dqn", "ReplayBuffer", "first_nonfinite", "broke_after", "broke_against",
+__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_sam", "train_ppo", "train_pix2pix", "train_policy_gradient", "train_dqn", "ReplayBuffer", "first_nonfinite", "broke_after", "broke_against",
            "stalled_against", "token_cross_entropy"]
 
 STEPS_AFTER_NONFINITE = 3
@@ -785,3 +785,78 @@ def _ppo_rollout(model: nn.Module, env, obs: torch.Tensor, done: torch.Tensor, e
                "logprobs": stacked["logprobs"].flatten(), "values": stacked["values"].flatten(),
                "advantages": advantages.flatten(), "returns": (advantages + stacked["values"]).flatten()}
     return rollout, obs, done, episode, (float(np.mean(finished)) if finished else reward)
+
+
+def train_pix2pix(
+    run_dir: Path | None,
+    model: nn.Module,
+    optimizers: tuple[torch.optim.Optimizer, torch.optim.Optimizer],
+    draw: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    *,
+    steps: int,
+    lr_at: Callable[[int], float],
+    fault: Fault | None = None,
+    bf16: bool = False,
+    lambda_l1: float = 100.0,
+    eval_metrics: Callable[[], dict[str, float]] | None = None,
+    config: dict | None = None,
+    recorder_options: dict | None = None,
+) -> Outcome:
+    """junyanz/pytorch-CycleGAN-and-pix2pix's `Pix2PixModel.optimize_parameters` each step:
+    fake_B = netG(real_A); `set_requires_grad(netD, True)`, `optimizer_D.zero_grad()`, loss_D =
+    ½ (GAN(netD(A, fake_B.detach()), False) + GAN(netD(A, B), True)) (vanilla GAN: BCE with
+    logits), backward, `optimizer_D.step()`; `set_requires_grad(netD, False)`,
+    `optimizer_G.zero_grad()`, loss_G = GAN(netD(A, fake_B), True) + `lambda_l1` · L1(fake_B, B),
+    backward, `optimizer_G.step()`; its losses logged as `get_current_losses` names them (G_GAN,
+    G_L1, D_real, D_fake) with the `loss_` prefix, beside `eval_metrics()` (a held-out error)
+    every step. `optimizers` is (G's, D's); `lr_at(step)` the schedule's factor on each group's
+    `base_lr`; `fault.before_step` sees both optimizers, `fault.zero_grad` / `fault.take_step`
+    decide every `zero_grad` / `step` call; `bf16` runs the forwards under CPU bf16 autocast."""
+    from .framework_loops import _Optimizers
+
+    fault = fault or Fault()
+    fault.install(model)
+    outcome = Outcome()
+    opt_g, opt_d = optimizers
+    both = _Optimizers(opt_g, opt_d)
+    net_g, net_d = model.netG, model.netD
+    gan = lambda logits, real: F.binary_cross_entropy_with_logits(  # noqa: E731 - pix2pix's GANLoss('vanilla')
+        logits.float(), torch.full_like(logits.float(), float(real)))
+    for group in both.param_groups:
+        group.setdefault("base_lr", group["lr"])
+    try:
+        with _recorder(run_dir, model, list(optimizers), config, recorder_options) as rec:
+            for step in range(steps):
+                extra = eval_metrics() if eval_metrics is not None else {}
+                for group in both.param_groups:
+                    group["lr"] = group["base_lr"] * lr_at(step)
+                fault.before_step(step, model, both)
+                real_a, real_b = fault.batch(step, *draw())
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    fake_b = net_g(real_a)
+                    net_d.requires_grad_(True)
+                    if fault.zero_grad(step):
+                        opt_d.zero_grad()
+                    loss_d_fake = gan(net_d(torch.cat([real_a, fake_b.detach()], 1)), False)
+                    loss_d_real = gan(net_d(torch.cat([real_a, real_b], 1)), True)
+                    loss_d = 0.5 * (loss_d_fake + loss_d_real)
+                loss_d.backward()
+                if fault.take_step(step):
+                    opt_d.step()
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    net_d.requires_grad_(False)
+                    if fault.zero_grad(step):
+                        opt_g.zero_grad()
+                    loss_g_gan = gan(net_d(torch.cat([real_a, fake_b], 1)), True)
+                    loss_g_l1 = F.l1_loss(fake_b.float(), real_b) * lambda_l1
+                    loss_g = loss_g_gan + loss_g_l1
+                loss_g.backward()
+                if fault.take_step(step):
+                    opt_g.step()
+                losses = {"loss_G_GAN": loss_g_gan.item(), "loss_G_L1": loss_g_l1.item(),
+                          "loss_D_real": loss_d_real.item(), "loss_D_fake": loss_d_fake.item()}
+                rec.step(inputs=real_a, targets=real_b, **losses, **extra)
+                outcome.log(step, loss_d.item() + loss_g.item(), **extra)
+    except TrainingDiverged:
+        pass
+    return outcome

@@ -47,7 +47,7 @@ def test_catalogue_looks_like_the_field():
                                        "siren", "pointnet", "t5", "clip", "densenet", "reinforce",
                                        "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "transe", "kws",
                                        "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam", "ppo", "detector",
-                                       "efficientnet"}
+                                       "efficientnet", "pinn", "maml", "pix2pix"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -1438,3 +1438,106 @@ def test_efficientnet_stacks_mbconv_blocks_with_se_and_drop_path_and_keeps_a_tim
         linear.weight.add_(1.0)
     average.update(linear)
     assert torch.allclose(average.module.weight, 0.9 * start + 0.1 * (start + 1))
+
+
+def test_pinn_trains_on_its_pde_residual_by_autograd_on_the_inputs_and_is_judged_on_its_held_out_error(tmp_path):
+    from sample_runs.data import POISSON
+    from sample_runs.field import OUTCOME_METRICS, PINN_LR
+    from sample_runs.field_models import PoissonPINN, _derivative, l2_relative_error, pinn_loss
+
+    x = torch.linspace(-1, 1, 5).unsqueeze(1).requires_grad_(True)
+    assert torch.allclose(_derivative(_derivative(x ** 3, x), x), 6 * x)
+    assert not _derivative(torch.ones(5, 1), x).any()  # a u that does not depend on x (a detached network)
+    torch.manual_seed(0)
+    model = build_field_model("pinn", 1)
+    assert all(not layer.bias.any() for layer in model.linears) and model.hidden == ["linears.1", "linears.2"]
+    exact = PoissonPINN()
+    exact.u = lambda points: torch.sin(math.pi * points)  # the solution: no residual, u(±1) = 0
+    points = {"domain": torch.rand(16, 1) * 2 - 1, "boundary": torch.tensor([[-1.0], [1.0]])}
+    losses = pinn_loss(exact(points), torch.zeros(2, 1))
+    assert set(losses) == {"loss_pde", "loss_bc"} and float(sum(losses.values())) == pytest.approx(0.0, abs=1e-8)
+    assert l2_relative_error(exact, POISSON.grid) == pytest.approx(0.0, abs=1e-7)
+    with torch.no_grad():  # an eval loop measures the residual too
+        residual, _ = model(points)
+    assert residual.shape == (16, 1) and residual.grad_fn is None
+    truth = make("healthy-pinn-s0", tmp_path / "run")
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    by_name = {name: frame.sort_values("step")["value"].tolist() for name, frame in scalars.groupby("name")}
+    assert by_name["loss"] == pytest.approx([p + b for p, b in zip(by_name["loss_pde"], by_name["loss_bc"])], rel=1e-5)
+    error = by_name["val_l2_relative_error"]
+    assert len(error) == 150 and _mean(error[-10:]) < 0.5 * _mean(error[:10]) and truth.verdict == "healthy"
+    assert OUTCOME_METRICS["pinn"].higher_is_better is False and RECIPES["pinn"].lr == PINN_LR
+    stats = read_stats(tmp_path / "run")
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+    assert stats[stats["role"] == "grad"]["step"].nunique() == 150
+
+
+def test_maml_adapts_fast_weights_by_second_order_inner_steps_and_is_judged_on_held_out_tasks(tmp_path):
+    from sample_runs.data import SINUSOIDS, sinusoid_tasks_sampler
+    from sample_runs.field import OUTCOME_METRICS, _data
+
+    torch.manual_seed(0)
+    model = build_field_model("maml", 1)
+    tasks, query_y = sinusoid_tasks_sampler(2, 0)()
+    assert tasks["support_x"].shape == (2, SINUSOIDS.shots, 1) and query_y.shape == (2, SINUSOIDS.queries, 1)
+    params = dict(model.net.named_parameters())
+    loss = torch.nn.functional.mse_loss(model.net(tasks["support_x"][0]), tasks["support_y"][0])
+    grads = torch.autograd.grad(loss, list(params.values()))
+    fast = model.adapt(tasks["support_x"][0], tasks["support_y"][0])
+    for (name, p), g in zip(params.items(), grads):
+        assert torch.allclose(fast[name], p - model.inner_lr * g, atol=1e-6)
+    assert fast["out.weight"].grad_fn is not None  # differentiable: the outer loss reaches the params through it
+    outer = torch.nn.functional.mse_loss(model(tasks), query_y)
+    second = torch.autograd.grad(outer, list(params.values()))
+    model.eval()  # first order: the same loss, another gradient (no path through the inner gradient)
+    first = torch.autograd.grad(torch.nn.functional.mse_loss(model(tasks), query_y), list(params.values()))
+    model.train()
+    assert not all(torch.allclose(a, b) for a, b in zip(first, second))
+    draw, eval_draw, _, chance = _data("maml", RECIPES["maml"], 0, 1)
+    assert torch.equal(eval_draw()[1], eval_draw()[1]) and chance == pytest.approx(float((eval_draw()[1] ** 2).mean()))
+    assert OUTCOME_METRICS["maml"].name == "val_loss"
+    spy, meta_grads = _Spy(), []
+    optimizer = torch.optim.Adam(_param_groups(model, RECIPES["maml"], 1e-3), lr=1e-3)
+    outcome = train_field(tmp_path / "run", model, optimizer, draw, steps=3, lr_at=lambda step: 1.0, fault=spy,
+                          eval_draw=eval_draw, eval_every=1, loss_fn=torch.nn.functional.mse_loss,
+                          after_step=lambda: meta_grads.append({n: float(p.grad.norm())
+                                                                for n, p in model.named_parameters()}))
+    assert spy.stepped == [0, 1, 2] and len(outcome.metrics["val_loss"]) == 3
+    stats = read_stats(tmp_path / "run")
+    recorded = stats[(stats["role"] == "grad") & (stats["step"] == 2)].set_index("name")["norm"]
+    # the meta-gradient the optimizer stepped on, not the inner loop's torch.autograd.grad results
+    assert recorded.to_dict() == pytest.approx(meta_grads[2], rel=1e-5)
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+
+
+def test_pix2pix_steps_its_discriminator_then_its_generator_each_iteration_as_junyanz_writes_it(tmp_path):
+    from sample_runs.data import EDGES, edge_photo_pairs
+    from sample_runs.field import OUTCOME_METRICS, _data
+    from sample_runs.training import train_pix2pix
+
+    pairs = edge_photo_pairs()
+    assert pairs.x.shape == (EDGES.images, 1, EDGES.size, EDGES.size) and pairs.y.shape[1] == 3
+    assert pairs.x.min() == -1 and pairs.x.max() == 1 and pairs.y.abs().max() <= 1
+    torch.manual_seed(0)
+    model = build_field_model("pix2pix", 3)
+    fake = model.netG(pairs.x[:4])
+    assert fake.shape == (4, 3, EDGES.size, EDGES.size) and fake.abs().max() <= 1  # tanh
+    assert model.netD(torch.cat([pairs.x[:4], fake], 1)).shape == (4, 1, 2, 2)  # one logit a patch
+    assert float(model.netD.model[0].weight.std()) == pytest.approx(0.02, rel=0.1)  # init_weights normal 0.02
+    groups = _param_groups(model, RECIPES["pix2pix"], 2e-4)
+    optimizers = tuple(torch.optim.Adam([g for g in groups if g["layer"].startswith(net + ".")], lr=2e-4,
+                                        betas=(0.5, 0.999)) for net in ("netG", "netD"))
+    draw, eval_draw, _, _ = _data("pix2pix", RECIPES["pix2pix"], 0, 1)
+    spy = _Spy()
+    outcome = train_pix2pix(tmp_path / "run", model, optimizers, draw, steps=3, lr_at=lambda step: 1.0, fault=spy,
+                            eval_metrics=lambda: {"val_l1_error": 0.5})
+    assert spy.stepped == spy.zeroed == [0, 0, 1, 1, 2, 2] and eval_draw is None  # D's, then G's
+    assert outcome.metrics["val_l1_error"] == [0.5] * 3 and OUTCOME_METRICS["pix2pix"].name == "val_l1_error"
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    assert {"loss_G_GAN", "loss_G_L1", "loss_D_real", "loss_D_fake"} <= set(scalars["name"])
+    stats = read_stats(tmp_path / "run")
+    grads = set(stats[stats["role"] == "grad"]["name"])
+    assert "netG.down.0.1.weight" in grads and "netD.model.0.weight" in grads
+    assert _schedule(RECIPES["pix2pix"], 150)(74) == 1.0 and _schedule(RECIPES["pix2pix"], 150)(149) == pytest.approx(
+        2 / 150)
+    assert "healthy_accum" in LEFT_OUT["pix2pix"]
