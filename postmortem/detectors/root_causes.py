@@ -23,6 +23,7 @@ __all__ = [
     "OnsetWindow",
     "Series",
     "batch_out_of_range",
+    "batches_out_of_range",
     "hp_changes",
     "hyperparameter_changed",
     "optimizer_state_changed",
@@ -299,6 +300,25 @@ def _jump_over_history(series: Series, step: int) -> float | None:
     if now is None or not math.isfinite(now) or len(before) < 3:
         return None
     return float(now / np.median(before))
+
+
+def batches_out_of_range(window: OnsetWindow, th: RootCauseThresholds) -> list[tuple[int, str]]:
+    """(step, name) of every input or target batch in the run whose max |x| is ×k outside the
+    range of every batch before it (`out_of_range`, read at once over the whole series: a
+    100 000-step run's batches are not re-read per step)."""
+    found = []
+    for name, batch in window.batches.items():
+        usable = np.isfinite(batch.values) & (batch.values > 0)
+        # The smallest and largest usable value of the batches strictly before each step.
+        low = np.minimum.accumulate(np.where(usable, batch.values, np.inf))
+        high = np.maximum.accumulate(np.where(usable, batch.values, -np.inf))
+        seen = np.cumsum(usable)
+        low, high, seen = np.r_[np.inf, low[:-1]], np.r_[-np.inf, high[:-1]], np.r_[0, seen[:-1]]
+        with np.errstate(invalid="ignore"):
+            outside = (batch.values > th.batch_range_factor * high) | (batch.values * th.batch_range_factor < low)
+        hits = np.flatnonzero(np.isfinite(batch.values) & (seen >= 3) & outside)
+        found += [(int(batch.steps[i]), name) for i in hits]
+    return sorted(found)
 
 
 @register("batch_out_of_range", "root_causes", onset_window)

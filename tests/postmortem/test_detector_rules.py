@@ -53,6 +53,7 @@ from postmortem.detectors.root_causes import (
     OnsetWindow,
     Series,
     batch_out_of_range,
+    batches_out_of_range,
     hyperparameter_changed,
     optimizer_state_changed,
     weights_changed_outside_optimizer,
@@ -611,6 +612,17 @@ def test_batch_out_of_range():
     assert found[0].step == 60 and found[0].tensors == ["input"]
     assert batch_out_of_range(_window(onset=60, batches={"input": Series(STEPS, _noisy(3.0, 4))}),
                               TH.root_causes) == []
+
+
+def test_batches_out_of_range_over_the_whole_run():
+    batch, target = _noisy(3.0, 4), _noisy(1.0, 5)
+    batch[[20, 70]] *= 1e3  # the second ×1e3 batch is in range of the first
+    target[40] = 0.0  # a batch ×10 below every batch before it
+    target[50] = np.nan  # non-finite: nonfinite_input's
+    window = _window(onset=None, batches={"input": Series(STEPS, batch), "target": Series(STEPS, target)})
+    assert batches_out_of_range(window, TH.root_causes) == [(int(STEPS[20]), "input"), (int(STEPS[40]), "target")]
+    assert batches_out_of_range(_window(onset=None, batches={"input": Series(STEPS, _noisy(3.0, 4))}),
+                                TH.root_causes) == []
 
 
 # ---------------------------------------------------------------- divergence

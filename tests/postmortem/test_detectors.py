@@ -428,6 +428,13 @@ def test_a_finite_run_whose_loss_a_batch_out_of_range_spiked_for_good_diverged_t
     # The same spike without an out-of-range batch (new data, seed 000's domain switch) is a note.
     analysis, labels = _labels(tmp_path / "data", _layers(), loss)
     assert analysis.verdict == "healthy" and "batch_out_of_range" not in labels
+    # No spike at all: the batch went into BatchNorm's running statistics (round 16,
+    # batch_scale-pix2pix), the loss rose ×1.4 at once and stayed there: diverged at the batch.
+    unspiked = loss.copy()
+    unspiked[at] = 1.4 * level
+    analysis, labels = _labels(tmp_path / "unspiked", stats, unspiked)
+    assert analysis.verdict == "diverged" and analysis.onset.step == at
+    assert "batch_out_of_range" in labels
 
 
 @pytest.mark.parametrize("jumps", [True, False])
