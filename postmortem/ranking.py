@@ -314,11 +314,12 @@ def healthy_range(before: np.ndarray) -> tuple[float, float] | None:
     return (float(np.min(before)), float(np.max(before))) if len(before) >= 3 else None
 
 
-def out_of_range(value: float, bounds: tuple[float, float], factor: float) -> bool:
+def out_of_range(value: float | np.ndarray, bounds: tuple, factor: float) -> bool | np.ndarray:
     """A batch whose largest |x| lies `factor` (`RootCauseThresholds.batch_range_factor`) outside
-    the range of every batch before it (the story, batch_out_of_range and the ranking alike)."""
+    the range of every batch before it (the story, batch_out_of_range and the ranking alike); of
+    each element where `value` and `bounds` are arrays."""
     low, high = bounds
-    return value > factor * high or value * factor < low
+    return (value > factor * high) | (value * factor < low)
 
 
 def extreme_batch(table: SeriesTable, step: int, factor: float) -> tuple[str, float] | None:

@@ -315,7 +315,7 @@ def batches_out_of_range(window: OnsetWindow, th: RootCauseThresholds) -> list[t
         seen = np.cumsum(usable)
         low, high, seen = np.r_[np.inf, low[:-1]], np.r_[-np.inf, high[:-1]], np.r_[0, seen[:-1]]
         with np.errstate(invalid="ignore"):
-            outside = (batch.values > th.batch_range_factor * high) | (batch.values * th.batch_range_factor < low)
+            outside = out_of_range(batch.values, (low, high), th.batch_range_factor)
         hits = np.flatnonzero(np.isfinite(batch.values) & (seen >= 3) & outside)
         found += [(int(batch.steps[i]), name) for i in hits]
     return sorted(found)
@@ -327,21 +327,13 @@ def batch_out_of_range(window: OnsetWindow, th: RootCauseThresholds) -> list[Fin
     every batch before it (non-finite batches are nonfinite_input's)."""
     if window.onset is None:
         return []
-    low, high = window.onset - th.window, window.onset + th.window
-    hits = []
-    for name, batch in window.batches.items():
-        for step in range(low, high + 1):
-            now = batch.at(step)
-            healthy = healthy_range(batch.before(step))
-            if now is None or not math.isfinite(now) or healthy is None:
-                continue
-            lo, hi = healthy
-            if out_of_range(now, healthy, th.batch_range_factor):
-                hits.append((step, name, now, lo, hi))
-                break
-    if not hits:
+    near = [(step, name) for step, name in batches_out_of_range(window, th)
+            if window.onset - th.window <= step <= window.onset + th.window]
+    if not near:
         return []
-    step, name, now, lo, hi = min(hits)
+    step, name = near[0]
+    batch = window.batches[name]
+    now, (lo, hi) = batch.at(step), healthy_range(batch.before(step))
     return [finding(
         "batch_out_of_range", step, [name],
         {"max_abs": now, "healthy_range": [lo, hi], "factor": now / hi if now > hi else now / lo},
