@@ -96,6 +96,7 @@ def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite
     # and the held-out metric that judges the run is what breaks (round 16, batch_scale-pix2pix).
     candidates += [(step, f"batch_out_of_range: {name}")
                    for step, name in root_causes.batches_out_of_range(window, thresholds.root_causes)]
+    spikes = steps[outcome.loss_spikes(loss, th)[0]]
     recovered = None
     for step, series in sorted(candidates):
         lasting = not series.startswith("batch_out_of_range")  # a one-off batch is a loss spike's note
@@ -106,12 +107,23 @@ def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite
         level = float(np.median(before))
         if not np.median(after) > raised(level, th.recovered_factor):
             continue  # the loss did not rise (a negated reward did not fall)
+        if not lasting and not _batch_acted(step, after, level, spikes, thresholds):
+            continue
         onset = Onset(step, (step, step), series, None, None, None,
                       (first.step - step) if first is not None else None)
         if not came_back(ev.table, ev.scalars, onset, th, ignore_grads=True, run_outcome=ev.outcome):
             return onset
         recovered = recovered or (onset if lasting else None)
     return recovered
+
+
+def _batch_acted(step: int, after: np.ndarray, level: float, spikes: np.ndarray, thresholds: Thresholds) -> bool:
+    """A one-off batch acts at once: the first value after it already stands out (×1.1 over the
+    level before, `recovered_factor`), or the loss spiked ×10 within `window` steps of it (its
+    own loss). A rise that starts later is not its doing: a WGAN's sample distance swings ×3 on
+    its own (round 10, batch_scale-wgan_gp-s1)."""
+    at_once = after[0] > raised(level, thresholds.outcome.recovered_factor)
+    return bool(at_once or np.any(np.abs(spikes - step) <= thresholds.root_causes.window))
 
 
 def runaway_onset(ev: Evidence, thresholds: Thresholds) -> Onset | None:

@@ -809,6 +809,19 @@ def test_a_metric_that_ends_as_good_as_before_the_incident_came_back():
                             50, TH.outcome)
 
 
+def test_a_one_off_batch_acts_at_once_or_spikes_the_loss():
+    from postmortem.detectors.onsets import _batch_acted
+
+    at_once = np.array([1.4, 1.4, 1.5])  # the first value after the batch already ×1.4 the level
+    swing = np.array([1.02, 1.2, 1.5])  # a GAN's distance rising on its own from the next steps
+    no_spikes = np.zeros(0, np.int64)
+    assert _batch_acted(60, at_once, 1.0, no_spikes, TH)
+    assert not _batch_acted(60, swing, 1.0, no_spikes, TH)
+    # The batch's own loss ×10 (a spike at its step) acted, whatever follows.
+    assert _batch_acted(60, swing, 1.0, np.array([61]), TH)
+    assert not _batch_acted(60, swing, 1.0, np.array([60 + TH.root_causes.window + 1]), TH)
+
+
 def test_a_nan_batch_at_the_first_nonfinite_step_after_a_learning_phase_break_is_the_onset():
     from types import SimpleNamespace
 
