@@ -23,7 +23,7 @@ knowledge-graph embeddings, an M5 keyword spotter on raw waveforms, LoRA fine-tu
 pretrained GPT, a VQ-VAE with an EMA codebook, an N-BEATS forecaster, skip-gram word2vec with
 negative sampling, a triplet-loss embedding net, a Wide ResNet trained with SAM, a PPO agent on
 CartPole, a one-level FCOS object detector, a timm-style EfficientNet, a physics-informed network,
-MAML on sinusoid tasks and pix2pix (`field_models`),
+MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN and a neural ODE (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -47,7 +47,10 @@ EfficientNet by the plain loop with RMSprop, timm's warm-up and ×0.97 steps, la
 a `ModelEmaV2` updated after each step, the PINN by the plain loop with Adam on DeepXDE's loss
 terms, MAML by the plain loop with Adam over meta-batches of tasks (the inner loop inside the
 model's forward), pix2pix by junyanz's `optimize_parameters` (`training.train_pix2pix`: a D step,
-then a G step, each its own Adam). Faults
+then a G step, each its own Adam), the BiLSTM-CRF by the plain loop with the tutorial's SGD on its
+CRF's sentence NLL, the PixelCNN by the plain loop with Adam on its per-pixel cross-entropy, the
+neural ODE by the plain loop with RMSprop on the L1 error of its RK4 solutions (the solver's
+steps inside the model's forward). Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -716,7 +719,7 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     the WGAN-GP (its `draw` is the loader of real points, `eval_draw` the held-out points), the
     DQN agent as the REINFORCE agent; for the distilled student the distillation loss of a student
     that predicts the uniform distribution against its teacher's logits on the training digits;
-    the round-12 to round-16 families' in `ARCH_DATA`."""
+    the round-12 to round-17 families' in `ARCH_DATA`."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in ARCH_DATA:
         return ARCH_DATA[arch](micro, seed)
@@ -1021,7 +1024,7 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "triplet": _metric_learning_data, "sam": _smoothed_pattern_data, "ppo": _ppo_data, "detector": _box_data,
              "efficientnet": _pattern_data, "pinn": _poisson_data, "maml": _sinusoid_data, "pix2pix": _edges_data,
              "bilstm_crf": _tagging_data, "pixelcnn": _digit_levels_data, "neural_ode": _spiral_data}
-"""(draw, eval_draw, classes, chance) of the round-12 to round-16 families, from the micro-batch
+"""(draw, eval_draw, classes, chance) of the round-12 to round-17 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
     "transe": lambda model: {"hits_at_10": hits_at_k(model, knowledge_graph()[1], 10)},

@@ -240,7 +240,7 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 `dqn`, `distil` and `byol` before the eleventh, `realnvp`, `transe` and `kws` before the twelfth,
 `lora`, `vqvae` and `nbeats` before the thirteenth, `word2vec`, `triplet` and `sam` before the
 fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `maml` and `pix2pix` before the
-sixteenth (benchmarks/detection.py
+sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth (benchmarks/detection.py
 `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
