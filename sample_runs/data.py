@@ -101,6 +101,16 @@ __all__ = [
     "EDGES",
     "EdgesSpec",
     "edge_photo_pairs",
+    "TAGGING",
+    "TAGS",
+    "TaggingSpec",
+    "tagged_sentences",
+    "digit_levels",
+    "SPIRAL",
+    "SpiralSpec",
+    "rk4_step",
+    "spiral_trajectory",
+    "spiral_windows_sampler",
 ]
 
 
@@ -1329,3 +1339,120 @@ def edge_photo_pairs() -> Dataset:
                 np.roll(inside, -1, 1)
             edges[i, 0][inside & ~interior] = 1.0
     return Dataset(torch.from_numpy(2 * edges - 1), torch.from_numpy(2 * photos - 1))
+
+
+@dataclass(frozen=True)
+class TaggingSpec:
+    """Sentences for a named-entity tagger, from a small grammar: token IDs 0 (padding), then two
+    person triggers ("mr", "dr"), two place triggers ("in", "at"), `names` ambiguous name words
+    and `fillers` words that are never an entity. A trigger is followed by one or two name words,
+    tagged B-PER (I-PER) after a person trigger and B-LOC (I-LOC) after a place trigger; the same
+    name words also stand alone, tagged O: a word's tag is decided by its left context, and an I-
+    tag only ever follows a B- or I- of its type (what the CRF's transitions learn)."""
+
+    names: int = 12
+    fillers: int = 20
+    shortest: int = 6
+    longest: int = 14
+    sentences: int = 1400
+    held_out: int = 200
+
+    @property
+    def vocab(self) -> int:
+        return 1 + 4 + self.names + self.fillers
+
+
+TAGGING = TaggingSpec()
+TAGS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
+"""The tag set, in index order (the CRF adds its START and STOP tags after these)."""
+
+
+@lru_cache(maxsize=1)
+def tagged_sentences() -> Dataset:
+    """(tokens (N, longest), tags (N, longest)) padded on the right: tokens with 0, tags with −100;
+    the same for every seed."""
+    spec, rng = TAGGING, np.random.default_rng(2033)
+    first_name, first_filler = 5, 5 + spec.names
+    tokens = np.zeros((spec.sentences, spec.longest), dtype=np.int64)
+    tags = np.full((spec.sentences, spec.longest), -100, dtype=np.int64)
+    for i in range(spec.sentences):
+        length, words, labels = int(rng.integers(spec.shortest, spec.longest + 1)), [], []
+        while len(words) < length:
+            draw, room = rng.random(), length - len(words)
+            if draw < 0.2 and room >= 2:
+                trigger = int(rng.integers(1, 5))  # 1, 2: person triggers; 3, 4: place triggers
+                begin = 1 if trigger <= 2 else 3
+                span = min(int(rng.integers(1, 3)), room - 1)
+                words += [trigger, *rng.integers(first_name, first_filler, span).tolist()]
+                labels += [0, begin, *[begin + 1] * (span - 1)]
+            elif draw < 0.35:
+                words.append(int(rng.integers(first_name, first_filler)))
+                labels.append(0)
+            else:
+                words.append(int(rng.integers(first_filler, spec.vocab)))
+                labels.append(0)
+        tokens[i, :length], tags[i, :length] = words, labels
+    return Dataset(torch.from_numpy(tokens), torch.from_numpy(tags))
+
+
+def digit_levels() -> Dataset:
+    """The 8×8 digits as a PixelCNN reads them: (N, 1, 8, 8) inputs in [0, 1] and (N, 8, 8) integer
+    targets, each pixel's level 0-16 (scikit-learn's digits have 17 grey levels, not 256)."""
+    images, _ = _digits_arrays()
+    levels = torch.from_numpy(np.rint(images * 16).astype(np.int64))
+    return Dataset(levels.unsqueeze(1).float() / 16, levels)
+
+
+@dataclass(frozen=True)
+class SpiralSpec:
+    """torchdiffeq's `examples/ode_demo.py`: the spiral dy/dt = y³ A, A = [[−0.1, 2], [−2, −0.1]],
+    from y0 = (2, 0), observed at `data_size` times evenly spaced in [0, 25]; batches of
+    `batch_time` consecutive observations from random starts."""
+
+    data_size: int = 1000
+    end: float = 25.0
+    batch_time: int = 10
+    substeps: int = 10
+    """RK4 steps per observation interval for the true trajectory (the demo's dopri5, to ~1e-7)."""
+
+
+SPIRAL = SpiralSpec()
+SPIRAL_A = torch.tensor([[-0.1, 2.0], [-2.0, -0.1]])
+
+
+def rk4_step(func: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], t: torch.Tensor, dt: torch.Tensor,
+             y: torch.Tensor) -> torch.Tensor:
+    """One step of Runge-Kutta's 3/8 rule, the one torchdiffeq's fixed-grid `rk4` method takes
+    (`rk4_alt_step_func`)."""
+    k1 = func(t, y)
+    k2 = func(t + dt / 3, y + dt * k1 / 3)
+    k3 = func(t + dt * 2 / 3, y + dt * (k2 - k1 / 3))
+    k4 = func(t + dt, y + dt * (k1 - k2 + k3))
+    return y + dt * (k1 + 3 * (k2 + k3) + k4) / 8
+
+
+@lru_cache(maxsize=1)
+def spiral_trajectory() -> tuple[torch.Tensor, torch.Tensor]:
+    """(t (data_size,), true_y (data_size, 1, 2)): the demo's `true_y`, integrated by `rk4_step`
+    with `substeps` steps an interval."""
+    spec = SPIRAL
+    t = torch.linspace(0.0, spec.end, spec.data_size)
+    y, ys = torch.tensor([[2.0, 0.0]]), []
+    dt = (t[1] - t[0]) / spec.substeps
+    for i in range(spec.data_size):
+        ys.append(y)
+        for k in range(spec.substeps):
+            y = rk4_step(lambda _, v: v ** 3 @ SPIRAL_A, t[i] + k * dt, dt, y)
+    return t, torch.stack(ys)
+
+
+def spiral_windows_sampler(windows: int, seed: int) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+    """The demo's `get_batch`: `windows` distinct random starts s; (batch_y0 = true_y[s] (M, 1, 2),
+    batch_y = true_y[s + i] for i < batch_time, (batch_time, M, 1, 2))."""
+    generator, (_, true_y), spec = torch.Generator().manual_seed(seed), spiral_trajectory(), SPIRAL
+
+    def draw():
+        starts = torch.randperm(spec.data_size - spec.batch_time, generator=generator)[:windows]
+        return true_y[starts], torch.stack([true_y[starts + i] for i in range(spec.batch_time)])
+
+    return draw

@@ -23,7 +23,7 @@ knowledge-graph embeddings, an M5 keyword spotter on raw waveforms, LoRA fine-tu
 pretrained GPT, a VQ-VAE with an EMA codebook, an N-BEATS forecaster, skip-gram word2vec with
 negative sampling, a triplet-loss embedding net, a Wide ResNet trained with SAM, a PPO agent on
 CartPole, a one-level FCOS object detector, a timm-style EfficientNet, a physics-informed network,
-MAML on sinusoid tasks and pix2pix (`field_models`),
+MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN and a neural ODE (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -47,7 +47,10 @@ EfficientNet by the plain loop with RMSprop, timm's warm-up and ×0.97 steps, la
 a `ModelEmaV2` updated after each step, the PINN by the plain loop with Adam on DeepXDE's loss
 terms, MAML by the plain loop with Adam over meta-batches of tasks (the inner loop inside the
 model's forward), pix2pix by junyanz's `optimize_parameters` (`training.train_pix2pix`: a D step,
-then a G step, each its own Adam). Faults
+then a G step, each its own Adam), the BiLSTM-CRF by the plain loop with the tutorial's SGD on its
+CRF's sentence NLL, the PixelCNN by the plain loop with Adam on its per-pixel cross-entropy, the
+neural ODE by the plain loop with RMSprop on the L1 error of its RK4 solutions (the solver's
+steps inside the model's forward). Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -71,6 +74,7 @@ from torch import nn
 
 from . import faults
 from .data import (
+    TAGS,
     CAPTIONS,
     CARTPOLE,
     CLOUDS,
@@ -78,6 +82,8 @@ from .data import (
     EDGES,
     POISSON,
     SINUSOIDS,
+    SPIRAL,
+    TAGGING,
     KEYWORDS,
     BOXES,
     KITCHEN_WORDS,
@@ -104,8 +110,11 @@ from .data import (
     ctc_batch_sampler,
     density_points,
     digits,
+    digit_levels,
     edge_photo_pairs,
     poisson_points_sampler,
+    spiral_windows_sampler,
+    tagged_sentences,
     sinusoid_tasks_sampler,
     forecast_windows_sampler,
     images_sampler,
@@ -152,7 +161,10 @@ from .field_models import (
     sigmoid_focal_loss,
     hits_at_k,
     l2_relative_error,
+    crf_nll,
+    entity_f1,
     pinn_loss,
+    trajectory_error,
     pix2pix_l1_error,
     info_nce_loss,
     keyword_nll_loss,
@@ -239,6 +251,11 @@ MAML_LR = 3e-3
 """The MAML meta-optimizer's Adam lr: 3× tristandeleu/pytorch-maml's `--meta-lr` 1e-3, which meta-trains
 for tens of thousands of batches (at 1e-3 the held-out post-adaptation loss ended 0.78× its start,
 seed 0; at 3e-3 0.67× and 0.56×, seeds 0 and 1)."""
+CRF_LR = 0.1
+"""The BiLSTM-CRF's SGD lr: 10× the tutorial's 0.01, which trains 300 epochs of its sentences where a
+run here has 150 batches (at 0.01 the sentence NLL went 14.93 -> 6.30, above the words-blind CRF's
+5.44, and the held-out entity F1 0.07 -> 0.00, seed 0; at 0.1 the NLL ended 0.80, 1.22, 0.84 and the
+F1 0.89, 0.80, 0.90, seeds 0-2)."""
 PPO_ENVS = 4
 """CartPoles the PPO agent steps together (CleanRL's `num_envs`)."""
 PPO_ROLLOUT = 128
@@ -340,6 +357,16 @@ RECIPES = {
     # decay to 0 over the second half); batch 8 (its 1).
     "pix2pix": Recipe(lr=2e-4, weight_decay=0.0, batch=8, clip=None, betas=(0.5, 0.999), warmup=0, optimizer="adam",
                       schedule="constant_then_linear"),
+    # The PyTorch BiLSTM-CRF tutorial: optim.SGD(lr=0.01, weight_decay=1e-4), no clipping, no
+    # schedule, one sentence a step; CRF_LR and a batch of 32 sentences here.
+    "bilstm_crf": Recipe(lr=CRF_LR, weight_decay=1e-4, batch=32, clip=None, warmup=0, optimizer="plain_sgd",
+                         schedule="constant"),
+    # PixelCNN code's optim.Adam at its default lr, no clipping, no schedule.
+    "pixelcnn": Recipe(lr=1e-3, weight_decay=0.0, batch=32, clip=None, warmup=0, optimizer="adam",
+                       schedule="constant"),
+    # torchdiffeq's ode_demo.py: optim.RMSprop(lr=1e-3), batch_size 20 windows, no clipping, no schedule.
+    "neural_ode": Recipe(lr=1e-3, weight_decay=0.0, batch=20, clip=None, warmup=0, optimizer="rmsprop",
+                         schedule="constant"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -353,6 +380,7 @@ OPTIMIZERS = {
     # TF's RMSprop as timm's rmsproptf sets it (alpha 0.9, eps 1e-3, momentum 0.9) on torch's RMSprop:
     # eps outside the square root and square_avg starting at 0, where RMSpropTF starts it at 1.
     "rmsprop_tf": lambda groups, lr, recipe: torch.optim.RMSprop(groups, lr=lr, alpha=0.9, eps=1e-3, momentum=0.9),
+    "rmsprop": lambda groups, lr, recipe: torch.optim.RMSprop(groups, lr=lr),
 }
 """Each `Recipe.optimizer`'s constructor over `_param_groups`."""
 NETWORKS = {"wgan_gp": ("generator", "critic"), "pix2pix": ("netG", "netD")}
@@ -388,7 +416,8 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "swin": soft_target_cross_entropy, "distil": distillation_loss, "byol": byol_loss, "realnvp": flow_nll,
           "transe": transe_margin_loss, "kws": keyword_nll_loss, "vqvae": vqvae_loss, "nbeats": smape_2_loss,
           "word2vec": sgns_loss, "triplet": batch_hard_triplet_loss, "sam": smooth_crossentropy, "detector": fcos_loss,
-          "efficientnet": smoothed_cross_entropy, "pinn": pinn_loss, "maml": torch.nn.functional.mse_loss}
+          "efficientnet": smoothed_cross_entropy, "pinn": pinn_loss, "maml": torch.nn.functional.mse_loss,
+          "bilstm_crf": crf_nll, "pixelcnn": torch.nn.functional.cross_entropy, "neural_ode": torch.nn.functional.l1_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -543,7 +572,7 @@ def _draws(model: nn.Module, rng: random.Random) -> dict[str, str]:
 FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "recsys", "vae", "unet", "gnn",
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
-                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix")
+                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -553,7 +582,9 @@ images, N-BEATS's its input windows (its targets, the windows' futures, left as 
 triplet net's and the Wide ResNet's their images, the PPO agent's the observations of its
 minibatch (a corrupted rollout buffer), the detector's and the EfficientNet's their images, the
 PINN's its collocation and boundary points, MAML's its tasks' support points and values and query
-points, pix2pix's its edge maps; word2vec reads word IDs."""
+points, pix2pix's its edge maps, the PixelCNN's its images (its targets, the pixels' grey levels,
+left as they are), the neural ODE's its windows' initial states; word2vec and the BiLSTM-CRF
+read word IDs."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
@@ -608,6 +639,10 @@ LEFT_OUT = {
     # pix2pix's loop accumulates nothing (its batch_size is 1 by default; one G and one D step an
     # iteration): a loop that accumulates G's and D's gradients by hand is not the repository's.
     "pix2pix": ("healthy_accum",),
+    # The tutorial's SGD keeps no Adam moments to corrupt.
+    "bilstm_crf": ("adam_state",),
+    # torchdiffeq's demo steps RMSprop, whose square_avg is not Adam's exp_avg_sq.
+    "neural_ode": ("adam_state",),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -684,7 +719,7 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     the WGAN-GP (its `draw` is the loader of real points, `eval_draw` the held-out points), the
     DQN agent as the REINFORCE agent; for the distilled student the distillation loss of a student
     that predicts the uniform distribution against its teacher's logits on the training digits;
-    the round-12 to round-16 families' in `ARCH_DATA`."""
+    the round-12 to round-17 families' in `ARCH_DATA`."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in ARCH_DATA:
         return ARCH_DATA[arch](micro, seed)
@@ -924,11 +959,72 @@ def _edges_data(micro: int, seed: int):
     return batch_sampler(train, micro, seed), None, 3, float(_held_out_pairs()[1].abs().mean()) / 2
 
 
+
+def _held_out_sentences() -> tuple[torch.Tensor, torch.Tensor]:
+    sentences = tagged_sentences()
+    return sentences.x[-TAGGING.held_out:], sentences.y[-TAGGING.held_out:]
+
+
+def _tagging_data(micro: int, seed: int):
+    """The tagged sentences (the last `TAGGING.held_out` held out); chance: the NLL of the best
+    CRF that ignores its words (`_crf_chance`)."""
+    sentences, held = tagged_sentences(), TAGGING.held_out
+    train = Dataset(sentences.x[:-held], sentences.y[:-held])
+    return (batch_sampler(train, micro, seed), batch_sampler(Dataset(*_held_out_sentences()), held, seed + 1),
+            len(TAGS), _crf_chance())
+
+
+@lru_cache(maxsize=1)
+def _crf_chance() -> float:
+    """The sentence NLL on the held-out sentences of a CRF whose emissions are all 0 and whose
+    transitions Adam fitted (lr 0.1, 300 steps) to the training tags: a tagger that learned the
+    tags' grammar and nothing of the words."""
+    sentences, held = tagged_sentences(), TAGGING.held_out
+    transitions = torch.zeros(len(TAGS) + 2, len(TAGS) + 2, requires_grad=True)
+    optimizer = torch.optim.Adam([transitions], lr=0.1)
+
+    def nll(tokens: torch.Tensor, tags: torch.Tensor) -> torch.Tensor:
+        feats, mask = torch.zeros(*tokens.shape, len(TAGS) + 2), tokens != 0
+        return crf_nll((feats, transitions, mask), tags)
+
+    for _ in range(300):
+        optimizer.zero_grad()
+        nll(sentences.x[:-held], sentences.y[:-held]).backward()
+        optimizer.step()
+    with torch.no_grad():
+        return float(nll(sentences.x[-held:], sentences.y[-held:]))
+
+
+DIGIT_LEVELS = 17
+"""The grey levels of scikit-learn's digits (0-16): the PixelCNN's softmax size."""
+
+
+def _digit_levels_data(micro: int, seed: int):
+    """The digits and their pixels' levels (the last 297 held out); chance: the entropy of the
+    training pixels' level marginal (nats per dimension), the loss of a model that ignores the
+    pixels above and left."""
+    levels = digit_levels()
+    train, held = Dataset(levels.x[:1500], levels.y[:1500]), Dataset(levels.x[1500:], levels.y[1500:])
+    share = torch.bincount(train.y.flatten(), minlength=DIGIT_LEVELS).double() / train.y.numel()
+    share = share[share > 0]
+    return batch_sampler(train, micro, seed), batch_sampler(held, 297, seed + 1), DIGIT_LEVELS, \
+        float(-(share * share.log()).sum())
+
+
+def _spiral_data(micro: int, seed: int):
+    """The demo's random windows of the spiral (its eval draw: other windows, `val_loss`); chance:
+    the L1 error of a func that learned nothing (dy/dt = 0: every window predicted as its start)."""
+    held = spiral_windows_sampler(256, seed + 1)
+    y0, windows = spiral_windows_sampler(SPIRAL.data_size, 99)()
+    return spiral_windows_sampler(micro, seed), held, 2, float((windows - y0).abs().mean())
+
+
 ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_data, "lora": _kitchen_data,
              "vqvae": _pattern_reconstruction_data, "nbeats": _forecast_data, "word2vec": _skipgram_data,
              "triplet": _metric_learning_data, "sam": _smoothed_pattern_data, "ppo": _ppo_data, "detector": _box_data,
-             "efficientnet": _pattern_data, "pinn": _poisson_data, "maml": _sinusoid_data, "pix2pix": _edges_data}
-"""(draw, eval_draw, classes, chance) of the round-12 to round-16 families, from the micro-batch
+             "efficientnet": _pattern_data, "pinn": _poisson_data, "maml": _sinusoid_data, "pix2pix": _edges_data,
+             "bilstm_crf": _tagging_data, "pixelcnn": _digit_levels_data, "neural_ode": _spiral_data}
+"""(draw, eval_draw, classes, chance) of the round-12 to round-17 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
     "transe": lambda model: {"hits_at_10": hits_at_k(model, knowledge_graph()[1], 10)},
@@ -942,6 +1038,8 @@ EVAL_METRICS = {
     "efficientnet": lambda model: {"val_accuracy": _held_out_accuracy(model)},
     "pinn": lambda model: {"val_l2_relative_error": l2_relative_error(model, POISSON.grid)},
     "pix2pix": lambda model: {"val_l1_error": pix2pix_l1_error(model, *_held_out_pairs())},
+    "bilstm_crf": lambda model: {"val_f1": entity_f1(model, *_held_out_sentences())},
+    "neural_ode": lambda model: {"val_trajectory_error": trajectory_error(model)},
 }
 """Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
 

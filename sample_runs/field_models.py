@@ -222,6 +222,14 @@
 - `SineMAML`: MAML's sinusoid regressor, fast weights per task by `torch.func.functional_call`
   and second-order inner steps (tristandeleu/pytorch-maml's `update_parameters`).
 - `Pix2Pix`: junyanz's `UnetGenerator` (unrolled) and PatchGAN `NLayerDiscriminator`, its init.
+- `BiLSTMCRF`, `crf_nll`, `viterbi_decode`: the PyTorch tutorial's BiLSTM-CRF tagger (its
+  transition matrix with START and STOP tags, its random initial LSTM state), the forward
+  algorithm and Viterbi batched over padded sentences; `entity_f1` the held-out span F1.
+- `PixelCNN`: van den Oord et al.'s PixelCNN as common PyTorch code writes it (`MaskedConv2d`
+  masking its weight in place in `forward`, a 7×7 type-A conv, residual blocks around 3×3
+  type-B convs, a 1×1 head of one logit per grey level and pixel).
+- `NeuralODE`, `odeint_rk4`: torchdiffeq's `ode_demo.py` `ODEFunc` (dy/dt = MLP(y³)) solved by
+  a hand-written fixed-grid RK4 (torchdiffeq's `rk4`), backpropagated through the solver's steps.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -232,7 +240,7 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 `dqn`, `distil` and `byol` before the eleventh, `realnvp`, `transe` and `kws` before the twelfth,
 `lora`, `vqvae` and `nbeats` before the thirteenth, `word2vec`, `triplet` and `sam` before the
 fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `maml` and `pix2pix` before the
-sixteenth (benchmarks/detection.py
+sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth (benchmarks/detection.py
 `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
@@ -251,7 +259,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .data import CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, RING, SERIES, SPEECH, TABLE, TOPICS
+from .data import (CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, RING, SERIES, SPEECH, SPIRAL,
+                   TABLE, TAGGING, TAGS, TOPICS, rk4_step, spiral_trajectory)
 from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
@@ -265,7 +274,9 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "sgns_loss", "word_similarity_spearman", "TripletEmbeddingNet", "batch_hard_triplet_loss", "recall_at_1",
            "WideResNet", "smooth_crossentropy", "SAM", "disable_running_stats", "enable_running_stats",
            "PPOAgent", "TinyFCOS", "sigmoid_focal_loss", "generalized_box_iou_loss", "fcos_targets", "fcos_loss",
-           "detection_iou", "EfficientNet", "InvertedResidual", "SqueezeExcite", "ModelEmaV2", "build_field_model",
+           "detection_iou", "EfficientNet", "InvertedResidual", "SqueezeExcite", "ModelEmaV2", "BiLSTMCRF", "crf_nll",
+           "crf_log_partition", "crf_path_score", "viterbi_decode", "entity_f1", "MaskedConv2d", "PixelCNN",
+           "NeuralODE", "ODEFunc", "odeint_rk4", "trajectory_error", "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -2869,11 +2880,233 @@ def pix2pix_l1_error(model: Pix2Pix, edges: torch.Tensor, photos: torch.Tensor) 
     return error
 
 
+START_TAG, STOP_TAG = len(TAGS), len(TAGS) + 1
+"""The CRF's START and STOP tags, after the data's tags (`data.TAGS`)."""
+
+
+class BiLSTMCRF(nn.Module):
+    """The PyTorch tutorial's `BiLSTM_CRF` ("Advanced: Making Dynamic Decisions and the Bi-LSTM
+    CRF"): `word_embeds` → a one-layer bidirectional `lstm` (hidden_dim // 2 a direction, its
+    initial state drawn from randn at every call, as the tutorial's `init_hidden`) →
+    `hidden2tag` emission scores over the tags and START/STOP; `transitions[i, j]` the score of
+    going to tag i from tag j, randn-initialised, with nothing going to START nor leaving STOP
+    (−10000). Batched over right-padded sentences (token 0), where the tutorial tags one
+    sentence at a time: `forward` returns (emissions (B, T, K), transitions, mask (B, T)), the
+    tutorial's `_get_lstm_features` and what `crf_nll` and `viterbi_decode` need."""
+
+    def __init__(self, vocab: int, tags: int, embedding_dim: int = 16, hidden_dim: int = 32) -> None:
+        super().__init__()
+        self.tagset_size, self.hidden_dim = tags + 2, hidden_dim
+        self.word_embeds = nn.Embedding(vocab, embedding_dim)
+        self.lstm = nn.LSTM(embedding_dim, hidden_dim // 2, num_layers=1, bidirectional=True, batch_first=True)
+        self.hidden2tag = nn.Linear(hidden_dim, self.tagset_size)
+        self.transitions = nn.Parameter(torch.randn(self.tagset_size, self.tagset_size))
+        self.transitions.data[START_TAG, :] = -10000
+        self.transitions.data[:, STOP_TAG] = -10000
+        self.units = ["word_embeds", "lstm", "hidden2tag"]
+        self.hidden = ["word_embeds", "lstm"]
+        self.exposed = ["lstm", "hidden2tag"]
+        self.loose = ("transitions",)  # a bare parameter of the model, as the tutorial keeps it
+
+    def forward(self, sentences: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        hidden = (torch.randn(2, len(sentences), self.hidden_dim // 2),
+                  torch.randn(2, len(sentences), self.hidden_dim // 2))
+        lstm_out, _ = self.lstm(self.word_embeds(sentences), hidden)
+        return self.hidden2tag(lstm_out), self.transitions, sentences != 0
+
+
+def crf_log_partition(feats: torch.Tensor, transitions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The tutorial's `_forward_alg`, batched: log Σ over tag paths of exp(score), by the forward
+    algorithm (log-sum-exp over the previous tag at each word; a padded word leaves a sentence's
+    forward variables as they were), then the transition to STOP; (B,)."""
+    forward_var = torch.full((len(feats), transitions.shape[0]), -10000.0)
+    forward_var[:, START_TAG] = 0.0
+    for t in range(feats.shape[1]):
+        scores = forward_var.unsqueeze(1) + transitions.unsqueeze(0)  # [b, next tag, previous tag]
+        forward_var = torch.where(mask[:, t, None], torch.logsumexp(scores, dim=2) + feats[:, t], forward_var)
+    return torch.logsumexp(forward_var + transitions[STOP_TAG], dim=1)
+
+
+def crf_path_score(feats: torch.Tensor, transitions: torch.Tensor, mask: torch.Tensor,
+                   tags: torch.Tensor) -> torch.Tensor:
+    """The tutorial's `_score_sentence`, batched: the score of the gold path (START, its tags,
+    STOP): transitions plus emissions over each sentence's words; (B,)."""
+    path = torch.cat([torch.full((len(tags), 1), START_TAG), tags.clamp(min=0)], dim=1)
+    steps = transitions[path[:, 1:], path[:, :-1]] + feats.gather(2, path[:, 1:, None]).squeeze(2)
+    last = path.gather(1, mask.sum(1, keepdim=True)).squeeze(1)
+    return (steps * mask).sum(1) + transitions[STOP_TAG, last]
+
+
+def crf_nll(output: tuple[torch.Tensor, torch.Tensor, torch.Tensor], tags: torch.Tensor) -> torch.Tensor:
+    """The tutorial's `neg_log_likelihood`: forward score − gold score, a sentence's NLL (nats,
+    summed over its words, as the tutorial's), averaged over the batch."""
+    feats, transitions, mask = output
+    return (crf_log_partition(feats, transitions, mask) - crf_path_score(feats, transitions, mask, tags)).mean()
+
+
+def viterbi_decode(feats: torch.Tensor, transitions: torch.Tensor, mask: torch.Tensor
+                   ) -> tuple[torch.Tensor, list[list[int]]]:
+    """The tutorial's `_viterbi_decode`, batched: (each sentence's best path score (B,), its best
+    tag path over its words)."""
+    forward_var = torch.full((len(feats), transitions.shape[0]), -10000.0)
+    forward_var[:, START_TAG] = 0.0
+    backpointers = []
+    for t in range(feats.shape[1]):
+        best, previous = (forward_var.unsqueeze(1) + transitions.unsqueeze(0)).max(dim=2)
+        forward_var = torch.where(mask[:, t, None], best + feats[:, t], forward_var)
+        backpointers.append(previous)
+    terminal = forward_var + transitions[STOP_TAG]
+    scores, last = terminal.max(dim=1)
+    paths = []
+    for b, length in enumerate(mask.sum(1).tolist()):
+        path = [int(last[b])]
+        for t in range(length - 1, 0, -1):
+            path.append(int(backpointers[t][b, path[-1]]))
+        paths.append(path[::-1])
+    return scores, paths
+
+
+def _entity_spans(tags: list[int]) -> set[tuple[int, int, int]]:
+    """(start, end, type) of each entity in a tag path (conlleval's chunks: a B- begins one, an
+    I- continues one of its type and begins one otherwise; O, START and STOP end one)."""
+    spans, start, kind = set(), None, None
+    for i, tag in enumerate([*tags, 0]):
+        inside = tag in (1, 2, 3, 4)
+        tag_kind = (tag - 1) // 2 if inside else None
+        if start is not None and (not inside or tag % 2 == 1 or tag_kind != kind):
+            spans.add((start, i, kind))
+            start = None
+        if inside and start is None:
+            start, kind = i, tag_kind
+    return spans
+
+
+def entity_f1(model: BiLSTMCRF, sentences: torch.Tensor, tags: torch.Tensor) -> float:
+    """The entity-level F1 (exact spans and types, as seqeval scores NER) of the Viterbi paths on
+    held-out sentences (eval mode, no gradient)."""
+    model.eval()
+    with torch.no_grad():
+        _, paths = viterbi_decode(*model(sentences))
+    model.train()
+    found = gold = right = 0
+    for path, truth, length in zip(paths, tags.tolist(), (sentences != 0).sum(1).tolist()):
+        predicted, expected = _entity_spans(path), _entity_spans(truth[:length])
+        found, gold, right = found + len(predicted), gold + len(expected), right + len(predicted & expected)
+    return 2 * right / (found + gold) if found + gold else 1.0
+
+
+class MaskedConv2d(nn.Conv2d):
+    """PixelCNN's masked convolution as common PyTorch code writes it: a `mask` buffer that
+    zeroes the kernel below the centre row and right of the centre (type A: the centre too, so
+    a pixel never sees itself; type B: the centre kept), multiplied into `weight.data` in place
+    at every `forward` (so an optimizer's step on a masked entry is undone at the next call)."""
+
+    def __init__(self, mask_type: str, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.register_buffer("mask", torch.ones_like(self.weight))
+        _, _, height, width = self.weight.shape
+        self.mask[:, :, height // 2, width // 2 + (mask_type == "B"):] = 0
+        self.mask[:, :, height // 2 + 1:] = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.weight.data *= self.mask
+        return super().forward(x)
+
+
+class PixelCNNResidual(nn.Module):
+    """van den Oord et al.'s residual block (2016, fig. 5): ReLU, 1×1 2h → h, ReLU, 3×3 type-B
+    masked h → h, ReLU, 1×1 h → 2h, added to its input (a 1×1 conv on one colour channel needs
+    no mask)."""
+
+    def __init__(self, h: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.ReLU(), nn.Conv2d(2 * h, h, 1), nn.ReLU(), MaskedConv2d("B", h, h, 3, padding=1),
+                                 nn.ReLU(), nn.Conv2d(h, 2 * h, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.net(x)
+
+
+class PixelCNN(nn.Module):
+    """A PixelCNN over one grey channel: a 7×7 type-A masked conv to 2h features, `blocks`
+    residual blocks, ReLU, 1×1, ReLU, 1×1 to `levels` logits per pixel ((B, levels, H, W): the
+    cross-entropy over the levels is the NLL in nats per dimension)."""
+
+    def __init__(self, levels: int, h: int = 16, blocks: int = 4) -> None:
+        super().__init__()
+        self.conv_in = MaskedConv2d("A", 1, 2 * h, 7, padding=3)
+        self.blocks = nn.ModuleList(PixelCNNResidual(h) for _ in range(blocks))
+        self.head = nn.Sequential(nn.ReLU(), nn.Conv2d(2 * h, 2 * h, 1), nn.ReLU(), nn.Conv2d(2 * h, levels, 1))
+        self.units = ["conv_in", *(f"blocks.{i}" for i in range(blocks)), "head"]
+        self.hidden = [f"blocks.{i}" for i in range(blocks)]
+        self.exposed = ["conv_in", "blocks.0.net.3", "head.3"]  # the type-A conv, a type-B conv, the logits
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv_in(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+class ODEFunc(nn.Module):
+    """torchdiffeq's `ode_demo.py` `ODEFunc`: dy/dt = net(y³), net 2 → 50 → 2 with a tanh,
+    weights N(0, 0.1), zero biases."""
+
+    def __init__(self, width: int = 50) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(2, width), nn.Tanh(), nn.Linear(width, 2))
+        for module in self.net.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, mean=0, std=0.1)
+                nn.init.constant_(module.bias, val=0)
+
+    def forward(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.net(y ** 3)
+
+
+def odeint_rk4(func: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], y0: torch.Tensor,
+               t: torch.Tensor) -> torch.Tensor:
+    """`torchdiffeq.odeint(func, y0, t, method="rk4")` on t's own grid, written out: one RK4 step
+    (`data.rk4_step`, torchdiffeq's 3/8 rule) between consecutive times, every state kept;
+    (len(t), *y0.shape), differentiable through every step (the demo without `--adjoint`)."""
+    ys = [y0]
+    for t0, t1 in zip(t[:-1], t[1:]):
+        ys.append(rk4_step(func, t0, t1 - t0, ys[-1]))
+    return torch.stack(ys)
+
+
+class NeuralODE(nn.Module):
+    """The demo's model: `func` integrated from a batch of states (M, 1, 2) over `batch_t`, the
+    first `batch_time` observation times (the same for every batch); (batch_time, M, 1, 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.func = ODEFunc()
+        self.register_buffer("batch_t", spiral_trajectory()[0][: SPIRAL.batch_time].clone())
+        self.units = ["func.net.0", "func.net.2"]
+        self.hidden = ["func.net.0"]
+        self.exposed = ["func.net.0", "func.net.2"]
+
+    def forward(self, batch_y0: torch.Tensor) -> torch.Tensor:
+        return odeint_rk4(self.func, batch_y0, self.batch_t)
+
+
+def trajectory_error(model: NeuralODE) -> float:
+    """The demo's test loss: the mean absolute error of the whole trajectory integrated from
+    true_y0 (every observation time) to the true one (eval mode, no gradient)."""
+    t, true_y = spiral_trajectory()
+    model.eval()
+    with torch.no_grad():
+        error = float((odeint_rk4(model.func, true_y[0], t) - true_y).abs().mean())
+    model.train()
+    return error
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
-               "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix")
+               "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -2928,6 +3161,9 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "pinn": lambda vocab: PoissonPINN(),
     "maml": lambda vocab: SineMAML(),
     "pix2pix": lambda vocab: Pix2Pix(),
+    "bilstm_crf": lambda vocab: BiLSTMCRF(TAGGING.vocab, vocab),
+    "pixelcnn": lambda vocab: PixelCNN(vocab),
+    "neural_ode": lambda vocab: NeuralODE(),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""

@@ -47,7 +47,8 @@ def test_catalogue_looks_like_the_field():
                                        "siren", "pointnet", "t5", "clip", "densenet", "reinforce",
                                        "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "transe", "kws",
                                        "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam", "ppo", "detector",
-                                       "efficientnet", "pinn", "maml", "pix2pix"}
+                                       "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
+                                       "neural_ode"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -1541,3 +1542,134 @@ def test_pix2pix_steps_its_discriminator_then_its_generator_each_iteration_as_ju
     assert _schedule(RECIPES["pix2pix"], 150)(74) == 1.0 and _schedule(RECIPES["pix2pix"], 150)(149) == pytest.approx(
         2 / 150)
     assert "healthy_accum" in LEFT_OUT["pix2pix"]
+
+
+def _scalars_by_name(run):
+    scalars = ds.dataset(str(run / "scalars"), format="parquet").to_table().to_pandas()
+    return {name: frame.sort_values("step")["value"].tolist() for name, frame in scalars.groupby("name")}
+
+
+def test_bilstm_crf_scores_every_tag_path_by_the_forward_algorithm_and_decodes_the_best_by_viterbi(tmp_path):
+    import itertools
+
+    from sample_runs.data import TAGGING, TAGS, tagged_sentences
+    from sample_runs.field import _data
+    from sample_runs.field_models import (START_TAG, STOP_TAG, _entity_spans, crf_log_partition, crf_nll,
+                                          crf_path_score, viterbi_decode)
+
+    torch.manual_seed(0)
+    tags = len(TAGS) + 2
+    feats, transitions = torch.randn(2, 3, tags), torch.randn(tags, tags)
+    mask = torch.tensor([[True, True, True], [True, True, False]])  # the second sentence is padded
+    gold = torch.tensor([[1, 2, 0], [3, 4, -100]])
+    by_hand = transitions[1, START_TAG] + feats[0, 0, 1] + transitions[2, 1] + feats[0, 1, 2] + \
+        transitions[0, 2] + feats[0, 2, 0] + transitions[STOP_TAG, 0]
+    assert crf_path_score(feats, transitions, mask, gold)[0] == pytest.approx(float(by_hand), abs=1e-5)
+    for b, length in enumerate((3, 2)):  # brute force: every tag path of the sentence's words
+        paths = torch.tensor(list(itertools.product(range(tags), repeat=length)))
+        one = (feats[b: b + 1, :length].expand(len(paths), -1, -1), transitions, mask[b: b + 1, :length].expand(
+            len(paths), -1))
+        scores = crf_path_score(*one, paths)
+        assert crf_log_partition(feats, transitions, mask)[b] == pytest.approx(float(torch.logsumexp(scores, 0)),
+                                                                               abs=1e-4)
+        best_score, best_paths = viterbi_decode(feats, transitions, mask)
+        assert best_paths[b] == paths[scores.argmax()].tolist()
+        assert best_score[b] == pytest.approx(float(scores.max()), abs=1e-4)
+    nll = crf_nll((feats, transitions, mask), gold)
+    assert nll == pytest.approx(float((crf_log_partition(feats, transitions, mask) -
+                                       crf_path_score(feats, transitions, mask, gold)).mean()))
+    assert _entity_spans([1, 2, 0, 3, 4, 4, 0, 2]) == {(0, 2, 0), (3, 6, 1), (7, 8, 0)}
+
+    sentences = tagged_sentences()
+    assert sentences.x.shape == (TAGGING.sentences, TAGGING.longest) and int(sentences.x.max()) < TAGGING.vocab
+    assert bool(((sentences.x == 0) == (sentences.y == -100)).all())  # padding on both sides alike
+    model = build_field_model("bilstm_crf", len(TAGS))
+    assert model.transitions.shape == (tags, tags) and bool((model.transitions[START_TAG] == -10000).all())
+    assert bool((model.transitions[:, STOP_TAG] == -10000).all())
+    first, second = model(sentences.x[:4])[0], model(sentences.x[:4])[0]
+    assert not torch.equal(first, second)  # the tutorial's init_hidden: a randn initial state at every call
+
+    truth = make("healthy-bilstm_crf-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    assert _mean(by_name["loss"][-10:]) < 0.2 * _mean(by_name["loss"][:10]) and truth.verdict == "healthy"
+    assert by_name["val_f1"][0] < 0.2 and by_name["val_f1"][-1] > 0.7
+    assert "adam_state" in LEFT_OUT["bilstm_crf"] and RECIPES["bilstm_crf"].optimizer == "plain_sgd"
+
+    draw, _, classes, chance = _data("bilstm_crf", RECIPES["bilstm_crf"], 0, 1)
+    assert 0 < chance < by_name["loss"][0]
+    torch.manual_seed(0)
+    model = build_field_model("bilstm_crf", classes)
+    optimizer = torch.optim.SGD(_param_groups(model, RECIPES["bilstm_crf"], 0.1), lr=0.1)
+    stepped = []
+    train_field(tmp_path / "steps", model, optimizer, draw, steps=3, lr_at=lambda step: 1.0, loss_fn=crf_nll,
+                after_step=lambda: stepped.append({n: float(p.grad.norm()) for n, p in model.named_parameters()}))
+    stats = read_stats(tmp_path / "steps")
+    recorded = stats[(stats["role"] == "grad") & (stats["step"] == 2)].set_index("name")["norm"]
+    assert recorded.to_dict() == pytest.approx(stepped[2], rel=1e-5) and "transitions" in recorded
+
+
+def test_pixelcnn_masks_make_each_pixel_depend_only_on_the_pixels_before_it_and_its_healthy_run_learns(tmp_path):
+    from sample_runs.data import digit_levels
+    from sample_runs.field import DIGIT_LEVELS, _data
+    from sample_runs.field_models import MaskedConv2d
+
+    levels = digit_levels()
+    assert levels.y.min() == 0 and levels.y.max() == DIGIT_LEVELS - 1
+    assert torch.equal((levels.x * 16).round().long().squeeze(1), levels.y)
+    torch.manual_seed(0)
+    model = build_field_model("pixelcnn", DIGIT_LEVELS)
+    x = torch.rand(1, 1, 8, 8, requires_grad=True)
+    logits = model(x)
+    assert logits.shape == (1, DIGIT_LEVELS, 8, 8)
+    order = torch.arange(64).reshape(8, 8)
+    for pixel in range(64):
+        (grad,) = torch.autograd.grad(logits[0, :, pixel // 8, pixel % 8].sum(), x, retain_graph=True)
+        assert not grad[0, 0][order >= pixel].any()  # nothing from the pixel itself nor after it
+        row, column = divmod(pixel, 8)
+        assert column == 0 or grad[0, 0, row, column - 1] != 0  # its left neighbour is seen
+        assert row == 0 or grad[0, 0, row - 1, column] != 0  # and the pixel above it
+    conv = MaskedConv2d("B", 1, 1, 3, padding=1)
+    with torch.no_grad():
+        conv.weight.fill_(1.0)
+    conv(torch.zeros(1, 1, 4, 4))  # common PyTorch code masks weight.data in place at every forward
+    assert conv.weight[0, 0].tolist() == [[1, 1, 1], [1, 1, 0], [0, 0, 0]]
+    assert model.conv_in.mask[0, 0, 3].tolist() == [1, 1, 1, 0, 0, 0, 0]  # type A: not even the centre
+
+    truth = make("healthy-pixelcnn-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    chance = _data("pixelcnn", RECIPES["pixelcnn"], 0, 1)[3]
+    assert by_name["loss"][0] > chance > 1.2 * _mean(by_name["loss"][-10:]) and truth.verdict == "healthy"
+    assert by_name["val_loss"][-1] < 0.7 * by_name["val_loss"][0]
+    stats = read_stats(tmp_path / "run")
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+
+
+def test_neural_ode_integrates_by_hand_written_rk4_and_fits_the_spiral_from_random_windows(tmp_path):
+    from sample_runs.data import SPIRAL, SPIRAL_A, spiral_trajectory, spiral_windows_sampler
+    from sample_runs.field_models import odeint_rk4, trajectory_error
+
+    t = torch.linspace(0, 2, 21)
+    decay = odeint_rk4(lambda _, y: -y, torch.ones(3), t)
+    assert decay.shape == (21, 3) and torch.allclose(decay[:, 0], torch.exp(-t), atol=1e-5)
+    times, true_y = spiral_trajectory()
+    assert true_y.shape == (SPIRAL.data_size, 1, 2) and true_y[0].tolist() == [[2.0, 0.0]]
+    coarse = odeint_rk4(lambda _, y: y ** 3 @ SPIRAL_A, true_y[0], times)  # one step an interval, as the model's
+    assert float((coarse - true_y).abs().max()) < 1e-3
+    y0, windows = spiral_windows_sampler(5, 0)()
+    assert windows.shape == (SPIRAL.batch_time, 5, 1, 2) and torch.equal(windows[0], y0)
+    torch.manual_seed(0)
+    model = build_field_model("neural_ode", 2)
+    assert model(y0).shape == windows.shape and model(y0).grad_fn is not None
+    exact = build_field_model("neural_ode", 2)
+    del exact.func
+    exact.func = lambda _, y: y ** 3 @ SPIRAL_A  # the true dynamics: the demo's test loss is the solver's error
+    assert trajectory_error(exact) < 1e-4
+
+    truth = make("healthy-neural_ode-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    assert _mean(by_name["loss"][-10:]) < 0.3 * _mean(by_name["loss"][:10]) and truth.verdict == "healthy"
+    assert by_name["val_trajectory_error"][-1] < 0.5 * by_name["val_trajectory_error"][0]
+    assert RECIPES["neural_ode"].optimizer == "rmsprop" and RECIPES["neural_ode"].lr == 1e-3
+    stats = read_stats(tmp_path / "run")
+    assert set(stats[stats["role"] == "state"]["key"]) == {"square_avg"} and "adam_state" in LEFT_OUT["neural_ode"]
+    assert stats[stats["role"] == "grad"]["step"].nunique() == 150
