@@ -92,6 +92,17 @@ def _tensor_label(tensor: object, role: object, key: object = None) -> str:
     return label + (f" ({clean(key)})" if key else "")
 
 
+def _finite_shift(analysis) -> str:
+    """What the verdict of a run that stayed finite follows: what judges it before the onset,
+    after it and at the end (the `diverged` finding's evidence)."""
+    found = next((f for f in analysis.findings if f.label == "diverged" and "judged_by" in f.evidence), None)
+    if found is None:
+        return ""
+    e = found.evidence
+    return (f": {_name(e['judged_by'])} {fmt_number(e['before_onset'])} before the onset, "
+            f"{fmt_number(e['after_onset'])} after it, {fmt_number(e['at_end'])} at the end")
+
+
 def headline(analysis) -> str:
     """One or two sentences that say what happened, when it began, where, and how fast."""
     onset, first = analysis.onset, analysis.first_nonfinite
@@ -116,7 +127,8 @@ def headline(analysis) -> str:
             parts.append(f"First non-finite value at step {first.step} in the "
                          f"{_tensor_label(first.tensor, first.role, first.key)}{lead}.")
         else:
-            parts.append("No non-finite value was recorded: the run stayed finite while diverging.")
+            parts.append("No non-finite value was recorded: the run stayed finite while diverging"
+                         + _finite_shift(analysis) + ".")
         return " ".join(parts)
     labels = [f.label for f in analysis.significant if f.label != "healthy"]
     if analysis.verdict == "not_learning":

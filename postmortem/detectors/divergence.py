@@ -13,7 +13,8 @@ from ..manifest import lookup_tables
 from ..ranking import TensorBreak, clips_recorded
 from ..scalars import is_loss, raised
 from ..series import SeriesTable
-from .base import ERROR, NOTE, WARNING, Evidence, adaptive_optimizer, finding, loss_curve, register, role
+from .base import (ERROR, NOTE, WARNING, Evidence, adaptive_optimizer, finding, judging_curve, loss_curve, main_loss,
+                   register, role)
 from .gradients import grad_norm_series
 from .outcome import loss_spikes
 from .root_causes import CAUSES
@@ -94,6 +95,9 @@ class Incident:
     """unscaled_inputs fired under an optimizer whose step follows the gradient (SGD): huge first
     updates are the data's doing. An adaptive one's step follows the lr whatever the inputs'
     scale (N-BEATS on raw series, mean 11.5, at Adam lr 0.1: updates 0.5× the weights; round 13)."""
+    finite_shift: dict[str, float | str] | None = None
+    """Of a run that stayed finite while diverging, what judges it (`judging_curve`: the loss, or
+    the outcome metric) before the onset, after it and at the end: the outcome the verdict follows."""
 
 
 _EARLY_READ = 64  # recorded updates read per weight for the first steps (≥ any sane erases_init_within)
@@ -148,7 +152,29 @@ def _incident(ev: Evidence) -> Incident:
         nonfinite_input=next((f for f in ev.found if f.label == "nonfinite_input"), None),
         log_of_zero=next((f for f in ev.found if f.label == "log_of_zero"), None),
         inputs_unscaled=any(f.label == "unscaled_inputs" for f in ev.found) and not adaptive_optimizer(ev.scalars),
+        finite_shift=_finite_shift(ev) if first is None else None,
     )
+
+
+_SHIFT_POINTS = 10  # values read before the onset, after it and at the end (OutcomeThresholds.min_steps's count)
+
+
+def _finite_shift(ev: Evidence) -> dict[str, float | str] | None:
+    """Medians of what judges the run over the 10 values before the onset, the 10 after it and
+    the last 10, in the metric's own direction (a reward as it was logged)."""
+    name = ev.outcome.judged_by or main_loss(ev.scalars)
+    if ev.onset is None or name is None:
+        return None
+    steps, values = judging_curve(ev.scalars, ev.outcome)
+    if ev.outcome.judged_by and ev.outcome.higher_is_better:
+        values = -values
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    before, after = values[steps < ev.onset.step][-_SHIFT_POINTS:], values[steps > ev.onset.step]
+    if not len(before) or not len(after):
+        return None
+    return {"judged_by": name, "before_onset": float(np.median(before)),
+            "after_onset": float(np.median(after[:_SHIFT_POINTS])), "at_end": float(np.median(after[-_SHIFT_POINTS:]))}
 
 
 def _clip_advice(incident: Incident) -> str | None:
@@ -179,6 +205,7 @@ def diverged(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
         "lr_at_onset": incident.lr,
         "clips_already": incident.clipping.clips,
         "root_causes": [f.label for f in incident.causes],
+        **(incident.finite_shift or {}),
     }
     parts = [f.fix for f in incident.causes]
     if incident.nonfinite_input is not None:

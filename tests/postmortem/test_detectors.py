@@ -435,6 +435,10 @@ def test_a_finite_run_whose_loss_a_batch_out_of_range_spiked_for_good_diverged_t
     analysis, labels = _labels(tmp_path / "unspiked", stats, unspiked)
     assert analysis.verdict == "diverged" and analysis.onset.step == at
     assert "batch_out_of_range" in labels
+    # The verdict follows the loss: what it was before the batch, after it and at the end.
+    shift = next(f for f in analysis.findings if f.label == "diverged").evidence
+    assert shift["judged_by"] == "loss" and shift["before_onset"] == pytest.approx(np.median(loss[at - 10: at]))
+    assert shift["after_onset"] == pytest.approx(1.4 * level) and shift["at_end"] == pytest.approx(1.4 * level)
 
 
 @pytest.mark.parametrize("jumps", [True, False])

@@ -109,3 +109,17 @@ def test_notes_are_shown_apart_and_never_in_the_headline(run_dirs):
     assert [d.label for d in notes.diagnoses] == ["no_gradient"]
     assert 'id="notes"' in render_html(page)
     assert "no_gradient" not in render_markdown(analysis)
+
+
+def test_a_finite_divergence_says_what_judged_it_before_and_after_the_onset(run_dirs):
+    from dataclasses import replace
+
+    analysis = diverged_analysis(run_dirs["diverged"])
+    shift = {"judged_by": "val_l1_error", "before_onset": 0.276, "after_onset": 0.38, "at_end": 0.302}
+    findings = [replace(f, evidence={**f.evidence, **shift}) if f.label == "diverged" else f for f in analysis.findings]
+    finite = replace(analysis, first_nonfinite=None, findings=findings)
+    assert build_page(finite).headline.endswith(
+        "stayed finite while diverging: val_l1_error 0.276 before the onset, 0.38 after it, 0.302 at the end.")
+    # Without the shift (an older analysis) the sentence stands alone.
+    bare = replace(analysis, first_nonfinite=None)
+    assert build_page(bare).headline.endswith("the run stayed finite while diverging.")
