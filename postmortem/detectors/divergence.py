@@ -13,7 +13,7 @@ from ..manifest import lookup_tables
 from ..ranking import TensorBreak, clips_recorded
 from ..scalars import is_loss, raised
 from ..series import SeriesTable
-from .base import (ERROR, NOTE, WARNING, Evidence, adaptive_optimizer, finding, judging_curve, loss_curve, main_loss,
+from .base import (ERROR, NOTE, WARNING, Evidence, adaptive_optimizer, finding, loss_curve, main_loss,
                    register, role)
 from .gradients import grad_norm_series
 from .outcome import loss_spikes
@@ -160,14 +160,13 @@ _SHIFT_POINTS = 10  # values read before the onset, after it and at the end (Out
 
 
 def _finite_shift(ev: Evidence) -> dict[str, float | str] | None:
-    """Medians of what judges the run over the 10 values before the onset, the 10 after it and
-    the last 10, in the metric's own direction (a reward as it was logged)."""
+    """Medians of what judges the run (the outcome metric, else the main loss: `judging_curve`'s
+    choice) over the 10 values before the onset, the 10 after it and the last 10."""
     name = ev.outcome.judged_by or main_loss(ev.scalars)
     if ev.onset is None or name is None:
         return None
-    steps, values = judging_curve(ev.scalars, ev.outcome)
-    if ev.outcome.judged_by and ev.outcome.higher_is_better:
-        values = -values
+    rows = ev.scalars[ev.scalars["name"] == name]  # as logged: a reward is not negated here
+    steps, values = rows["step"].to_numpy(np.int64), rows["value"].to_numpy(np.float64)
     finite = np.isfinite(values)
     steps, values = steps[finite], values[finite]
     before, after = values[steps < ev.onset.step][-_SHIFT_POINTS:], values[steps > ev.onset.step]
