@@ -111,6 +111,12 @@ __all__ = [
     "rk4_step",
     "spiral_trajectory",
     "spiral_windows_sampler",
+    "NERF_SCENE",
+    "NerfSceneSpec",
+    "pose_spherical",
+    "get_rays",
+    "nerf_views",
+    "nerf_rays_sampler",
 ]
 
 
@@ -1454,5 +1460,118 @@ def spiral_windows_sampler(windows: int, seed: int) -> Callable[[], tuple[torch.
     def draw():
         starts = torch.randperm(spec.data_size - spec.batch_time, generator=generator)[:windows]
         return true_y[starts], torch.stack([true_y[starts + i] for i in range(spec.batch_time)])
+
+    return draw
+
+
+@dataclass(frozen=True)
+class NerfSceneSpec:
+    """tiny_nerf's setting, smaller: `views` training views and one held-out view of a scene of
+    coloured spheres, `size` × `size` pixels each, from cameras on a sphere of `radius` looking at
+    the origin (the notebook's `pose_spherical`, azimuth uniform, elevation uniform in
+    `elevations`), its focal (138.9 at 100 pixels) scaled to `size`; rays sampled between `near`
+    and `far` (the notebook's 2 and 6)."""
+
+    size: int = 16
+    views: int = 100
+    radius: float = 4.0
+    elevations: tuple[float, float] = (-60.0, -10.0)
+    held_out_pose: tuple[float, float] = (100.0, -30.0)
+    """(azimuth, elevation) of the held-out view (the notebook holds out one image, `testimg`)."""
+    near: float = 2.0
+    far: float = 6.0
+    spheres: tuple[tuple[float, float, float, float], ...] = (
+        (-0.55, -0.3, 0.0, 0.5), (0.6, -0.2, 0.1, 0.45), (0.0, 0.55, 0.25, 0.45), (0.05, 0.1, 0.8, 0.3))
+    """(x, y, z, radius) of each sphere (z is up, as `pose_spherical` makes it)."""
+    colours: tuple[tuple[float, float, float], ...] = (
+        (0.9, 0.15, 0.1), (0.1, 0.8, 0.2), (0.15, 0.3, 0.95), (0.95, 0.85, 0.1))
+    light: tuple[float, float, float] = (0.4, -0.5, 0.75)
+
+    @property
+    def focal(self) -> float:
+        return 138.88887889922103 * self.size / 100
+
+
+NERF_SCENE = NerfSceneSpec()
+
+
+def pose_spherical(theta: float, phi: float, radius: float) -> torch.Tensor:
+    """tiny_nerf's `pose_spherical`: the camera-to-world matrix (4, 4) of a camera at `radius`
+    from the origin, azimuth `theta` and elevation `phi` (degrees), looking at the origin."""
+    def trans_t(t):
+        return torch.tensor([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, t], [0, 0, 0, 1]], dtype=torch.float64)
+
+    def rot_phi(a):
+        return torch.tensor([[1, 0, 0, 0], [0, math.cos(a), -math.sin(a), 0], [0, math.sin(a), math.cos(a), 0],
+                             [0, 0, 0, 1]], dtype=torch.float64)
+
+    def rot_theta(a):
+        return torch.tensor([[math.cos(a), 0, -math.sin(a), 0], [0, 1, 0, 0], [math.sin(a), 0, math.cos(a), 0],
+                             [0, 0, 0, 1]], dtype=torch.float64)
+
+    c2w = rot_theta(theta / 180 * math.pi) @ rot_phi(phi / 180 * math.pi) @ trans_t(radius)
+    swap = torch.tensor([[-1, 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 1]], dtype=torch.float64)
+    return (swap @ c2w).float()
+
+
+def get_rays(size: int, focal: float, c2w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """tiny_nerf's `get_rays`: (rays_o, rays_d), each (size, size, 3), one ray a pixel through the
+    pinhole (directions not normalised, as the notebook leaves them)."""
+    i, j = torch.meshgrid(torch.arange(size, dtype=torch.float32), torch.arange(size, dtype=torch.float32),
+                          indexing="xy")
+    dirs = torch.stack([(i - size * 0.5) / focal, -(j - size * 0.5) / focal, -torch.ones_like(i)], -1)
+    rays_d = (dirs[..., None, :] * c2w[:3, :3]).sum(-1)
+    return c2w[:3, -1].expand_as(rays_d), rays_d
+
+
+def _ray_cast(rays_o: torch.Tensor, rays_d: torch.Tensor) -> torch.Tensor:
+    """The scene's colour along each ray: the nearest sphere hit between near and far, its colour
+    shaded by a fixed light (Lambertian, so it looks the same from every view, as tiny_nerf's
+    network, which is not told the view direction, can render it), black where nothing is hit."""
+    spec = NERF_SCENE
+    light = F.normalize(torch.tensor(spec.light), dim=0)
+    nearest = torch.full(rays_o.shape[:-1], math.inf)
+    colour = torch.zeros(*rays_o.shape[:-1], 3)
+    for (*centre, radius), rgb in zip(spec.spheres, spec.colours):
+        offset = rays_o - torch.tensor(centre)
+        a, b = (rays_d * rays_d).sum(-1), 2 * (offset * rays_d).sum(-1)
+        c = (offset * offset).sum(-1) - radius ** 2
+        root = (b * b - 4 * a * c).clamp(min=0).sqrt()
+        t = (-b - root) / (2 * a)
+        hit = (b * b - 4 * a * c >= 0) & (t > spec.near) & (t < spec.far) & (t < nearest)
+        normal = F.normalize(offset + t[..., None] * rays_d, dim=-1)
+        shade = 0.25 + 0.75 * (normal @ light).clamp(min=0)
+        colour = torch.where(hit[..., None], shade[..., None] * torch.tensor(rgb), colour)
+        nearest = torch.where(hit, t, nearest)
+    return colour
+
+
+@lru_cache(maxsize=1)
+def nerf_views() -> tuple[Dataset, Dataset]:
+    """(training views, the held-out view): x the rays of each view's pixels (V, size², 6: origin
+    then direction), y their colours (V, size², 3) in [0, 1], ray-cast (`_ray_cast`); the same for
+    every seed."""
+    spec, rng = NERF_SCENE, np.random.default_rng(2034)
+    poses = [(float(rng.uniform(0, 360)), float(rng.uniform(*spec.elevations))) for _ in range(spec.views)]
+
+    def view(theta: float, phi: float) -> tuple[torch.Tensor, torch.Tensor]:
+        rays_o, rays_d = get_rays(spec.size, spec.focal, pose_spherical(theta, phi, spec.radius))
+        return torch.cat([rays_o, rays_d], -1).reshape(-1, 6), _ray_cast(rays_o, rays_d).reshape(-1, 3)
+
+    train = [view(*pose) for pose in poses]
+    held = view(*spec.held_out_pose)
+    return (Dataset(torch.stack([x for x, _ in train]), torch.stack([y for _, y in train])),
+            Dataset(held[0][None], held[1][None]))
+
+
+def nerf_rays_sampler(views: Dataset, rays: int, seed: int) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+    """run_nerf's `no_batching` draw (tiny_nerf's, when `rays` is a whole image): one random view,
+    then `rays` of its pixels at random, without replacement; ((rays, 6), (rays, 3))."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def draw():
+        view = int(torch.randint(len(views.x), (1,), generator=generator))
+        pixels = torch.randperm(views.x.shape[1], generator=generator)[:rays]
+        return views.x[view, pixels], views.y[view, pixels]
 
     return draw

@@ -230,6 +230,13 @@
   type-B convs, a 1×1 head of one logit per grey level and pixel).
 - `NeuralODE`, `odeint_rk4`: torchdiffeq's `ode_demo.py` `ODEFunc` (dy/dt = MLP(y³)) solved by
   a hand-written fixed-grid RK4 (torchdiffeq's `rk4`), backpropagated through the solver's steps.
+- `TinyNeRF`: bmild/nerf's `tiny_nerf.ipynb` (`positional_encoding` of the points, its 8-layer
+  MLP with the encoding concatenated back after the fifth layer, Keras's init, its stratified
+  `render_rays` volume rendering), narrower.
+- `CapsuleNet`, `caps_loss`: Sabour et al.'s CapsNet as XifengGuo/CapsNet-Pytorch writes it
+  (`PrimaryCapsule`, `DenseCapsule` with routing by agreement, `squash`, a decoder masked by the
+  true class given to `forward(x, y)`), narrower; the margin loss + 0.0005 × the reconstruction's
+  summed squared error; `capsule_accuracy` the held-out accuracy.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -240,7 +247,8 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 `dqn`, `distil` and `byol` before the eleventh, `realnvp`, `transe` and `kws` before the twelfth,
 `lora`, `vqvae` and `nbeats` before the thirteenth, `word2vec`, `triplet` and `sam` before the
 fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `maml` and `pix2pix` before the
-sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth (benchmarks/detection.py
+sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `nerf` and `capsnet` before
+the eighteenth (benchmarks/detection.py
 `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
@@ -259,8 +267,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .data import (CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, RING, SERIES, SPEECH, SPIRAL,
-                   TABLE, TAGGING, TAGS, TOPICS, rk4_step, spiral_trajectory)
+from .data import (CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, NERF_SCENE, RING, SERIES, SPEECH,
+                   SPIRAL, TABLE, TAGGING, TAGS, TOPICS, rk4_step, spiral_trajectory)
 from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
@@ -276,7 +284,9 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "PPOAgent", "TinyFCOS", "sigmoid_focal_loss", "generalized_box_iou_loss", "fcos_targets", "fcos_loss",
            "detection_iou", "EfficientNet", "InvertedResidual", "SqueezeExcite", "ModelEmaV2", "BiLSTMCRF", "crf_nll",
            "crf_log_partition", "crf_path_score", "viterbi_decode", "entity_f1", "MaskedConv2d", "PixelCNN",
-           "NeuralODE", "ODEFunc", "odeint_rk4", "trajectory_error", "build_field_model",
+           "NeuralODE", "ODEFunc", "odeint_rk4", "trajectory_error", "positional_encoding", "TinyNeRF", "squash",
+           "PrimaryCapsule", "DenseCapsule", "CapsuleNet", "margin_loss", "caps_loss", "capsule_accuracy",
+           "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -3102,11 +3112,185 @@ def trajectory_error(model: NeuralODE) -> float:
     return error
 
 
+def positional_encoding(x: torch.Tensor, frequencies: int) -> torch.Tensor:
+    """tiny_nerf's `posenc`: x, then sin and cos of 2^i · x for i < `frequencies` (3 + 3 · 2 · L
+    features for a 3-D point)."""
+    encoded = [x]
+    for i in range(frequencies):
+        for fn in (torch.sin, torch.cos):
+            encoded.append(fn(2.0 ** i * x))
+    return torch.cat(encoded, -1)
+
+
+class TinyNeRF(nn.Module):
+    """bmild/nerf's `tiny_nerf.ipynb`: its `init_model` MLP (`depth` ReLU Dense layers of `width`,
+    the encoded input concatenated back after the fifth (`i % 4 == 0 and i > 0`), a Dense of 4:
+    RGB and density; Keras's Dense init, glorot-uniform weights and zero biases) and its
+    `render_rays`: `samples` depths from near to far along each ray, each moved by a uniform
+    draw within its bin in training (`rand=True`, stratified), not in eval; the points encoded
+    (`positional_encoding`, L = `frequencies`), σ = relu, rgb = sigmoid, `dists` between samples
+    (1e10 after the last, not scaled by the ray's length, as the notebook's), α = 1 − exp(−σ·dist),
+    weights α · exclusive cumprod(1 − α + 1e-10), the ray's colour Σ weights · rgb. `forward(rays)`
+    renders (R, 6) rays (origin, direction) to (R, 3) colours."""
+
+    def __init__(self, depth: int = 8, width: int = 64, frequencies: int = 6, samples: int = 24,
+                 near: float = 2.0, far: float = 6.0) -> None:
+        super().__init__()
+        self.frequencies, self.samples, self.near, self.far = frequencies, samples, near, far
+        inputs = 3 + 3 * 2 * frequencies
+        self.layers, features = nn.ModuleList(), inputs
+        for i in range(depth):
+            self.layers.append(nn.Linear(features, width))
+            features = width + inputs if i % 4 == 0 and i > 0 else width
+        self.output = nn.Linear(features, 4)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                nn.init.zeros_(module.bias)
+        self.units = [*(f"layers.{i}" for i in range(depth)), "output"]
+        self.hidden = [f"layers.{i}" for i in range(depth)]
+        self.exposed = ["layers.0", f"layers.{depth // 2 + 1}", "output"]  # the first, the one after the skip, the head
+
+    def network(self, points: torch.Tensor) -> torch.Tensor:
+        inputs = positional_encoding(points, self.frequencies)
+        h = inputs
+        for i, layer in enumerate(self.layers):
+            h = torch.relu(layer(h))
+            if i % 4 == 0 and i > 0:
+                h = torch.cat([h, inputs], -1)
+        return self.output(h)
+
+    def forward(self, rays: torch.Tensor) -> torch.Tensor:
+        rays_o, rays_d = rays[:, :3], rays[:, 3:]
+        z_vals = torch.linspace(self.near, self.far, self.samples).expand(len(rays), -1)
+        if self.training:
+            z_vals = z_vals + torch.rand(len(rays), self.samples) * (self.far - self.near) / self.samples
+        points = rays_o[:, None, :] + rays_d[:, None, :] * z_vals[..., None]
+        raw = self.network(points)
+        sigma_a, rgb = torch.relu(raw[..., 3]), torch.sigmoid(raw[..., :3])
+        dists = torch.cat([z_vals[:, 1:] - z_vals[:, :-1], torch.full_like(z_vals[:, :1], 1e10)], -1)
+        alpha = 1.0 - torch.exp(-sigma_a * dists)
+        transmitted = torch.cumprod(1.0 - alpha + 1e-10, -1)
+        weights = alpha * torch.cat([torch.ones_like(transmitted[:, :1]), transmitted[:, :-1]], -1)
+        return (weights[..., None] * rgb).sum(-2)
+
+
+def squash(s: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Sabour et al.'s squash, as XifengGuo/CapsNet-Pytorch writes it: s · |s|² / (1 + |s|²) / (|s| + 1e-8)."""
+    norm = s.norm(dim=dim, keepdim=True)
+    return s * (norm ** 2 / (1 + norm ** 2) / (norm + 1e-8))
+
+
+class PrimaryCapsule(nn.Module):
+    """XifengGuo's `PrimaryCapsule`: one conv whose output is viewed as capsules of `dim_caps`
+    consecutive values (`view(batch, -1, dim_caps)` straight on (B, C, H, W), as there), squashed."""
+
+    def __init__(self, in_channels: int, out_channels: int, dim_caps: int, kernel_size: int, stride: int) -> None:
+        super().__init__()
+        self.dim_caps = dim_caps
+        self.conv2d = nn.Conv2d(in_channels, out_channels, kernel_size, stride=stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return squash(self.conv2d(x).view(len(x), -1, self.dim_caps))
+
+
+class DenseCapsule(nn.Module):
+    """XifengGuo's `DenseCapsule`: predictions û_j|i = W_ij u_i (W 0.01 · randn), routing by
+    agreement (`routings` iterations: c = softmax of the logits b over the output capsules,
+    v = squash(Σ_i c_ij û_j|i), b += v · û); û detached in every iteration but the last, as
+    there (the Keras original's stop-gradient)."""
+
+    def __init__(self, in_num_caps: int, in_dim_caps: int, out_num_caps: int, out_dim_caps: int,
+                 routings: int = 3) -> None:
+        super().__init__()
+        if routings < 1:
+            raise ValueError("routings must be at least 1")
+        self.routings = routings
+        self.weight = nn.Parameter(0.01 * torch.randn(out_num_caps, in_num_caps, out_dim_caps, in_dim_caps))
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        # There torch.matmul(self.weight, u[:, None, :, :, None]) and broadcast products summed; the
+        # same sums as einsums (a third of the step's time at batch 32 went to the broadcasts).
+        u_hat = torch.einsum("jiop,bip->bjio", self.weight, u)
+        u_hat_detached = u_hat.detach()
+        b = torch.zeros(u_hat.shape[:3])
+        for _ in range(self.routings - 1):
+            c = torch.softmax(b, dim=1)
+            v = squash(torch.einsum("bji,bjio->bjo", c, u_hat_detached))
+            b = b + torch.einsum("bjo,bjio->bji", v, u_hat_detached)
+        c = torch.softmax(b, dim=1)
+        return squash(torch.einsum("bji,bjio->bjo", c, u_hat))
+
+
+class CapsuleNet(nn.Module):
+    """Sabour et al.'s CapsNet as XifengGuo/CapsNet-Pytorch writes it, narrower: a 9×9 conv + ReLU,
+    `PrimaryCapsule` (a 9×9 stride-2 conv viewed as 8-D capsules), `DenseCapsule` (one 16-D
+    capsule a class, 3 routing iterations); the class scores are the capsules' lengths; the
+    `decoder` (Linear-ReLU-Linear-ReLU-Linear-sigmoid) reconstructs the image from the capsules
+    masked by the true class in training (`forward(x, y)`) and by the longest capsule when no
+    label is given. Returns (lengths (B, classes), reconstruction (B, pixels), x flattened: the
+    reconstruction's target, which the repository's `caps_loss(y, y_pred, x, x_recon)` reads)."""
+
+    def __init__(self, classes: int = 10, size: int = 28, channels: int = 32, capsule_types: int = 8,
+                 routings: int = 3) -> None:
+        super().__init__()
+        self.classes = classes
+        self.conv1 = nn.Conv2d(1, channels, 9)
+        self.primarycaps = PrimaryCapsule(channels, capsule_types * 8, 8, 9, 2)
+        grid = ((size - 8) - 9) // 2 + 1
+        self.digitcaps = DenseCapsule(capsule_types * grid * grid, 8, classes, 16, routings)
+        self.decoder = nn.Sequential(nn.Linear(16 * classes, 128), nn.ReLU(), nn.Linear(128, 256), nn.ReLU(),
+                                     nn.Linear(256, size * size), nn.Sigmoid())
+        self.units = ["conv1", "primarycaps", "digitcaps", "decoder"]
+        self.hidden = ["conv1", "primarycaps"]
+        self.exposed = ["conv1", "digitcaps", "decoder.4"]
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        capsules = self.digitcaps(self.primarycaps(torch.relu(self.conv1(x))))
+        length = capsules.norm(dim=-1)
+        index = length.argmax(1) if y is None else y
+        mask = nn.functional.one_hot(index, self.classes).to(capsules.dtype)
+        reconstruction = self.decoder((capsules * mask[:, :, None]).flatten(1))
+        return length, reconstruction, x.flatten(1)
+
+
+CAPSNET_RECONSTRUCTION = 0.0005
+"""The reconstruction loss's weight on the summed squared error (Sabour et al.'s; XifengGuo's
+`lam_recon` 0.0005 · 784 on the mean)."""
+
+
+def margin_loss(length: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Sabour et al.'s margin loss, summed over the classes: T_k max(0, 0.9 − |v_k|)² + 0.5 (1 − T_k)
+    max(0, |v_k| − 0.1)²; (B,)."""
+    present = nn.functional.one_hot(labels, length.shape[1]).to(length.dtype)
+    return (present * (0.9 - length).clamp(min=0) ** 2 + 0.5 * (1 - present) * (length - 0.1).clamp(min=0) ** 2
+            ).sum(1)
+
+
+def caps_loss(output: tuple[torch.Tensor, torch.Tensor, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+    """XifengGuo's `caps_loss`: the margin loss averaged over the batch + 0.0005 × the summed
+    squared reconstruction error (its `lam_recon` × the mean over pixels)."""
+    length, reconstruction, images = output
+    reconstruction_error = ((reconstruction - images) ** 2).mean()
+    return margin_loss(length, labels).mean() + CAPSNET_RECONSTRUCTION * images.shape[1] * reconstruction_error
+
+
+def capsule_accuracy(model: CapsuleNet, images: torch.Tensor, labels: torch.Tensor) -> float:
+    """The share of held-out images whose longest capsule is their class (eval mode, no gradient,
+    no label given: XifengGuo's `test`)."""
+    model.eval()
+    with torch.no_grad():
+        accuracy = float((model(images)[0].argmax(1) == labels).float().mean())
+    model.train()
+    return accuracy
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
-               "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode")
+               "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
+               "nerf", "capsnet")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -3164,6 +3348,8 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "bilstm_crf": lambda vocab: BiLSTMCRF(TAGGING.vocab, vocab),
     "pixelcnn": lambda vocab: PixelCNN(vocab),
     "neural_ode": lambda vocab: NeuralODE(),
+    "nerf": lambda vocab: TinyNeRF(near=NERF_SCENE.near, far=NERF_SCENE.far),
+    "capsnet": lambda vocab: CapsuleNet(vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""

@@ -206,6 +206,7 @@ def train_field(
     teacher: nn.Module | None = None,
     scaler: torch.amp.GradScaler | None = None,
     eval_metrics: Callable[[], dict[str, float]] | None = None,
+    labels_to_model: bool = False,
 ) -> Outcome:
     """nanoGPT's loop: schedule → `accumulation` micro-batches of forward/backward (loss / accum),
     clip → `optimizer.step()` → `zero_grad(set_to_none=True)` → `rec.step`, an eval loop every
@@ -231,26 +232,29 @@ def train_field(
     outcome at every step they are measured (a family judged on a held-out metric evaluates every
     step: `eval_every=1`). A `loss_fn` may return torchvision's loss dict (a detector's
     `loss_cls` and `loss_box`): the loss is its sum, each part recorded beside it, averaged over
-    the micro-batches.
+    the micro-batches. `labels_to_model`: the training forward is `model(x, y)` (a CapsNet's
+    decoder masked by the true class, as XifengGuo/CapsNet-Pytorch's `model(x, y)`), so a batch
+    with wrong labels reaches the model too; the eval loop's forward gets no labels (its `test`).
     `run_dir=None` trains without recording (the losses only).
     """
     fault = fault or Fault()
     fault.install(model)
     outcome = Outcome()
 
-    def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def loss_of(x: torch.Tensor, y: torch.Tensor, labelled: bool = labels_to_model) -> torch.Tensor:
         fp16 = scaler is not None
         with torch.autocast("cpu", dtype=torch.float16 if fp16 else torch.bfloat16, enabled=bf16 or fp16):
+            inputs = (x, y) if labelled else (x,)
             if teacher is None:
-                return loss_fn(_float32(model(x)), y)
+                return loss_fn(_float32(model(*inputs)), y)
             with torch.no_grad():
                 taught = teacher(x).float()
-            return loss_fn(_float32(model(x)), y, taught)
+            return loss_fn(_float32(model(*inputs)), y, taught)
 
     def evaluate() -> float:
         model.eval()
         with torch.no_grad():
-            value = sum(_summed(loss_of(*eval_draw()))[0].item() for _ in range(2)) / 2
+            value = sum(_summed(loss_of(*eval_draw(), labelled=False))[0].item() for _ in range(2)) / 2
         model.train()
         return value
 

@@ -48,7 +48,7 @@ def test_catalogue_looks_like_the_field():
                                        "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "transe", "kws",
                                        "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam", "ppo", "detector",
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
-                                       "neural_ode"}
+                                       "neural_ode", "nerf", "capsnet"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -1673,3 +1673,138 @@ def test_neural_ode_integrates_by_hand_written_rk4_and_fits_the_spiral_from_rand
     stats = read_stats(tmp_path / "run")
     assert set(stats[stats["role"] == "state"]["key"]) == {"square_avg"} and "adam_state" in LEFT_OUT["neural_ode"]
     assert stats[stats["role"] == "grad"]["step"].nunique() == 150
+
+
+def test_nerf_renders_its_rays_by_tiny_nerfs_volume_rendering_and_its_healthy_run_learns_the_held_out_view(tmp_path):
+    from sample_runs.data import NERF_SCENE, get_rays, nerf_views, pose_spherical
+    from sample_runs.field import OUTCOME_METRICS, _data
+    from sample_runs.field_models import positional_encoding
+
+    points = torch.randn(5, 3)
+    encoded = positional_encoding(points, 6)
+    assert encoded.shape == (5, 3 + 3 * 2 * 6) and torch.equal(encoded[:, :3], points)
+    assert torch.allclose(encoded[:, 3 + 6 * 5: 3 + 6 * 5 + 3], torch.sin(32 * points))  # the last sin: 2^5 x
+    assert torch.allclose(encoded[:, -3:], torch.cos(32 * points))
+
+    c2w = pose_spherical(30.0, -30.0, NERF_SCENE.radius)
+    rays_o, rays_d = get_rays(NERF_SCENE.size, NERF_SCENE.focal, c2w)
+    assert rays_o.shape == rays_d.shape == (NERF_SCENE.size, NERF_SCENE.size, 3)
+    assert float(rays_o[0, 0].norm()) == pytest.approx(NERF_SCENE.radius, rel=1e-5)
+    centre = rays_d[NERF_SCENE.size // 2, NERF_SCENE.size // 2]  # the centre pixel's ray looks at the origin
+    assert torch.allclose(torch.nn.functional.normalize(centre, dim=0), -rays_o[0, 0] / NERF_SCENE.radius, atol=1e-5)
+    train, held = nerf_views()
+    assert train.x.shape == (NERF_SCENE.views, NERF_SCENE.size ** 2, 6) and held.y.shape == (1, NERF_SCENE.size ** 2, 3)
+    hit = held.y.sum(-1) > 0
+    assert 0.1 < float(hit.float().mean()) < 0.5 and float(held.y.max()) <= 1.0  # spheres on a black background
+
+    torch.manual_seed(0)
+    model = build_field_model("nerf", 3)
+    assert model.layers[5].in_features == 64 + 39 and model.layers[4].in_features == 64  # the skip after layer 4
+    for layer in (*model.layers, model.output):  # Keras's Dense: glorot uniform, zero bias
+        bound = math.sqrt(6 / (layer.in_features + layer.out_features))
+        largest = float(layer.weight.detach().abs().max())
+        assert 0.9 * bound < largest <= bound
+        assert not layer.bias.any()
+    rays = held.x[0, :8]
+    first, second = model(rays), model(rays)
+    assert first.shape == (8, 3) and not torch.equal(first, second)  # stratified depths in training
+    model.eval()
+    assert torch.equal(model(rays), model(rays))  # the evenly spaced depths in eval (rand=False)
+    model.network = lambda pts: torch.zeros(*pts.shape[:-1], 4)  # no density anywhere: nothing is drawn
+    assert not model(rays).any()
+    model.network = lambda pts: torch.cat([torch.zeros(*pts.shape[:-1], 3), torch.ones(*pts.shape[:-1], 1)], -1)
+    assert torch.allclose(model(rays), torch.full((8, 3), 0.5))  # weights sum to 1 (the last bin 1e10 long)
+
+    truth = make("healthy-nerf-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    chance = _data("nerf", RECIPES["nerf"], 0, 1)[3]
+    val = by_name["val_loss"]
+    assert len(val) == 150 and val[0] > chance > 1.2 * _mean(val[-10:]) and truth.verdict == "healthy"
+    assert OUTCOME_METRICS["nerf"].name == "val_loss" and "judged on val_loss" in truth.notes
+    assert _mean(by_name["loss"][-10:]) < 0.5 * _mean(by_name["loss"][:10])
+    assert RECIPES["nerf"].lr == 5e-4 and RECIPES["nerf"].batch == NERF_SCENE.size ** 2  # one image's rays
+    assert not LEFT_OUT.get("nerf")
+
+
+def _xifengguo_dense_capsule(weight, u, routings):
+    """XifengGuo/CapsNet-Pytorch's `DenseCapsule.forward`, as written there (matmul, squeeze)."""
+    from sample_runs.field_models import squash
+
+    x_hat = torch.squeeze(torch.matmul(weight, u[:, None, :, :, None]), dim=-1)
+    x_hat_detached = x_hat.detach()
+    b = torch.zeros(u.size(0), weight.shape[0], weight.shape[1])
+    for i in range(routings):
+        c = torch.softmax(b, dim=1)
+        if i == routings - 1:
+            outputs = squash(torch.sum(c[:, :, :, None] * x_hat, dim=-2, keepdim=True))
+        else:
+            outputs = squash(torch.sum(c[:, :, :, None] * x_hat_detached, dim=-2, keepdim=True))
+            b = b + torch.sum(outputs * x_hat_detached, dim=-1)
+    return torch.squeeze(outputs, dim=-2)
+
+
+def test_capsnet_routes_by_agreement_masks_its_decoder_by_the_true_class_and_its_healthy_run_learns(tmp_path):
+    from sample_runs.field import _data
+    from sample_runs.field_models import CAPSNET_RECONSTRUCTION, DenseCapsule, caps_loss, margin_loss, squash
+
+    s = torch.tensor([[3.0, 4.0], [0.0, 0.0]])
+    assert squash(s)[0].tolist() == pytest.approx([25 / 26 * 0.6, 25 / 26 * 0.8]) and not squash(s)[1].any()
+    torch.manual_seed(0)
+    capsule = DenseCapsule(12, 8, 4, 16, routings=3)
+    u = squash(torch.randn(2, 12, 8))
+    ours, theirs = capsule(u), _xifengguo_dense_capsule(capsule.weight, u, 3)
+    assert torch.allclose(ours, theirs, atol=1e-6)
+    (grad_ours,) = torch.autograd.grad(ours.sum(), capsule.weight)
+    (grad_theirs,) = torch.autograd.grad(theirs.sum(), capsule.weight)
+    assert torch.allclose(grad_ours, grad_theirs, atol=1e-6)  # û detached in the first two iterations alike
+    one = DenseCapsule(12, 8, 4, 16, routings=1)  # no routing: equal coupling 1/4 to every output capsule
+    u_hat = torch.einsum("jiop,bip->bjio", one.weight, u)
+    assert torch.allclose(one(u), squash(u_hat.sum(2) / 4), atol=1e-6)
+
+    length = torch.tensor([[0.95, 0.3, 0.05], [0.5, 0.2, 0.0]])
+    labels = torch.tensor([0, 1])
+    by_hand = [0.5 * 0.2 ** 2, 0.7 ** 2 + 0.5 * 0.4 ** 2]
+    assert margin_loss(length, labels).tolist() == pytest.approx(by_hand)
+    images, reconstruction = torch.rand(2, 784), torch.rand(2, 784)
+    expected = sum(by_hand) / 2 + CAPSNET_RECONSTRUCTION * float(((reconstruction - images) ** 2).sum(1).mean())
+    assert float(caps_loss((length, reconstruction, images), labels)) == pytest.approx(expected, rel=1e-5)
+
+    model = build_field_model("capsnet", 10)
+    assert model.digitcaps.weight.shape == (10, 8 * 6 * 6, 16, 8) and model.digitcaps.routings == 3
+    decoded = []
+    model.decoder.register_forward_hook(lambda module, args, output: decoded.append(args[0].view(-1, 10, 16)))
+    x = torch.rand(3, 1, 28, 28)
+    length, reconstruction, target = model(x, torch.tensor([1, 2, 3]))
+    assert length.shape == (3, 10) and reconstruction.shape == (3, 784) and torch.equal(target, x.flatten(1))
+    kept = decoded[0].abs().sum(-1) > 0  # the decoder sees the given class's capsule only
+    assert kept.tolist() == [[k == label for k in range(10)] for label in (1, 2, 3)]
+    model(x)
+    assert (decoded[1].abs().sum(-1) > 0).nonzero()[:, 1].tolist() == length.argmax(1).tolist()  # no label: the longest
+
+    seen = []
+
+    class Spy(torch.nn.Module):  # what the loop hands the model's forward, in training and in eval
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(2, 2)
+
+        def forward(self, x, y=None):
+            seen.append((self.training, y))
+            return self.linear(x)
+
+    spy = Spy()
+    batch = (torch.randn(4, 2), torch.tensor([0, 1, 0, 1]))
+    train_field(None, spy, torch.optim.Adam(spy.parameters()), lambda: batch, steps=1, lr_at=lambda _: 1.0,
+                eval_draw=lambda: batch, labels_to_model=True,
+                fault=faults.MislabeledBatch(t0=0, length=1, classes=2))
+    assert [(training, y is None) for training, y in seen] == [(False, True), (False, True), (True, False)]
+    assert seen[2][1].tolist() == [1, 0, 1, 0]  # a batch with wrong labels reaches the decoder's mask too
+
+    truth = make("healthy-capsnet-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    chance = _data("capsnet", RECIPES["capsnet"], 0, 1)[3]
+    assert by_name["loss"][0] > chance > 3 * _mean(by_name["loss"][-10:]) and truth.verdict == "healthy"
+    assert by_name["val_accuracy"][0] < 0.3 and by_name["val_accuracy"][-1] > 0.7
+    stats = read_stats(tmp_path / "run")
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+    assert stats[stats["role"] == "grad"]["step"].nunique() == 150 and not LEFT_OUT.get("capsnet")
