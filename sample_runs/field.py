@@ -1189,16 +1189,17 @@ def _twin_losses(arch: str, seed: int) -> tuple[float, ...]:
 @lru_cache(maxsize=None)
 def _untrained_level(arch: str, seed: int) -> float:
     """Where a run that learned nothing stands: the mean of the first 10 judged values of the same
-    run at lr 0 (same init, same batches, no update). A run's own first 10 losses cannot say it
+    run with every lr held at 0 (same init, same batches, no update; SparseAdam refuses to be built
+    at lr 0, so the schedule holds it there). A run's own first 10 losses cannot say it
     when its lr blows the loss up from step 1 (round 17: bilstm_crf at lr ×100, 18 → 785 by step
     3, the first-10 mean 438 above everything that followed)."""
-    return sum(_judged(arch, _train(None, "healthy", arch, seed, {}, lr_factor=0.0)[0])[:10]) / 10
+    return sum(_judged(arch, _train(None, "healthy", arch, seed, {}, untrained=True)[0])[:10]) / 10
 
 
 def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_options: dict,
-           lr_factor: float | None = None):
-    """Trains one scenario (unrecorded where `run_dir` is None); `lr_factor` replaces the
-    family's (0: the untrained reference of `_untrained_level`)."""
+           untrained: bool = False):
+    """Trains one scenario (unrecorded where `run_dir` is None); `untrained`: every lr held at 0
+    (`_untrained_level`)."""
     spec = FIELD_FAMILIES[family]
     recipe = RECIPES[arch]
     rng = random.Random(f"{family}/{arch}/{seed}")
@@ -1211,7 +1212,7 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     model = build_field_model(arch, classes)
     if arch == "lora":  # loralib's recipe: the pretrained checkpoint first, strict=False (no LoRA keys in it)
         model.load_state_dict(lora_base(seed), strict=False)
-    lr = recipe.lr * (spec.lr_factor if lr_factor is None else lr_factor)
+    lr = recipe.lr * spec.lr_factor
     if arch in ("wgan_gp", "pix2pix"):  # one Adam per network, each with its blocks' groups
         groups = _param_groups(model, recipe, lr)
         optimizer = tuple(torch.optim.Adam([g for g in groups if g["layer"].startswith(net + ".")], lr=lr,
@@ -1233,6 +1234,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     picked = _draws(model, rng)
     fault = spec.fault(t0=t0, factor=factor, classes=classes, **picked)
     schedule = _schedule(Recipe(**{**recipe.__dict__, "warmup": options["warmup"]}), STEPS)
+    if untrained:
+        schedule = lambda step: 0.0  # noqa: E731
     # What a user would log; never the scenario or the fault (the analyzer must not see the answer).
     config = {"arch": arch, "seed": seed, "lr": lr, "batch_size": recipe.batch, "steps": STEPS,
               "accumulation": options["accumulation"], "clip": recipe.clip, "bf16": options["bf16"]}
