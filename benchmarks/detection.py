@@ -769,7 +769,11 @@ NOTES = """Notes on the method rows:
   twin gained since t0 (from step 0 for a wrong lr or a loop that never steps). By that yardstick
   `lr_too_high` (×100, no warm-up) is "not learning" although its loss still falls by its own
   yardstick (it ends 1.3–1.6× the twin's); the analyzer, which sees no twin, reads the first
-  update against the weights (`lr_too_high` on a finite run, docs/diagnoses.md). A shrugged
+  update against the weights (`lr_too_high` on a finite run, docs/diagnoses.md). A wrong
+  setting from step 0 diverged when its loss went non-finite, rose ×1.2 above its first 10 steps'
+  mean and never got back below it, or ended (its last 10) ×1.2 worse than learning nothing: the
+  same run at lr 0, its first 10 steps (since session 17; a blow-up from step 1 had inflated the
+  first-10 mean, round 17's bilstm_crf at lr ×100). A shrugged
   fault tolerates its direct cause (`hyperparameter_changed`, `weights_changed_outside_optimizer`,
   `optimizer_state_changed`, `batch_out_of_range`): the analyzer rightly warns about it.
 - A layer cut off from the gradient (`detach`, `frozen_layer`) is not learning only when the run

@@ -154,9 +154,12 @@ def events_near(ev: Evidence) -> list[str]:
 
 
 def events_before(events: pd.DataFrame, onset: Onset) -> pd.DataFrame:
-    """The events recorded up to the onset step, in the order they were recorded (an event
-    later in the onset interval came after the onset, not before it)."""
-    return events[events["step"] <= onset.step]
+    """The events recorded after the run's first step and up to the onset step, in the order
+    they were recorded: the candidate triggers. An event later in the onset interval came after
+    the onset, not before it; one at step 0 (a Trainer's "epoch 0 begins") is where the run
+    started, not what set it off (the recorder counts from 0; a resumed run goes on from its
+    last step)."""
+    return events[(events["step"] > 0) & (events["step"] <= onset.step)]
 
 
 def batch_at(ev: Evidence, factor: float) -> str | None:

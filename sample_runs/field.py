@@ -1239,7 +1239,20 @@ def _twin_losses(arch: str, seed: int) -> tuple[float, ...]:
     return tuple(_judged(arch, _train(None, "healthy", arch, seed, {})[0]))
 
 
-def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_options: dict):
+@lru_cache(maxsize=None)
+def _untrained_level(arch: str, seed: int) -> float:
+    """Where a run that learned nothing stands: the mean of the first 10 judged values of the same
+    run with every lr held at 0 (same init, same batches, no update; SparseAdam refuses to be built
+    at lr 0, so the schedule holds it there). A run's own first 10 losses cannot say it
+    when its lr blows the loss up from step 1 (round 17: bilstm_crf at lr ×100, 18 → 785 by step
+    3, the first-10 mean 438 above everything that followed)."""
+    return sum(_judged(arch, _train(None, "healthy", arch, seed, {}, untrained=True)[0])[:10]) / 10
+
+
+def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_options: dict,
+           untrained: bool = False):
+    """Trains one scenario (unrecorded where `run_dir` is None); `untrained`: every lr held at 0
+    (`_untrained_level`)."""
     spec = FIELD_FAMILIES[family]
     recipe = RECIPES[arch]
     rng = random.Random(f"{family}/{arch}/{seed}")
@@ -1274,6 +1287,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     picked = _draws(model, rng)
     fault = spec.fault(t0=t0, factor=factor, classes=classes, **picked)
     schedule = _schedule(Recipe(**{**recipe.__dict__, "warmup": options["warmup"]}), STEPS)
+    if untrained:
+        schedule = lambda step: 0.0  # noqa: E731
     # What a user would log; never the scenario or the fault (the analyzer must not see the answer).
     config = {"arch": arch, "seed": seed, "lr": lr, "batch_size": recipe.batch, "steps": STEPS,
               "accumulation": options["accumulation"], "clip": recipe.clip, "bf16": options["bf16"]}
@@ -1345,7 +1360,8 @@ def field_run(run_dir: Path, family: str, arch: str, seed: int, recorder_options
     outcome, t0, factor, picked, units, chance = _train(run_dir, family, arch, seed, recorder_options)
     losses = _judged(arch, outcome)
     twin = list(_twin_losses(arch, seed)) if spec.outcome != "healthy" else []
-    verdict, onset = _verdict(spec.outcome, losses, twin, t0, chance)
+    untrained = _untrained_level(arch, seed) if spec.outcome == "from_start" else None
+    verdict, onset = _verdict(spec.outcome, losses, twin, t0, chance, untrained)
     shrugged = verdict == "healthy" and spec.outcome != "healthy"
     culprit = picked[spec.culprit] if spec.culprit and not shrugged else None
     alternatives = []
@@ -1370,8 +1386,10 @@ def field_run(run_dir: Path, family: str, arch: str, seed: int, recorder_options
             "learned": all(map(math.isfinite, losses)) and sum(losses[-10:]) < 0.8 * sum(losses[:10])}
 
 
-def _verdict(outcome: str, losses: list[float], twin: list[float], t0: int, chance: float) -> tuple[str, int | None]:
-    """(verdict, onset step) from what the loop saw, against the fault-free twin's losses."""
+def _verdict(outcome: str, losses: list[float], twin: list[float], t0: int, chance: float,
+             untrained: float | None) -> tuple[str, int | None]:
+    """(verdict, onset step) from what the loop saw, against the fault-free twin's losses; a wrong
+    setting from step 0 also against `untrained` (`_untrained_level`)."""
     if outcome == "healthy":
         return "healthy", None
     if outcome in ("diverged", "diverged_or_stalled") and broke_against(losses, twin, t0):
@@ -1381,8 +1399,11 @@ def _verdict(outcome: str, losses: list[float], twin: list[float], t0: int, chan
     if outcome != "from_start":
         return "healthy", None
     # A wrong setting from step 0: the run ran away, stayed flat, or learned anyway.
+    # Ran away: rose ×1.2 and never got back below where it began, or ended ×1.2 worse than learning
+    # nothing at all (the same margin).
     first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
-    if not all(math.isfinite(v) for v in losses) or (max(losses) >= 1.2 * first and last >= first):
+    if not all(math.isfinite(v) for v in losses) or (max(losses) >= 1.2 * first and last >= first) \
+            or last >= 1.2 * untrained:
         return "diverged", None
     if last >= 0.9 * first or last >= 0.9 * chance or last >= 1.25 * sum(twin[-10:]) / 10:
         return "not_learning", None

@@ -49,3 +49,12 @@ def test_an_event_after_the_onset_step_is_not_before_it():
     assert _last_event(events, onset) == (38, "domain_switch")
     ev = type("Ev", (), {"events": events, "onset": onset})()
     assert "late" not in " ".join(events_near(ev)) and "domain_switch" in events_near(ev)[-1]
+
+
+def test_an_event_at_the_first_step_is_where_the_run_began_not_a_trigger():
+    events = pd.DataFrame({"step": [0, 25], "kind": ["epoch", "validation"], "message": ["epoch 0 begins", ""]})
+    onset = Onset(20, (19, 21), "", None, None, None, None)
+    assert _last_event(events, onset) is None
+    assert events_near(type("Ev", (), {"events": events, "onset": onset})()) == []
+    events.loc[1, "step"] = 12  # an event after the start still leads
+    assert _last_event(events, onset) == (12, "validation")

@@ -16,7 +16,7 @@ from sample_runs.data import (CAPTIONS, CARTPOLE, CLOUDS, GRAPH, MLM, PATTERNS, 
                                pattern_images, point_clouds, ring_points, sbm_graph, signal_pixels, sort_batch_sampler,
                                t5_collate, t5_rows, table_data)
 from sample_runs.field import (FIELD_FAMILIES, LEFT_OUT, RECIPES, _ctc_chance, _mlm_chance, _param_groups, _schedule,
-                               _twin_losses)
+                               _twin_losses, _untrained_level, _verdict)
 from sample_runs.field_models import (FIELD_ARCHS, build_field_model, clip_loss, ctc_loss, ddpm_loss,
                                       gradient_penalty, info_nce_loss, mixup_cutmix, moe_lm_loss, pointnet_loss,
                                       selective_scan, sequential_scan, seq2seq_loss, sliced_wasserstein,
@@ -516,6 +516,19 @@ def test_missing_step_and_lr_too_low_leave_the_loss_flat(tmp_path):
         assert truth.verdict == "not_learning" and truth.labels == [label]
         losses = _losses(tmp_path / name)
         assert _mean(losses[-10:]) >= 0.9 * _mean(losses[:10])
+    # The untrained reference (lr 0) is the run that never steps: same init, same batches.
+    assert _untrained_level("gru", 0) == pytest.approx(_mean(_losses(tmp_path / "missing_step-gru-s0")[:10]))
+
+
+def test_a_wrong_setting_from_step_0_ran_away_when_it_ended_worse_than_learning_nothing():
+    # bilstm_crf at lr ×100 (round 17): 18 -> 785 by step 3, ending at 117, below its first-10 mean
+    # (438) but ×6 the untrained model's 18.
+    blown = [18.5, 320.0, 632.0, 785.0, 570.0, 440.0, 445.0, 458.0, 462.0, 241.0] + [117.0] * 140
+    twin = [18.0 - 0.1 * i for i in range(150)]
+    assert _verdict("from_start", blown, twin, 0, 2.3, untrained=18.0) == ("diverged", None)
+    # A flat run whose first batch was a lucky one (0.05 against 0.08) did not run away.
+    flat = [0.05] + [0.08] * 149
+    assert _verdict("from_start", flat, [0.03] * 150, 0, 1.0, untrained=0.084) == ("not_learning", None)
 
 
 def test_a_fault_the_run_shrugs_off_is_healthy_in_the_truth(tmp_path):
