@@ -1034,7 +1034,7 @@ the never-seen families' scores being the headline, and change nothing after rea
    detectors changed on every other family. Scored once in session 16 at 4e61d3a; bilstm_crf,
    pixelcnn and neural_ode's failures were read in session 16 (lead), so they informed defaults
    since.
-18. Round 18 (helper r18), training code we did not write: new `nerf` (bmild/nerf's
+18. Round 18 (session 17, helper r18), training code we did not write: new `nerf` (bmild/nerf's
    `tiny_nerf.ipynb`: tiny_nerf's positional encoding (L = 6) of 3-D points, its 8-layer ReLU
    MLP (width 64 where it takes 256) with the encoded input concatenated back after the fifth
    layer, Keras's glorot-uniform weights and zero biases, a Dense of 4 to RGB (sigmoid) and
