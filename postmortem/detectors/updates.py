@@ -130,6 +130,10 @@ class LossPace:
     (round 10: reinforce and wgan_gp at lr ×1e-4, 1e-6 there). Under SGD the step is lr ×
     gradient, and a vanished signal makes every update tiny (seed 003)."""
     stepless: bool = False  # no_update found that the optimizer never stepped, whatever its lr
+    gradientless: bool = False
+    """no_gradient found that no parameter gets a gradient: tiny updates then say nothing of the lr
+    (Adam's steps decay to 0 without one; round 18: NeRF at Adam lr 0.05, every unit dead after its
+    first update, whose "raise the lr" was the wrong way)."""
     too_high: bool = False  # lr_too_high found: the first updates erased the init (a VQ-VAE at lr ×100 whose units then died)
 
     def update_ratio(self, th: UpdateThresholds) -> float | None:
@@ -154,6 +158,11 @@ def _stepless(no_update: dict) -> bool:
         no_update.get("parameters_not_updated", 0) >= no_update.get("parameters_with_gradients", 1)
 
 
+def _gradientless(no_gradient: dict) -> bool:
+    """A no_gradient finding's evidence says every parameter it read went without a gradient."""
+    return no_gradient.get("parameters_without_gradient", 0) >= no_gradient.get("parameters", 1)
+
+
 def _loss_pace(ev: Evidence) -> LossPace:
     updates = role(ev.summary, "update")
     shapes = parameter_shapes(ev.manifest)
@@ -171,6 +180,7 @@ def _loss_pace(ev: Evidence) -> LossPace:
                     any(f.label == "vanishing_gradient" and f.severity == ERROR for f in ev.found),
                     adaptive_optimizer(ev.scalars),
                     any(f.label == "no_update" and _stepless(f.evidence) for f in ev.found),
+                    any(f.label == "no_gradient" and _gradientless(f.evidence) for f in ev.found),
                     any(f.label == "lr_too_high" for f in ev.found))
 
 
@@ -178,7 +188,7 @@ def _loss_pace(ev: Evidence) -> LossPace:
 def lr_too_low(pace: LossPace, th: UpdateThresholds) -> list[Finding]:
     """Updates ≪ the CS231n ratio in a run that does not learn, or a loss still falling at its
     first, slow pace at the end (far from converged: each step just too small, seed 002)."""
-    if pace.diverged or pace.stepless or pace.too_high:
+    if pace.diverged or pace.stepless or pace.gradientless or pace.too_high:
         return []
     improvement = pace.outcome.improvement
     slow = slow_steady_descent(pace.loss, improvement, th)

@@ -462,6 +462,9 @@ def test_lr_too_low():
     assert lr_too_low(LossPace(converging, _ratios(1e-3), 0.1, outcome, False), TH.updates) == []
     # An optimizer that never stepped is no lr to raise (a VQ-VAE's codebook still moves by its EMA).
     assert lr_too_low(LossPace(flat, _ratios(1e-7), 1e-3, FLAT, False, stepless=True), TH.updates) == []
+    # Nor a run in which no parameter gets a gradient: Adam's steps decay to 0 at any lr.
+    assert lr_too_low(LossPace(flat, _ratios(5e-5), 0.05, FLAT, False, adaptive=True, gradientless=True),
+                      TH.updates) == []
     # Nor a run whose first updates erased its init (lr_too_high), its units dead since.
     assert lr_too_low(LossPace(flat, _ratios(1e-7), 1e-1, FLAT, False, too_high=True), TH.updates) == []
     # A matrix that started at 0 (LoRA's B, norm ×10 by the end) moves by its start, not the lr: left out.
