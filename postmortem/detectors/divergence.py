@@ -95,6 +95,9 @@ class Incident:
     """unscaled_inputs fired under an optimizer whose step follows the gradient (SGD): huge first
     updates are the data's doing. An adaptive one's step follows the lr whatever the inputs'
     scale (N-BEATS on raw series, mean 11.5, at Adam lr 0.1: updates 0.5× the weights; round 13)."""
+    gradients_died_after: int | None = None
+    """Steps after its first one by which every gradient had gone to exactly 0 for the rest of the
+    run, each having been non-zero at first (None: some gradient lives on, or none ever did)."""
     finite_shift: dict[str, float | str] | None = None
     """Of a run that stayed finite while diverging, what judges it (`judging_curve`: the loss, or
     the outcome metric) before the onset, after it and at the end: the outcome the verdict follows."""
@@ -153,7 +156,20 @@ def _incident(ev: Evidence) -> Incident:
         log_of_zero=next((f for f in ev.found if f.label == "log_of_zero"), None),
         inputs_unscaled=any(f.label == "unscaled_inputs" for f in ev.found) and not adaptive_optimizer(ev.scalars),
         finite_shift=_finite_shift(ev) if first is None else None,
+        gradients_died_after=_gradients_died_after(role(ev.summary, "grad")),
     )
+
+
+def _gradients_died_after(grads: pd.DataFrame) -> int | None:
+    """From the summary's grad rows: when the last gradient fell silent for good, counted from the
+    run's first step, where every one of them fell silent after a first non-zero one."""
+    if grads.empty or grads["silent_from"].isna().any():
+        return None
+    silent_from = grads["silent_from"].to_numpy(np.int64)
+    first = grads["first_step"].to_numpy(np.int64)
+    if (silent_from <= first).any():
+        return None  # silent from its first step: a cut graph or a frozen tensor, not a death
+    return int(silent_from.max() - first.min())
 
 
 _SHIFT_POINTS = 10  # values read before the onset, after it and at the end (OutcomeThresholds.min_steps's count)
@@ -302,24 +318,32 @@ def lr_too_high(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
 
 
 def _erased_init(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
-    """A run that stayed finite although its first updates were as large as its weights: the
-    lr wiped the initialisation out and the run learns, if at all, from a worse start than a
-    smaller lr (or a warm-up) gives (issue 12: lr ×100 without warm-up ends 1.3–1.6× above its
-    healthy twin, its loss still falling). Read on weights of more than one element: a scalar
+    """A run that stayed finite although its first updates were as large as its weights, or far
+    too large and every gradient then died: the lr wiped the initialisation out and the run
+    learns, if at all, from a worse start than a smaller lr (or a warm-up) gives (issue 12: lr
+    ×100 without warm-up ends 1.3–1.6× above its healthy twin, its loss still falling). Read on weights of more than one element: a scalar
     weight (seed 002's Linear(1, 1)) has no init scale to erase; inputs in the thousands
     (unscaled_inputs) make huge first updates at any lr, and their fix comes first."""
     within = th.erases_init_within
     ratios = [float(np.max(r[:within])) for r in incident.weight_update_ratios]
     ratio = float(np.median(ratios)) if ratios else None
-    if ratio is None or ratio < th.update_ratio_erases_init or incident.inputs_unscaled:
+    # Updates ≫ the CS231n ratio after which every gradient died (round 18: NeRF at Adam lr 0.05,
+    # 0.39 of the weights on the first step, then its density relu'd to 0 everywhere) wiped the
+    # model out with less than half its weights: no healthy run loses every gradient.
+    died = incident.gradients_died_after is not None and incident.gradients_died_after <= within
+    bar = th.update_ratio_high if died else th.update_ratio_erases_init
+    if ratio is None or ratio < bar or incident.inputs_unscaled:
         return []
     lr = incident.lr
+    effect = (f"after which every gradient was exactly 0 for good, {incident.gradients_died_after} step(s) into "
+              "the run (the units died)" if died else "erasing the initialisation")
     return [finding(
         "lr_too_high", None, [],
-        {"early_update_ratio_median": ratio, "within_steps": within, "cs231n_target_ratio": 1e-3, "first_lr": lr},
-        f"the first {within} updates moved the weights by up to {ratio:.2g}× their norm (CS231n: ~1e-3), erasing the "
-        "initialisation: " + (f"lower the learning rate ×10 (lr {lr:.3g} → {lr / 10:.3g})" if lr else
-                              "lower the learning rate ×10") + " or warm it up from ~0 over the first "
+        {"early_update_ratio_median": ratio, "within_steps": within, "cs231n_target_ratio": 1e-3, "first_lr": lr,
+         "gradients_zero_after_steps": incident.gradients_died_after if died else None},
+        f"the first {within} updates moved the weights by up to {ratio:.2g}× their norm (CS231n: ~1e-3), {effect}: "
+        + (f"lower the learning rate ×10 (lr {lr:.3g} → {lr / 10:.3g})" if lr else "lower the learning rate ×10")
+        + " or warm it up from ~0 over the first "
         "hundreds of steps; sweep 0.1, 0.01, 0.001",
     )]
 

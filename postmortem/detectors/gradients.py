@@ -134,6 +134,9 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
     learns_on = gain is not None and bool(grads.outcome.learns) and gain >= th.cut_off_still_learns
     where = "the loss is not connected to any parameter" if everything else \
         "these parameters stopped receiving a gradient while the rest of the model still does"
+    # Every gradient alive at first and none later: the model went flat, its graph was not cut
+    # (round 18: NeRF at Adam lr 0.05, its density relu'd to 0 after the first update).
+    went_flat = everything and all(quiet[n] > grads.first_step[n] for n in quiet)
     marked_frozen = sorted(set(quiet) & grads.frozen)
     if structural:
         fix = (f"{', '.join(ordered)} never received a gradient while the run learned: zero by "
@@ -143,6 +146,10 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
         fix = (f"no gradient flows back through {layer_list(list(grads.dead))}: their units output "
                "exactly 0 (dead ReLUs, see dead_units); fix the dead units first (biases, "
                "LeakyReLU(0.2), Kaiming init), else look for a .detach() cutting the graph")
+    elif went_flat:
+        fix = (f"every parameter received a gradient at first and none from step {max(quiet.values())} on: the "
+               "units went dead or the output saturated (too large a step, see lr_too_high; a ReLU or clamp "
+               "at the output), not a cut graph")
     elif learns_on:
         fix = (f"{layer_list(ordered)} stopped receiving a gradient at step {since}, while the rest of the "
                f"model kept learning (loss {gain:.0%} lower since): if they are meant to learn, remove "

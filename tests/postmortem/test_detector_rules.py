@@ -23,6 +23,7 @@ from postmortem.detectors.divergence import (
     Clipping,
     Incident,
     LossSpike,
+    _gradients_died_after,
     clipping,
     diverged,
     exploding_gradient,
@@ -215,6 +216,15 @@ def test_no_gradient_on_a_layer_cut_mid_run():
     assert found[0].tensors == ["fc1.weight", "fc1.bias"] and found[0].severity == "error"
     assert "detach" in found[0].fix
     assert no_gradient(_silent({"fc1.weight": None, "fc2.weight": None}), TH.gradients) == []
+
+
+def test_every_gradient_gone_after_the_first_steps_is_a_model_gone_flat_not_a_cut_graph():
+    flat = _silent({"fc1.weight": 2, "fc1.bias": 1, "out.weight": 2}, learns=FLAT)
+    found = no_gradient(flat, TH.gradients)
+    assert found[0].severity == "error" and "none from step 2 on" in found[0].fix and "detach" not in found[0].fix
+    # Silent from the first step: the loss never reached a parameter.
+    unconnected = _silent({"fc1.weight": 0, "out.weight": 0}, learns=FLAT)
+    assert "not connected to any parameter" in no_gradient(unconnected, TH.gradients)[0].fix
 
 
 def test_a_cut_names_the_deepest_silent_layer_first():
@@ -697,6 +707,27 @@ def test_lr_too_high_in_a_run_that_stayed_finite_reads_the_first_update_against_
     assert lr_too_high(late, TH.divergence) == []
     assert lr_too_high(_incident(diverged=False, onset=None, first_update_ratio=0.7), TH.divergence) == []
     assert lr_too_high(replace(erased, inputs_unscaled=True), TH.divergence) == []  # the data's doing
+
+
+def test_lr_too_high_where_every_gradient_died_after_far_too_large_first_updates():
+    # Round 18's NeRF at Adam lr 0.05: 0.4 of the weights on the first step, then every gradient 0.
+    big = _incident(diverged=False, onset=None, weight_update_ratios=(np.full(5, 0.4),) * 3, lr=0.05)
+    assert lr_too_high(big, TH.divergence) == []  # under the bar of an erased init, the units alive
+    died = replace(big, gradients_died_after=2)
+    found = lr_too_high(died, TH.divergence)
+    assert found[0].severity == "error" and found[0].evidence["gradients_zero_after_steps"] == 2
+    assert "the units died" in found[0].fix and "lr 0.05 → 0.005" in found[0].fix
+    # Gradients that died long after the first updates, or updates a healthy run makes, are not the lr's doing.
+    assert lr_too_high(replace(died, gradients_died_after=40), TH.divergence) == []
+    assert lr_too_high(replace(died, weight_update_ratios=(np.full(5, 0.05),)), TH.divergence) == []
+
+
+def test_gradients_died_after_reads_the_summary_of_gradients():
+    rows = pd.DataFrame({"first_step": [0, 0], "silent_from": [1, 2]})
+    assert _gradients_died_after(rows) == 2
+    assert _gradients_died_after(rows.assign(silent_from=[1, None])) is None  # one gradient lives on
+    assert _gradients_died_after(rows.assign(silent_from=[0, 2])) is None  # cut from the start: no death
+    assert _gradients_died_after(rows.iloc[:0]) is None
 
 
 def test_clipped_gradients_growing_in_a_finite_run_are_no_divergence():

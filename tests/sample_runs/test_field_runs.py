@@ -529,6 +529,12 @@ def test_a_wrong_setting_from_step_0_ran_away_when_it_ended_worse_than_learning_
     # A flat run whose first batch was a lucky one (0.05 against 0.08) did not run away.
     flat = [0.05] + [0.08] * 149
     assert _verdict("from_start", flat, [0.03] * 150, 0, 1.0, untrained=0.084) == ("not_learning", None)
+    # A policy that never moves wanders by one episode's luck: single values ×1.24 above the start
+    # are no rise, a stretch of 10 that high is.
+    wandering = [17.75] * 10 + [22.0, 17.0, 16.0, 18.0] * 35
+    assert _verdict("from_start", wandering, [6.5] * 150, 0, 17.0, untrained=17.75) == ("not_learning", None)
+    risen = [17.75] * 10 + [22.0] * 10 + [17.8] * 130
+    assert _verdict("from_start", risen, [6.5] * 150, 0, 17.0, untrained=17.75) == ("diverged", None)
 
 
 def test_a_fault_the_run_shrugs_off_is_healthy_in_the_truth(tmp_path):
