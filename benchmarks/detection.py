@@ -1073,8 +1073,10 @@ the never-seen families' scores being the headline, and change nothing after rea
    2 blocks (width 32) with a shared mask token, the MSE on the masked patches with
    `norm_pix_loss`; AdamW betas (0.9, 0.95), weight decay 0.05, mae's per-step warm-up from 0 and
    half cosine to 0, at 1.5e-3; judged on its loss, `val_loss` every 25 steps), committed by
-   helper r19 at 85fb476, generated at faea6f4 and never analysed before this scoring; detectors
-   changed on every other family. This table is round 19's single scoring.
+   helper r19 at 85fb476, generated at faea6f4 (its from-start runs again at fdb6c79, the
+   from-start rule revised on reading the truths) and never analysed before this scoring;
+   detectors changed on every other family. Scored once in session 18 at fdb6c79: this table is
+   round 19's single scoring.
 20. Lead time: "median lead (steps)" counts runs whose first non-finite value comes after the
    truth's onset (a NaN batch, or a run that overflows on the injection step, has no lead to
    give; the old all-runs median, "median lead, all", counted those as 0); `(n)` is how many runs
