@@ -117,6 +117,9 @@ __all__ = [
     "get_rays",
     "nerf_views",
     "nerf_rays_sampler",
+    "PointMassSpec",
+    "POINT_MASS",
+    "PointMass",
 ]
 
 
@@ -1575,3 +1578,48 @@ def nerf_rays_sampler(views: Dataset, rays: int, seed: int) -> Callable[[], tupl
         return views.x[view, pixels], views.y[view, pixels]
 
     return draw
+
+
+@dataclass(frozen=True)
+class PointMassSpec:
+    """A point on a plane steered to a goal (a continuous-control task written out in numpy,
+    gym-free): `envs` episodes side by side, each `max_steps` steps, the point and its goal drawn
+    uniformly in ±`start`; the action, a velocity in [−1, 1]² (clipped) times `speed`, moves the
+    point for `dt`, within ±`wall`; the reward is −(the distance to the goal) after each step. The
+    observation is (point, goal). No terminal state: an episode ends at its time limit only
+    (pranz24's `mask` 1 there)."""
+
+    envs: int = 32
+    max_steps: int = 15
+    dt: float = 0.1
+    speed: float = 2.0
+    start: float = 1.0
+    wall: float = 2.0
+    observations: int = 4
+    actions: int = 2
+
+
+POINT_MASS = PointMassSpec()
+
+
+class PointMass:
+    """`envs` points stepped together (numpy, float64): `reset()` draws every point and goal from
+    this env's own generator (the same episodes for the same seed); `step(actions)` returns the
+    new float32 observations (point, goal) and each env's reward."""
+
+    def __init__(self, seed: int, envs: int = POINT_MASS.envs) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.envs = envs
+        self.state = np.zeros((envs, 4))
+
+    def reset(self) -> torch.Tensor:
+        spec = POINT_MASS
+        self.state = self.rng.uniform(-spec.start, spec.start, (self.envs, 4))
+        return torch.from_numpy(self.state.astype(np.float32))
+
+    def step(self, actions: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+        spec = POINT_MASS
+        point, goal = self.state[:, :2], self.state[:, 2:]
+        point = np.clip(point + spec.dt * spec.speed * np.clip(actions, -1.0, 1.0), -spec.wall, spec.wall)
+        self.state = np.concatenate([point, goal], 1)
+        return torch.from_numpy(self.state.astype(np.float32)), -np.linalg.norm(point - goal, axis=1)

@@ -23,8 +23,9 @@ knowledge-graph embeddings, an M5 keyword spotter on raw waveforms, LoRA fine-tu
 pretrained GPT, a VQ-VAE with an EMA codebook, an N-BEATS forecaster, skip-gram word2vec with
 negative sampling, a triplet-loss embedding net, a Wide ResNet trained with SAM, a PPO agent on
 CartPole, a one-level FCOS object detector, a timm-style EfficientNet, a physics-informed network,
-MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, a tiny NeRF and a
-capsule network (`field_models`),
+MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, a tiny NeRF, a
+capsule network, a Soft Actor-Critic agent steering points to goals and a masked autoencoder
+(`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -53,14 +54,19 @@ CRF's sentence NLL, the PixelCNN by the plain loop with Adam on its per-pixel cr
 neural ODE by the plain loop with RMSprop on the L1 error of its RK4 solutions (the solver's
 steps inside the model's forward), the NeRF by the plain loop with Adam on the MSE of the colours
 it renders along one view's rays, the capsule network by the plain loop with Adam on its margin and
-reconstruction loss, the labels given to its forward (its decoder's mask). Faults
+reconstruction loss, the labels given to its forward (its decoder's mask), the SAC agent by
+pranz24/pytorch-soft-actor-critic's loop (`training.train_sac`: a replay buffer, twin critics and
+a Polyak-averaged target critic, the policy and the temperature each with its own Adam; one
+recorded step an episode of its envs and an update after each env step), the masked autoencoder
+by the plain loop with AdamW and mae's per-step warm-up and cosine on its masked-patch MSE. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
 whose loss does not fall as it learns declares the metric its truth reads instead
 (`OUTCOME_METRICS`: the agents' reward (the PPO agent's episodic return), the WGAN's sample distance, the flow's NLL less the data's
 entropy, the triplet net's held-out recall@1, the PINN's held-out error to the exact solution, MAML's
-post-adaptation loss on held-out tasks, pix2pix's held-out L1 error, the NeRF's held-out view's MSE).
+post-adaptation loss on held-out tasks, pix2pix's held-out L1 error, the NeRF's held-out view's MSE,
+the SAC agent's episodic return).
 """
 from __future__ import annotations
 
@@ -84,6 +90,7 @@ from .data import (
     DENSITY,
     EDGES,
     NERF_SCENE,
+    POINT_MASS,
     POISSON,
     SINUSOIDS,
     SPIRAL,
@@ -104,6 +111,7 @@ from .data import (
     TABLE,
     CartPole,
     Dataset,
+    PointMass,
     batch_sampler,
     box_images,
     captioned_digits,
@@ -173,6 +181,9 @@ from .field_models import (
     capsule_accuracy,
     margin_loss,
     CAPSNET_RECONSTRUCTION,
+    mae_loss,
+    MAE_PATCH,
+    patchify,
     pinn_loss,
     trajectory_error,
     pix2pix_l1_error,
@@ -200,7 +211,7 @@ from .models import TinyGPT
 from .nanogpt import LoopConfig, lr_at
 from .framework_loops import train_hf_trainer, train_lightning, train_lightning_wgan
 from .training import (broke_against, stalled_against, token_cross_entropy, train_dqn, train_field,
-                       train_pix2pix, train_policy_gradient, train_ppo, train_sam)
+                       train_pix2pix, train_policy_gradient, train_ppo, train_sac, train_sam)
 
 __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
 
@@ -235,7 +246,9 @@ class Recipe:
     warm-up: word2vec-pytorch's), `step_x0.2` (× 0.2 at 30 %, 60 % and 80 % of the steps: davda54/sam's
     `StepLR`), `warmup_multistep` (linear warm-up from 0.001×, then ×0.1 at 16/26 and 22/26 of the
     steps: torchvision's detection references), `warmup_exp` (linear warm-up, then ×0.97 every
-    `EXP_DECAY_STEPS` steps: timm's `step` scheduler) or `constant` (Stable-Baselines3's default)."""
+    `EXP_DECAY_STEPS` steps: timm's `step` scheduler), `mae_cosine` (linear warm-up from 0, then a
+    half cosine to 0: mae's `lr_sched.adjust_learning_rate`, per step) or `constant`
+    (Stable-Baselines3's default)."""
     bf16: bool = False
     """Trained under CPU bf16 autocast (timm's `--amp` with bf16)."""
     amsgrad: bool = False
@@ -270,6 +283,17 @@ PPO_ENVS = 4
 """CartPoles the PPO agent steps together (CleanRL's `num_envs`)."""
 PPO_ROLLOUT = 128
 """Steps of each env a PPO rollout collects (CleanRL's `num_steps`)."""
+
+SAC_LR = 3e-4
+"""The SAC agent's Adam lr (pranz24's `--lr` 0.0003 for all three optimizers)."""
+# pranz24's main.py steps one env and updates once per env step; here POINT_MASS.envs (32) envs
+# step together and the agent updates once per vector step: one update per 32 transitions.
+SAC_START_STEPS = 800
+"""Transitions acted uniformly at random before the policy acts (pranz24's `--start_steps` 10000,
+for a run of ~60k transitions here: the first two steps' episodes)."""
+MAE_LR = 1.5e-3
+"""The MAE's AdamW lr: mae's `--blr` 1.5e-4 × batch / 256 is 3.75e-5 at batch 64, for 400 epochs
+where a run here has ~6."""
 
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
@@ -387,6 +411,14 @@ RECIPES = {
     # (x0.9 an epoch) left out: a run here is ~3 epochs of the training digits.
     "capsnet": Recipe(lr=1e-3, weight_decay=0.0, batch=32, clip=None, warmup=0, optimizer="adam",
                       schedule="constant"),
+    # pranz24/pytorch-soft-actor-critic: Adam(lr=0.0003) for the policy, the critic and log_alpha
+    # alike, batch_size 256, no clipping, no schedule.
+    "sac": Recipe(lr=SAC_LR, weight_decay=0.0, batch=256, clip=None, warmup=0, optimizer="adam", schedule="constant"),
+    # facebookresearch/mae's main_pretrain.py: AdamW betas (0.9, 0.95), weight_decay 0.05 (timm's
+    # add_weight_decay: none on biases and norms), no clipping, lr_sched's per-step warm-up from 0
+    # over 10 % of the run (its 40 of 400 epochs) then a half cosine to min_lr 0; MAE_LR.
+    "mae": Recipe(lr=MAE_LR, weight_decay=0.05, batch=64, clip=None, betas=(0.9, 0.95), warmup=15,
+                  schedule="mae_cosine"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -403,8 +435,9 @@ OPTIMIZERS = {
     "rmsprop": lambda groups, lr, recipe: torch.optim.RMSprop(groups, lr=lr),
 }
 """Each `Recipe.optimizer`'s constructor over `_param_groups`."""
-NETWORKS = {"wgan_gp": ("generator", "critic"), "pix2pix": ("netG", "netD")}
-"""The two networks of an adversarial family, each with its own Adam, in the order its loop takes them."""
+NETWORKS = {"wgan_gp": ("generator", "critic"), "pix2pix": ("netG", "netD"), "sac": ("policy", "critic", "log_alpha")}
+"""The networks of an adversarial family (and SAC's policy, critic and temperature), each with its
+own Adam, in the order its loop takes them."""
 N_CRITIC = 5
 """WGAN-GP's critic steps per generator step (the paper's)."""
 GRADIENT_PENALTY = 10.0
@@ -438,7 +471,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "word2vec": sgns_loss, "triplet": batch_hard_triplet_loss, "sam": smooth_crossentropy, "detector": fcos_loss,
           "efficientnet": smoothed_cross_entropy, "pinn": pinn_loss, "maml": torch.nn.functional.mse_loss,
           "bilstm_crf": crf_nll, "pixelcnn": torch.nn.functional.cross_entropy, "neural_ode": torch.nn.functional.l1_loss,
-          "nerf": torch.nn.functional.mse_loss, "capsnet": caps_loss}
+          "nerf": torch.nn.functional.mse_loss, "capsnet": caps_loss, "mae": mae_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -486,6 +519,9 @@ OUTCOME_METRICS = {
     # A NeRF's training loss is one random view's rays at depths drawn anew each step (views cover
     # 22-30 % of their pixels with the scene): the notebook's yardstick is the held-out view it renders.
     "nerf": OutcomeMetric("val_loss", higher_is_better=False, best=0.0),
+    # SAC's losses are TD errors and a policy objective against a moving critic: pranz24's
+    # `reward/train`, the episodes' return (every reward ≤ 0: 0 is the bound no policy reaches).
+    "sac": OutcomeMetric("reward", higher_is_better=True, best=0.0),
 }
 """Families judged on a metric (see `OutcomeMetric`; `loss`: the training loss's distance to its
 floor); every other family on its training loss."""
@@ -507,7 +543,8 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
     then cosine decay to 10 %; or DenseNet's steps (÷10 at 50 % and at 75 % of the steps); or WGAN-GP's
     linear decay to 0 at the last step; or ElementAI's halving every third of the steps; or
     `CosineAnnealingLR` to 0; or davda54/sam's ×0.2 steps; or torchvision's detection warm-up and
-    steps; or timm's warm-up and ×0.97 steps; or a constant lr."""
+    steps; or timm's warm-up and ×0.97 steps; or mae's warm-up from 0 and half cosine to 0; or a
+    constant lr."""
     if recipe.schedule == "constant":
         return lambda step: 1.0
     if recipe.schedule == "linear":
@@ -526,6 +563,9 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
             0.97 ** (step // EXP_DECAY_STEPS)
     if recipe.schedule == "constant_then_linear":
         return lambda step: min(1.0, 2 * (1 - step / steps))
+    if recipe.schedule == "mae_cosine":  # mae's lr_sched.adjust_learning_rate, per step, min_lr 0
+        return lambda step: step / recipe.warmup if step < recipe.warmup else \
+            0.5 * (1 + math.cos(math.pi * (step - recipe.warmup) / (steps - recipe.warmup)))
     if recipe.schedule == "step":
         return lambda step: 0.1 ** ((step >= steps // 2) + (step >= 3 * steps // 4))
     config = LoopConfig(steps=steps, warmup=recipe.warmup, lr=1.0)
@@ -597,7 +637,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
-                "capsnet")
+                "capsnet", "sac", "mae")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -609,15 +649,17 @@ minibatch (a corrupted rollout buffer), the detector's and the EfficientNet's th
 PINN's its collocation and boundary points, MAML's its tasks' support points and values and query
 points, pix2pix's its edge maps, the PixelCNN's its images (its targets, the pixels' grey levels,
 left as they are), the neural ODE's its windows' initial states, the NeRF's its rays (origins and
-directions), the capsule network's its images (also its reconstruction's target); word2vec and the
-BiLSTM-CRF read word IDs."""
+directions), the capsule network's its images (also its reconstruction's target), the SAC agent's
+the states it samples from its replay buffer (a corrupted buffer; their next states left as they
+are), the MAE's its images (also its target patches); word2vec and the BiLSTM-CRF read word IDs."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
-              "ppo")
+              "ppo", "sac", "mae")
 """Architectures trained without targets (self-supervised, generative, contrastive; an agent's
 actions are its own samples; a flow's density, TransE's triples and their corruptions, word2vec's
-word pairs and their sampled negatives): no labels to corrupt."""
+word pairs and their sampled negatives; the MAE's targets are its own images' masked patches,
+mae's loop drops the labels): no labels to corrupt."""
 
 
 LEFT_OUT = {
@@ -745,7 +787,7 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     the WGAN-GP (its `draw` is the loader of real points, `eval_draw` the held-out points), the
     DQN agent as the REINFORCE agent; for the distilled student the distillation loss of a student
     that predicts the uniform distribution against its teacher's logits on the training digits;
-    the round-12 to round-18 families' in `ARCH_DATA`."""
+    the round-12 to round-19 families' in `ARCH_DATA`."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in ARCH_DATA:
         return ARCH_DATA[arch](micro, seed)
@@ -1069,13 +1111,41 @@ def _capsule_digits_data(micro: int, seed: int):
     return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), classes, margin + reconstruction
 
 
+def _point_mass_data(micro: int, seed: int):
+    """The point masses (the `draw` makes `POINT_MASS.envs` of them from a seed); no eval draw
+    (the loop's own); chance: the return shortfall of uniformly random actions (`_random_push_shortfall`)."""
+    return PointMass, None, POINT_MASS.actions, _random_push_shortfall()
+
+
+@lru_cache(maxsize=1)
+def _random_push_shortfall() -> float:
+    """The mean return's distance to 0 of uniformly random forces over 64 episodes of their own envs."""
+    env, rng = PointMass(9_000, envs=64), np.random.default_rng(9_001)
+    env.reset()
+    returns = sum(env.step(rng.uniform(-1, 1, (64, POINT_MASS.actions)))[1] for _ in range(POINT_MASS.max_steps))
+    return OUTCOME_METRICS["sac"].distance(float(np.mean(returns)))
+
+
+def _masked_digits_data(micro: int, seed: int):
+    """The digits at 28 × 28 (`data.digits_images`) and their classes (which mae's loop drops),
+    the last 297 held out; chance: the loss on the training images of a decoder that predicts 0,
+    the normalised targets' mean, for every patch (the masks are uniform: every patch's share alike)."""
+    images = digits("image")
+    train, held = Dataset(images.x[:1500], images.y[:1500]), Dataset(images.x[1500:], images.y[1500:])
+    target = patchify(train.x, MAE_PATCH)
+    target = (target - target.mean(-1, keepdim=True)) / (target.var(-1, keepdim=True) + 1e-6) ** 0.5
+    chance = float((target ** 2).mean())
+    return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10, chance
+
+
 ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_data, "lora": _kitchen_data,
              "vqvae": _pattern_reconstruction_data, "nbeats": _forecast_data, "word2vec": _skipgram_data,
              "triplet": _metric_learning_data, "sam": _smoothed_pattern_data, "ppo": _ppo_data, "detector": _box_data,
              "efficientnet": _pattern_data, "pinn": _poisson_data, "maml": _sinusoid_data, "pix2pix": _edges_data,
              "bilstm_crf": _tagging_data, "pixelcnn": _digit_levels_data, "neural_ode": _spiral_data,
-             "nerf": _nerf_data, "capsnet": _capsule_digits_data}
-"""(draw, eval_draw, classes, chance) of the round-12 to round-18 families, from the micro-batch
+             "nerf": _nerf_data, "capsnet": _capsule_digits_data, "sac": _point_mass_data,
+             "mae": _masked_digits_data}
+"""(draw, eval_draw, classes, chance) of the round-12 to round-19 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
     "transe": lambda model: {"hits_at_10": hits_at_k(model, knowledge_graph()[1], 10)},
@@ -1266,10 +1336,10 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     if arch == "lora":  # loralib's recipe: the pretrained checkpoint first, strict=False (no LoRA keys in it)
         model.load_state_dict(lora_base(seed), strict=False)
     lr = recipe.lr * spec.lr_factor
-    if arch in ("wgan_gp", "pix2pix"):  # one Adam per network, each with its blocks' groups
+    if arch in NETWORKS:  # one Adam per network, each with its blocks' groups
         groups = _param_groups(model, recipe, lr)
-        optimizer = tuple(torch.optim.Adam([g for g in groups if g["layer"].startswith(net + ".")], lr=lr,
-                                           betas=recipe.betas) for net in NETWORKS[arch])
+        optimizer = tuple(torch.optim.Adam([g for g in groups if g["layer"] == net or g["layer"].startswith(net + ".")],
+                                           lr=lr, betas=recipe.betas) for net in NETWORKS[arch])
     else:
         optimizer = OPTIMIZERS[recipe.optimizer](_param_groups(model, recipe, lr), lr, recipe)
     after_step = model.normalize_entities if arch == "transe" else None
@@ -1317,6 +1387,12 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                             accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
                             batch=recipe.batch, gradient_steps=DQN_GRADIENT_STEPS, target_every=DQN_TARGET_EVERY,
                             config=config, recorder_options=recorder_options)
+    elif arch == "sac":
+        outcome = train_sac(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, seed=seed,
+                            max_steps=POINT_MASS.max_steps, observations=POINT_MASS.observations,
+                            actions=POINT_MASS.actions, fault=fault, accumulation=options["accumulation"],
+                            bf16=options["bf16"], batch=recipe.batch, start_steps=SAC_START_STEPS, config=config,
+                            recorder_options=recorder_options)
     elif arch == "wgan_gp":
         outcome = train_lightning_wgan(run_dir, model, optimizer, draw, eval_draw, directions=_directions(seed),
                                        fault=fault, lr_at=schedule, n_critic=N_CRITIC,

@@ -237,6 +237,13 @@
   (`PrimaryCapsule`, `DenseCapsule` with routing by agreement, `squash`, a decoder masked by the
   true class given to `forward(x, y)`), narrower; the margin loss + 0.0005 × the reconstruction's
   summed squared error; `capsule_accuracy` the held-out accuracy.
+- `SoftActorCritic`: pranz24/pytorch-soft-actor-critic's `GaussianPolicy` (tanh-squashed,
+  `squashed_gaussian`), its twin-headed `QNetwork` (`TwinQNetwork`) and the temperature's
+  `log_alpha`, its `weights_init_`, narrower; trained by `training.train_sac`.
+- `MaskedAutoencoderViT`: facebookresearch/mae's `models_mae.py` (`patchify`, per-sample
+  `random_masking` by argsort of noise, an encoder on the visible patches with a cls token and
+  fixed 2-D sin-cos positions (`get_2d_sincos_pos_embed`), a light decoder with mask tokens, the
+  MSE on the masked patches with `norm_pix_loss`), small.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -248,7 +255,7 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 `lora`, `vqvae` and `nbeats` before the thirteenth, `word2vec`, `triplet` and `sam` before the
 fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `maml` and `pix2pix` before the
 sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `nerf` and `capsnet` before
-the eighteenth (benchmarks/detection.py
+the eighteenth, `sac` and `mae` before the nineteenth (benchmarks/detection.py
 `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
@@ -264,11 +271,12 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
-from .data import (CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, NERF_SCENE, RING, SERIES, SPEECH,
-                   SPIRAL, TABLE, TAGGING, TAGS, TOPICS, rk4_step, spiral_trajectory)
+from .data import (CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, NERF_SCENE, POINT_MASS, RING,
+                   SERIES, SPEECH, SPIRAL, TABLE, TAGGING, TAGS, TOPICS, rk4_step, spiral_trajectory)
 from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
@@ -286,7 +294,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "crf_log_partition", "crf_path_score", "viterbi_decode", "entity_f1", "MaskedConv2d", "PixelCNN",
            "NeuralODE", "ODEFunc", "odeint_rk4", "trajectory_error", "positional_encoding", "TinyNeRF", "squash",
            "PrimaryCapsule", "DenseCapsule", "CapsuleNet", "margin_loss", "caps_loss", "capsule_accuracy",
-           "build_field_model",
+           "squashed_gaussian", "GaussianPolicy", "TwinQNetwork", "SoftActorCritic", "get_2d_sincos_pos_embed",
+           "MaskedAutoencoderViT", "mae_loss", "patchify", "MAE_PATCH", "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -3285,12 +3294,272 @@ def capsule_accuracy(model: CapsuleNet, images: torch.Tensor, labels: torch.Tens
     return accuracy
 
 
+def _pranz24_init(module: nn.Module) -> None:
+    """pranz24/pytorch-soft-actor-critic's `weights_init_`: xavier-uniform weights (gain 1), zero biases."""
+    if isinstance(module, nn.Linear):
+        nn.init.xavier_uniform_(module.weight, gain=1)
+        nn.init.constant_(module.bias, 0)
+
+
+LOG_SIG_MAX, LOG_SIG_MIN = 2, -20
+"""The policy's log-std clamp (pranz24's)."""
+SAC_EPSILON = 1e-6
+"""pranz24's epsilon in the tanh correction's log."""
+
+
+def squashed_gaussian(mean: torch.Tensor, log_std: torch.Tensor, action_scale: float = 1.0,
+                      action_bias: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """pranz24's `GaussianPolicy.sample` after the network: a reparameterised draw x_t of
+    N(mean, exp(log_std)), the action tanh(x_t) · scale + bias, its log-probability with the tanh
+    correction −log(scale · (1 − tanh² x_t) + 1e-6) summed over the action's dimensions (B, 1),
+    and the deterministic action tanh(mean) · scale + bias. `Normal(..., validate_args=False)`:
+    with torch's default validation a NaN mean raises ValueError in pranz24's run; here it reaches
+    the loss, which the loop's NaN check stops (as every loop here)."""
+    normal = torch.distributions.Normal(mean, log_std.exp(), validate_args=False)
+    x_t = normal.rsample()
+    y_t = torch.tanh(x_t)
+    action = y_t * action_scale + action_bias
+    log_prob = normal.log_prob(x_t) - torch.log(action_scale * (1 - y_t.pow(2)) + SAC_EPSILON)
+    return action, log_prob.sum(1, keepdim=True), torch.tanh(mean) * action_scale + action_bias
+
+
+class GaussianPolicy(nn.Module):
+    """pranz24's `GaussianPolicy`: Linear-ReLU-Linear-ReLU, a `mean_linear` and a `log_std_linear`
+    head (log-std clamped to [−20, 2]); `forward(state)` gives (mean, log_std), `sample(state)`
+    `squashed_gaussian`'s (action, log_prob, mean)."""
+
+    def __init__(self, num_inputs: int, num_actions: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(num_inputs, hidden_dim)
+        self.linear2 = nn.Linear(hidden_dim, hidden_dim)
+        self.mean_linear = nn.Linear(hidden_dim, num_actions)
+        self.log_std_linear = nn.Linear(hidden_dim, num_actions)
+        self.apply(_pranz24_init)
+
+    def forward(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.relu(self.linear2(torch.relu(self.linear1(state))))
+        return self.mean_linear(x), torch.clamp(self.log_std_linear(x), min=LOG_SIG_MIN, max=LOG_SIG_MAX)
+
+    def sample(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return squashed_gaussian(*self(state))
+
+
+class TwinQNetwork(nn.Module):
+    """pranz24's `QNetwork`: two Q heads in one module (Q1: linear1-3, Q2: linear4-6), each
+    Linear-ReLU-Linear-ReLU-Linear on the state and action concatenated; (Q1, Q2), each (B, 1)."""
+
+    def __init__(self, num_inputs: int, num_actions: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(num_inputs + num_actions, hidden_dim)
+        self.linear2 = nn.Linear(hidden_dim, hidden_dim)
+        self.linear3 = nn.Linear(hidden_dim, 1)
+        self.linear4 = nn.Linear(num_inputs + num_actions, hidden_dim)
+        self.linear5 = nn.Linear(hidden_dim, hidden_dim)
+        self.linear6 = nn.Linear(hidden_dim, 1)
+        self.apply(_pranz24_init)
+
+    def forward(self, state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        xu = torch.cat([state, action], 1)
+        x1 = self.linear3(torch.relu(self.linear2(torch.relu(self.linear1(xu)))))
+        x2 = self.linear6(torch.relu(self.linear5(torch.relu(self.linear4(xu)))))
+        return x1, x2
+
+
+class SoftActorCritic(nn.Module):
+    """What pranz24's `SAC` agent trains, as one module for the recorder: its `policy`
+    (`GaussianPolicy`), its `critic` (`TwinQNetwork`) and the entropy temperature's `log_alpha`
+    (0 at the start, as there); the target critic is a copy the loop keeps outside it
+    (`training.train_sac`), moved by Polyak averaging, never by an optimizer. Hidden width 64
+    where pranz24 takes 256. `forward(state, action)` is the critic's."""
+
+    def __init__(self, observations: int, actions: int, hidden_dim: int = 64) -> None:
+        super().__init__()
+        self.policy = GaussianPolicy(observations, actions, hidden_dim)
+        self.critic = TwinQNetwork(observations, actions, hidden_dim)
+        self.log_alpha = nn.Parameter(torch.zeros(1))
+        self.units = ["policy.linear1", "policy.linear2", "policy.mean_linear", "policy.log_std_linear",
+                      *(f"critic.linear{i}" for i in range(1, 7))]
+        self.loose = ("log_alpha",)  # a bare parameter with its own Adam, as pranz24 keeps it
+        self.hidden = ["policy.linear1", "policy.linear2"]
+        self.exposed = ["policy.linear1", "policy.mean_linear", "critic.linear3"]  # no normalisation anywhere
+
+    def forward(self, state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.critic(state, action)
+
+
+def get_2d_sincos_pos_embed(embed_dim: int, grid_size: int, cls_token: bool = False) -> np.ndarray:
+    """facebookresearch/mae's `util/pos_embed.py`: fixed 2-D sin-cos positions (grid_size², embed_dim),
+    half the channels from the grid's rows, half from its columns; a zero row first for the cls token."""
+    grid_h = np.arange(grid_size, dtype=np.float32)
+    grid_w = np.arange(grid_size, dtype=np.float32)
+    grid = np.stack(np.meshgrid(grid_w, grid_h), axis=0).reshape([2, 1, grid_size, grid_size])
+    emb = np.concatenate([_1d_sincos_pos_embed(embed_dim // 2, grid[0]),
+                          _1d_sincos_pos_embed(embed_dim // 2, grid[1])], axis=1)
+    if cls_token:
+        emb = np.concatenate([np.zeros([1, embed_dim]), emb], axis=0)
+    return emb
+
+
+def _1d_sincos_pos_embed(embed_dim: int, pos: np.ndarray) -> np.ndarray:
+    """mae's `get_1d_sincos_pos_embed_from_grid`: sin and cos of pos · 1/10000^(2i/D)."""
+    omega = np.arange(embed_dim // 2, dtype=np.float64) / (embed_dim / 2.0)
+    omega = 1.0 / 10000 ** omega
+    out = np.einsum("m,d->md", pos.reshape(-1), omega)
+    return np.concatenate([np.sin(out), np.cos(out)], axis=1)
+
+
+def patchify(imgs: torch.Tensor, p: int) -> torch.Tensor:
+    """mae's `patchify`: (N, C, H, W) → (N, L, p²·C), each patch's pixels row by row, channels last."""
+    c, h = imgs.shape[1], imgs.shape[2] // p
+    x = imgs.reshape(imgs.shape[0], c, h, p, h, p)
+    x = torch.einsum("nchpwq->nhwpqc", x)
+    return x.reshape(imgs.shape[0], h * h, p ** 2 * c)
+
+
+MAE_PATCH = 4
+"""The MAE's patch size on the 28 × 28 digits (7 × 7 = 49 patches)."""
+
+
+class MAEPatchEmbed(nn.Module):
+    """timm's `PatchEmbed` as mae builds it: a p×p stride-p conv, flattened to (B, L, dim)."""
+
+    def __init__(self, image: int, patch: int, channels: int, dim: int) -> None:
+        super().__init__()
+        self.num_patches = (image // patch) ** 2
+        self.proj = nn.Conv2d(channels, dim, patch, stride=patch)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+class MaskedAutoencoderViT(nn.Module):
+    """He et al.'s masked autoencoder as facebookresearch/mae's `models_mae.py` writes it, small:
+    `patchify` the (B, 1, 28, 28) images into 4×4 patches (49), `random_masking` per sample (the
+    argsort of uniform noise, the first 25 % kept: 12 visible), an encoder of timm `Block`s
+    (pre-norm attention with qkv bias, MLP ratio 4, GELU) over the visible patches and a cls token,
+    fixed 2-D sin-cos positions; a light decoder (`decoder_embed`, a shared `mask_token` in every
+    masked place, unshuffled by `ids_restore`, its own sin-cos positions, `Block`s, `decoder_pred`
+    to the patch's pixels); the loss the MSE on the masked patches only, each target patch
+    normalised by its own mean and variance (`norm_pix_loss`, the repository's pre-training
+    recipe). mae's init: xavier-uniform Linears (and the patch conv as one), zero biases, LayerNorm
+    1/0, cls and mask tokens N(0, 0.02). Widths 64 / 32, depths 4 / 2, 4 heads, where ViT-B's MAE
+    takes 768 / 512, 12 / 8, 12 / 16. The fixed positions are buffers (mae: parameters with
+    `requires_grad=False`, which no optimizer holds); the cls and mask tokens are `loose`, each in
+    a group of its own without weight decay (timm's `add_weight_decay` in mae decays them, being
+    3-D: 0.05 × lr a step on 96 values). `forward(imgs)` gives (loss, pred, mask), as there."""
+
+    def __init__(self, img_size: int = 28, patch_size: int = MAE_PATCH, in_chans: int = 1, embed_dim: int = 64,
+                 depth: int = 4, num_heads: int = 4, decoder_embed_dim: int = 32, decoder_depth: int = 2,
+                 decoder_num_heads: int = 4, mask_ratio: float = 0.75, norm_pix_loss: bool = True) -> None:
+        super().__init__()
+        self.patch_size, self.in_chans, self.mask_ratio, self.norm_pix_loss = patch_size, in_chans, mask_ratio, \
+            norm_pix_loss
+        self.patch_embed = MAEPatchEmbed(img_size, patch_size, in_chans, embed_dim)
+        num_patches, grid = self.patch_embed.num_patches, img_size // patch_size
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        self.register_buffer("pos_embed", torch.from_numpy(
+            get_2d_sincos_pos_embed(embed_dim, grid, cls_token=True)).float().unsqueeze(0))
+        self.blocks = nn.ModuleList(ViTBlock(embed_dim, num_heads) for _ in range(depth))
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.decoder_embed = nn.Linear(embed_dim, decoder_embed_dim, bias=True)
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, decoder_embed_dim))
+        self.register_buffer("decoder_pos_embed", torch.from_numpy(
+            get_2d_sincos_pos_embed(decoder_embed_dim, grid, cls_token=True)).float().unsqueeze(0))
+        self.decoder_blocks = nn.ModuleList(ViTBlock(decoder_embed_dim, decoder_num_heads)
+                                            for _ in range(decoder_depth))
+        self.decoder_norm = nn.LayerNorm(decoder_embed_dim, eps=1e-6)
+        self.decoder_pred = nn.Linear(decoder_embed_dim, patch_size ** 2 * in_chans, bias=True)
+        for block in (*self.blocks, *self.decoder_blocks):  # mae's norm_layer: LayerNorm(eps=1e-6)
+            block.norm1.eps = block.norm2.eps = 1e-6
+        nn.init.xavier_uniform_(self.patch_embed.proj.weight.data.view([embed_dim, -1]))
+        nn.init.normal_(self.cls_token, std=0.02)
+        nn.init.normal_(self.mask_token, std=0.02)
+        self.apply(self._init_weights)
+        self.units = ["patch_embed", *(f"blocks.{i}" for i in range(depth)), "norm", "decoder_embed",
+                      *(f"decoder_blocks.{i}" for i in range(decoder_depth)), "decoder_norm", "decoder_pred"]
+        self.loose = ("cls_token", "mask_token")
+        self.hidden = [f"blocks.{i}" for i in range(depth)]
+        # The patch conv and the decoder's input feed residual streams whose blocks are normalised
+        # only inside their branches; the prediction feeds the loss directly.
+        self.exposed = ["patch_embed.proj", "decoder_embed", "decoder_pred"]
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.constant_(m.bias, 0)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.constant_(m.bias, 0)
+            nn.init.constant_(m.weight, 1.0)
+
+    def patchify(self, imgs: torch.Tensor) -> torch.Tensor:
+        return patchify(imgs, self.patch_size)
+
+    def random_masking(self, x: torch.Tensor, mask_ratio: float):
+        """mae's per-sample random masking by argsort of uniform noise; (kept tokens, mask 1 where
+        removed, ids_restore)."""
+        n, length, dim = x.shape
+        len_keep = int(length * (1 - mask_ratio))
+        noise = torch.rand(n, length, device=x.device)
+        ids_shuffle = torch.argsort(noise, dim=1)
+        ids_restore = torch.argsort(ids_shuffle, dim=1)
+        ids_keep = ids_shuffle[:, :len_keep]
+        x_masked = torch.gather(x, dim=1, index=ids_keep.unsqueeze(-1).repeat(1, 1, dim))
+        mask = torch.ones([n, length], device=x.device)
+        mask[:, :len_keep] = 0
+        mask = torch.gather(mask, dim=1, index=ids_restore)
+        return x_masked, mask, ids_restore
+
+    def forward_encoder(self, x: torch.Tensor, mask_ratio: float):
+        x = self.patch_embed(x)
+        x = x + self.pos_embed[:, 1:, :]
+        x, mask, ids_restore = self.random_masking(x, mask_ratio)
+        cls_token = self.cls_token + self.pos_embed[:, :1, :]
+        x = torch.cat((cls_token.expand(x.shape[0], -1, -1), x), dim=1)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.norm(x), mask, ids_restore
+
+    def forward_decoder(self, x: torch.Tensor, ids_restore: torch.Tensor) -> torch.Tensor:
+        x = self.decoder_embed(x)
+        mask_tokens = self.mask_token.repeat(x.shape[0], ids_restore.shape[1] + 1 - x.shape[1], 1)
+        x_ = torch.cat([x[:, 1:, :], mask_tokens], dim=1)
+        x_ = torch.gather(x_, dim=1, index=ids_restore.unsqueeze(-1).repeat(1, 1, x.shape[2]))
+        x = torch.cat([x[:, :1, :], x_], dim=1)
+        x = x + self.decoder_pos_embed
+        for blk in self.decoder_blocks:
+            x = blk(x)
+        x = self.decoder_pred(self.decoder_norm(x))
+        return x[:, 1:, :]
+
+    def forward_loss(self, imgs: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        target = self.patchify(imgs)
+        if self.norm_pix_loss:
+            mean = target.mean(dim=-1, keepdim=True)
+            var = target.var(dim=-1, keepdim=True)
+            target = (target - mean) / (var + 1.0e-6) ** 0.5
+        loss = (pred - target) ** 2
+        loss = loss.mean(dim=-1)
+        return (loss * mask).sum() / mask.sum()
+
+    def forward(self, imgs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        latent, mask, ids_restore = self.forward_encoder(imgs, self.mask_ratio)
+        pred = self.forward_decoder(latent, ids_restore)
+        return self.forward_loss(imgs, pred, mask), pred, mask
+
+
+def mae_loss(output: tuple[torch.Tensor, torch.Tensor, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+    """mae's `train_one_epoch`: `loss, _, _ = model(samples, mask_ratio=...)`, the labels unread."""
+    return output[0]
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
-               "nerf", "capsnet")
+               "nerf", "capsnet", "sac", "mae")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -3350,6 +3619,8 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "neural_ode": lambda vocab: NeuralODE(),
     "nerf": lambda vocab: TinyNeRF(near=NERF_SCENE.near, far=NERF_SCENE.far),
     "capsnet": lambda vocab: CapsuleNet(vocab),
+    "sac": lambda vocab: SoftActorCritic(POINT_MASS.observations, POINT_MASS.actions),
+    "mae": lambda vocab: MaskedAutoencoderViT(),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""

@@ -13,7 +13,7 @@ from torch import nn
 
 from .faults import Fault
 
-__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_sam", "train_ppo", "train_pix2pix", "train_policy_gradient", "train_dqn", "ReplayBuffer", "first_nonfinite", "broke_after", "broke_against",
+__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_sam", "train_ppo", "train_pix2pix", "train_sac", "ContinuousReplayBuffer", "train_policy_gradient", "train_dqn", "ReplayBuffer", "first_nonfinite", "broke_after", "broke_against",
            "stalled_against", "token_cross_entropy"]
 
 STEPS_AFTER_NONFINITE = 3
@@ -861,6 +861,217 @@ def train_pix2pix(
                           "loss_D_real": loss_d_real.item(), "loss_D_fake": loss_d_fake.item()}
                 rec.step(inputs=real_a, targets=real_b, **losses, **extra)
                 outcome.log(step, loss_d.item() + loss_g.item(), **extra)
+    except TrainingDiverged:
+        pass
+    return outcome
+
+
+class ContinuousReplayBuffer:
+    """pranz24's `ReplayMemory` as preallocated arrays: the last `capacity` transitions (state,
+    action, reward, next state, mask), sampled uniformly (pranz24's `random.sample`: without
+    replacement within a batch)."""
+
+    def __init__(self, capacity: int, observations: int, actions: int) -> None:
+        self.state = np.zeros((capacity, observations), dtype=np.float32)
+        self.next_state = np.zeros((capacity, observations), dtype=np.float32)
+        self.action = np.zeros((capacity, actions), dtype=np.float32)
+        self.reward = np.zeros((capacity, 1), dtype=np.float32)
+        self.mask = np.zeros((capacity, 1), dtype=np.float32)
+        self.capacity, self.size, self.position = capacity, 0, 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def push(self, state: np.ndarray, action: np.ndarray, reward: np.ndarray, next_state: np.ndarray,
+             mask: np.ndarray) -> None:
+        where = (self.position + np.arange(len(action))) % self.capacity
+        self.state[where], self.action[where], self.reward[where, 0] = state, action, reward
+        self.next_state[where], self.mask[where, 0] = next_state, mask
+        self.position = int((self.position + len(action)) % self.capacity)
+        self.size = min(self.capacity, self.size + len(action))
+
+    def sample(self, batch: int, rng: np.random.Generator) -> tuple[torch.Tensor, ...]:
+        index = rng.choice(self.size, batch, replace=False)
+        return tuple(torch.from_numpy(a[index]) for a in (self.state, self.action, self.reward, self.next_state,
+                                                          self.mask))
+
+
+def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """pranz24's `soft_update`: Polyak averaging in place, outside any optimizer."""
+    for target_param, param in zip(target.parameters(), source.parameters()):
+        target_param.data.copy_(target_param.data * (1.0 - tau) + param.data * tau)
+
+
+def train_sac(
+    run_dir: Path | None,
+    model: nn.Module,
+    optimizers: tuple[torch.optim.Optimizer, torch.optim.Optimizer, torch.optim.Optimizer],
+    make_env: Callable[[int], object],
+    *,
+    steps: int,
+    lr_at: Callable[[int], float],
+    seed: int,
+    max_steps: int,
+    observations: int,
+    actions: int,
+    fault: Fault | None = None,
+    accumulation: int = 1,
+    bf16: bool = False,
+    batch: int = 256,
+    gamma: float = 0.99,
+    tau: float = 0.005,
+    alpha: float = 0.2,
+    updates_per_step: int = 1,
+    start_steps: int = 800,
+    capacity: int = 1_000_000,
+    target_update_interval: int = 1,
+    eval_every: int = 10,
+    config: dict | None = None,
+    recorder_options: dict | None = None,
+) -> Outcome:
+    """Soft Actor-Critic as pranz24/pytorch-soft-actor-critic's `main.py` and `sac.py` write it,
+    on a batch of environments: each recorded step plays one episode of every env (`max_steps`
+    env steps; uniformly random actions for the first `start_steps` transitions, then the policy's
+    samples), every transition into the replay buffer (mask 1: the episodes end at their time
+    limit only), and after each env step, once the buffer holds more than `batch`,
+    `updates_per_step` times its `update_parameters`: the soft TD target r + γ · mask · (min of the
+    target critic's Q1, Q2 at (s', a' ~ π) − α · log π(a'|s')) without gradient, the critic's
+    MSE(Q1) + MSE(Q2) → `critic_optim`; the policy's mean(α · log π − min(Q1, Q2)) on fresh samples
+    → `policy_optim`; the temperature's −mean(log_alpha · (log π + target entropy) detached) →
+    `alpha_optim`, then α = exp(log_alpha) (the 0.2 of `alpha` until the first such step, as
+    there); every `target_update_interval` updates `soft_update` of the target critic (a copy of
+    the critic made before the fault's hooks, never recorded). The target entropy is
+    −`actions`. `optimizers` is (policy's, critic's, temperature's); `lr_at(step)` their
+    schedule's factor on each group's `base_lr`; `fault.before_step` sees all three,
+    `fault.zero_grad` / `fault.take_step` decide every `zero_grad` / `step` call, `fault.batch`
+    each (micro-)batch's states and actions sampled from the buffer (a corrupted buffer). With
+    `accumulation`, each update's batch splits into micro-batches (each loss weighted by its
+    share); `bf16` runs the networks' forwards under CPU bf16 autocast. `rec.step(loss = the
+    step's mean critic loss, inputs / targets = the last micro-batch's states / actions, reward =
+    the episodes' mean return (pranz24's `reward/train`), policy_loss, alpha_loss, alpha, and every
+    `eval_every` steps `eval_reward`: a deterministic episode of the mean action on its own envs
+    (pranz24's `evaluate=True` test)`."""
+    import copy
+
+    from .field_models import squashed_gaussian
+    from .framework_loops import _Optimizers
+
+    fault = fault or Fault()
+    critic_target = copy.deepcopy(model.critic).requires_grad_(False)  # pranz24's hard_update at the start
+    fault.install(model)
+    outcome = Outcome()
+    env, eval_env = make_env(seed), make_env(seed + 1)
+    rng = np.random.default_rng(seed + 2)
+    memory = ContinuousReplayBuffer(capacity, observations, actions)
+    policy_optim, critic_optim, alpha_optim = optimizers
+    every = _Optimizers(*optimizers)
+    target_entropy = -float(actions)
+    temperature = torch.tensor(alpha)
+    updates, total_numsteps, last = 0, 0, None
+    for group in every.param_groups:
+        group.setdefault("base_lr", group["lr"])
+
+    def autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+
+    def sample(state: torch.Tensor):
+        with autocast():
+            mean, log_std = model.policy(state)
+        return squashed_gaussian(mean.float(), log_std.float())
+
+    def critics(net: nn.Module, state: torch.Tensor, action: torch.Tensor):
+        with autocast():
+            q1, q2 = net(state, action)
+        return q1.float(), q2.float()
+
+    def update_parameters(step: int) -> dict[str, float]:
+        nonlocal temperature, last
+        state, action, reward, next_state, mask = memory.sample(batch, rng)
+        with torch.no_grad():
+            next_action, next_log_pi, _ = sample(next_state)
+            q1_next, q2_next = critics(critic_target, next_state, next_action)
+            next_q_value = reward + mask * gamma * (torch.min(q1_next, q2_next) - temperature * next_log_pi)
+        chunks = [(index, *fault.batch(step, state[index], action[index]))
+                  for index in torch.arange(batch).chunk(accumulation)]
+        last = chunks[-1][1:]
+        if fault.zero_grad(step):
+            critic_optim.zero_grad()
+        qf_loss = 0.0
+        for index, x, a in chunks:
+            q1, q2 = critics(model.critic, x, a)
+            loss = F.mse_loss(q1, next_q_value[index]) + F.mse_loss(q2, next_q_value[index])
+            (loss * len(index) / batch).backward()
+            qf_loss += loss.item() * len(index) / batch
+        if fault.take_step(step):
+            critic_optim.step()
+        if fault.zero_grad(step):
+            policy_optim.zero_grad()
+        policy_loss, log_pis = 0.0, []
+        for index, x, _ in chunks:
+            pi, log_pi, _ = sample(x)
+            q1_pi, q2_pi = critics(model.critic, x, pi)
+            loss = (temperature * log_pi - torch.min(q1_pi, q2_pi)).mean()
+            (loss * len(index) / batch).backward()
+            policy_loss += loss.item() * len(index) / batch
+            log_pis.append(log_pi)
+        if fault.take_step(step):
+            policy_optim.step()
+        if fault.zero_grad(step):
+            alpha_optim.zero_grad()
+        alpha_loss = 0.0
+        for (index, _, _), log_pi in zip(chunks, log_pis):
+            loss = -(model.log_alpha * (log_pi + target_entropy).detach()).mean()
+            (loss * len(index) / batch).backward()
+            alpha_loss += loss.item() * len(index) / batch
+        if fault.take_step(step):
+            alpha_optim.step()
+        # pranz24 keeps exp(log_alpha)'s graph, so the next policy loss also sends a gradient to
+        # log_alpha, which alpha_optim.zero_grad() clears before the temperature's own backward.
+        temperature = model.log_alpha.exp().detach()
+        if updates % target_update_interval == 0:
+            soft_update(critic_target, model.critic, tau)
+        return {"loss": qf_loss, "policy_loss": policy_loss, "alpha_loss": alpha_loss,
+                "alpha": float(temperature)}
+
+    def evaluate() -> float:
+        state, returns = eval_env.reset(), np.zeros(eval_env.envs)
+        with torch.no_grad():
+            for _ in range(max_steps):
+                state, reward = eval_env.step(sample(state)[2].numpy())
+                returns += reward
+        return float(returns.mean())
+
+    try:
+        with _recorder(run_dir, model, list(optimizers), config, recorder_options) as rec:
+            for step in range(steps):
+                extra = {"eval_reward": evaluate()} if step % eval_every == 0 else {}
+                for group in every.param_groups:
+                    group["lr"] = group["base_lr"] * lr_at(step)
+                fault.before_step(step, model, every)
+                state, returns, parts, done = env.reset(), np.zeros(env.envs), {}, 0
+                for _ in range(max_steps):
+                    if total_numsteps < start_steps:
+                        action = rng.uniform(-1.0, 1.0, (env.envs, actions)).astype(np.float32)
+                    else:
+                        with torch.no_grad():
+                            action = sample(state)[0].numpy()
+                    next_state, reward = env.step(action)
+                    memory.push(state.numpy(), action, reward, next_state.numpy(), np.ones(env.envs))
+                    returns += reward
+                    total_numsteps += env.envs
+                    state = next_state
+                    if len(memory) > batch:
+                        for _ in range(updates_per_step):
+                            for name, value in update_parameters(step).items():
+                                parts[name] = parts.get(name, 0.0) + value
+                            updates += 1
+                            done += 1
+                parts = {name: value / max(1, done) for name, value in parts.items()}
+                loss = parts.pop("loss", math.nan)
+                reward = float(returns.mean())
+                x, a = last
+                rec.step(loss=loss, inputs=x, targets=a, reward=reward, **parts, **extra)
+                outcome.log(step, loss, reward=reward)
     except TrainingDiverged:
         pass
     return outcome

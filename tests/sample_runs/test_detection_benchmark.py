@@ -72,21 +72,21 @@ def _row(detection, arch, config, right, held_out=False):
 
 
 def test_each_family_is_scored_with_the_configuration_chosen_on_the_others(detection):
-    # "b" is right on mlp, cnn and lstm, "a" only on capsnet: capsnet gets "b", chosen without it.
+    # "b" is right on mlp, cnn and lstm, "a" only on mae: mae gets "b", chosen without it.
     results = {"mlp": {"a": False, "b": True}, "cnn": {"a": False, "b": True}, "lstm": {"a": False, "b": True},
-               "capsnet": {"a": True, "b": False}}
+               "mae": {"a": True, "b": False}}
     rows = [_row(detection, arch, config, right, arch in detection.NEVER_SEEN_ARCHS)
             for arch, by_config in results.items() for config, right in by_config.items()]
     chosen = detection.choose_per_family(rows)
-    assert chosen == {"cnn": "b", "lstm": "b", "mlp": "b", "capsnet": "b"}
+    assert chosen == {"cnn": "b", "lstm": "b", "mlp": "b", "mae": "b"}
     left = detection.left_out_rows(rows, chosen)
-    assert sorted(r.run for r in left) == ["capsnet-b", "cnn-b", "lstm-b", "mlp-b"]
-    # With capsnet's runs alone deciding, "a" would win: the choice for a family never reads its runs.
-    alone = [r for r in rows if r.arch in ("capsnet", "mlp")]
-    assert detection.choose_per_family(alone) == {"capsnet": "b", "mlp": "a"}
+    assert sorted(r.run for r in left) == ["cnn-b", "lstm-b", "mae-b", "mlp-b"]
+    # With mae's runs alone deciding, "a" would win: the choice for a family never reads its runs.
+    alone = [r for r in rows if r.arch in ("mae", "mlp")]
+    assert detection.choose_per_family(alone) == {"mae": "b", "mlp": "a"}
     text = detection.left_out_section(rows)
-    assert "| capsnet (never seen) | b | 1 | 0/1 (0 %)" in text
-    assert "| **never seen (nerf, capsnet; 1 runs)** | 1 | 0/1 (0 %)" in text
+    assert "| mae (never seen) | b | 1 | 0/1 (0 %)" in text
+    assert "| **never seen (sac, mae; 1 runs)** | 1 | 0/1 (0 %)" in text
 
 
 def test_a_grid_analyses_each_run_once_per_configuration_and_caches_it(detection, runs):

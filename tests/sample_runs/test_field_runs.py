@@ -48,7 +48,7 @@ def test_catalogue_looks_like_the_field():
                                        "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "transe", "kws",
                                        "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam", "ppo", "detector",
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
-                                       "neural_ode", "nerf", "capsnet"}
+                                       "neural_ode", "nerf", "capsnet", "sac", "mae"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -1827,3 +1827,159 @@ def test_capsnet_routes_by_agreement_masks_its_decoder_by_the_true_class_and_its
     stats = read_stats(tmp_path / "run")
     assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
     assert stats[stats["role"] == "grad"]["step"].nunique() == 150 and not LEFT_OUT.get("capsnet")
+
+
+def _pranz24_sample(policy, state):
+    """pranz24/pytorch-soft-actor-critic's `GaussianPolicy.sample`, as written there (action_scale 1, bias 0)."""
+    mean, log_std = policy.forward(state)
+    std = log_std.exp()
+    normal = torch.distributions.Normal(mean, std)
+    x_t = normal.rsample()
+    y_t = torch.tanh(x_t)
+    action = y_t * 1.0 + 0.0
+    log_prob = normal.log_prob(x_t)
+    log_prob -= torch.log(1.0 * (1 - y_t.pow(2)) + 1e-6)
+    log_prob = log_prob.sum(1, keepdim=True)
+    mean = torch.tanh(mean) * 1.0 + 0.0
+    return action, log_prob, mean
+
+
+def test_sac_samples_squashed_gaussians_averages_its_target_critic_and_its_healthy_run_learns_to_reach_the_goal(
+        tmp_path):
+    from sample_runs.data import POINT_MASS, PointMass
+    from sample_runs.field import NETWORKS, OUTCOME_METRICS, SAC_LR, _data
+    from sample_runs.field_models import SoftActorCritic
+    from sample_runs.training import ContinuousReplayBuffer, soft_update, train_sac
+
+    env = PointMass(0, envs=3)
+    obs = env.reset()
+    assert obs.shape == (3, POINT_MASS.observations) and torch.equal(PointMass(0, envs=3).reset(), obs)
+    point, goal = obs[:, :2].double().numpy(), obs[:, 2:].double().numpy()
+    actions = np.array([[1.0, 0.0], [-3.0, 0.5], [0.0, 0.0]])
+    moved, reward = env.step(actions)
+    expected = np.clip(point + POINT_MASS.dt * POINT_MASS.speed * np.clip(actions, -1, 1), -2, 2)
+    assert np.allclose(moved[:, :2].numpy(), expected, atol=1e-6) and torch.equal(moved[:, 2:], obs[:, 2:])
+    assert reward == pytest.approx(-np.linalg.norm(expected - goal, axis=1), abs=1e-6)  # the action clipped to ±1
+
+    torch.manual_seed(0)
+    model = build_field_model("sac", POINT_MASS.actions)
+    assert isinstance(model, SoftActorCritic) and float(model.log_alpha) == 0.0
+    state = torch.randn(5, POINT_MASS.observations)
+    torch.manual_seed(1)
+    ours = model.policy.sample(state)
+    torch.manual_seed(1)
+    theirs = _pranz24_sample(model.policy, state)
+    for a, b in zip(ours, theirs):
+        assert torch.allclose(a, b, atol=1e-6)
+    action, log_prob, mean = ours
+    assert action.abs().max() < 1 and log_prob.shape == (5, 1) and torch.allclose(mean, torch.tanh(model.policy(state)[0]))
+    with torch.no_grad():
+        model.policy.log_std_linear.bias.fill_(50.0)
+    assert torch.equal(model.policy(state)[1], torch.full((5, 2), 2.0))  # log-std clamped at LOG_SIG_MAX
+    q1, q2 = model(state, action)
+    assert q1.shape == q2.shape == (5, 1) and not torch.equal(q1, q2)  # two Q heads, initialised apart
+    for layer in (model.policy.linear1, model.critic.linear5):  # pranz24's weights_init_: xavier uniform, zero bias
+        bound = math.sqrt(6 / (layer.in_features + layer.out_features))
+        assert float(layer.weight.abs().max()) <= bound and not layer.bias.any()
+
+    target = build_field_model("sac", 2).critic
+    before = [p.detach().clone() for p in target.parameters()]
+    soft_update(target, model.critic, 0.005)
+    for old, new, source in zip(before, target.parameters(), model.critic.parameters()):
+        assert torch.allclose(new, 0.995 * old + 0.005 * source.detach(), atol=1e-7)
+    memory = ContinuousReplayBuffer(10, 4, 2)
+    memory.push(np.ones((4, 4)), np.zeros((4, 2)), -np.arange(4.0), np.ones((4, 4)), np.ones(4))
+    s, a, r, s2, m = memory.sample(4, np.random.default_rng(0))
+    assert sorted(r.flatten().tolist()) == [-3.0, -2.0, -1.0, 0.0] and r.shape == m.shape == (4, 1)  # no repeats
+
+    assert NETWORKS["sac"] == ("policy", "critic", "log_alpha") and RECIPES["sac"].lr == SAC_LR == 3e-4
+    spy = _Spy()
+    model = build_field_model("sac", 2)
+    groups = _param_groups(model, RECIPES["sac"], 3e-4)
+    optimizers = tuple(torch.optim.Adam([g for g in groups if g["layer"] == net or g["layer"].startswith(net + ".")])
+                       for net in NETWORKS["sac"])
+    outcome = train_sac(tmp_path / "spy", model, optimizers, PointMass, steps=2, lr_at=lambda step: 1.0, seed=0,
+                        max_steps=POINT_MASS.max_steps, observations=4, actions=2, fault=spy, accumulation=2,
+                        batch=256, eval_every=1)
+    updates = [s for s in range(2) for _ in range(POINT_MASS.max_steps - (256 // POINT_MASS.envs if s == 0 else 0))]
+    assert spy.began == [0, 1] and spy.zeroed == spy.stepped == [s for s in updates for _ in range(3)]
+    assert spy.batches == [s for s in updates for _ in range(2)]  # two micro-batches an update
+    stats = read_stats(tmp_path / "spy")
+    assert set(stats.query("role == 'param'")["name"]) == {n for n, _ in model.named_parameters()}  # no target critic
+    assert len(outcome.losses) == 2 and all(math.isfinite(v) for v in outcome.losses)
+
+    truth = make("healthy-sac-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    chance = _data("sac", RECIPES["sac"], 0, 1)[3]
+    shortfall = [-r for r in by_name["reward"]]
+    assert OUTCOME_METRICS["sac"].name == "reward" and "judged on reward" in truth.notes and truth.verdict == "healthy"
+    assert _mean(shortfall[:10]) > 0.9 * chance and _mean(shortfall[-10:]) < 0.5 * chance
+    assert len(by_name["eval_reward"]) == 15 and by_name["eval_reward"][-1] > by_name["eval_reward"][0]
+    assert by_name["alpha"][-1] < by_name["alpha"][0]  # the temperature falls towards the target entropy
+    stats = read_stats(tmp_path / "run")
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+    assert stats[stats["role"] == "grad"]["step"].nunique() == 150 and not LEFT_OUT.get("sac")
+    assert not any(s.arch == "sac" and s.family == "healthy_spike" for s in SCENARIOS.values())  # no targets
+
+
+def test_mae_masks_three_quarters_of_each_images_patches_reconstructs_them_and_its_healthy_run_learns(tmp_path):
+    from sample_runs.field import MAE_LR, _data
+    from sample_runs.field_models import MAE_PATCH, get_2d_sincos_pos_embed, patchify
+
+    emb = get_2d_sincos_pos_embed(64, 7, cls_token=True)
+    assert emb.shape == (50, 64) and not emb[0].any()
+    omega = 1 / 10000 ** (np.arange(16) / 16)
+    i, j = 2, 5  # row 2, column 5: the first half encodes the column, the second the row (mae's meshgrid(w, h))
+    assert np.allclose(emb[1 + 7 * i + j], np.concatenate([np.sin(j * omega), np.cos(j * omega),
+                                                           np.sin(i * omega), np.cos(i * omega)]))
+    imgs = torch.rand(2, 1, 28, 28)
+    patches = patchify(imgs, MAE_PATCH)
+    assert patches.shape == (2, 49, 16)
+    assert torch.equal(patches[1, 7 * i + j], imgs[1, 0, 4 * i: 4 * i + 4, 4 * j: 4 * j + 4].flatten())
+
+    torch.manual_seed(0)
+    model = build_field_model("mae", 10)
+    assert "pos_embed" not in dict(model.named_parameters()) and model.pos_embed.shape == (1, 50, 64)
+    x = torch.randn(3, 49, 8)
+    kept, mask, ids_restore = model.random_masking(x, 0.75)
+    assert kept.shape == (3, 12, 8) and mask.sum(1).tolist() == [37.0] * 3
+    for n in range(3):  # the kept tokens are the unmasked ones, each sample its own mask
+        assert torch.equal(kept[n].sort(0).values, x[n][mask[n] == 0].sort(0).values)
+    assert not torch.equal(mask[0], mask[1])
+    assert torch.equal(torch.gather(torch.argsort(ids_restore, 1), 1, ids_restore), torch.arange(49).expand(3, -1))
+
+    torch.manual_seed(3)
+    loss, pred, mask = model(imgs)
+    assert pred.shape == (2, 49, 16) and mask.sum(1).tolist() == [37.0, 37.0]
+    target = patchify(imgs, MAE_PATCH)
+    target = (target - target.mean(-1, keepdim=True)) / (target.var(-1, keepdim=True) + 1e-6) ** 0.5  # norm_pix_loss
+    by_hand = (((pred - target) ** 2).mean(-1) * mask).sum() / mask.sum()
+    assert float(loss) == pytest.approx(float(by_hand), rel=1e-5)
+    exact = torch.where(mask[..., None].bool(), target, pred + 5)  # right on every masked patch, wrong on the rest
+    assert float(model.forward_loss(imgs, exact, mask)) == pytest.approx(0.0, abs=1e-10)
+    changed = imgs.clone()
+    hidden = int(mask[0].nonzero()[0])
+    changed[0, 0, 4 * (hidden // 7): 4 * (hidden // 7) + 4, 4 * (hidden % 7): 4 * (hidden % 7) + 4] += 1.0
+    torch.manual_seed(3)
+    _, pred_changed, _ = model(changed)
+    assert torch.equal(pred_changed, pred)  # the encoder never sees a masked patch
+
+    recipe = RECIPES["mae"]
+    assert recipe.betas == (0.9, 0.95) and recipe.weight_decay == 0.05 and recipe.lr == MAE_LR and recipe.clip is None
+    schedule = _schedule(recipe, 150)
+    assert schedule(0) == 0.0 and schedule(7) == pytest.approx(7 / 15)  # mae's lr_sched: warm-up from 0, per step
+    assert schedule(15) == 1.0 and schedule(82) == pytest.approx(0.5 * (1 + math.cos(math.pi * 67 / 135)))
+    decay = {}
+    for group in _param_groups(model, recipe, 1.0):
+        decay.setdefault(group["layer"], []).append(group["weight_decay"])
+    assert decay["cls_token"] == decay["mask_token"] == [0.0]  # loose: no decay (mae decays them, 3-D)
+    assert decay["blocks.0"] == [0.05, 0.0]  # timm's add_weight_decay: matrices, not biases and norms
+
+    truth = make("healthy-mae-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    chance = _data("mae", recipe, 0, 1)[3]
+    loss = by_name["loss"]
+    assert loss[0] > chance > 1.2 * _mean(loss[-10:]) and truth.verdict == "healthy"
+    assert len(by_name["val_loss"]) == 6 and by_name["val_loss"][-1] < 0.5 * by_name["val_loss"][0]
+    assert not LEFT_OUT.get("mae") and not any(s.arch == "mae" and s.family == "healthy_spike"
+                                               for s in SCENARIOS.values())  # mae's loop drops the labels
