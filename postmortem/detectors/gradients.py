@@ -131,7 +131,10 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
     since = min(quiet.values())
     # What the run learned without the silent tensors.
     gain = None if everything or grads.loss is None else _loss_gain(*grads.loss, since)
-    learns_on = gain is not None and bool(grads.outcome.learns) and gain >= th.cut_off_still_learns
+    # Too few judged points since the cut to measure a gain (round 19: SAC's evaluation return,
+    # every 10 steps, 5 points after it): a run that learns by its outcome says it alone.
+    kept_learning = gain >= th.cut_off_still_learns if gain is not None else grads.loss is not None
+    learns_on = bool(grads.outcome.learns) and not everything and kept_learning
     where = "the loss is not connected to any parameter" if everything else \
         "these parameters stopped receiving a gradient while the rest of the model still does"
     # Every gradient alive at first and none later: the model went flat, its graph was not cut
@@ -151,8 +154,9 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
                "units went dead or the output saturated (too large a step, see lr_too_high; a ReLU or clamp "
                "at the output), not a cut graph")
     elif learns_on:
+        since_gain = f" (loss {gain:.0%} lower since)" if gain is not None else ""
         fix = (f"{layer_list(ordered)} stopped receiving a gradient at step {since}, while the rest of the "
-               f"model kept learning (loss {gain:.0%} lower since): if they are meant to learn, remove "
+               f"model kept learning{since_gain}: if they are meant to learn, remove "
                "the .detach() / torch.no_grad() / .item() that cuts the graph before them")
     else:
         fix = (f"{where}: remove the .detach() / torch.no_grad() / .item() that cuts the graph "

@@ -263,6 +263,12 @@ def test_a_layer_cut_off_in_a_run_that_keeps_learning_is_a_warning():
     assert no_gradient(_silent(cut, loss=stalled), TH.gradients)[0].severity == "error"
     # ...and so it does in a run that does not learn by its own yardstick at all.
     assert no_gradient(_silent(cut, learns=FLAT, loss=learning), TH.gradients)[0].severity == "error"
+    # An evaluation every 10 steps leaves too few points after the cut to measure a gain: the
+    # outcome, a run that learns, says it alone (round 19: SAC's evaluation return).
+    sparse = (steps[::10], learning[1][::10])
+    found = no_gradient(_silent(cut, loss=sparse), TH.gradients)
+    assert found[0].severity == "warning" and found[0].evidence["loss_gain_since"] is None
+    assert no_gradient(_silent(cut, learns=FLAT, loss=sparse), TH.gradients)[0].severity == "error"
 
 
 def test_zero_gradient_by_construction_is_a_note_naming_the_tensor():
