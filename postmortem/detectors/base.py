@@ -93,7 +93,11 @@ def measure_outcome(steps: np.ndarray, values: np.ndarray, metrics: dict[str, tu
     improved = tuple(sorted(n for n, (v, higher) in metrics.items()
                             if _improves(v if higher else -v, th)))
     outcome_metrics = judging_metrics(metrics, th)
-    agent = next((n for n in outcome_metrics if is_agent_outcome(n)), None)
+    # Of two returns (a training and an evaluation one), the one logged most often: SAC's return
+    # every episode, not its evaluation every 10 (round 19), whose 5 points after an incident
+    # could never show it came back.
+    agents = [n for n in outcome_metrics if is_agent_outcome(n)]
+    agent = max(agents, key=lambda n: int(np.isfinite(metrics[n][0]).sum()), default=None)
     if agent is not None:
         # An agent's loss is a surrogate whose fall says nothing of its policy (PPO's value loss
         # fits the returns while the policy stands still: round 15's ppo at lr ×1e-4, loss 23 → 20,

@@ -821,6 +821,11 @@ def test_an_outcome_metric_judges_a_run_whose_loss_cannot():
     flat_reward = 22.0 + rng.normal(0, 2, N)
     agent = measure_outcome(steps, rising[::-1].copy(), {"episodic_return": (flat_reward, True)}, TH.outcome)
     assert agent.learns is False and agent.judged_by == "episodic_return"
+    # Of a training return every step and an evaluation return every 10th, the denser judges.
+    sparse = np.full(N, np.nan)
+    sparse[::10] = reward[::10]
+    both = {"eval_reward": (sparse, True), "reward": (reward, True)}
+    assert measure_outcome(steps, rising, both, TH.outcome).judged_by == "reward"
     # No single training loss (adversarial losses): the metric alone says, either way.
     flat = 1.19 + rng.normal(0, 1e-6, N)
     assert measure_outcome(steps[:0], rising[:0], {"distance": (flat, False)}, TH.outcome).learns is False
