@@ -181,7 +181,7 @@ def came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th
     """The run ends finite, its loss came back (`detectors.outcome.loss_came_back`) and the
     incident did not stop a run that learned until then (`outcome.learning_stopped`): a spike it
     shrugged off, not a run it ruined. Where an outcome metric judges the run (`Outcome.judged_by`)
-    that metric must have come back instead (`outcome.metric_came_back`)."""
+    that metric must have come back instead (`outcome.metric_came_back`), and not stopped learning."""
     name = run_outcome.judged_by or main_loss(scalars)
     if onset is None or not len(table.step) or name is None:
         return False
@@ -197,9 +197,14 @@ def came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th
     if len(raw) == 0 or not np.isfinite(raw[-1]):
         return False
     if run_outcome.judged_by:
+        # As for the loss: back at its level is no recovery where the incident took the progress
+        # (round 19, missing_zero_grad-sac-s0: its return stands at −14.6 from the fault on, where
+        # it had been rising from −18.5; the fault-free twin's goes on to −6.3).
         steps, values = judging_curve(scalars, run_outcome)
         finite = np.isfinite(values)
-        return outcome.metric_came_back(steps[finite], values[finite], onset.step, th)
+        steps, values = steps[finite], values[finite]
+        return (outcome.metric_came_back(steps, values, onset.step, th)
+                and not outcome.learning_stopped(steps, values, onset.step, run_outcome, th))
     steps, loss = loss_curve(scalars)
     return (outcome.loss_came_back(steps, loss, onset.step, th)
             and not outcome.learning_stopped(steps, loss, onset.step, run_outcome, th))

@@ -8,7 +8,11 @@ import pandas as pd
 import pytest
 
 from pm_runs import make_run, scalar_rows, series_rows
-from postmortem import analyze
+from postmortem import analyze, load_run
+from postmortem.detectors import Outcome, Thresholds
+from postmortem.detectors.onsets import came_back
+from postmortem.findings import Onset
+from postmortem.series import read_series
 
 STEPS = 120
 
@@ -487,3 +491,21 @@ def test_adversarial_losses_and_a_flat_sample_distance_do_not_learn(tmp_path):
     plateau = next(f for f in flat.findings if f.label == "loss_plateau")
     assert flat.verdict == "not_learning" and plateau.evidence["metric"] == "sliced_wasserstein"
     assert run(tmp_path / "falls", np.linspace(1.2, 0.5, STEPS) * _noise(56, 0.02)).verdict == "healthy"
+
+
+
+@pytest.mark.parametrize("run_learns", [True, False])
+def test_an_agent_whose_return_stood_at_its_level_from_an_incident_recovered_only_if_the_run_learns(tmp_path, run_learns):
+    # Round 19, missing_zero_grad-sac-s0: its return rose until the fault, then stood at that
+    # level to the end: back at its level, but the incident took the progress (the whole run
+    # does not learn), so it did not recover; a run that learns overall did.
+    t0, steps = 60, np.arange(STEPS)
+    reward = np.where(steps < t0, np.linspace(10, 20, STEPS), 20.0) * _noise(57, 0.01)
+    run = load_run(make_run(tmp_path / "run", _layers(), pd.concat(
+        [scalar_rows("loss", _loss("flat")), scalar_rows("reward", reward)], ignore_index=True), _manifest()))
+    outcome = Outcome(run_learns, None, None, "loss", "reward", True)
+    onset = Onset(step=t0, interval=(t0, t0), series="grad_norm", growth_per_step=None, doubling_steps=None,
+                  jump=None, lead_steps=None)
+    back = came_back(read_series(run), run.scalars(), onset, Thresholds().outcome, ignore_grads=False,
+                     run_outcome=outcome)
+    assert back is run_learns
