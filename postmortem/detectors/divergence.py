@@ -321,9 +321,10 @@ def _erased_init(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
     """A run that stayed finite although its first updates were as large as its weights, or far
     too large and every gradient then died: the lr wiped the initialisation out and the run
     learns, if at all, from a worse start than a smaller lr (or a warm-up) gives (issue 12: lr
-    ×100 without warm-up ends 1.3–1.6× above its healthy twin, its loss still falling). Read on weights of more than one element: a scalar
-    weight (seed 002's Linear(1, 1)) has no init scale to erase; inputs in the thousands
-    (unscaled_inputs) make huge first updates at any lr, and their fix comes first."""
+    ×100 without warm-up ends 1.3–1.6× above its healthy twin, its loss still falling). Read on
+    weights of more than one element: a scalar weight (seed 002's Linear(1, 1)) has no init
+    scale to erase; inputs in the thousands (unscaled_inputs) make huge first updates at any lr,
+    and their fix comes first."""
     within = th.erases_init_within
     ratios = [float(np.max(r[:within])) for r in incident.weight_update_ratios]
     ratio = float(np.median(ratios)) if ratios else None

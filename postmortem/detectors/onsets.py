@@ -197,17 +197,16 @@ def came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th
     if len(raw) == 0 or not np.isfinite(raw[-1]):
         return False
     if run_outcome.judged_by:
-        # As for the loss: back at its level is no recovery where the incident took the progress
-        # (round 19, missing_zero_grad-sac-s0: its return stands at −14.6 from the fault on, where
-        # it had been rising from −18.5; the fault-free twin's goes on to −6.3).
         steps, values = judging_curve(scalars, run_outcome)
         finite = np.isfinite(values)
-        steps, values = steps[finite], values[finite]
-        return (outcome.metric_came_back(steps, values, onset.step, th)
-                and not outcome.learning_stopped(steps, values, onset.step, run_outcome, th))
-    steps, loss = loss_curve(scalars)
-    return (outcome.loss_came_back(steps, loss, onset.step, th)
-            and not outcome.learning_stopped(steps, loss, onset.step, run_outcome, th))
+        steps, values, back = steps[finite], values[finite], outcome.metric_came_back
+    else:
+        (steps, values), back = loss_curve(scalars), outcome.loss_came_back
+    # Back at its level is no recovery where the incident took the progress, for a metric as for
+    # the loss (round 19, missing_zero_grad-sac-s0: its return stands at −14.6 from the fault on,
+    # where it had been rising from −18.5; the fault-free twin's goes on to −6.3).
+    return back(steps, values, onset.step, th) and not outcome.learning_stopped(steps, values, onset.step,
+                                                                               run_outcome, th)
 
 
 def accumulation_onset(
