@@ -994,37 +994,38 @@ def train_sac(
         chunks = [(index, *fault.batch(step, state[index], action[index]))
                   for index in torch.arange(batch).chunk(accumulation)]
         last = chunks[-1][1:]
-        if fault.zero_grad(step):
-            critic_optim.zero_grad()
-        qf_loss = 0.0
-        for index, x, a in chunks:
+
+        def accumulated(optimizer: torch.optim.Optimizer, chunk_loss) -> float:
+            """zero_grad → one weighted backward per micro-batch → step; the batch's mean loss."""
+            if fault.zero_grad(step):
+                optimizer.zero_grad()
+            total = 0.0
+            for i, (index, x, a) in enumerate(chunks):
+                loss = chunk_loss(i, index, x, a)
+                (loss * len(index) / batch).backward()
+                total += loss.item() * len(index) / batch
+            if fault.take_step(step):
+                optimizer.step()
+            return total
+
+        def critic_loss(i, index, x, a):
             q1, q2 = critics(model.critic, x, a)
-            loss = F.mse_loss(q1, next_q_value[index]) + F.mse_loss(q2, next_q_value[index])
-            (loss * len(index) / batch).backward()
-            qf_loss += loss.item() * len(index) / batch
-        if fault.take_step(step):
-            critic_optim.step()
-        if fault.zero_grad(step):
-            policy_optim.zero_grad()
-        policy_loss, log_pis = 0.0, []
-        for index, x, _ in chunks:
+            return F.mse_loss(q1, next_q_value[index]) + F.mse_loss(q2, next_q_value[index])
+
+        log_pis = []
+
+        def policy_loss_of(i, index, x, a):
             pi, log_pi, _ = sample(x)
             q1_pi, q2_pi = critics(model.critic, x, pi)
-            loss = (temperature * log_pi - torch.min(q1_pi, q2_pi)).mean()
-            (loss * len(index) / batch).backward()
-            policy_loss += loss.item() * len(index) / batch
             log_pis.append(log_pi)
-        if fault.take_step(step):
-            policy_optim.step()
-        if fault.zero_grad(step):
-            alpha_optim.zero_grad()
-        alpha_loss = 0.0
-        for (index, _, _), log_pi in zip(chunks, log_pis):
-            loss = -(model.log_alpha * (log_pi + target_entropy).detach()).mean()
-            (loss * len(index) / batch).backward()
-            alpha_loss += loss.item() * len(index) / batch
-        if fault.take_step(step):
-            alpha_optim.step()
+            return (temperature * log_pi - torch.min(q1_pi, q2_pi)).mean()
+
+        def alpha_loss_of(i, index, x, a):
+            return -(model.log_alpha * (log_pis[i] + target_entropy).detach()).mean()
+
+        qf_loss = accumulated(critic_optim, critic_loss)
+        policy_loss = accumulated(policy_optim, policy_loss_of)
+        alpha_loss = accumulated(alpha_optim, alpha_loss_of)
         # pranz24 keeps exp(log_alpha)'s graph, so the next policy loss also sends a gradient to
         # log_alpha, which alpha_optim.zero_grad() clears before the temperature's own backward.
         temperature = model.log_alpha.exp().detach()
