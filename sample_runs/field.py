@@ -1479,10 +1479,11 @@ def _verdict(outcome: str, losses: list[float], twin: list[float], t0: int, chan
     # nothing at all (the same margin). The rise is read on 10-step means, as the start and the end
     # are: a policy that never moves wanders by one episode's luck (round 19, missing_step-sac-s1:
     # return shortfall 17.75 over the first 10, one episode at 21.9, its worst 10 at 19.5).
+    if not all(math.isfinite(v) for v in losses):
+        return "diverged", None  # before the means: a run that overflowed early has fewer than 10 losses
     first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
     rise = max(sum(losses[i:i + 10]) / 10 for i in range(len(losses) - 9))
-    if not all(math.isfinite(v) for v in losses) or (rise >= 1.2 * first and last >= first) \
-            or last >= 1.2 * untrained:
+    if (rise >= 1.2 * first and last >= first) or last >= 1.2 * untrained:
         return "diverged", None
     if last >= 0.9 * first or last >= 0.9 * chance or last >= 1.25 * sum(twin[-10:]) / 10:
         return "not_learning", None

@@ -535,6 +535,9 @@ def test_a_wrong_setting_from_step_0_ran_away_when_it_ended_worse_than_learning_
     assert _verdict("from_start", wandering, [6.5] * 150, 0, 17.0, untrained=17.75) == ("not_learning", None)
     risen = [17.75] * 10 + [22.0] * 10 + [17.8] * 130
     assert _verdict("from_start", risen, [6.5] * 150, 0, 17.0, untrained=17.75) == ("diverged", None)
+    # A run that overflowed within its first 10 steps (the VAE at lr ×100) has no 10-step mean to read.
+    overflowed = [545.0, 1e9, float("nan")]
+    assert _verdict("from_start", overflowed, [540.0 - i for i in range(150)], 0, 545.0, untrained=545.0) == ("diverged", None)
 
 
 def test_a_fault_the_run_shrugs_off_is_healthy_in_the_truth(tmp_path):
