@@ -24,8 +24,8 @@ pretrained GPT, a VQ-VAE with an EMA codebook, an N-BEATS forecaster, skip-gram 
 negative sampling, a triplet-loss embedding net, a Wide ResNet trained with SAM, a PPO agent on
 CartPole, a one-level FCOS object detector, a timm-style EfficientNet, a physics-informed network,
 MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, a tiny NeRF, a
-capsule network, a Soft Actor-Critic agent steering points to goals and a masked autoencoder
-(`field_models`),
+capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder and an
+RWKV language model (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -58,7 +58,9 @@ reconstruction loss, the labels given to its forward (its decoder's mask), the S
 pranz24/pytorch-soft-actor-critic's loop (`training.train_sac`: a replay buffer, twin critics and
 a Polyak-averaged target critic, the policy and the temperature each with its own Adam; one
 recorded step an episode of its envs and an update after each env step), the masked autoencoder
-by the plain loop with AdamW and mae's per-step warm-up and cosine on its masked-patch MSE. Faults
+by the plain loop with AdamW and mae's per-step warm-up and cosine on its masked-patch MSE, the
+RWKV LM by the plain loop with RWKV's Adam (its per-parameter lr multipliers, no weight decay),
+warm-up and exponential decay and its `L2Wrap`ped cross-entropy. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -183,6 +185,8 @@ from .field_models import (
     CAPSNET_RECONSTRUCTION,
     mae_loss,
     MAE_PATCH,
+    RWKV_LR,
+    rwkv_loss,
     patchify,
     pinn_loss,
     trajectory_error,
@@ -247,8 +251,9 @@ class Recipe:
     `StepLR`), `warmup_multistep` (linear warm-up from 0.001×, then ×0.1 at 16/26 and 22/26 of the
     steps: torchvision's detection references), `warmup_exp` (linear warm-up, then ×0.97 every
     `EXP_DECAY_STEPS` steps: timm's `step` scheduler), `mae_cosine` (linear warm-up from 0, then a
-    half cosine to 0: mae's `lr_sched.adjust_learning_rate`, per step) or `constant`
-    (Stable-Baselines3's default)."""
+    half cosine to 0: mae's `lr_sched.adjust_learning_rate`, per step), `rwkv_exp` (a warm-up
+    from 0.2× to 1×, then exponential decay to `RWKV_LR_FINAL_RATIO`: RWKV-v4neo's trainer) or
+    `constant` (Stable-Baselines3's default)."""
     bf16: bool = False
     """Trained under CPU bf16 autocast (timm's `--amp` with bf16)."""
     amsgrad: bool = False
@@ -294,6 +299,11 @@ for a run of ~60k transitions here: the first two steps' episodes)."""
 MAE_LR = 1.5e-3
 """The MAE's AdamW lr: mae's `--blr` 1.5e-4 × batch / 256 is 3.75e-5 at batch 64, for 400 epochs
 where a run here has ~6."""
+
+RWKV_LR_FINAL_RATIO = 1e-5 / 6e-4
+"""`lr_final` / `lr_init` of v4neo's example (`--lr_init 6e-4 --lr_final 1e-5`)."""
+RWKV_WARMUP = 10
+"""RWKV's `--warmup_steps` (its later demo scripts' 10; v4neo's examples 0)."""
 
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
@@ -419,6 +429,11 @@ RECIPES = {
     # over 10 % of the run (its 40 of 400 epochs) then a half cosine to min_lr 0; MAE_LR.
     "mae": Recipe(lr=MAE_LR, weight_decay=0.05, batch=64, clip=None, betas=(0.9, 0.95), warmup=15,
                   schedule="mae_cosine"),
+    # BlinkDL/RWKV-LM's v4neo train.py: Adam (FusedAdam, adam_w_mode off, weight_decay 0) betas
+    # (0.9, 0.99), eps 1e-8, gradient_clip_val 1.0, its warm-up then exponential lr decay; batch 16
+    # (its micro_bsz 12) of CONTEXT tokens (its ctx_len 1024).
+    "rwkv": Recipe(lr=RWKV_LR, weight_decay=0.0, batch=16, clip=1.0, betas=(0.9, 0.99), warmup=RWKV_WARMUP,
+                   optimizer="adam", schedule="rwkv_exp"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -456,7 +471,7 @@ TRIPLET_PER_CLASS = 4
 """K, the images of each class in a triplet batch of P × K (Hermans et al.'s K = 4)."""
 BASE_STEPS = 300
 """AdamW steps of the LoRA base model's pretraining on the default corpus (`lora_base`)."""
-LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba", "lora")
+LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba", "lora", "rwkv")
 IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm", "densenet", "swin", "distil",
                 "byol")
 """Architectures that take (B, 1, 8, 8) digits."""
@@ -471,7 +486,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "word2vec": sgns_loss, "triplet": batch_hard_triplet_loss, "sam": smooth_crossentropy, "detector": fcos_loss,
           "efficientnet": smoothed_cross_entropy, "pinn": pinn_loss, "maml": torch.nn.functional.mse_loss,
           "bilstm_crf": crf_nll, "pixelcnn": torch.nn.functional.cross_entropy, "neural_ode": torch.nn.functional.l1_loss,
-          "nerf": torch.nn.functional.mse_loss, "capsnet": caps_loss, "mae": mae_loss}
+          "nerf": torch.nn.functional.mse_loss, "capsnet": caps_loss, "mae": mae_loss, "rwkv": rwkv_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -566,6 +581,12 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
     if recipe.schedule == "mae_cosine":  # mae's lr_sched.adjust_learning_rate, per step, min_lr 0
         return lambda step: step / recipe.warmup if step < recipe.warmup else \
             0.5 * (1 + math.cos(math.pi * (step - recipe.warmup) / (steps - recipe.warmup)))
+    if recipe.schedule == "rwkv_exp":  # RWKV-v4neo's on_train_batch_start, lr_final / lr_init as a factor
+        def rwkv(step: int) -> float:
+            progress = min(1.0, max(0.0, (step - recipe.warmup + 1) / (steps - recipe.warmup)))
+            factor = math.exp(math.log(RWKV_LR_FINAL_RATIO) * progress)
+            return factor * (0.2 + 0.8 * step / recipe.warmup) if step < recipe.warmup else factor
+        return rwkv
     if recipe.schedule == "step":
         return lambda step: 0.1 ** ((step >= steps // 2) + (step >= 3 * steps // 4))
     config = LoopConfig(steps=steps, warmup=recipe.warmup, lr=1.0)
@@ -579,8 +600,12 @@ def _param_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
     can be changed. Tied parameters are given once, to the first unit that holds them; parameters
     a model names in `loose` (CLIP's logit scale) get a group of their own, without decay; frozen
     parameters (`requires_grad=False`: LoRA's base) are in no group, as PEFT's optimizers hold
-    only the trainable ones."""
+    only the trainable ones. A model's `lr_scale` (RWKV's `my_lr_scale`: a path component → an lr
+    multiplier) splits a unit's groups by multiplier, each group's lr that multiple of `lr`."""
     exempt = {id(p) for n, p in model.named_parameters() if set(n.split(".")) & set(getattr(model, "no_decay", ()))}
+    scales = getattr(model, "lr_scale", {})
+    scale_of = {id(p): next((scales[part] for part in n.split(".") if part in scales), 1.0)
+                for n, p in model.named_parameters()}
     groups, seen = [], set()
     for unit in model.units:
         params = [p for p in model.get_submodule(unit).parameters() if id(p) not in seen]
@@ -590,9 +615,10 @@ def _param_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
         for decay in (True, False):
             chosen = [p for p in params
                       if p.requires_grad and (p.dim() >= 2 and id(p) not in exempt) == decay]
-            if chosen:
-                groups.append({"params": chosen, "lr": lr, "weight_decay": recipe.weight_decay if decay else 0.0,
-                               "layer": unit})
+            for scale in sorted({scale_of[id(p)] for p in chosen}):
+                group = {"params": [p for p in chosen if scale_of[id(p)] == scale], "lr": lr * scale,
+                         "weight_decay": recipe.weight_decay if decay else 0.0, "layer": unit}
+                groups.append({**group, "my_lr_scale": scale} if scales else group)
     for name in getattr(model, "loose", ()):
         param = model.get_parameter(name)
         seen.add(id(param))

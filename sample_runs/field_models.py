@@ -244,6 +244,11 @@
   `random_masking` by argsort of noise, an encoder on the visible patches with a cls token and
   fixed 2-D sin-cos positions (`get_2d_sincos_pos_embed`), a light decoder with mask tokens, the
   MSE on the masked patches with `norm_pix_loss`), small.
+- `RWKV`, `wkv`, `rwkv_loss`: BlinkDL/RWKV-LM's RWKV-v4 language model (token embedding, `ln0`
+  after it, blocks of `RWKVTimeMix` (a zero-padded time shift, `time_mix_k/v/r` interpolation,
+  the WKV recurrence with `time_decay` and `time_first`, stabilised by its running maximum as the
+  CUDA kernel is, in plain PyTorch) and `RWKVChannelMix` (squared ReLU, a sigmoid receptance),
+  `ln_out`, an untied head; its `generate_init_weight`), small; its loss wrapped in `L2Wrap`.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -255,8 +260,8 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 `lora`, `vqvae` and `nbeats` before the thirteenth, `word2vec`, `triplet` and `sam` before the
 fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `maml` and `pix2pix` before the
 sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `nerf` and `capsnet` before
-the eighteenth, `sac` and `mae` before the nineteenth (benchmarks/detection.py
-`NEVER_SEEN_ARCHS`).
+the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` before the twentieth
+(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -295,7 +300,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "NeuralODE", "ODEFunc", "odeint_rk4", "trajectory_error", "positional_encoding", "TinyNeRF", "squash",
            "PrimaryCapsule", "DenseCapsule", "CapsuleNet", "margin_loss", "caps_loss", "capsule_accuracy",
            "squashed_gaussian", "GaussianPolicy", "TwinQNetwork", "SoftActorCritic", "get_2d_sincos_pos_embed",
-           "MaskedAutoencoderViT", "mae_loss", "patchify", "MAE_PATCH", "build_field_model",
+           "MaskedAutoencoderViT", "mae_loss", "patchify", "MAE_PATCH", "RWKV", "RWKVTimeMix", "RWKVChannelMix",
+           "wkv", "L2Wrap", "rwkv_loss", "RWKV_LR", "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -3554,12 +3560,195 @@ def mae_loss(output: tuple[torch.Tensor, torch.Tensor, torch.Tensor], labels: to
     return output[0]
 
 
+WKV_MIN_VALUE = -1e38
+"""The running maximum's start in RWKV-v4's CUDA kernel (`MIN_VALUE`)."""
+
+
+def wkv(time_decay: torch.Tensor, time_first: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """RWKV-v4's WKV over (B, T, C) keys and values, one Python step per token as its CUDA kernel's
+    `kernel_forward` loops (autograd does the backward): with w = −exp(time_decay) and
+    u = time_first, y_t = (Σ_{i<t} e^{(t−1−i)w + k_i} v_i + e^{u + k_t} v_t) / (the same with v = 1),
+    the running sums a, b kept divided by e^p, p their running maximum exponent (no overflow).
+    In float32 whatever the inputs' dtype, as the kernel's wrapper casts them; the output in the
+    inputs' dtype."""
+    dtype = k.dtype
+    w, u, k, v = -torch.exp(time_decay.float()), time_first.float(), k.float(), v.float()
+    aa = torch.zeros_like(k[:, 0])
+    bb = torch.zeros_like(k[:, 0])
+    pp = torch.full_like(k[:, 0], WKV_MIN_VALUE)
+    ys = []
+    for t in range(k.shape[1]):
+        kk, vv = k[:, t], v[:, t]
+        ww = u + kk
+        p = torch.maximum(pp, ww)
+        e1, e2 = torch.exp(pp - p), torch.exp(ww - p)
+        ys.append((e1 * aa + e2 * vv) / (e1 * bb + e2))
+        ww = w + pp
+        p = torch.maximum(ww, kk)
+        e1, e2 = torch.exp(ww - p), torch.exp(kk - p)
+        aa, bb, pp = e1 * aa + e2 * vv, e1 * bb + e2, p
+    return torch.stack(ys, dim=1).to(dtype)
+
+
+def _rwkv_channel_ramp(dim: int) -> torch.Tensor:
+    """RWKV's `ddd`: i / dim for channel i, shaped (1, 1, dim)."""
+    return (torch.arange(dim, dtype=torch.float32) / dim).view(1, 1, dim)
+
+
+class RWKVTimeMix(nn.Module):
+    """RWKV-v4's `RWKV_TimeMix`: x mixed with the previous token's x (`time_shift`, a ZeroPad2d
+    that moves the sequence one step down) by `time_mix_k/v/r`, then key, value and receptance
+    (no biases), sigmoid(r) · WKV(k, v), `output`; its "fancy init" of `time_decay`
+    (−5 + 8 (h / (C − 1))^(0.7 + 1.3 · layer / (layers − 1))), `time_first` (ln 0.3 and a ±0.5
+    zigzag) and the mixes (the channel ramp to the power 1 − layer / layers)."""
+
+    def __init__(self, dim: int, layer_id: int, layers: int) -> None:
+        super().__init__()
+        ratio_0_to_1 = layer_id / (layers - 1)
+        ratio_1_to_almost0 = 1.0 - layer_id / layers
+        ddd = _rwkv_channel_ramp(dim)
+        decay_speed = torch.tensor([-5 + 8 * (h / (dim - 1)) ** (0.7 + 1.3 * ratio_0_to_1) for h in range(dim)])
+        self.time_decay = nn.Parameter(decay_speed)
+        zigzag = torch.tensor([(i + 1) % 3 - 1 for i in range(dim)]) * 0.5
+        self.time_first = nn.Parameter(torch.ones(dim) * math.log(0.3) + zigzag)
+        self.time_mix_k = nn.Parameter(torch.pow(ddd, ratio_1_to_almost0))
+        self.time_mix_v = nn.Parameter(torch.pow(ddd, ratio_1_to_almost0) + 0.3 * ratio_0_to_1)
+        self.time_mix_r = nn.Parameter(torch.pow(ddd, 0.5 * ratio_1_to_almost0))
+        self.time_shift = nn.ZeroPad2d((0, 0, 1, -1))
+        self.key = nn.Linear(dim, dim, bias=False)
+        self.value = nn.Linear(dim, dim, bias=False)
+        self.receptance = nn.Linear(dim, dim, bias=False)
+        self.output = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xx = self.time_shift(x)
+        xk = x * self.time_mix_k + xx * (1 - self.time_mix_k)
+        xv = x * self.time_mix_v + xx * (1 - self.time_mix_v)
+        xr = x * self.time_mix_r + xx * (1 - self.time_mix_r)
+        k, v, sr = self.key(xk), self.value(xv), torch.sigmoid(self.receptance(xr))
+        return self.output(sr * wkv(self.time_decay, self.time_first, k, v))
+
+
+class RWKVChannelMix(nn.Module):
+    """RWKV-v4's `RWKV_ChannelMix`: time-shifted mixes for key and receptance, relu(key)² through
+    `value` (4× wide), gated by sigmoid(receptance)."""
+
+    def __init__(self, dim: int, layer_id: int, layers: int) -> None:
+        super().__init__()
+        ratio_1_to_almost0 = 1.0 - layer_id / layers
+        ddd = _rwkv_channel_ramp(dim)
+        self.time_mix_k = nn.Parameter(torch.pow(ddd, ratio_1_to_almost0))
+        self.time_mix_r = nn.Parameter(torch.pow(ddd, ratio_1_to_almost0))
+        self.time_shift = nn.ZeroPad2d((0, 0, 1, -1))
+        self.key = nn.Linear(dim, 4 * dim, bias=False)
+        self.receptance = nn.Linear(dim, dim, bias=False)
+        self.value = nn.Linear(4 * dim, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xx = self.time_shift(x)
+        xk = x * self.time_mix_k + xx * (1 - self.time_mix_k)
+        xr = x * self.time_mix_r + xx * (1 - self.time_mix_r)
+        k = torch.square(torch.relu(self.key(xk)))
+        return torch.sigmoid(self.receptance(xr)) * self.value(k)
+
+
+class RWKVBlock(nn.Module):
+    """RWKV-v4's `Block`: `ln0` on the embedding in the first block only, then x + att(ln1 x) and
+    x + ffn(ln2 x)."""
+
+    def __init__(self, dim: int, layer_id: int, layers: int) -> None:
+        super().__init__()
+        self.layer_id = layer_id
+        if layer_id == 0:
+            self.ln0 = nn.LayerNorm(dim)
+        self.ln1 = nn.LayerNorm(dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.att = RWKVTimeMix(dim, layer_id, layers)
+        self.ffn = RWKVChannelMix(dim, layer_id, layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.layer_id == 0:
+            x = self.ln0(x)
+        x = x + self.att(self.ln1(x))
+        return x + self.ffn(self.ln2(x))
+
+
+RWKV_LR = 3e-3
+"""The RWKV LM's `lr_init` (its Adam's peak lr, and the bound of its embedding's uniform init):
+v4neo's 6e-4 is for 12 layers of 768 (8e-4 in its L6-D512 example), trained for 20 × 1000 steps
+where a run here has 150."""
+RWKV_ZERO_INIT = (".att.key.", ".att.receptance.", ".att.output.", ".ffn.value.", ".ffn.receptance.")
+"""The matrices RWKV-v4neo's `generate_init_weight` starts at zero."""
+
+
+class RWKV(nn.Module):
+    """BlinkDL/RWKV-LM's RWKV-v4 LM (v4neo's `RWKV` module: `emb`, `blocks`, `ln_out`, `head`
+    without bias, untied), small: width 32 and 2 layers where its smallest takes 768 and 12, no
+    `head_qk`, no dropout. Its `generate_init_weight`: LayerNorms and every `time_*` parameter
+    as built; `emb` uniform in ±`lr_init`; the `RWKV_ZERO_INIT` matrices zero; `head` orthogonal
+    with gain 0.5 · sqrt(vocab / width); every other matrix orthogonal with gain
+    sqrt(rows / columns) where it has more rows than columns, else 1. `lr_scale`: v4neo's
+    `layerwise_lr` groups (`my_lr_scale` 2 for `time_decay`, 3 for `time_first`, 1 for the rest),
+    all without weight decay."""
+
+    def __init__(self, vocab: int, dim: int = 32, layers: int = 2, lr_init: float = RWKV_LR) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.blocks = nn.Sequential(*(RWKVBlock(dim, i, layers) for i in range(layers)))
+        self.ln_out = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if "ln_" in name or ".ln" in name or "time_" in name:
+                    continue
+                if name == "emb.weight":
+                    nn.init.uniform_(p, a=-lr_init, b=lr_init)
+                elif any(key in f".{name}" for key in RWKV_ZERO_INIT):
+                    nn.init.zeros_(p)
+                else:
+                    gain = math.sqrt(p.shape[0] / p.shape[1]) if p.shape[0] > p.shape[1] else 1.0
+                    nn.init.orthogonal_(p, gain=gain * (0.5 if name == "head.weight" else 1.0))
+        self.units = ["emb", *(f"blocks.{i}" for i in range(layers)), "ln_out", "head"]
+        self.hidden = [f"blocks.{i}" for i in range(layers)]
+        # The head feeds the loss; the last channel mix's value writes the residual stream ln_out reads.
+        self.exposed = ["head", f"blocks.{layers - 1}.ffn.value"]
+        self.lr_scale = {"time_decay": 2.0, "time_first": 3.0}
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(self.ln_out(self.blocks(self.emb(idx))))
+
+
+class L2Wrap(torch.autograd.Function):
+    """RWKV's `L2Wrap`: the loss passes unchanged; its backward also sends each position's largest
+    logit a gradient of 1e-4 / (B · T) times that logit (pulling the logits towards 0)."""
+
+    @staticmethod
+    def forward(ctx, loss: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(y)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        (y,) = ctx.saved_tensors
+        factor = 1e-4 / (y.shape[0] * y.shape[1])
+        maxx, ids = torch.max(y, -1, keepdim=True)
+        gy = torch.zeros_like(y)
+        gy.scatter_(-1, ids, maxx * factor)
+        return grad_output, gy
+
+
+def rwkv_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """RWKV-v4neo's `training_step`: the next-token cross-entropy through `L2Wrap`."""
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, -2), targets.flatten())
+    return L2Wrap.apply(loss, logits)
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
-               "nerf", "capsnet", "sac", "mae")
+               "nerf", "capsnet", "sac", "mae", "rwkv")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -3621,6 +3810,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "capsnet": lambda vocab: CapsuleNet(vocab),
     "sac": lambda vocab: SoftActorCritic(POINT_MASS.observations, POINT_MASS.actions),
     "mae": lambda vocab: MaskedAutoencoderViT(),
+    "rwkv": lambda vocab: RWKV(vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""

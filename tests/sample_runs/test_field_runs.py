@@ -48,7 +48,7 @@ def test_catalogue_looks_like_the_field():
                                        "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "transe", "kws",
                                        "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam", "ppo", "detector",
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
-                                       "neural_ode", "nerf", "capsnet", "sac", "mae"}
+                                       "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -1986,3 +1986,92 @@ def test_mae_masks_three_quarters_of_each_images_patches_reconstructs_them_and_i
     assert len(by_name["val_loss"]) == 6 and by_name["val_loss"][-1] < 0.5 * by_name["val_loss"][0]
     assert not LEFT_OUT.get("mae") and not any(s.arch == "mae" and s.family == "healthy_spike"
                                                for s in SCENARIOS.values())  # mae's loop drops the labels
+
+
+def _naive_wkv(time_decay, time_first, k, v):
+    """RWKV-v4's WKV by its formula, without the running maximum: with w = exp(time_decay),
+    y_t = (Σ_{i<t} e^{−(t−1−i)w + k_i} v_i + e^{u + k_t} v_t) / (the same with v = 1)."""
+    w, u = torch.exp(time_decay.double()), time_first.double()
+    k, v = k.double(), v.double()
+    ys = []
+    for t in range(k.shape[1]):
+        weights = [torch.exp(-(t - 1 - i) * w + k[:, i]) for i in range(t)] + [torch.exp(u + k[:, t])]
+        ys.append(sum(a * v[:, i] for i, a in enumerate(weights)) / sum(weights))
+    return torch.stack(ys, dim=1)
+
+
+def test_rwkv_mixes_time_by_its_wkv_recurrence_trains_with_its_lr_groups_and_its_healthy_run_learns(tmp_path):
+    from sample_runs.field import RWKV_LR_FINAL_RATIO, RWKV_WARMUP
+    from sample_runs.field_models import CONTEXT, RWKV_LR, L2Wrap, rwkv_loss, wkv
+
+    torch.manual_seed(0)
+    time_decay, time_first = torch.randn(5), torch.randn(5)
+    k, v = 3 * torch.randn(2, 7, 5), torch.randn(2, 7, 5)
+    assert torch.allclose(wkv(time_decay, time_first, k, v).double(), _naive_wkv(time_decay, time_first, k, v),
+                          atol=1e-5)
+    huge = wkv(time_decay, time_first, k + 200, v)  # e^{k} overflows float32: the running maximum keeps it finite
+    assert torch.isfinite(huge).all() and torch.allclose(huge, wkv(time_decay, time_first, k, v), atol=1e-5)
+    assert wkv(time_decay, time_first, k.bfloat16(), v.bfloat16()).dtype == torch.bfloat16
+
+    model = build_field_model("rwkv", 27)
+    att = model.blocks[1].att
+    x = torch.randn(2, 4, 32)
+    shifted = att.time_shift(x)
+    assert torch.equal(shifted[:, 0], torch.zeros(2, 32)) and torch.equal(shifted[:, 1:], x[:, :-1])
+    assert not hasattr(model.blocks[1], "ln0") and hasattr(model.blocks[0], "ln0")  # ln0 after the embedding only
+    h = torch.arange(32) / 31
+    assert torch.allclose(att.time_decay, -5 + 8 * h ** 2.0)  # layer 1 of 2: the exponent 0.7 + 1.3
+    assert torch.allclose(att.time_first, math.log(0.3) + 0.5 * torch.tensor([(i + 1) % 3 - 1 for i in range(32)]))
+    assert torch.allclose(att.time_mix_k.flatten(), (torch.arange(32) / 32) ** 0.5)
+    for name, p in model.named_parameters():  # RWKV-v4neo's generate_init_weight
+        if name.endswith(("att.key.weight", "att.receptance.weight", "att.output.weight", "ffn.value.weight",
+                          "ffn.receptance.weight")):
+            assert not p.any(), name
+    assert float(model.emb.weight.detach().abs().max()) <= RWKV_LR
+    head = model.head.weight.detach()  # 27 × 32: fewer rows than columns, so orthogonal at gain 0.5 alone
+    assert torch.allclose(head @ head.T, 0.25 * torch.eye(27), atol=1e-5)
+    key = model.blocks[0].ffn.key.weight.detach()  # 128 × 32: gain sqrt(128 / 32)
+    assert torch.allclose(key.T @ key, 4 * torch.eye(32), atol=1e-5)
+
+    logits = torch.randn(2, 3, 27, requires_grad=True)
+    targets = torch.randint(0, 27, (2, 3))
+    loss = rwkv_loss(logits, targets)
+    plain = torch.nn.functional.cross_entropy(logits.detach().flatten(0, 1), targets.flatten())
+    assert float(loss) == pytest.approx(float(plain))  # L2Wrap passes the loss through
+    loss.backward()
+    reference = logits.detach().clone().requires_grad_(True)
+    torch.nn.functional.cross_entropy(reference.flatten(0, 1), targets.flatten()).backward()
+    extra = logits.grad - reference.grad
+    top = logits.detach().max(-1, keepdim=True)
+    expected = torch.zeros_like(logits).scatter_(-1, top.indices, top.values * 1e-4 / 6)
+    assert torch.allclose(extra, expected, atol=1e-8) and L2Wrap.apply is not None
+
+    recipe = RECIPES["rwkv"]
+    assert recipe.optimizer == "adam" and recipe.betas == (0.9, 0.99) and recipe.clip == 1.0
+    assert recipe.weight_decay == 0.0 and recipe.lr == RWKV_LR
+    groups = _param_groups(model, recipe, 1.0)
+    scale = {id(p): g["my_lr_scale"] for g in groups for p in g["params"]}
+    assert all(g["weight_decay"] == 0.0 and g["lr"] == g["my_lr_scale"] for g in groups)
+    for name, p in model.named_parameters():  # v4neo's layerwise_lr: time_decay 2x, time_first 3x, the rest 1x
+        assert scale[id(p)] == (2.0 if "time_decay" in name else 3.0 if "time_first" in name else 1.0), name
+    optimizer = torch.optim.Adam(groups)
+    assert optimizer.defaults["eps"] == 1e-8
+    schedule = _schedule(recipe, 150)
+    assert schedule(0) == 0.2 and schedule(5) == pytest.approx(0.6)  # v4neo: × (0.2 + 0.8 step / w_step), no decay yet
+    assert schedule(RWKV_WARMUP) == pytest.approx(RWKV_LR_FINAL_RATIO ** (1 / 140))
+    assert schedule(149) == pytest.approx(RWKV_LR_FINAL_RATIO)  # lr_init · exp(log(lr_final / lr_init) · progress)
+    assert schedule(80) == pytest.approx(RWKV_LR_FINAL_RATIO ** (71 / 140))
+
+    truth = make("healthy-rwkv-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and loss[0] == pytest.approx(math.log(27), rel=0.05)  # zero-init blocks: uniform
+    assert _mean(loss[-10:]) < 0.4 * _mean(loss[:10])
+    assert len(by_name["val_loss"]) == 6 and by_name["val_loss"][-1] < 0.5 * by_name["val_loss"][0]
+    stats = read_stats(tmp_path / "run")
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+    io = stats[(stats["role"] == "input") & (stats["step"] == 0)]
+    assert io["shape"].tolist() == [f"16x{CONTEXT}"] and io["kind"].tolist() == ["index"]
+    assert not LEFT_OUT.get("rwkv")
+    assert any(s.arch == "rwkv" and s.family == "healthy_spike" for s in SCENARIOS.values())  # next tokens: targets
+    assert not any(s.arch == "rwkv" and s.family in ("batch_scale", "batch_nan") for s in SCENARIOS.values())
