@@ -104,7 +104,17 @@ def _finite_shift(analysis) -> str:
 
 
 def headline(analysis) -> str:
-    """One or two sentences that say what happened, when it began, where, and how fast."""
+    """One or two sentences that say what happened, when it began, where, and how fast; and,
+    where the run was read with warnings (a lost segment, missing steps), that the verdict
+    rests on part of it."""
+    text = _verdict_sentences(analysis)
+    if analysis.warnings:
+        count = len(analysis.warnings)
+        text += f" The record is incomplete ({count} warning{'s' if count > 1 else ''}): see the warnings."
+    return text
+
+
+def _verdict_sentences(analysis) -> str:
     onset, first = analysis.onset, analysis.first_nonfinite
     if analysis.verdict == "diverged":
         parts = ["Diverged."]
@@ -141,7 +151,7 @@ def headline(analysis) -> str:
         # run that came back from an incident, or that learns despite a warning (a layer cut
         # off while the rest learns on), has no `healthy` finding beside that warning.
         return (f"No divergence found over {steps} recorded steps, but the run lacks the "
-                "statistics to call it healthy: see the warnings.")
+                "statistics to call it healthy.")
     text = f"Healthy: no divergence and no not-learning pattern over {steps} recorded steps."
     if incident is not None:
         text = (f"Healthy, recovered: the run came back on its own from an incident at step "

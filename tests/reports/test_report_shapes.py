@@ -44,7 +44,20 @@ def test_run_without_tensor_statistics_is_not_called_healthy(tmp_path):
     lossy = write_run(tmp_path / "lossy", kind="healthy", steps=60)
     _drop("stats")(lossy)
     text = headline(analyze(lossy))
-    assert not text.startswith("Healthy") and "lacks the statistics" in text
+    assert not text.startswith("Healthy") and "lacks the statistics" in text and "incomplete" in text
+
+
+def test_a_verdict_on_a_run_read_with_warnings_says_the_record_is_incomplete(tmp_path):
+    from postmortem import analyze
+    from reports.page import headline
+
+    run_dir = write_run(tmp_path / "run", kind="healthy", steps=60)
+    complete = headline(analyze(run_dir))
+    assert "incomplete" not in complete
+    first = sorted((run_dir / "stats").glob("*.parquet"))[0]
+    first.write_bytes(first.read_bytes()[:100])  # a segment cut short: its steps are lost
+    text = headline(analyze(run_dir))
+    assert text.startswith("Healthy") and text.endswith("The record is incomplete (1 warning): see the warnings.")
 
 
 def test_a_run_that_came_back_from_an_incident_is_healthy_recovered(tmp_path):
