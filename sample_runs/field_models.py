@@ -3753,12 +3753,14 @@ def sparsemax(z: torch.Tensor) -> torch.Tensor:
     of z onto the simplex. With z sorted in decreasing order and k the largest rank at which
     1 + k·z₍ₖ₎ > Σ_{j≤k} z₍ⱼ₎, the threshold is τ = (Σ_{j≤k} z₍ⱼ₎ − 1) / k and the output max(z − τ, 0).
     Shifted by the row's maximum first (the same output, smaller numbers). Autograd through the
-    sort and the gather gives sparsemax's Jacobian (on the support, the identity less 1/k)."""
+    sort and the gather gives sparsemax's Jacobian (on the support, the identity less 1/k). A row
+    with NaN has no rank that passes the test: its support is taken as 1, so the NaN reaches the
+    output (pytorch-tabnet's sparsemax gathers at index −1 there and raises on the CPU)."""
     z = z - z.max(-1, keepdim=True).values
     ordered = z.sort(-1, descending=True).values
     ranks = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype, device=z.device)
     cumulative = ordered.cumsum(-1)
-    support = (1 + ranks * ordered > cumulative).sum(-1, keepdim=True)
+    support = (1 + ranks * ordered > cumulative).sum(-1, keepdim=True).clamp(min=1)
     tau = (cumulative.gather(-1, support - 1) - 1) / support.to(z.dtype)
     return torch.clamp(z - tau, min=0)
 

@@ -2098,6 +2098,8 @@ def test_tabnet_masks_by_sparsemax_normalises_ghost_batches_updates_its_prior_an
         assert torch.allclose(mask, _simplex_projection(row), atol=1e-9)
     assert (masks == 0).any() and (masks > 0).sum(-1).min() >= 1  # sparse: zeros outside the support
     assert torch.equal(sparsemax(torch.tensor([[5.0, 0.0, 0.0]])), torch.tensor([[1.0, 0.0, 0.0]]))
+    with_nan = sparsemax(torch.tensor([[1.0, float("nan"), 0.0], [1.0, 0.5, -1.0]]))
+    assert torch.isnan(with_nan[0]).all() and torch.allclose(with_nan[1], out[0])  # a NaN row stays NaN, alone
     weights = torch.randn(6, 11, dtype=torch.float64)
     (grad,) = torch.autograd.grad((masks * weights).sum(), z)
     support = masks.detach() > 0  # sparsemax's Jacobian: on the support, v − mean(v over the support)
