@@ -75,7 +75,7 @@ SECTION = "## Detection"
 BENIGN_LABELS = {"healthy", "loss_spike_recovered", "recovered_incident"}
 DEFAULT = "default"
 GENERATED_FILE = ".generated.json"
-NEVER_SEEN_ARCHS = ("rwkv",)
+NEVER_SEEN_ARCHS = ("rwkv", "tabnet")
 """Model families added to the zoo before the detectors' last changes and never analysed while any
 detector changed: the headline's runs."""
 INFORMED_DEFAULTS = {
@@ -1089,8 +1089,17 @@ the never-seen families' scores being the headline, and change nothing after rea
    `L2Wrap`; Adam (0.9, 0.99), eps 1e-8, no weight decay, its `layerwise_lr` groups (`time_decay`
    ×2, `time_first` ×3), a warm-up from 0.2× over 10 steps then exponential decay to 1/60, clip
    1.0, lr_init 3e-3; on the zoo's character corpus, 32 tokens, batch 16; judged on its loss,
-   `val_loss` every 25 steps), committed by helper r20 at f937f51, generated at 2eff855 and
-   never analysed before this scoring; detectors changed on every other family. The round's second family, `dino`, was
+   `val_loss` every 25 steps), committed by helper r20 at f937f51, generated at 2eff855, and new `tabnet` (TabNet as
+   dreamquark-ai/tabnet's `tab_network.py` writes it, at pytorch-tabnet's default widths: n_d =
+   n_a = 8, 3 decision steps, γ 1.3, 2 shared and 2 step-specific GLU layers behind ghost batch
+   norm (momentum 0.02, virtual batch 32 at batch 256), an initial batch norm, attentive
+   transformers drawing prior-scaled sparsemax masks, the prior × (γ − M), the steps' ReLU'd
+   outputs summed into a bias-free Linear; categorical columns embedded in one number each; the
+   cross-entropy plus 1e-3 × the masks' mean entropy; Adam at its 2e-2, clip_value 1, StepLR ×0.9
+   every 15 steps; on the zoo's table, as the FT-Transformer; judged on its loss, `val_loss`
+   every 25 steps), committed by helper r20b at 7e75f5c (sparsemax's NaN row fixed at 5ebb495),
+   generated at 5ebb495; both never analysed before this
+   scoring; detectors changed on every other family. A third family, `dino`, was
    left out: in 150 steps on the digits it collapsed under every setting tried (branch
    r20-dino). This table is round 20's single scoring.
 21. Lead time: "median lead (steps)" counts runs whose first non-finite value comes after the

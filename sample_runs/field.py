@@ -24,8 +24,8 @@ pretrained GPT, a VQ-VAE with an EMA codebook, an N-BEATS forecaster, skip-gram 
 negative sampling, a triplet-loss embedding net, a Wide ResNet trained with SAM, a PPO agent on
 CartPole, a one-level FCOS object detector, a timm-style EfficientNet, a physics-informed network,
 MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, a tiny NeRF, a
-capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder and an
-RWKV language model (`field_models`),
+capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder, an
+RWKV language model and a TabNet (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -60,7 +60,9 @@ a Polyak-averaged target critic, the policy and the temperature each with its ow
 recorded step an episode of its envs and an update after each env step), the masked autoencoder
 by the plain loop with AdamW and mae's per-step warm-up and cosine on its masked-patch MSE, the
 RWKV LM by the plain loop with RWKV's Adam (its per-parameter lr multipliers, no weight decay),
-warm-up and exponential decay and its `L2Wrap`ped cross-entropy. Faults
+warm-up and exponential decay and its `L2Wrap`ped cross-entropy, the TabNet by the plain loop
+with pytorch-tabnet's Adam, `StepLR` and gradient-norm clip on its cross-entropy plus the masks'
+entropy. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -187,6 +189,7 @@ from .field_models import (
     MAE_PATCH,
     RWKV_LR,
     rwkv_loss,
+    tabnet_loss,
     patchify,
     pinn_loss,
     trajectory_error,
@@ -252,7 +255,8 @@ class Recipe:
     steps: torchvision's detection references), `warmup_exp` (linear warm-up, then ×0.97 every
     `EXP_DECAY_STEPS` steps: timm's `step` scheduler), `mae_cosine` (linear warm-up from 0, then a
     half cosine to 0: mae's `lr_sched.adjust_learning_rate`, per step), `rwkv_exp` (a warm-up
-    from 0.2× to 1×, then exponential decay to `RWKV_LR_FINAL_RATIO`: RWKV-v4neo's trainer) or
+    from 0.2× to 1×, then exponential decay to `RWKV_LR_FINAL_RATIO`: RWKV-v4neo's trainer),
+    `step_x0.9` (× 0.9 every `TABNET_LR_STEP` steps: pytorch-tabnet's `StepLR` example) or
     `constant` (Stable-Baselines3's default)."""
     bf16: bool = False
     """Trained under CPU bf16 autocast (timm's `--amp` with bf16)."""
@@ -304,6 +308,11 @@ RWKV_LR_FINAL_RATIO = 1e-5 / 6e-4
 """`lr_final` / `lr_init` of v4neo's example (`--lr_init 6e-4 --lr_final 1e-5`)."""
 RWKV_WARMUP = 10
 """RWKV's `--warmup_steps` (its later demo scripts' 10; v4neo's examples 0)."""
+
+TABNET_LR_STEP = 15
+"""Steps between `StepLR`'s ×0.9 for the TabNet: pytorch-tabnet's README example decays ×0.9 every
+50 epochs (`step_size` 50, stepped once an epoch); a run here is 16 epochs of the table's 2400
+training rows at batch 256, each ×0.9 here every 15 steps (1.6 epochs): 9 decays, ×0.39 by the end."""
 
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
@@ -434,6 +443,11 @@ RECIPES = {
     # (its micro_bsz 12) of CONTEXT tokens (its ctx_len 1024).
     "rwkv": Recipe(lr=RWKV_LR, weight_decay=0.0, batch=16, clip=1.0, betas=(0.9, 0.99), warmup=RWKV_WARMUP,
                    optimizer="adam", schedule="rwkv_exp"),
+    # dreamquark-ai/tabnet's TabModel: Adam at optimizer_params lr 2e-2 (torch's betas, no weight
+    # decay), clip_value 1 (clip_grad_norm_ of every parameter), its StepLR example (x0.9,
+    # TABNET_LR_STEP); batch 256 (its batch_size 1024: the table has 2400 training rows).
+    "tabnet": Recipe(lr=2e-2, weight_decay=0.0, batch=256, clip=1.0, warmup=0, optimizer="adam",
+                     schedule="step_x0.9"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -486,7 +500,8 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "word2vec": sgns_loss, "triplet": batch_hard_triplet_loss, "sam": smooth_crossentropy, "detector": fcos_loss,
           "efficientnet": smoothed_cross_entropy, "pinn": pinn_loss, "maml": torch.nn.functional.mse_loss,
           "bilstm_crf": crf_nll, "pixelcnn": torch.nn.functional.cross_entropy, "neural_ode": torch.nn.functional.l1_loss,
-          "nerf": torch.nn.functional.mse_loss, "capsnet": caps_loss, "mae": mae_loss, "rwkv": rwkv_loss}
+          "nerf": torch.nn.functional.mse_loss, "capsnet": caps_loss, "mae": mae_loss, "rwkv": rwkv_loss,
+          "tabnet": tabnet_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -587,6 +602,8 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
             factor = math.exp(math.log(RWKV_LR_FINAL_RATIO) * progress)
             return factor * (0.2 + 0.8 * step / recipe.warmup) if step < recipe.warmup else factor
         return rwkv
+    if recipe.schedule == "step_x0.9":  # torch's StepLR(step_size=TABNET_LR_STEP, gamma=0.9)
+        return lambda step: 0.9 ** (step // TABNET_LR_STEP)
     if recipe.schedule == "step":
         return lambda step: 0.1 ** ((step >= steps // 2) + (step >= 3 * steps // 4))
     config = LoopConfig(steps=steps, warmup=recipe.warmup, lr=1.0)
@@ -663,7 +680,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
-                "capsnet", "sac", "mae")
+                "capsnet", "sac", "mae", "tabnet")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -677,7 +694,8 @@ points, pix2pix's its edge maps, the PixelCNN's its images (its targets, the pix
 left as they are), the neural ODE's its windows' initial states, the NeRF's its rays (origins and
 directions), the capsule network's its images (also its reconstruction's target), the SAC agent's
 the states it samples from its replay buffer (a corrupted buffer; their next states left as they
-are), the MAE's its images (also its target patches); word2vec and the BiLSTM-CRF read word IDs."""
+are), the MAE's its images (also its target patches), the TabNet's its numeric columns (as the
+FT-Transformer's); word2vec and the BiLSTM-CRF read word IDs."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
@@ -798,7 +816,7 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     """(draw, eval_draw, classes, chance) for an architecture: characters for the LMs, clicks for
     the click model, shapes and masks for the U-Net, sorting for the seq2seq model, the block
     model's graph for the GCN, audio-like frames and their symbols for the CTC model, a table's
-    rows for the FT-Transformer, colour patterns for the ConvNeXt, masked word sequences for
+    rows for the FT-Transformer and the TabNet, colour patterns for the ConvNeXt, masked word sequences for
     BERT, an image's pixels (coordinates → values) for the SIREN, point clouds for the PointNet, digits
     otherwise (the autoencoder's and the VAE's targets are their inputs, SimCLR's two views of
     each and the DDPM's digits scaled to [−1, 1] have none).
@@ -846,7 +864,7 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
             math.log(int(labels.max()) + 1)
     if arch == "ctc":
         return ctc_batch_sampler(micro, seed), ctc_batch_sampler(64, seed + 1), SPEECH.classes, _ctc_chance()
-    if arch == "fttransformer":
+    if arch in ("fttransformer", "tabnet"):
         x, y = table_data()
         split = int(0.8 * len(y))
         train = Dataset({k: v[:split] for k, v in x.items()}, y[:split])

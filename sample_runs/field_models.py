@@ -249,6 +249,10 @@
   the WKV recurrence with `time_decay` and `time_first`, stabilised by its running maximum as the
   CUDA kernel is, in plain PyTorch) and `RWKVChannelMix` (squared ReLU, a sigmoid receptance),
   `ln_out`, an untied head; its `generate_init_weight`), small; its loss wrapped in `L2Wrap`.
+- `TabNet`, `sparsemax`, `GhostBatchNorm`, `tabnet_loss`: dreamquark-ai/tabnet's TabNet (an
+  initial batch norm, shared and step-specific feature transformers of GLU layers behind ghost
+  batch norm, attentive transformers drawing prior-scaled sparsemax masks, the decision steps'
+  ReLU'd outputs summed), at its default widths; the masks' entropy added to its loss.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -260,7 +264,7 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 `lora`, `vqvae` and `nbeats` before the thirteenth, `word2vec`, `triplet` and `sam` before the
 fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `maml` and `pix2pix` before the
 sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `nerf` and `capsnet` before
-the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` before the twentieth
+the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth
 (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
@@ -301,7 +305,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "PrimaryCapsule", "DenseCapsule", "CapsuleNet", "margin_loss", "caps_loss", "capsule_accuracy",
            "squashed_gaussian", "GaussianPolicy", "TwinQNetwork", "SoftActorCritic", "get_2d_sincos_pos_embed",
            "MaskedAutoencoderViT", "mae_loss", "patchify", "MAE_PATCH", "RWKV", "RWKVTimeMix", "RWKVChannelMix",
-           "wkv", "L2Wrap", "rwkv_loss", "RWKV_LR", "build_field_model",
+           "wkv", "L2Wrap", "rwkv_loss", "RWKV_LR", "sparsemax", "GhostBatchNorm", "TabNet", "tabnet_loss",
+           "TABNET_VIRTUAL_BATCH", "TABNET_LAMBDA_SPARSE", "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -3743,12 +3748,203 @@ def rwkv_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return L2Wrap.apply(loss, logits)
 
 
+def sparsemax(z: torch.Tensor) -> torch.Tensor:
+    """Martins & Astudillo's sparsemax over the last dimension, by sorting: the Euclidean projection
+    of z onto the simplex. With z sorted in decreasing order and k the largest rank at which
+    1 + k·z₍ₖ₎ > Σ_{j≤k} z₍ⱼ₎, the threshold is τ = (Σ_{j≤k} z₍ⱼ₎ − 1) / k and the output max(z − τ, 0).
+    Shifted by the row's maximum first (the same output, smaller numbers). Autograd through the
+    sort and the gather gives sparsemax's Jacobian (on the support, the identity less 1/k). A row
+    with NaN has no rank that passes the test: its support is taken as 1, so the NaN reaches the
+    output (pytorch-tabnet's sparsemax gathers at index −1 there and raises on the CPU)."""
+    z = z - z.max(-1, keepdim=True).values
+    ordered = z.sort(-1, descending=True).values
+    ranks = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype, device=z.device)
+    cumulative = ordered.cumsum(-1)
+    support = (1 + ranks * ordered > cumulative).sum(-1, keepdim=True).clamp(min=1)
+    tau = (cumulative.gather(-1, support - 1) - 1) / support.to(z.dtype)
+    return torch.clamp(z - tau, min=0)
+
+
+def _tabnet_glu_init(layer: nn.Linear, inputs: int, outputs: int) -> None:
+    """pytorch-tabnet's `initialize_glu`: xavier-normal at gain √((in + out) / √in)."""
+    nn.init.xavier_normal_(layer.weight, gain=math.sqrt((inputs + outputs) / math.sqrt(inputs)))
+
+
+def _tabnet_non_glu_init(layer: nn.Linear, inputs: int, outputs: int) -> None:
+    """pytorch-tabnet's `initialize_non_glu`: xavier-normal at gain √((in + out) / √(4·in))."""
+    nn.init.xavier_normal_(layer.weight, gain=math.sqrt((inputs + outputs) / math.sqrt(4 * inputs)))
+
+
+TABNET_VIRTUAL_BATCH = 32
+"""Ghost batch norm's virtual batch: pytorch-tabnet's `virtual_batch_size` 128 at its batch 1024,
+here 32 at batch 256 (the same 8 virtual batches a batch)."""
+TABNET_LAMBDA_SPARSE = 1e-3
+"""pytorch-tabnet's `lambda_sparse`: the weight of the masks' entropy in the loss."""
+
+
+class GhostBatchNorm(nn.Module):
+    """Hoffer et al.'s ghost batch norm as pytorch-tabnet's `GBN`: one `BatchNorm1d` applied to
+    each virtual batch of the batch in turn (⌈B / virtual⌉ chunks, each normalised by its own
+    statistics, the running statistics updated once a chunk)."""
+
+    def __init__(self, features: int, virtual_batch_size: int, momentum: float) -> None:
+        super().__init__()
+        self.virtual_batch_size = virtual_batch_size
+        self.bn = nn.BatchNorm1d(features, momentum=momentum)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        chunks = math.ceil(x.shape[0] / self.virtual_batch_size)
+        return torch.cat([self.bn(part) for part in x.chunk(chunks, 0)], 0)
+
+
+class TabNetGLULayer(nn.Module):
+    """pytorch-tabnet's `GLU_Layer`: a bias-free Linear to twice the width (its own, or one shared
+    by every step), ghost batch norm, then the gated linear unit a ⊙ σ(b)."""
+
+    def __init__(self, inputs: int, outputs: int, fc: nn.Linear | None, virtual_batch_size: int,
+                 momentum: float) -> None:
+        super().__init__()
+        self.outputs = outputs
+        self.fc = fc if fc is not None else nn.Linear(inputs, 2 * outputs, bias=False)
+        _tabnet_glu_init(self.fc, inputs, 2 * outputs)  # a shared layer re-drawn by each user, as there
+        self.bn = GhostBatchNorm(2 * outputs, virtual_batch_size, momentum)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.bn(self.fc(x))
+        return x[:, : self.outputs] * torch.sigmoid(x[:, self.outputs:])
+
+
+class TabNetGLUBlock(nn.Module):
+    """pytorch-tabnet's `GLU_Block`: GLU layers with residual sums scaled by √0.5; in the `first`
+    block the first layer (which changes the width) has no residual."""
+
+    def __init__(self, inputs: int, outputs: int, layers: int, first: bool, shared: nn.ModuleList | None,
+                 virtual_batch_size: int, momentum: float) -> None:
+        super().__init__()
+        self.first = first
+        self.glu_layers = nn.ModuleList(
+            TabNetGLULayer(inputs if i == 0 else outputs, outputs, shared[i] if shared is not None else None,
+                           virtual_batch_size, momentum) for i in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        layers = iter(self.glu_layers)
+        if self.first:
+            x = next(layers)(x)
+        for layer in layers:
+            x = (x + layer(x)) * math.sqrt(0.5)
+        return x
+
+
+class TabNetFeatTransformer(nn.Module):
+    """pytorch-tabnet's `FeatTransformer`: the GLU block of the layers every step shares, then a
+    GLU block of this step's own layers."""
+
+    def __init__(self, inputs: int, outputs: int, shared: nn.ModuleList, independent: int, virtual_batch_size: int,
+                 momentum: float) -> None:
+        super().__init__()
+        self.shared = TabNetGLUBlock(inputs, outputs, len(shared), True, shared, virtual_batch_size, momentum)
+        self.specifics = TabNetGLUBlock(outputs, outputs, independent, False, None, virtual_batch_size, momentum)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.specifics(self.shared(x))
+
+
+class TabNetAttentiveTransformer(nn.Module):
+    """pytorch-tabnet's `AttentiveTransformer`: a bias-free Linear from the attention features to
+    one score per feature, ghost batch norm, scaled by the prior, then `sparsemax`: the step's mask."""
+
+    def __init__(self, inputs: int, features: int, virtual_batch_size: int, momentum: float) -> None:
+        super().__init__()
+        self.fc = nn.Linear(inputs, features, bias=False)
+        _tabnet_non_glu_init(self.fc, inputs, features)
+        self.bn = GhostBatchNorm(features, virtual_batch_size, momentum)
+
+    def forward(self, prior: torch.Tensor, processed: torch.Tensor) -> torch.Tensor:
+        return sparsemax(self.bn(self.fc(processed)) * prior)
+
+
+class TabNetEmbedding(nn.Module):
+    """pytorch-tabnet's `EmbeddingGenerator` on the zoo's table: each categorical column through
+    its own `nn.Embedding` of `cat_emb_dim` (1: one learned number a category), after the numeric
+    columns as they are."""
+
+    def __init__(self, cardinalities: tuple[int, ...], dim: int) -> None:
+        super().__init__()
+        self.embeddings = nn.ModuleList(nn.Embedding(c, dim) for c in cardinalities)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        columns = [embedding(batch["x_cat"][:, i]) for i, embedding in enumerate(self.embeddings)]
+        return torch.cat([batch["x_num"], *columns], 1)
+
+
+class TabNet(nn.Module):
+    """Arik & Pfister's TabNet as dreamquark-ai/tabnet's `tab_network.py` writes it (`TabNet`,
+    `TabNetEncoder`, `TabNetNoEmbeddings`), at pytorch-tabnet's defaults: n_d = n_a = 8, 3 decision
+    steps, γ 1.3, 2 shared and 2 step-specific GLU layers, cat_emb_dim 1, momentum 0.02 (0.01 for
+    the initial batch norm), ε 1e-15. The embedded row goes through a `BatchNorm1d`; an initial
+    `FeatTransformer` splits off the first attention features; each step's
+    `AttentiveTransformer` draws a sparse mask M from them and the prior P (ones at first), P
+    becomes (γ − M)·P, the step's `FeatTransformer` reads M ⊙ x and gives n_d decision features
+    (ReLU'd, summed over the steps) and the next step's n_a attention features; a bias-free Linear
+    maps the sum to the classes. No feature groups (the group matrix is the identity).
+    `forward(batch)` gives (logits, M_loss), M_loss the masks' mean of Σ M·log(M + ε) over the
+    steps (the negative entropy; `tabnet_loss` subtracts λ·M_loss). The shared layers are held by
+    every step's `FeatTransformer`, as there (no module of their own): their parameters go to the
+    first unit that holds them, `initial_splitter`."""
+
+    def __init__(self, numeric: int, cardinalities: tuple[int, ...], classes: int, n_d: int = 8, n_a: int = 8,
+                 n_steps: int = 3, gamma: float = 1.3, n_independent: int = 2, n_shared: int = 2,
+                 cat_emb_dim: int = 1, virtual_batch_size: int = TABNET_VIRTUAL_BATCH, momentum: float = 0.02,
+                 epsilon: float = 1e-15) -> None:
+        super().__init__()
+        self.n_d, self.n_steps, self.gamma, self.epsilon = n_d, n_steps, gamma, epsilon
+        features = numeric + cat_emb_dim * len(cardinalities)
+        self.embedder = TabNetEmbedding(cardinalities, cat_emb_dim)
+        self.initial_bn = nn.BatchNorm1d(features, momentum=0.01)
+        shared = nn.ModuleList(nn.Linear(features if i == 0 else n_d + n_a, 2 * (n_d + n_a), bias=False)
+                               for i in range(n_shared))
+        args = (virtual_batch_size, momentum)
+        self.initial_splitter = TabNetFeatTransformer(features, n_d + n_a, shared, n_independent, *args)
+        self.feat_transformers = nn.ModuleList(
+            TabNetFeatTransformer(features, n_d + n_a, shared, n_independent, *args) for _ in range(n_steps))
+        self.att_transformers = nn.ModuleList(
+            TabNetAttentiveTransformer(n_a, features, *args) for _ in range(n_steps))
+        self.final_mapping = nn.Linear(n_d, classes, bias=False)
+        _tabnet_non_glu_init(self.final_mapping, n_d, classes)
+        steps = [unit for i in range(n_steps) for unit in (f"att_transformers.{i}", f"feat_transformers.{i}")]
+        self.units = ["embedder", "initial_bn", "initial_splitter", *steps, "final_mapping"]
+        self.hidden = ["initial_splitter", *steps]  # detached last: the last step's feature transformer
+        # Every Linear but the last feeds a ghost batch norm; the embeddings feed the initial one.
+        self.exposed = ["final_mapping"]
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.initial_bn(self.embedder(batch))
+        prior = torch.ones_like(x)
+        attention = self.initial_splitter(x)[:, self.n_d:]
+        decision, m_loss = 0, 0
+        for attentive, transformer in zip(self.att_transformers, self.feat_transformers):
+            mask = attentive(prior, attention)
+            m_loss = m_loss + torch.mean(torch.sum(mask * torch.log(mask + self.epsilon), dim=1))
+            prior = (self.gamma - mask) * prior
+            out = transformer(mask * x)
+            decision = decision + torch.relu(out[:, : self.n_d])
+            attention = out[:, self.n_d:]
+        return self.final_mapping(decision), m_loss / self.n_steps
+
+
+def tabnet_loss(output: tuple[torch.Tensor, torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    """pytorch-tabnet's `_train_batch`: the cross-entropy less `lambda_sparse` × M_loss (plus λ × the
+    masks' mean entropy)."""
+    logits, m_loss = output
+    return torch.nn.functional.cross_entropy(logits, targets) - TABNET_LAMBDA_SPARSE * m_loss
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
-               "nerf", "capsnet", "sac", "mae", "rwkv")
+               "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -3811,6 +4007,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "sac": lambda vocab: SoftActorCritic(POINT_MASS.observations, POINT_MASS.actions),
     "mae": lambda vocab: MaskedAutoencoderViT(),
     "rwkv": lambda vocab: RWKV(vocab),
+    "tabnet": lambda vocab: TabNet(TABLE.numeric, TABLE.cardinalities, vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""

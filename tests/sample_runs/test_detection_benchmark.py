@@ -86,7 +86,7 @@ def test_each_family_is_scored_with_the_configuration_chosen_on_the_others(detec
     assert detection.choose_per_family(alone) == {"rwkv": "b", "mlp": "a"}
     text = detection.left_out_section(rows)
     assert "| rwkv (never seen) | b | 1 | 0/1 (0 %)" in text
-    assert "| **never seen (rwkv; 1 runs)** | 1 | 0/1 (0 %)" in text
+    assert "| **never seen (rwkv, tabnet; 1 runs)** | 1 | 0/1 (0 %)" in text
 
 
 def test_a_grid_analyses_each_run_once_per_configuration_and_caches_it(detection, runs):

@@ -48,7 +48,7 @@ def test_catalogue_looks_like_the_field():
                                        "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "transe", "kws",
                                        "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam", "ppo", "detector",
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
-                                       "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv"}
+                                       "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -2075,3 +2075,85 @@ def test_rwkv_mixes_time_by_its_wkv_recurrence_trains_with_its_lr_groups_and_its
     assert not LEFT_OUT.get("rwkv")
     assert any(s.arch == "rwkv" and s.family == "healthy_spike" for s in SCENARIOS.values())  # next tokens: targets
     assert not any(s.arch == "rwkv" and s.family in ("batch_scale", "batch_nan") for s in SCENARIOS.values())
+
+
+def _simplex_projection(z, iterations=200):
+    """The Euclidean projection of a vector onto the simplex by bisection on τ: Σ max(z − τ, 0) = 1."""
+    low, high = float(z.min()) - 1, float(z.max())
+    for _ in range(iterations):
+        tau = (low + high) / 2
+        low, high = (tau, high) if float(torch.clamp(z - tau, min=0).sum()) > 1 else (low, tau)
+    return torch.clamp(z - (low + high) / 2, min=0)
+
+
+def test_tabnet_masks_by_sparsemax_normalises_ghost_batches_updates_its_prior_and_its_healthy_run_learns(tmp_path):
+    from sample_runs.field import TABNET_LR_STEP
+    from sample_runs.field_models import (TABNET_LAMBDA_SPARSE, TABNET_VIRTUAL_BATCH, GhostBatchNorm, sparsemax,
+                                          tabnet_loss)
+
+    out = sparsemax(torch.tensor([[1.0, 0.5, -1.0]]))  # k = 2: τ = (1 + 0.5 − 1) / 2
+    assert torch.allclose(out, torch.tensor([[0.75, 0.25, 0.0]]))
+    torch.manual_seed(0)
+    z = 2 * torch.randn(6, 11, dtype=torch.float64, requires_grad=True)
+    masks = sparsemax(z)
+    assert torch.allclose(masks.sum(-1), torch.ones(6, dtype=torch.float64))
+    for row, mask in zip(z.detach(), masks.detach()):
+        assert torch.allclose(mask, _simplex_projection(row), atol=1e-9)
+    assert (masks == 0).any() and (masks > 0).sum(-1).min() >= 1  # sparse: zeros outside the support
+    assert torch.equal(sparsemax(torch.tensor([[5.0, 0.0, 0.0]])), torch.tensor([[1.0, 0.0, 0.0]]))
+    with_nan = sparsemax(torch.tensor([[1.0, float("nan"), 0.0], [1.0, 0.5, -1.0]]))
+    assert torch.isnan(with_nan[0]).all() and torch.allclose(with_nan[1], out[0])  # a NaN row stays NaN, alone
+    weights = torch.randn(6, 11, dtype=torch.float64)
+    (grad,) = torch.autograd.grad((masks * weights).sum(), z)
+    support = masks.detach() > 0  # sparsemax's Jacobian: on the support, v − mean(v over the support)
+    centred = torch.where(support, weights - (weights * support).sum(-1, keepdim=True) / support.sum(-1, keepdim=True),
+                          torch.zeros_like(weights))
+    assert torch.allclose(grad, centred)
+
+    ghost = GhostBatchNorm(4, virtual_batch_size=32, momentum=0.02)
+    x = 3 + torch.randn(64, 4)
+    halves = [(part - part.mean(0)) / torch.sqrt(part.var(0, unbiased=False) + 1e-5) for part in x.chunk(2)]
+    assert torch.allclose(ghost(x), torch.cat(halves), atol=1e-5)  # each virtual batch by its own statistics
+    first, second = x[:32].mean(0), x[32:].mean(0)
+    assert torch.allclose(ghost.bn.running_mean, 0.98 * 0.02 * first + 0.02 * second, atol=1e-6)
+
+    model = build_field_model("tabnet", TABLE.classes)
+    assert len(model.feat_transformers) == len(model.att_transformers) == 3 and model.gamma == 1.3
+    fc = model.initial_splitter.shared.glu_layers[0].fc
+    assert all(t.shared.glu_layers[0].fc is fc for t in model.feat_transformers)  # shared by every step
+    assert fc.weight.shape == (32, TABLE.numeric + len(TABLE.cardinalities))  # 2 (n_d + n_a), cat_emb_dim 1
+    assert model.initial_bn.momentum == 0.01 and model.att_transformers[0].bn.bn.momentum == 0.02
+    assert model.att_transformers[0].bn.virtual_batch_size == TABNET_VIRTUAL_BATCH
+    seen = []
+    for attentive in model.att_transformers:
+        attentive.register_forward_hook(lambda module, args, output: seen.append((args[0].detach(), output.detach())))
+    x, y = table_data()
+    batch = {"x_num": x["x_num"][:64], "x_cat": x["x_cat"][:64]}
+    logits, m_loss = model(batch)
+    assert logits.shape == (64, TABLE.classes)
+    assert torch.equal(seen[0][0], torch.ones(64, 11))
+    for (prior, mask), (next_prior, _) in zip(seen, seen[1:]):
+        assert torch.allclose(next_prior, (1.3 - mask) * prior)  # P ← (γ − M) · P
+    assert all(torch.allclose(mask.sum(-1), torch.ones(64)) for _, mask in seen)
+    by_hand = sum(float((mask * torch.log(mask + 1e-15)).sum(1).mean()) for _, mask in seen) / 3
+    assert float(m_loss.detach()) == pytest.approx(by_hand, rel=1e-5) and by_hand < 0  # −(the masks' mean entropy)
+    loss = tabnet_loss((logits, m_loss), y[:64]).detach()
+    plain = torch.nn.functional.cross_entropy(logits, y[:64]).detach()
+    assert float(loss) == pytest.approx(float(plain) - TABNET_LAMBDA_SPARSE * by_hand, rel=1e-6)
+
+    recipe = RECIPES["tabnet"]
+    assert recipe.optimizer == "adam" and recipe.lr == 2e-2 and recipe.clip == 1.0 and recipe.weight_decay == 0.0
+    schedule = _schedule(recipe, 150)
+    assert schedule(TABNET_LR_STEP - 1) == 1.0 and schedule(TABNET_LR_STEP) == pytest.approx(0.9)
+    assert schedule(149) == pytest.approx(0.9 ** (149 // TABNET_LR_STEP))
+
+    truth = make("healthy-tabnet-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[-10:]) < 0.7 * _mean(loss[:10]) and _mean(loss[-10:]) < 0.8 * math.log(TABLE.classes)
+    assert len(by_name["val_loss"]) == 6 and by_name["val_loss"][-1] < math.log(TABLE.classes)
+    assert by_name["lr"] == pytest.approx([2e-2 * 0.9 ** (step // TABNET_LR_STEP) for step in range(150)])
+    assert not LEFT_OUT.get("tabnet")
+    assert any(s.arch == "tabnet" and s.family == "healthy_spike" for s in SCENARIOS.values())  # class labels
+    assert any(s.arch == "tabnet" and s.family == "batch_nan" for s in SCENARIOS.values())  # numeric columns
