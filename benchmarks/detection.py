@@ -782,8 +782,8 @@ NOTES = """Notes on the method rows:
 - A layer cut off from the gradient (`detach`, `frozen_layer`) is not learning only when the run
   then learns less than its fault-free twin (`training.stalled_against`, in both zoos); a run
   whose head still learns on the frozen features is healthy and tolerates `no_gradient`. The
-  analyzer, which sees no twin, warns (`no_gradient`, severity warning) when the loss fell
-  ≥ 20 % after the cut and calls the run not learning otherwise.
+  analyzer, which sees no twin, warns (`no_gradient`, severity warning) when the loss is
+  ≥ 1 % lower since the cut (the run learns on) and calls the run not learning otherwise.
 - postmortem's findings of severity `note` are not counted (benign on any run)."""
 
 
