@@ -2255,6 +2255,8 @@ def test_perceiver_encodes_positions_cross_attends_its_latents_and_its_healthy_r
     assert _mean(loss[:10]) > 0.95 * math.log(10) and _mean(loss[-10:]) < 0.2 * _mean(loss[:10])
     assert len(by_name["val_loss"]) == 6 and by_name["val_loss"][-1] < 0.3 * by_name["val_loss"][0]
     assert by_name["lr"] == pytest.approx([PERCEIVER_LR * _schedule(recipe, 150)(step) for step in range(150)])
+    beta1 = by_name["hp.optimizer.0.beta1"]  # OneCycleLR's cycled momentum, as the recorder saw it
+    assert max(beta1) == pytest.approx(0.95) and min(beta1) == pytest.approx(0.85) and beta1[-1] > 0.94
     stats = read_stats(tmp_path / "run")
     io = stats[(stats["role"] == "input") & (stats["step"] == 0)]
     assert io["shape"].tolist() == ["128x1x8x8"]
