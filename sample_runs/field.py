@@ -25,7 +25,7 @@ negative sampling, a triplet-loss embedding net, a Wide ResNet trained with SAM,
 CartPole, a one-level FCOS object detector, a timm-style EfficientNet, a physics-informed network,
 MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, a tiny NeRF, a
 capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder, an
-RWKV language model and a TabNet (`field_models`),
+RWKV language model, a TabNet and a Perceiver (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -62,7 +62,8 @@ by the plain loop with AdamW and mae's per-step warm-up and cosine on its masked
 RWKV LM by the plain loop with RWKV's Adam (its per-parameter lr multipliers, no weight decay),
 warm-up and exponential decay and its `L2Wrap`ped cross-entropy, the TabNet by the plain loop
 with pytorch-tabnet's Adam, `StepLR` and gradient-norm clip on its cross-entropy plus the masks'
-entropy. Faults
+entropy, the Perceiver by the plain loop with perceiver-pytorch's train_cifar10 recipe (AdamW with
+decay on every parameter, `OneCycleLR` with its cycled β1, clip 1.0). Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -256,7 +257,10 @@ class Recipe:
     `EXP_DECAY_STEPS` steps: timm's `step` scheduler), `mae_cosine` (linear warm-up from 0, then a
     half cosine to 0: mae's `lr_sched.adjust_learning_rate`, per step), `rwkv_exp` (a warm-up
     from 0.2× to 1×, then exponential decay to `RWKV_LR_FINAL_RATIO`: RWKV-v4neo's trainer),
-    `step_x0.9` (× 0.9 every `TABNET_LR_STEP` steps: pytorch-tabnet's `StepLR` example) or
+    `step_x0.9` (× 0.9 every `TABNET_LR_STEP` steps: pytorch-tabnet's `StepLR` example),
+    `one_cycle` (torch's `OneCycleLR` at its defaults: a cosine rise from 1/25 of the lr over
+    `warmup` steps, then a cosine fall to 1/25 × 1e-4 of it; β1 cycled 0.95 → 0.85 → 0.95 with it by
+    `_one_cycle_momentum`: perceiver-pytorch's train_cifar10.py) or
     `constant` (Stable-Baselines3's default)."""
     bf16: bool = False
     """Trained under CPU bf16 autocast (timm's `--amp` with bf16)."""
@@ -313,6 +317,20 @@ TABNET_LR_STEP = 15
 """Steps between `StepLR`'s ×0.9 for the TabNet: pytorch-tabnet's README example decays ×0.9 every
 50 epochs (`step_size` 50, stepped once an epoch); a run here is 16 epochs of the table's 2400
 training rows at batch 256, each ×0.9 here every 15 steps (1.6 epochs): 9 decays, ×0.39 by the end."""
+
+ONE_CYCLE_DIV = 25.0
+"""`OneCycleLR`'s `div_factor`: its first lr is max_lr / 25."""
+ONE_CYCLE_FINAL_DIV = 1e4
+"""`OneCycleLR`'s `final_div_factor`: its last lr is the first / 1e4."""
+ONE_CYCLE_MOMENTUM = (0.85, 0.95)
+"""`OneCycleLR`'s (`base_momentum`, `max_momentum`): Adam's β1 at the lr's peak and at its ends."""
+PERCEIVER_LR = 3e-3
+"""The Perceiver's OneCycleLR max_lr: 3× train_cifar10's 1e-3, which trains 20 epochs of CIFAR-10 at
+batch 128 (7800 steps) where a run here has 150 (at 1e-3 loss 2.38 -> 2.28, chance ln 10 = 2.30,
+seed 0; at 3e-3 with a cross head of 64 on the normalised digits see the healthy test)."""
+PERCEIVER_WARMUP = 45
+"""The Perceiver's rising phase: `OneCycleLR`'s `pct_start` 0.3 of `STEPS` (its `float(pct_start ·
+total_steps) − 1` = 44 is the last step of the rise)."""
 
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
@@ -448,6 +466,11 @@ RECIPES = {
     # TABNET_LR_STEP); batch 256 (its batch_size 1024: the table has 2400 training rows).
     "tabnet": Recipe(lr=2e-2, weight_decay=0.0, batch=256, clip=1.0, warmup=0, optimizer="adam",
                      schedule="step_x0.9"),
+    # lucidrains/perceiver-pytorch's train_cifar10.py: AdamW(model.parameters(), lr 1e-3, weight
+    # decay 1e-4) on every parameter, OneCycleLR(max_lr=lr) over the run (β1 starts at its
+    # max_momentum 0.95), clip_grad_norm_ 1.0, batch 128.
+    "perceiver": Recipe(lr=PERCEIVER_LR, weight_decay=1e-4, batch=128, clip=1.0, betas=(ONE_CYCLE_MOMENTUM[1], 0.999),
+                        warmup=PERCEIVER_WARMUP, schedule="one_cycle"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -487,7 +510,7 @@ BASE_STEPS = 300
 """AdamW steps of the LoRA base model's pretraining on the default corpus (`lora_base`)."""
 LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba", "lora", "rwkv")
 IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm", "densenet", "swin", "distil",
-                "byol")
+                "byol", "perceiver")
 """Architectures that take (B, 1, 8, 8) digits."""
 LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "recsys": torch.nn.functional.binary_cross_entropy_with_logits,
@@ -604,10 +627,42 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
         return rwkv
     if recipe.schedule == "step_x0.9":  # torch's StepLR(step_size=TABNET_LR_STEP, gamma=0.9)
         return lambda step: 0.9 ** (step // TABNET_LR_STEP)
+    if recipe.schedule == "one_cycle":  # torch's OneCycleLR (cos), as a factor on max_lr
+        return lambda step: _one_cycle(step, recipe.warmup, steps, 1 / ONE_CYCLE_DIV, 1.0,
+                                       1 / (ONE_CYCLE_DIV * ONE_CYCLE_FINAL_DIV))
     if recipe.schedule == "step":
         return lambda step: 0.1 ** ((step >= steps // 2) + (step >= 3 * steps // 4))
     config = LoopConfig(steps=steps, warmup=recipe.warmup, lr=1.0)
     return lambda step: lr_at(step, config)
+
+
+def _one_cycle(step: int, warmup: int, steps: int, start: float, peak: float, end: float) -> float:
+    """torch's `OneCycleLR` (two phases, `anneal_strategy='cos'`) at `step`: from `start` to
+    `peak` by a half cosine until step `warmup` − 1 (its `pct_start · total_steps − 1`), then to
+    `end` at step `steps` − 1; with `warmup` 0 (no warm-up) the fall starts at `peak` at step 0."""
+    def annealed(a: float, b: float, pct: float) -> float:
+        return b + (a - b) / 2 * (math.cos(math.pi * pct) + 1)
+    rise_end = warmup - 1
+    if warmup > 0 and step <= rise_end:
+        return annealed(start, peak, step / rise_end) if rise_end > 0 else peak
+    fall_start = max(rise_end, 0)
+    return annealed(peak, end, min(1.0, (step - fall_start) / (steps - 1 - fall_start)))
+
+
+def _one_cycle_momentum(optimizer: torch.optim.Optimizer, warmup: int, steps: int) -> Callable[[], None]:
+    """`OneCycleLR`'s `cycle_momentum` for Adam(W): after each optimizer step, β1 of every group
+    is set for the next step, from `ONE_CYCLE_MOMENTUM`'s max down to its base at the lr's peak
+    and back (the lr's phases, reversed); the first step's β1 is the recipe's (the max)."""
+    base, top = ONE_CYCLE_MOMENTUM
+    taken = 0
+
+    def after_step() -> None:
+        nonlocal taken
+        taken += 1
+        beta1 = _one_cycle(min(taken, steps - 1), warmup, steps, top, base, top)
+        for group in optimizer.param_groups:
+            group["betas"] = (beta1, *group["betas"][1:])
+    return after_step
 
 
 def _param_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
@@ -618,8 +673,11 @@ def _param_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
     a model names in `loose` (CLIP's logit scale) get a group of their own, without decay; frozen
     parameters (`requires_grad=False`: LoRA's base) are in no group, as PEFT's optimizers hold
     only the trainable ones. A model's `lr_scale` (RWKV's `my_lr_scale`: a path component → an lr
-    multiplier) splits a unit's groups by multiplier, each group's lr that multiple of `lr`."""
+    multiplier) splits a unit's groups by multiplier, each group's lr that multiple of `lr`. A model
+    with `decay_everything` (the Perceiver: its script's `AdamW(model.parameters(), ...)`) decays
+    every parameter, one group a unit."""
     exempt = {id(p) for n, p in model.named_parameters() if set(n.split(".")) & set(getattr(model, "no_decay", ()))}
+    everything = getattr(model, "decay_everything", False)
     scales = getattr(model, "lr_scale", {})
     scale_of = {id(p): next((scales[part] for part in n.split(".") if part in scales), 1.0)
                 for n, p in model.named_parameters()}
@@ -631,7 +689,7 @@ def _param_groups(model: nn.Module, recipe: Recipe, lr: float) -> list[dict]:
         seen.update(id(p) for p in params)
         for decay in (True, False):
             chosen = [p for p in params
-                      if p.requires_grad and (p.dim() >= 2 and id(p) not in exempt) == decay]
+                      if p.requires_grad and (everything or (p.dim() >= 2 and id(p) not in exempt)) == decay]
             for scale in sorted({scale_of[id(p)] for p in chosen}):
                 group = {"params": [p for p in chosen if scale_of[id(p)] == scale], "lr": lr * scale,
                          "weight_decay": recipe.weight_decay if decay else 0.0, "layer": unit}
@@ -680,7 +738,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
-                "capsnet", "sac", "mae", "tabnet")
+                "capsnet", "sac", "mae", "tabnet", "perceiver")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -695,7 +753,8 @@ left as they are), the neural ODE's its windows' initial states, the NeRF's its 
 directions), the capsule network's its images (also its reconstruction's target), the SAC agent's
 the states it samples from its replay buffer (a corrupted buffer; their next states left as they
 are), the MAE's its images (also its target patches), the TabNet's its numeric columns (as the
-FT-Transformer's); word2vec and the BiLSTM-CRF read word IDs."""
+FT-Transformer's), the Perceiver's its pixels (not the Fourier features its forward adds to them);
+word2vec and the BiLSTM-CRF read word IDs."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
@@ -907,6 +966,8 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         return loader, held_out, 2, _point_mass_distance(seed)
     rows = digits("rows")
     x = rows.x.unsqueeze(1) if arch in IMAGE_MODELS else rows.x
+    if arch == "perceiver":  # train_cifar10's transforms.Normalize, by the training digits' mean and std
+        x = (x - x[:1500].mean()) / x[:1500].std()
     if arch == "byol":  # BYOL's loss of a prediction uncorrelated with its target: 2 − 2·0
         return two_views_sampler(x[:1500], micro, seed), two_views_sampler(x[1500:], 128, seed + 1), 10, 2.0
     if arch == "simclr":
@@ -1394,6 +1455,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     if arch == "efficientnet":  # timm's train.py: model_ema.update(model) after each optimizer step
         ema = ModelEmaV2(model, MODEL_EMA_DECAY)
         after_step = lambda: ema.update(model)  # noqa: E731
+    if recipe.schedule == "one_cycle":  # OneCycleLR's cycle_momentum, stepped with the scheduler
+        after_step = _one_cycle_momentum(optimizer, options["warmup"], STEPS)
     teacher = distillation_teacher(seed) if arch == "distil" else None
     if arch == "byol":  # the target network: projections in the loss, an EMA of the online weights after each step
         teacher = byol_target(model)

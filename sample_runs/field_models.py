@@ -253,6 +253,10 @@
   initial batch norm, shared and step-specific feature transformers of GLU layers behind ghost
   batch norm, attentive transformers drawing prior-scaled sparsemax masks, the decision steps'
   ReLU'd outputs summed), at its default widths; the masks' entropy added to its loss.
+- `Perceiver`, `perceiver_fourier_encode`, `PerceiverAttention`, `GEGLU`: lucidrains/perceiver-pytorch's
+  Perceiver (a learned latent array cross-attending to the input array with Fourier-encoded 2-D
+  positions concatenated, PreNorm with the context's own LayerNorm, GEGLU feed-forwards, latent
+  self-attention blocks after each cross-attention, mean-pooled LayerNorm → Linear head), small.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -264,8 +268,8 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 `lora`, `vqvae` and `nbeats` before the thirteenth, `word2vec`, `triplet` and `sam` before the
 fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `maml` and `pix2pix` before the
 sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `nerf` and `capsnet` before
-the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth
-(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
+`perceiver` before the twenty-first (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -306,7 +310,9 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "squashed_gaussian", "GaussianPolicy", "TwinQNetwork", "SoftActorCritic", "get_2d_sincos_pos_embed",
            "MaskedAutoencoderViT", "mae_loss", "patchify", "MAE_PATCH", "RWKV", "RWKVTimeMix", "RWKVChannelMix",
            "wkv", "L2Wrap", "rwkv_loss", "RWKV_LR", "sparsemax", "GhostBatchNorm", "TabNet", "tabnet_loss",
-           "TABNET_VIRTUAL_BATCH", "TABNET_LAMBDA_SPARSE", "build_field_model",
+           "TABNET_VIRTUAL_BATCH", "TABNET_LAMBDA_SPARSE", "Perceiver", "PerceiverAttention", "PerceiverLayer",
+           "PerceiverFeedForward", "GEGLU", "perceiver_fourier_encode", "PERCEIVER_FREQ_BANDS", "PERCEIVER_MAX_FREQ",
+           "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -3939,12 +3945,212 @@ def tabnet_loss(output: tuple[torch.Tensor, torch.Tensor], targets: torch.Tensor
     return torch.nn.functional.cross_entropy(logits, targets) - TABNET_LAMBDA_SPARSE * m_loss
 
 
+PERCEIVER_FREQ_BANDS = 4
+"""The Perceiver's `num_freq_bands` K per input axis (lucidrains' README 6, its train_cifar10 6 for
+32 × 32 images; 4 here for 8 × 8)."""
+PERCEIVER_MAX_FREQ = 8.0
+"""The Perceiver's `max_freq`: the highest band's scale is max_freq / 2 = 4 cycles over [−1, 1],
+just past the 8-pixel axis's Nyquist 3.5 (the paper's μ / 2 at the input's resolution μ)."""
+
+
+def perceiver_fourier_encode(x: torch.Tensor, max_freq: float, num_bands: int) -> torch.Tensor:
+    """lucidrains' `fourier_encode`: each position x in [−1, 1] (the trailing axis gains a
+    dimension) → [sin(π f_i x)]_i, [cos(π f_i x)]_i, x, the scales f_i evenly spaced from 1 to
+    max_freq / 2 (`torch.linspace`), in x's dtype: 2·num_bands + 1 features."""
+    x = x.unsqueeze(-1)
+    scales = torch.linspace(1.0, max_freq / 2, num_bands, device=x.device, dtype=x.dtype)
+    angles = x * scales * math.pi
+    return torch.cat([angles.sin(), angles.cos(), x], dim=-1)
+
+
+class PerceiverPreNorm(nn.Module):
+    """lucidrains' `PreNorm`: LayerNorm of x (and, in a cross-attention, its own LayerNorm of the
+    context) before `fn`."""
+
+    def __init__(self, dim: int, fn: nn.Module, context_dim: int | None = None) -> None:
+        super().__init__()
+        self.fn = fn
+        self.norm = nn.LayerNorm(dim)
+        self.norm_context = nn.LayerNorm(context_dim) if context_dim is not None else None
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.norm(x)
+        if self.norm_context is not None:
+            return self.fn(x, context=self.norm_context(context))
+        return self.fn(x)
+
+
+class GEGLU(nn.Module):
+    """Shazeer's GEGLU as lucidrains writes it: the last axis halved into x and gates, x · gelu(gates)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x, gates = x.chunk(2, dim=-1)
+        return x * torch.nn.functional.gelu(gates)
+
+
+class PerceiverFeedForward(nn.Module):
+    """lucidrains' `FeedForward`: Linear(dim, dim·mult·2) → GEGLU → Linear(dim·mult, dim) → dropout."""
+
+    def __init__(self, dim: int, mult: int = 4, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(dim, dim * mult * 2), GEGLU(), nn.Linear(dim * mult, dim),
+                                 nn.Dropout(dropout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class PerceiverAttention(nn.Module):
+    """lucidrains' `Attention`: queries from x (`to_q`, no bias), keys and values from the context
+    (x itself in self-attention; `to_kv`, no bias, chunked in two), `heads` heads of `dim_head`,
+    softmax(q kᵀ / sqrt(dim_head)) over the context, dropout on the weights, `to_out` (with bias).
+    The last weights are kept in `last_attention` ((B·heads, queries, context))."""
+
+    def __init__(self, query_dim: int, context_dim: int | None = None, heads: int = 8, dim_head: int = 64,
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        inner = heads * dim_head
+        context_dim = query_dim if context_dim is None else context_dim
+        self.scale = dim_head ** -0.5
+        self.heads = heads
+        self.to_q = nn.Linear(query_dim, inner, bias=False)
+        self.to_kv = nn.Linear(context_dim, inner * 2, bias=False)
+        self.dropout = nn.Dropout(dropout)
+        self.to_out = nn.Linear(inner, query_dim)
+        self.last_attention: torch.Tensor | None = None
+
+    def _split(self, t: torch.Tensor) -> torch.Tensor:  # 'b n (h d) -> (b h) n d'
+        b, n, _ = t.shape
+        return t.view(b, n, self.heads, -1).transpose(1, 2).reshape(b * self.heads, n, -1)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
+        context = x if context is None else context
+        q = self._split(self.to_q(x))
+        k, v = (self._split(t) for t in self.to_kv(context).chunk(2, dim=-1))
+        attention = (torch.einsum("bid,bjd->bij", q, k) * self.scale).softmax(dim=-1)
+        self.last_attention = attention.detach()
+        out = torch.einsum("bij,bjd->bid", self.dropout(attention), v)
+        b = x.shape[0]
+        out = out.view(b, self.heads, x.shape[1], -1).transpose(1, 2).reshape(b, x.shape[1], -1)
+        return self.to_out(out)
+
+
+class PerceiverLatentBlock(nn.Module):
+    """One latent self-attention block of lucidrains' Perceiver: x + attn(norm x), then x + ff(norm x)."""
+
+    def __init__(self, dim: int, heads: int, dim_head: int, attn_dropout: float, ff_dropout: float) -> None:
+        super().__init__()
+        self.attn = PerceiverPreNorm(dim, PerceiverAttention(dim, heads=heads, dim_head=dim_head, dropout=attn_dropout))
+        self.ff = PerceiverPreNorm(dim, PerceiverFeedForward(dim, dropout=ff_dropout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.attn(x) + x
+        return self.ff(x) + x
+
+
+class PerceiverLayer(nn.Module):
+    """One of lucidrains' `layers` entries: the latents cross-attend to the (encoded) input array
+    (`cross_attn`: PreNorm with the context's LayerNorm), `cross_ff`, then `self_per_cross_attn`
+    latent self-attention blocks; each a residual branch."""
+
+    def __init__(self, dim: int, input_dim: int, cross_heads: int, cross_dim_head: int, latent_heads: int,
+                 latent_dim_head: int, self_per_cross_attn: int, attn_dropout: float, ff_dropout: float) -> None:
+        super().__init__()
+        self.cross_attn = PerceiverPreNorm(dim, PerceiverAttention(dim, input_dim, heads=cross_heads,
+                                                                   dim_head=cross_dim_head, dropout=attn_dropout),
+                                           context_dim=input_dim)
+        self.cross_ff = PerceiverPreNorm(dim, PerceiverFeedForward(dim, dropout=ff_dropout))
+        self.self_attns = nn.ModuleList(PerceiverLatentBlock(dim, latent_heads, latent_dim_head, attn_dropout,
+                                                             ff_dropout) for _ in range(self_per_cross_attn))
+
+    def forward(self, x: torch.Tensor, data: torch.Tensor) -> torch.Tensor:
+        x = self.cross_attn(x, context=data) + x
+        x = self.cross_ff(x) + x
+        for block in self.self_attns:
+            x = block(x)
+        return x
+
+
+class PerceiverLatents(nn.Module):
+    """The learned latent array (`num_latents` × `latent_dim`, N(0, 1) as lucidrains' `torch.randn`),
+    repeated over the batch; a module of its own so that it is a unit."""
+
+    def __init__(self, num_latents: int, dim: int) -> None:
+        super().__init__()
+        self.latents = nn.Parameter(torch.randn(num_latents, dim))
+
+    def forward(self, batch: int) -> torch.Tensor:
+        return self.latents.unsqueeze(0).expand(batch, -1, -1)
+
+
+class MeanOverLatents(nn.Module):
+    """einops' `Reduce('b n d -> b d', 'mean')`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=1)
+
+
+class Perceiver(nn.Module):
+    """lucidrains/perceiver-pytorch's `Perceiver` (Jaegle et al.), small: the input array (B, H, W,
+    C) gets each pixel's 2-D position in [−1, 1]² Fourier-encoded (`perceiver_fourier_encode` per
+    axis, `PERCEIVER_FREQ_BANDS` bands up to `PERCEIVER_MAX_FREQ`) concatenated to its channels and
+    is flattened to H·W input tokens; the learned latents (`PerceiverLatents`) pass `depth`
+    `PerceiverLayer`s (cross-attention to the input array, its feed-forward, `self_per_cross_attn`
+    latent self-attention blocks); `to_logits` is the mean over the latents → LayerNorm → Linear.
+    Weight tying off, no mask, no inverted attention; PyTorch's default init as there. Its forward
+    takes (B, C, H, W) images and moves the channels last as train_cifar10.py's loop does
+    (`rearrange(inputs, 'b c h w -> b h w c')`). Widths: latent_dim 32, 16 latents, depth 2, 1
+    cross head of 64 as there, 4 latent heads of 16 (its inner width 2 × latent_dim, as there), 2
+    self-attention blocks per cross-attention (its train_cifar10: 128, 128, 3, 1 × 64, 4 × 64, 2),
+    dropout 0.1 on the attention weights and the feed-forwards as there (a cross head of 16: at
+    lr 3e-3 seeds 1 and 2 still at chance after 150 steps, 2.26 and 2.19). No weight decay exemptions (`decay_everything`: its
+    `AdamW(model.parameters(), weight_decay=...)`)."""
+
+    def __init__(self, num_classes: int = 10, input_channels: int = 1, input_axis: int = 2,
+                 num_freq_bands: int = PERCEIVER_FREQ_BANDS, max_freq: float = PERCEIVER_MAX_FREQ, depth: int = 2,
+                 num_latents: int = 16, latent_dim: int = 32, cross_heads: int = 1, latent_heads: int = 4,
+                 cross_dim_head: int = 64, latent_dim_head: int = 16, attn_dropout: float = 0.1,
+                 ff_dropout: float = 0.1, self_per_cross_attn: int = 2) -> None:
+        super().__init__()
+        self.input_axis, self.max_freq, self.num_freq_bands = input_axis, max_freq, num_freq_bands
+        input_dim = input_axis * (2 * num_freq_bands + 1) + input_channels
+        self.latents = PerceiverLatents(num_latents, latent_dim)
+        self.layers = nn.ModuleList(
+            PerceiverLayer(latent_dim, input_dim, cross_heads, cross_dim_head, latent_heads, latent_dim_head,
+                           self_per_cross_attn, attn_dropout, ff_dropout) for _ in range(depth))
+        self.to_logits = nn.Sequential(MeanOverLatents(), nn.LayerNorm(latent_dim), nn.Linear(latent_dim, num_classes))
+        self.units = ["latents", *(f"layers.{i}" for i in range(depth)), "to_logits"]
+        self.hidden = [f"layers.{i}" for i in range(depth)]
+        # The head feeds the loss; the last feed-forward's output Linear writes the residual stream
+        # the pooled LayerNorm reads (every other Linear is read behind a PreNorm).
+        self.exposed = ["to_logits.2", f"layers.{depth - 1}.self_attns.{self_per_cross_attn - 1}.ff.fn.net.2"]
+        self.decay_everything = True
+
+    def encode_positions(self, axis: tuple[int, ...], device, dtype) -> torch.Tensor:
+        """lucidrains' positions: `torch.linspace(−1, 1)` per axis, meshgrid (ij), each axis's
+        Fourier features side by side: (*axis, input_axis·(2K + 1))."""
+        axis_pos = [torch.linspace(-1.0, 1.0, size, device=device, dtype=dtype) for size in axis]
+        pos = torch.stack(torch.meshgrid(*axis_pos, indexing="ij"), dim=-1)
+        encoded = perceiver_fourier_encode(pos, self.max_freq, self.num_freq_bands)
+        return encoded.flatten(-2)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        data = images.movedim(1, -1)  # b c h w -> b h w c
+        b, *axis, _ = data.shape
+        enc_pos = self.encode_positions(tuple(axis), data.device, data.dtype).expand(b, *axis, -1)
+        data = torch.cat((data, enc_pos), dim=-1).flatten(1, -2)  # b (h w) d
+        x = self.latents(b)
+        for layer in self.layers:
+            x = layer(x, data)
+        return self.to_logits(x)
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
-               "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet")
+               "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -4008,6 +4214,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "mae": lambda vocab: MaskedAutoencoderViT(),
     "rwkv": lambda vocab: RWKV(vocab),
     "tabnet": lambda vocab: TabNet(TABLE.numeric, TABLE.cardinalities, vocab),
+    "perceiver": lambda vocab: Perceiver(vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""

@@ -48,7 +48,8 @@ def test_catalogue_looks_like_the_field():
                                        "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "transe", "kws",
                                        "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam", "ppo", "detector",
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
-                                       "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet"}
+                                       "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
+                                       "perceiver"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -2157,3 +2158,108 @@ def test_tabnet_masks_by_sparsemax_normalises_ghost_batches_updates_its_prior_an
     assert not LEFT_OUT.get("tabnet")
     assert any(s.arch == "tabnet" and s.family == "healthy_spike" for s in SCENARIOS.values())  # class labels
     assert any(s.arch == "tabnet" and s.family == "batch_nan" for s in SCENARIOS.values())  # numeric columns
+
+
+def test_perceiver_encodes_positions_cross_attends_its_latents_and_its_healthy_run_learns(tmp_path):
+    from sample_runs.field import ONE_CYCLE_MOMENTUM, PERCEIVER_LR, PERCEIVER_WARMUP, _one_cycle_momentum
+    from sample_runs.field_models import (GEGLU, PERCEIVER_FREQ_BANDS, PERCEIVER_MAX_FREQ, PerceiverAttention,
+                                          perceiver_fourier_encode)
+
+    x = torch.linspace(-1, 1, 5)
+    encoded = perceiver_fourier_encode(x, 10.0, 6)
+    scales = torch.tensor([1.0, 1.8, 2.6, 3.4, 4.2, 5.0])  # linspace(1, max_freq / 2, bands)
+    assert encoded.shape == (5, 13)
+    assert torch.allclose(encoded[:, :6], torch.sin(math.pi * x[:, None] * scales))
+    assert torch.allclose(encoded[:, 6:12], torch.cos(math.pi * x[:, None] * scales))
+    assert torch.equal(encoded[:, 12], x)  # the raw position last
+
+    model = build_field_model("perceiver", 10)
+    positions = model.encode_positions((8, 8), "cpu", torch.float32)
+    k = PERCEIVER_FREQ_BANDS
+    assert positions.shape == (8, 8, 2 * (2 * k + 1)) and PERCEIVER_MAX_FREQ / 2 > 3.5  # past the 8-pixel Nyquist
+    grid = torch.linspace(-1, 1, 8)
+    assert torch.equal(positions[:, 3, 2 * k], grid) and torch.equal(positions[5, :, 4 * k + 1], grid)  # ij: rows, cols
+    assert torch.allclose(positions[2, 6, 2 * k + 1:], perceiver_fourier_encode(grid[6], PERCEIVER_MAX_FREQ, k))
+
+    gates = torch.randn(3, 8)
+    assert torch.allclose(GEGLU()(gates), gates[:, :4] * 0.5 * gates[:, 4:] * (1 + torch.erf(gates[:, 4:] / 2 ** 0.5)),
+                          atol=1e-6)
+
+    layer = model.layers[0]
+    cross = layer.cross_attn.fn
+    assert model.latents.latents.shape == (16, 32) and len(model.layers) == 2 and len(layer.self_attns) == 2
+    assert cross.to_q.weight.shape == (64, 32) and cross.to_q.bias is None  # 1 cross head of 64
+    assert cross.to_kv.weight.shape == (128, 19) and cross.to_kv.bias is None  # 1 pixel + 2 axes × (2K + 1)
+    assert cross.to_out.weight.shape == (32, 64) and cross.to_out.bias is not None
+    assert layer.cross_attn.norm_context.normalized_shape == (19,) and layer.self_attns[0].attn.norm_context is None
+    ff = layer.cross_ff.fn.net
+    assert ff[0].weight.shape == (256, 32) and ff[2].weight.shape == (32, 128)  # dim · mult · 2, GEGLU halves it
+    latent = layer.self_attns[0].attn.fn
+    assert latent.heads == 4 and latent.to_q.weight.shape == (64, 32) and latent.scale == 16 ** -0.5
+
+    attention = PerceiverAttention(6, 5, heads=2, dim_head=3)  # by hand, head by head
+    q_in, context = torch.randn(2, 4, 6), torch.randn(2, 7, 5)
+    out = attention(q_in, context=context)
+    q = attention.to_q(q_in)
+    k_all, v_all = attention.to_kv(context).chunk(2, dim=-1)
+    heads = []
+    for h in range(2):
+        part = slice(3 * h, 3 * h + 3)
+        weights = torch.softmax(q[..., part] @ k_all[..., part].transpose(1, 2) / math.sqrt(3), dim=-1)
+        heads.append(weights @ v_all[..., part])
+    assert torch.allclose(out, attention.to_out(torch.cat(heads, dim=-1)), atol=1e-6)
+
+    model.eval()
+    seen = []
+    cross.register_forward_hook(lambda module, args, kwargs, output: seen.append(kwargs["context"]), with_kwargs=True)
+    images = torch.rand(3, 1, 8, 8)
+    logits = model(images)
+    assert logits.shape == (3, 10) and cross.last_attention.shape == (3, 16, 64)  # 16 latents over 64 pixels
+    assert latent.last_attention.shape == (3 * 4, 16, 16)
+    raw = torch.cat((images.flatten(2).transpose(1, 2), positions.flatten(0, 1).expand(3, -1, -1)), dim=-1)
+    assert torch.allclose(seen[0], layer.cross_attn.norm_context(raw), atol=1e-6)  # pixel, then its positions
+    assert torch.allclose(model(images[:1]), logits[:1], atol=1e-5)  # the latents are the batch's, not per image
+    model.train()
+
+    assert model.units == ["latents", "layers.0", "layers.1", "to_logits"] and model.hidden == ["layers.0", "layers.1"]
+    recipe = RECIPES["perceiver"]
+    assert recipe.optimizer == "adamw" and recipe.lr == PERCEIVER_LR and recipe.clip == 1.0 and recipe.batch == 128
+    groups = _param_groups(model, recipe, 1.0)
+    assert [g["layer"] for g in groups] == model.units
+    assert all(g["weight_decay"] == 1e-4 for g in groups)  # AdamW(model.parameters(), weight_decay=1e-4)
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+
+    for warmup in (PERCEIVER_WARMUP, 0):  # torch's OneCycleLR, and the lr_too_high family's no warm-up
+        schedule = _schedule(type(recipe)(**{**recipe.__dict__, "warmup": warmup}), 150)
+        p = torch.nn.Parameter(torch.zeros(1))
+        reference = torch.optim.AdamW([p], lr=1.0)
+        one_cycle = torch.optim.lr_scheduler.OneCycleLR(reference, max_lr=1.0, total_steps=150,
+                                                        pct_start=max(warmup, 1e-9) / 150)
+        ours = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0, betas=recipe.betas)
+        momentum = _one_cycle_momentum(ours, warmup, 150)
+        for step in range(150):
+            if warmup:
+                assert schedule(step) == pytest.approx(reference.param_groups[0]["lr"], rel=1e-9, abs=1e-12)
+                assert ours.param_groups[0]["betas"][0] == pytest.approx(reference.param_groups[0]["betas"][0])
+            reference.step()
+            one_cycle.step()
+            momentum()
+        assert schedule(149) == pytest.approx(1 / 25 / 1e4)
+        assert schedule(0) == (pytest.approx(1 / 25) if warmup else 1.0)
+    assert _schedule(recipe, 150)(PERCEIVER_WARMUP - 1) == 1.0 and recipe.betas[0] == ONE_CYCLE_MOMENTUM[1]
+
+    truth = make("healthy-perceiver-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[:10]) > 0.95 * math.log(10) and _mean(loss[-10:]) < 0.2 * _mean(loss[:10])
+    assert len(by_name["val_loss"]) == 6 and by_name["val_loss"][-1] < 0.3 * by_name["val_loss"][0]
+    assert by_name["lr"] == pytest.approx([PERCEIVER_LR * _schedule(recipe, 150)(step) for step in range(150)])
+    beta1 = by_name["hp.optimizer.0.beta1"]  # OneCycleLR's cycled momentum, as the recorder saw it
+    assert max(beta1) == pytest.approx(0.95) and min(beta1) == pytest.approx(0.85) and beta1[-1] > 0.94
+    stats = read_stats(tmp_path / "run")
+    io = stats[(stats["role"] == "input") & (stats["step"] == 0)]
+    assert io["shape"].tolist() == ["128x1x8x8"]
+    assert not LEFT_OUT.get("perceiver")
+    assert any(s.arch == "perceiver" and s.family == "healthy_spike" for s in SCENARIOS.values())  # class labels
+    assert any(s.arch == "perceiver" and s.family == "batch_nan" for s in SCENARIOS.values())  # its pixels
