@@ -454,7 +454,7 @@ RECIPES = {
                      schedule="step_x0.9"),
     # vincentherrmann/pytorch-wavenet's WavenetTrainer: optim.Adam at its lr 0.001 (golbin/WaveNet's
     # model default 0.002), weight_decay 0, gradient_clipping None, no schedule; batch 16 windows
-    # (its train script's 16 outputs each from one long clip; its batch_size default 32).
+    # (its train script's batch_size 16; 64 outputs a window where it takes output_length 16).
     "wavenet": Recipe(lr=1e-3, weight_decay=0.0, batch=16, clip=None, warmup=0, optimizer="adam",
                       schedule="constant"),
 }
