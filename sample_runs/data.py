@@ -77,6 +77,12 @@ __all__ = [
     "KEYWORDS",
     "KeywordSpec",
     "keyword_clips",
+    "WAVEFORMS",
+    "WaveformSpec",
+    "mu_law_encode",
+    "mu_law_decode",
+    "waveform_clips",
+    "waveform_windows_sampler",
     "SERIES",
     "SeriesSpec",
     "seasonal_series",
@@ -1024,6 +1030,79 @@ def keyword_clips() -> tuple[Dataset, Dataset]:
         clip[onset: onset + length] += rng.uniform(0.5, 1.5) * np.hanning(length) * np.sin(phase)
     x, y = torch.from_numpy(clips.astype(np.float32)).unsqueeze(1), torch.from_numpy(labels)
     return Dataset(x[: spec.train], y[: spec.train]), Dataset(x[spec.train:], y[spec.train:])
+
+
+@dataclass(frozen=True)
+class WaveformSpec:
+    """WaveNet's audio: `clips` training and `held_out` held-out clips of `length` samples, each the
+    sum of 2–3 sines of random period (`periods` samples), amplitude (0.1–0.3) and phase, plus
+    Gaussian noise of std `noise`, mu-law quantised to `classes` levels (mu = classes − 1). A
+    window is `receptive_field` + `outputs` − 1 samples: the model's input, one-hot (classes,
+    window) as pytorch-wavenet's `WavenetDataset` gives it, and the `outputs` samples that follow
+    each of its last `outputs` positions, the targets."""
+
+    classes: int = 64
+    clips: int = 512
+    held_out: int = 64
+    length: int = 2048
+    periods: tuple[float, float] = (6.0, 48.0)
+    noise: float = 0.02
+    receptive_field: int = 64
+    outputs: int = 64
+
+    @property
+    def window(self) -> int:
+        return self.receptive_field + self.outputs - 1
+
+
+WAVEFORMS = WaveformSpec()
+
+
+def mu_law_encode(x: torch.Tensor, classes: int) -> torch.Tensor:
+    """Mu-law companding of x in [−1, 1] (sign(x) ln(1 + mu|x|) / ln(1 + mu), mu = classes − 1)
+    quantised to int64 levels 0 … classes − 1 by rounding (y + 1) / 2 · mu."""
+    mu = classes - 1
+    y = torch.sign(x) * torch.log1p(mu * x.abs()) / math.log1p(mu)
+    return ((y + 1) / 2 * mu + 0.5).long().clamp(0, mu)
+
+
+def mu_law_decode(q: torch.Tensor, classes: int) -> torch.Tensor:
+    """The inverse of `mu_law_encode`'s companding at a level's centre: y = 2 q / mu − 1,
+    x = sign(y) ((1 + mu)^|y| − 1) / mu."""
+    mu = classes - 1
+    y = 2 * q.double() / mu - 1
+    return (torch.sign(y) * torch.expm1(y.abs() * math.log1p(mu)) / mu).float()
+
+
+@lru_cache(maxsize=1)
+def waveform_clips() -> tuple[torch.Tensor, torch.Tensor]:
+    """(training clips, held-out clips): (N, length) int64 mu-law levels, the same for every seed."""
+    spec, rng = WAVEFORMS, np.random.default_rng(2031)
+    t = np.arange(spec.length)
+    waves = spec.noise * rng.normal(size=(spec.clips + spec.held_out, spec.length))
+    for wave in waves:
+        for _ in range(rng.integers(2, 4)):
+            period = rng.uniform(*spec.periods)
+            wave += rng.uniform(0.1, 0.3) * np.sin(2 * np.pi * t / period + rng.uniform(0, 2 * np.pi))
+    levels = mu_law_encode(torch.from_numpy(np.clip(waves, -1, 1)), spec.classes)
+    return levels[: spec.clips], levels[spec.clips:]
+
+
+def waveform_windows_sampler(batch_size: int, seed: int, *, held_out: bool = False):
+    """Returns `draw()` giving (x (B, classes, window) float32 one-hot, y (B, outputs) int64): a
+    random clip and a random start in it for each window (pytorch-wavenet's `WavenetDataset`
+    items), the next sample after each of the window's last `outputs` samples its targets."""
+    spec, clips = WAVEFORMS, waveform_clips()[1 if held_out else 0]
+    generator = torch.Generator().manual_seed(seed)
+
+    def draw() -> tuple[torch.Tensor, torch.Tensor]:
+        rows = torch.randint(0, len(clips), (batch_size, 1), generator=generator)
+        starts = torch.randint(0, clips.shape[1] - spec.window, (batch_size, 1), generator=generator)
+        samples = clips[rows, starts + torch.arange(spec.window + 1)]
+        x = F.one_hot(samples[:, : spec.window], spec.classes).float().transpose(1, 2).contiguous()
+        return x, samples[:, -spec.outputs:]
+
+    return draw
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ negative sampling, a triplet-loss embedding net, a Wide ResNet trained with SAM,
 CartPole, a one-level FCOS object detector, a timm-style EfficientNet, a physics-informed network,
 MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, a tiny NeRF, a
 capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder, an
-RWKV language model, a TabNet and a Perceiver (`field_models`),
+RWKV language model, a TabNet, a Perceiver and a WaveNet (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -63,7 +63,9 @@ RWKV LM by the plain loop with RWKV's Adam (its per-parameter lr multipliers, no
 warm-up and exponential decay and its `L2Wrap`ped cross-entropy, the TabNet by the plain loop
 with pytorch-tabnet's Adam, `StepLR` and gradient-norm clip on its cross-entropy plus the masks'
 entropy, the Perceiver by the plain loop with perceiver-pytorch's train_cifar10 recipe (AdamW with
-decay on every parameter, `OneCycleLR` with its cycled β1, clip 1.0). Faults
+decay on every parameter, `OneCycleLR` with its cycled β1, clip 1.0),
+the WaveNet by the plain loop with pytorch-wavenet's `WavenetTrainer` settings (Adam at
+1e-3, no weight decay, no clipping, no schedule) on the next sample's cross-entropy. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -114,6 +116,7 @@ from .data import (
     SPEECH,
     T5_SORT,
     TABLE,
+    WAVEFORMS,
     CartPole,
     Dataset,
     PointMass,
@@ -155,6 +158,8 @@ from .data import (
     t5_rows,
     table_data,
     two_views_sampler,
+    waveform_clips,
+    waveform_windows_sampler,
 )
 from .expected import Expected
 from .field_models import (
@@ -471,6 +476,11 @@ RECIPES = {
     # max_momentum 0.95), clip_grad_norm_ 1.0, batch 128.
     "perceiver": Recipe(lr=PERCEIVER_LR, weight_decay=1e-4, batch=128, clip=1.0, betas=(ONE_CYCLE_MOMENTUM[1], 0.999),
                         warmup=PERCEIVER_WARMUP, schedule="one_cycle"),
+    # vincentherrmann/pytorch-wavenet's WavenetTrainer: optim.Adam at its lr 0.001 (golbin/WaveNet's
+    # model default 0.002), weight_decay 0, gradient_clipping None, no schedule; batch 16 windows
+    # (its train script's batch_size 16; 64 outputs a window where it takes output_length 16).
+    "wavenet": Recipe(lr=1e-3, weight_decay=0.0, batch=16, clip=None, warmup=0, optimizer="adam",
+                      schedule="constant"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -738,7 +748,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
-                "capsnet", "sac", "mae", "tabnet", "perceiver")
+                "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -753,8 +763,9 @@ left as they are), the neural ODE's its windows' initial states, the NeRF's its 
 directions), the capsule network's its images (also its reconstruction's target), the SAC agent's
 the states it samples from its replay buffer (a corrupted buffer; their next states left as they
 are), the MAE's its images (also its target patches), the TabNet's its numeric columns (as the
-FT-Transformer's), the Perceiver's its pixels (not the Fourier features its forward adds to them);
-word2vec and the BiLSTM-CRF read word IDs."""
+FT-Transformer's), the Perceiver's its pixels (not the Fourier features its forward adds to them),
+the WaveNet's its one-hot mu-law windows (float, as pytorch-wavenet's and golbin/WaveNet's loaders
+hand them to the model; its targets, the next samples' levels, left as they are); word2vec and the BiLSTM-CRF read word IDs."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
@@ -890,7 +901,7 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     the WGAN-GP (its `draw` is the loader of real points, `eval_draw` the held-out points), the
     DQN agent as the REINFORCE agent; for the distilled student the distillation loss of a student
     that predicts the uniform distribution against its teacher's logits on the training digits;
-    the round-12 to round-19 families' in `ARCH_DATA`."""
+    the round-12 to round-21 families' in `ARCH_DATA`."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in ARCH_DATA:
         return ARCH_DATA[arch](micro, seed)
@@ -1243,14 +1254,25 @@ def _masked_digits_data(micro: int, seed: int):
     return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10, chance
 
 
+def _waveform_data(micro: int, seed: int):
+    """Windows of the mu-law clips, one-hot, and their next samples (`data.waveform_windows_sampler`),
+    the held-out clips' for `val_loss`; chance: the entropy of the training clips' level marginal,
+    the loss of a model that ignores the samples before."""
+    levels = waveform_clips()[0].flatten()
+    share = torch.bincount(levels, minlength=WAVEFORMS.classes).double() / levels.numel()
+    share = share[share > 0]
+    return (waveform_windows_sampler(micro, seed), waveform_windows_sampler(32, seed + 1, held_out=True),
+            WAVEFORMS.classes, float(-(share * share.log()).sum()))
+
+
 ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_data, "lora": _kitchen_data,
              "vqvae": _pattern_reconstruction_data, "nbeats": _forecast_data, "word2vec": _skipgram_data,
              "triplet": _metric_learning_data, "sam": _smoothed_pattern_data, "ppo": _ppo_data, "detector": _box_data,
              "efficientnet": _pattern_data, "pinn": _poisson_data, "maml": _sinusoid_data, "pix2pix": _edges_data,
              "bilstm_crf": _tagging_data, "pixelcnn": _digit_levels_data, "neural_ode": _spiral_data,
              "nerf": _nerf_data, "capsnet": _capsule_digits_data, "sac": _point_mass_data,
-             "mae": _masked_digits_data}
-"""(draw, eval_draw, classes, chance) of the round-12 to round-19 families, from the micro-batch
+             "mae": _masked_digits_data, "wavenet": _waveform_data}
+"""(draw, eval_draw, classes, chance) of the round-12 to round-21 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
     "transe": lambda model: {"hits_at_10": hits_at_k(model, knowledge_graph()[1], 10)},

@@ -257,6 +257,10 @@
   Perceiver (a learned latent array cross-attending to the input array with Fourier-encoded 2-D
   positions concatenated, PreNorm with the context's own LayerNorm, GEGLU feed-forwards, latent
   self-attention blocks after each cross-attention, mean-pooled LayerNorm → Linear head), small.
+- `WaveNet`, `WaveNetBlock`, `gated_activation`: WaveNet as vincentherrmann/pytorch-wavenet and
+  golbin/WaveNet write it (one-hot mu-law input, a causal input conv, stacks of dilated causal
+  convs with dilations 1, 2, 4, … in each stack, the gated activation tanh(filter) · sigmoid(gate),
+  1×1 residual and skip convs, the skips summed → ReLU → 1×1 → ReLU → 1×1 → logits), small.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -269,7 +273,7 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `maml` and `pix2pix` before the
 sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `nerf` and `capsnet` before
 the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
-`perceiver` before the twenty-first (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`perceiver` and `wavenet` before the twenty-first (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -289,7 +293,7 @@ import torch
 from torch import nn
 
 from .data import (CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, NERF_SCENE, POINT_MASS, RING,
-                   SERIES, SPEECH, SPIRAL, TABLE, TAGGING, TAGS, TOPICS, rk4_step, spiral_trajectory)
+                   SERIES, SPEECH, SPIRAL, TABLE, TAGGING, TAGS, TOPICS, WAVEFORMS, rk4_step, spiral_trajectory)
 from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
@@ -312,6 +316,7 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "wkv", "L2Wrap", "rwkv_loss", "RWKV_LR", "sparsemax", "GhostBatchNorm", "TabNet", "tabnet_loss",
            "TABNET_VIRTUAL_BATCH", "TABNET_LAMBDA_SPARSE", "Perceiver", "PerceiverAttention", "PerceiverLayer",
            "PerceiverFeedForward", "GEGLU", "perceiver_fourier_encode", "PERCEIVER_FREQ_BANDS", "PERCEIVER_MAX_FREQ",
+           "WaveNet", "WaveNetBlock", "gated_activation",
            "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
@@ -4145,12 +4150,77 @@ class Perceiver(nn.Module):
         return self.to_logits(x)
 
 
+def gated_activation(filter_out: torch.Tensor, gate_out: torch.Tensor) -> torch.Tensor:
+    """WaveNet's gated activation unit (van den Oord et al., eq. 2): tanh(W_f * x) ⊙ σ(W_g * x)."""
+    return torch.tanh(filter_out) * torch.sigmoid(gate_out)
+
+
+class WaveNetBlock(nn.Module):
+    """One residual layer of pytorch-wavenet's `WaveNetModel.wavenet` loop: a dilated causal conv
+    of kernel 2 for the filter and another for the gate (no padding: the output is `dilation`
+    samples shorter, each output reading its own sample and the one `dilation` before it), the
+    gated activation, a 1×1 skip conv added to the running sum of the skips (cut to the newest
+    samples), a 1×1 residual conv added to the input's newest samples. `forward(x, skip)` returns
+    (residual output, skip sum): the loop's `x` and `skip`."""
+
+    def __init__(self, residual_channels: int, dilation_channels: int, skip_channels: int, dilation: int) -> None:
+        super().__init__()
+        self.dilation = dilation
+        self.filter_conv = nn.Conv1d(residual_channels, dilation_channels, kernel_size=2, dilation=dilation)
+        self.gate_conv = nn.Conv1d(residual_channels, dilation_channels, kernel_size=2, dilation=dilation)
+        self.residual_conv = nn.Conv1d(dilation_channels, residual_channels, kernel_size=1)
+        self.skip_conv = nn.Conv1d(dilation_channels, skip_channels, kernel_size=1)
+
+    def forward(self, x: torch.Tensor, skip: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        gated = gated_activation(self.filter_conv(x), self.gate_conv(x))
+        s = self.skip_conv(gated)
+        skip = s if skip is None else skip[:, :, -s.shape[2]:] + s
+        return self.residual_conv(gated) + x[:, :, self.dilation:], skip
+
+
+class WaveNet(nn.Module):
+    """WaveNet over one-hot mu-law audio (B, classes, T), as pytorch-wavenet's `WaveNetModel`
+    (separate filter and gate convs, the running skip sum, `end_conv_1` / `end_conv_2`, biases on:
+    its train script's `bias=True`; PyTorch's default inits) with golbin/WaveNet's causal input
+    conv of kernel 2 in place of the 1×1 `start_conv`; small: 32 residual and dilation channels,
+    64 skip and end channels, 2 stacks of 5 layers (dilations 1 … 16) where its train script takes
+    32/32/1024/512 and 3 × 10. Every conv is unpadded, so an output sees exactly
+    `receptive_field` = 2 + stacks · (2^layers − 1) samples, its own the newest: the logits
+    (B, outputs, classes) of the last `outputs` positions (pytorch-wavenet's `output_length`) are
+    those of a window of receptive_field + outputs − 1 samples, each predicting the sample after it."""
+
+    def __init__(self, classes: int = WAVEFORMS.classes, residual_channels: int = 32, dilation_channels: int = 32,
+                 skip_channels: int = 64, end_channels: int = 64, layers: int = 5, stacks: int = 2,
+                 outputs: int = WAVEFORMS.outputs) -> None:
+        super().__init__()
+        self.outputs = outputs
+        self.dilations = [2 ** i for _ in range(stacks) for i in range(layers)]
+        self.receptive_field = 2 + sum(self.dilations)
+        self.causal = nn.Conv1d(classes, residual_channels, kernel_size=2)
+        self.blocks = nn.ModuleList(WaveNetBlock(residual_channels, dilation_channels, skip_channels, d)
+                                    for d in self.dilations)
+        self.end_conv_1 = nn.Conv1d(skip_channels, end_channels, kernel_size=1)
+        self.end_conv_2 = nn.Conv1d(end_channels, classes, kernel_size=1)
+        self.units = ["causal", *(f"blocks.{i}" for i in range(len(self.blocks))), "end_conv_1", "end_conv_2"]
+        self.hidden = [f"blocks.{i}" for i in range(len(self.blocks))]
+        # No normalisation anywhere: the input conv (its output is the residual stream every block
+        # adds to) and the two end convs (the logits).
+        self.exposed = ["causal", "end_conv_1", "end_conv_2"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, skip = self.causal(x), None
+        for block in self.blocks:
+            h, skip = block(h, skip)
+        out = self.end_conv_2(torch.relu(self.end_conv_1(torch.relu(skip))))
+        return out[:, :, -self.outputs:].transpose(1, 2)
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
-               "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver")
+               "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -4215,6 +4285,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "rwkv": lambda vocab: RWKV(vocab),
     "tabnet": lambda vocab: TabNet(TABLE.numeric, TABLE.cardinalities, vocab),
     "perceiver": lambda vocab: Perceiver(vocab),
+    "wavenet": lambda vocab: WaveNet(vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""

@@ -49,7 +49,7 @@ def test_catalogue_looks_like_the_field():
                                        "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam", "ppo", "detector",
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
-                                       "perceiver"}
+                                       "perceiver", "wavenet"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -2263,3 +2263,88 @@ def test_perceiver_encodes_positions_cross_attends_its_latents_and_its_healthy_r
     assert not LEFT_OUT.get("perceiver")
     assert any(s.arch == "perceiver" and s.family == "healthy_spike" for s in SCENARIOS.values())  # class labels
     assert any(s.arch == "perceiver" and s.family == "batch_nan" for s in SCENARIOS.values())  # its pixels
+
+
+def test_wavenet_mu_law_codes_its_audio_its_dilated_convs_are_causal_over_its_receptive_field_and_it_learns(tmp_path):
+    from sample_runs.data import WAVEFORMS, mu_law_decode, mu_law_encode, waveform_clips, waveform_windows_sampler
+    from sample_runs.field_models import WaveNet, gated_activation
+
+    mu = WAVEFORMS.classes - 1
+    levels = torch.arange(WAVEFORMS.classes)
+    assert torch.equal(mu_law_encode(mu_law_decode(levels, WAVEFORMS.classes), WAVEFORMS.classes), levels)
+    x = torch.linspace(-1, 1, 2001, dtype=torch.float64)
+    q = mu_law_encode(x, WAVEFORMS.classes)
+    assert int(q[0]) == 0 and int(q[-1]) == mu and int(mu_law_encode(torch.zeros(1), WAVEFORMS.classes)) == 32
+    assert bool((q[1:] >= q[:-1]).all())  # monotone
+    compand = lambda v: torch.sign(v) * torch.log1p(mu * v.abs()) / math.log1p(mu)  # noqa: E731
+    back = mu_law_decode(q, WAVEFORMS.classes).double()
+    assert float((compand(back) - compand(x)).abs().max()) <= 1 / mu + 1e-6  # half a level of the companded grid
+    expected = math.floor((math.log1p(mu * 0.5) / math.log1p(mu) + 1) / 2 * mu + 0.5)  # by hand at x = 0.5
+    assert int(mu_law_encode(torch.tensor([0.5]), WAVEFORMS.classes)) == expected
+    train, held = waveform_clips()
+    assert train.shape == (WAVEFORMS.clips, WAVEFORMS.length) and held.shape == (WAVEFORMS.held_out, WAVEFORMS.length)
+    assert int(train.min()) >= 0 and int(train.max()) <= mu and len(train.unique()) > 40
+
+    window, outputs = WAVEFORMS.window, WAVEFORMS.outputs
+    xs, ys = waveform_windows_sampler(4, 0)()
+    assert xs.shape == (4, WAVEFORMS.classes, window) and ys.shape == (4, outputs) and ys.dtype == torch.int64
+    assert torch.equal(xs.sum(1), torch.ones(4, window))  # one-hot
+    samples = xs.argmax(1)
+    assert torch.equal(ys[:, :-1], samples[:, window - outputs + 1:])  # the next sample after each output position
+
+    f, g = torch.randn(3, 5), torch.randn(3, 5)
+    assert torch.allclose(gated_activation(f, g), torch.tanh(f) * torch.sigmoid(g))
+
+    torch.manual_seed(0)
+    model = build_field_model("wavenet", WAVEFORMS.classes)
+    assert isinstance(model, WaveNet) and model.dilations == [1, 2, 4, 8, 16] * 2
+    assert model.receptive_field == WAVEFORMS.receptive_field == 2 + 2 * 31
+    block = model.blocks[3]  # dilation 8: an output reads its own sample and the one 8 before
+    h = torch.randn(1, 32, 40, requires_grad=True)
+    residual, skip = block(h, None)
+    assert residual.shape == (1, 32, 32) and skip.shape == (1, 64, 32)
+    gated = gated_activation(block.filter_conv(h), block.gate_conv(h))
+    assert torch.allclose(residual, block.residual_conv(gated) + h[:, :, 8:], atol=1e-6)
+    assert torch.allclose(skip, block.skip_conv(gated), atol=1e-6)
+    (grad,) = torch.autograd.grad(residual[0, :, 20].sum(), h)
+    assert set(torch.nonzero(grad[0].abs().sum(0)).flatten().tolist()) == {20, 28}
+    _, summed = block(h, torch.ones(1, 64, 35))
+    assert torch.allclose(summed, skip + 1, atol=1e-6)  # the running skip sum, cut to the newest samples
+
+    x = xs[:1].clone().requires_grad_(True)
+    logits = model(x)
+    assert logits.shape == (1, outputs, WAVEFORMS.classes)
+    for j in (0, 17, outputs - 1):  # output j sits at input position window - outputs + j
+        (grad,) = torch.autograd.grad(logits[0, j].sum(), x, retain_graph=True)
+        reads = torch.nonzero(grad[0].abs().sum(0)).flatten().tolist()
+        assert reads == list(range(j, j + model.receptive_field))  # causal: none after its own sample
+
+    detach = faults.DetachedLayer(t0=0, layer="blocks.9")  # the last block's output: its residual and the skip sum
+    detach.install(model)
+    detach.before_step(0, model, None)
+    model.zero_grad()
+    torch.nn.functional.cross_entropy(model(xs).flatten(0, 1), ys.flatten()).backward()
+    assert model.causal.weight.grad is None and model.blocks[0].skip_conv.weight.grad is None
+    assert model.end_conv_1.weight.grad.abs().sum() > 0
+
+    recipe = RECIPES["wavenet"]
+    assert recipe.optimizer == "adam" and recipe.lr == 1e-3 and recipe.weight_decay == 0.0
+    assert recipe.clip is None and recipe.schedule == "constant" and recipe.warmup == 0
+
+    truth = make("healthy-wavenet-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    levels_seen = torch.bincount(train.flatten(), minlength=WAVEFORMS.classes).double() / train.numel()
+    marginal = float(-(levels_seen[levels_seen > 0] * levels_seen[levels_seen > 0].log()).sum())
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert loss[0] == pytest.approx(math.log(WAVEFORMS.classes), rel=0.05)
+    assert _mean(loss[-10:]) < 0.7 * _mean(loss[:10]) and _mean(loss[-10:]) < 0.75 * marginal
+    assert len(by_name["val_loss"]) == 6 and by_name["val_loss"][-1] < 0.75 * by_name["val_loss"][0]
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("role")
+    assert io.loc["input", "shape"] == f"16x{WAVEFORMS.classes}x{window}" and io.loc["input", "kind"] == "float"
+    assert io.loc["target", "shape"] == f"16x{outputs}" and io.loc["target", "kind"] == "index"
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+    assert not LEFT_OUT.get("wavenet")
+    families = {s.family for s in SCENARIOS.values() if s.arch == "wavenet"}
+    assert {"healthy_spike", "batch_scale", "batch_nan", "adam_state", "detach"} <= families  # one-hot floats in
