@@ -75,7 +75,7 @@ SECTION = "## Detection"
 BENIGN_LABELS = {"healthy", "loss_spike_recovered", "recovered_incident"}
 DEFAULT = "default"
 GENERATED_FILE = ".generated.json"
-NEVER_SEEN_ARCHS = ("rwkv", "tabnet")
+NEVER_SEEN_ARCHS = ("perceiver", "wavenet")
 """Model families added to the zoo before the detectors' last changes and never analysed while any
 detector changed: the headline's runs."""
 INFORMED_DEFAULTS = {
@@ -119,6 +119,7 @@ INFORMED_DEFAULTS = {
     "nerf, capsnet": "never-seen round 18, scored once in session 17 at 8fab4b9; failures read in session 17-18 "
                      "(lead)",
     "sac, mae": "never-seen round 19, scored once in session 18 at fdb6c79; failures read in session 18 (lead)",
+    "rwkv, tabnet": "never-seen round 20, scored once in session 19 at b756b18; failures read in session 19 (lead)",
 }
 """Which families informed the defaults, and since when."""
 
@@ -787,7 +788,7 @@ NOTES = """Notes on the method rows:
 - postmortem's findings of severity `note` are not counted (benign on any run)."""
 
 
-PROTOCOL = """Twenty rounds, each: add never-seen model families to the zoo (field fault menu, healthy
+PROTOCOL = """Twenty-one rounds, each: add never-seen model families to the zoo (field fault menu, healthy
 variants, truths from fault-free twins), commit them and generate their runs without analysing
 them; change detectors by reading the failures of the families already seen; then score once,
 the never-seen families' scores being the headline, and change nothing after reading them.
@@ -1101,8 +1102,26 @@ the never-seen families' scores being the headline, and change nothing after rea
    generated at 5ebb495; both never analysed before this
    scoring; detectors changed on every other family. A third family, `dino`, was
    left out: in 150 steps on the digits it collapsed under every setting tried (branch
-   r20-dino). This table is round 20's single scoring.
-21. Lead time: "median lead (steps)" counts runs whose first non-finite value comes after the
+   r20-dino). Scored once in session 19 at b756b18; rwkv and tabnet's failures were read in
+   session 19 (lead), so they informed defaults since.
+21. Round 21 (session 20, helpers r21a and r21b), training code we did not write: new `perceiver`
+   (the Perceiver as lucidrains/perceiver-pytorch writes it, small: 16 × 32 learned latents
+   cross-attending, one head of 64, to the 8 × 8 digits as 64 pixels with 2-D Fourier position
+   features concatenated; PreNorm with the context's own LayerNorm, bias-free `to_q`/`to_kv`,
+   GEGLU feed-forwards, two latent self-attention blocks per cross-attention, depth 2, dropout
+   0.1, a mean-pooled LayerNorm → Linear head; its `train_cifar10.py` recipe: AdamW with weight
+   decay 1e-4 on every parameter, `OneCycleLR` with its cycled β1, clip 1.0, batch 128, max_lr
+   3e-3; judged on its loss, `val_loss` every 25 steps), committed by helper r21a at ec79536 and
+   generated there, and new `wavenet` (WaveNet as vincentherrmann/pytorch-wavenet writes it, with
+   golbin/WaveNet's causal input conv: one-hot mu-law audio of 64 levels, 2 stacks × 5 dilated
+   causal layers (dilations 1–16) with separate filter and gate convs and the tanh · sigmoid gate,
+   1×1 residual and skip convs, the skip sum → ReLU → 1×1 → ReLU → 1×1 → logits; its
+   `WavenetTrainer` recipe: Adam at 1e-3, no weight decay, no clipping, no schedule, batch 16
+   windows; on generated sums of sines, cross-entropy on the next sample, `val_loss` every 25
+   steps), committed by helper r21b at 2d95790 and generated there; both never analysed before
+   this scoring; detectors changed on every other family. This table is round 21's single
+   scoring.
+22. Lead time: "median lead (steps)" counts runs whose first non-finite value comes after the
    truth's onset (a NaN batch, or a run that overflows on the injection step, has no lead to
    give; the old all-runs median, "median lead, all", counted those as 0); `(n)` is how many runs
    it is over."""
