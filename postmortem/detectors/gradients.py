@@ -87,23 +87,39 @@ def _structural(grads: SilentGradients, quiet: dict[str, int]) -> bool:
     """Zero by construction, in a run that learns: each silent tensor was silent from its first
     step, and either its module's other parameters do get gradients (an attention key bias:
     softmax ignores a per-query constant) or its module never ran (an unused branch). A whole
-    layer that runs and gets no gradient is cut off (a detach), not structure. Lone biases whose
-    weights get gradients are structure whatever the outcome (a WGAN critic's output bias cancels
-    in E[D(fake)] − E[D(real)]; round 10): a run that does not learn has another reason."""
+    layer that runs and gets no gradient is cut off (a detach), not structure, unless it is one
+    module alone behind parameters that do get gradients: a dead end, whose output reaches no
+    loss (WaveNet's last residual conv: the last block feeds only its skip; round 21). A cut
+    silences every layer before it. Lone biases whose weights get gradients are structure whatever
+    the outcome (a WGAN critic's output bias cancels in E[D(fake)] − E[D(real)]; round 10): a run
+    that does not learn has another reason."""
     if len(quiet) >= len(grads.first_step) / 2:
         return False
     if not grads.outcome.learns and not all(_lone_bias(grads, quiet, name) for name in quiet):
         return False
-    for name, since in quiet.items():
-        if since != grads.first_step[name]:
-            return False
-        module = _module(name)
-        siblings = [p for p in grads.first_step if _module(p) == module and p not in quiet]
-        unused = grads.called is not None and not any(
-            c == module or c.startswith(module + ".") for c in grads.called)
-        if not siblings and not unused:
-            return False
-    return True
+    if any(since != grads.first_step[name] for name, since in quiet.items()):
+        return False
+    return _dead_end(grads, quiet) or all(_silent_by_construction(grads, quiet, name) for name in quiet)
+
+
+def _silent_by_construction(grads: SilentGradients, quiet: dict[str, int], name: str) -> bool:
+    """Its module's other parameters get gradients (an attention key bias), or its module never
+    ran (an unused branch)."""
+    module = _module(name)
+    siblings = [p for p in grads.first_step if _module(p) == module and p not in quiet]
+    unused = grads.called is not None and not any(c == module or c.startswith(module + ".") for c in grads.called)
+    return bool(siblings) or unused
+
+
+def _dead_end(grads: SilentGradients, quiet: dict[str, int]) -> bool:
+    """The silent parameters are one module's, and a parameter before it in model order gets
+    gradients: nothing before the module was cut off, so its own output goes nowhere."""
+    modules = {_module(n) for n in quiet}
+    if len(modules) != 1:
+        return False
+    names = list(grads.first_step)
+    first = min(names.index(n) for n in quiet)
+    return any(n not in quiet for n in names[:first])
 
 
 def _lone_bias(grads: SilentGradients, quiet: dict[str, int], name: str) -> bool:
@@ -143,7 +159,8 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
     marked_frozen = sorted(set(quiet) & grads.frozen)
     if structural:
         fix = (f"{', '.join(ordered)} never received a gradient while the run learned: zero by "
-               "construction (e.g. an attention key bias, an unused branch); remove the parameter "
+               "construction (e.g. an attention key bias, an unused branch, a module whose output no loss reads); "
+               "remove the parameter "
                "if it is not meant to exist")
     elif grads.dead:
         fix = (f"no gradient flows back through {layer_list(list(grads.dead))}: their units output "

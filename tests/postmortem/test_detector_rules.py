@@ -289,6 +289,25 @@ def test_zero_gradient_by_construction_is_a_note_naming_the_tensor():
     assert cut[0].severity == "error"
 
 
+def test_one_module_silent_behind_layers_that_learn_is_a_dead_end_not_a_cut():
+    # WaveNet's last block feeds only its skip: its residual conv runs, and no loss reads it.
+    wavenet = {"start.weight": None, "blocks.0.filter.weight": None, "blocks.0.residual.weight": None,
+               "blocks.1.filter.weight": None, "blocks.1.residual.weight": 0, "blocks.1.residual.bias": 0,
+               "blocks.1.skip.weight": None, "end.weight": None}
+    called = frozenset(n.rpartition(".")[0] for n in wavenet)
+    found = no_gradient(_silent(wavenet, called=called), TH.gradients)
+    assert found[0].tensors == ["blocks.1.residual.weight", "blocks.1.residual.bias"]
+    assert found[0].severity == "note" and "no loss reads" in found[0].fix
+    # The same dead end in a run that does not learn explains nothing away.
+    assert no_gradient(_silent(wavenet, learns=FLAT, called=called), TH.gradients)[0].severity == "error"
+    # Two modules silent from the start behind one that learns are cut off, not a dead end...
+    two = {**wavenet, "blocks.1.skip.weight": 0}
+    assert no_gradient(_silent(two, called=called), TH.gradients)[0].severity == "error"
+    # ...and so is one that went silent mid-run.
+    late = {**wavenet, "blocks.1.residual.weight": 40, "blocks.1.residual.bias": 40}
+    assert no_gradient(_silent(late, called=called), TH.gradients)[0].severity == "error"
+
+
 def _accumulating(t0: int | None, seed: int = 0, n: int = 120) -> GradientHistory:
     rng = np.random.default_rng(seed)
     steps = np.arange(n)
