@@ -136,6 +136,18 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
     quiet = {n: s for n, s in quiet.items() if not (n in grads.frozen and s == grads.first_step[n])}
     if not quiet:
         return []
+    # Structure silent from the start beside a later cut is two findings: the cut is dated, and
+    # its loss gain measured, from the cut (round 21: a WaveNet's dead-end conv, silent from step
+    # 0, had dated a detach at step 74 to step 0).
+    from_start = {n: s for n, s in quiet.items() if s == grads.first_step[n]}
+    later = {n: s for n, s in quiet.items() if n not in from_start}
+    if from_start and later and _structural(grads, from_start):
+        return [_silent_finding(grads, from_start, th), _silent_finding(grads, later, th)]
+    return [_silent_finding(grads, quiet, th)]
+
+
+def _silent_finding(grads: SilentGradients, quiet: dict[str, int], th: GradientThresholds) -> Finding:
+    """The `no_gradient` finding of these silent parameters (name → the step they fell silent)."""
     # Within a step, the deepest layer first (its parameters in model order): the graph is cut
     # right after the last silent layer (every unit before a .detach() loses its gradient).
     depth: dict[str, int] = {}
@@ -180,13 +192,13 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
                "before these layers")
     if marked_frozen:
         fix += f"; {', '.join(marked_frozen)} have requires_grad=False: unfreeze them if they should learn"
-    return [finding(
+    return finding(
         "no_gradient", min(quiet.values()), ordered,
         {"parameters_without_gradient": len(quiet), "parameters": len(grads.first_step),
          "since_step": {n: quiet[n] for n in ordered}, "requires_grad_false": marked_frozen,
          "loss_gain_since": gain},
         fix, NOTE if structural else WARNING if learns_on else ERROR,
-    )]
+    )
 
 
 def global_grad_norm(table: SeriesTable) -> tuple[np.ndarray, np.ndarray]:

@@ -308,6 +308,19 @@ def test_one_module_silent_behind_layers_that_learn_is_a_dead_end_not_a_cut():
     assert no_gradient(_silent(late, called=called), TH.gradients)[0].severity == "error"
 
 
+def test_structure_silent_from_the_start_does_not_date_a_later_cut():
+    # An attention key bias (silent from step 0) in a model whose blocks are cut off at step 50:
+    # the cut is its own finding, dated and measured from step 50.
+    steps = np.arange(100)
+    since = {"embed.weight": 50, "attn.k_proj.weight": 50, "attn.k_proj.bias": 0, "head.weight": None}
+    stalled = (steps, np.where(steps < 50, 2.0 - 0.02 * steps, 1.11 + 0.0001 * (steps - 50)))
+    note, cut = no_gradient(_silent(since, called=frozenset({"embed", "attn.k_proj", "head"}), loss=stalled),
+                            TH.gradients)
+    assert (note.tensors, note.severity, note.step) == (["attn.k_proj.bias"], "note", 0)
+    assert cut.tensors == ["attn.k_proj.weight", "embed.weight"] and cut.step == 50 and cut.severity == "error"
+    assert cut.evidence["loss_gain_since"] < 0.01
+
+
 def _accumulating(t0: int | None, seed: int = 0, n: int = 120) -> GradientHistory:
     rng = np.random.default_rng(seed)
     steps = np.arange(n)
