@@ -2383,7 +2383,8 @@ def test_set_transformer_attends_by_its_formula_is_permutation_invariant_and_its
     sab, isab = SAB(4, 8, 2), ISAB(4, 8, 2, num_inds=5)
     assert torch.allclose(sab(x[:, order]), sab(x)[:, order], atol=1e-5)  # equivariant
     assert torch.allclose(isab(x[:, order]), isab(x)[:, order], atol=1e-5)
-    assert isab.I.shape == (1, 5, 8) and float(isab.I.detach().abs().max()) <= math.sqrt(6 / (5 * 8 + 8))  # Xavier-uniform, fans 40, 8
+    assert isab.I.shape == (1, 5, 8)
+    assert float(isab.I.detach().abs().max()) <= math.sqrt(6 / (5 * 8 + 8))  # Xavier-uniform: fans 40 and 8
     h = isab.mab0(isab.I.expand(3, -1, -1), x)
     assert torch.allclose(isab(x), isab.mab1(x, h), atol=1e-6)  # H = MAB(I, X), then MAB(X, H)
     pma = PMA(8, 2, num_seeds=3)
