@@ -83,6 +83,10 @@ __all__ = [
     "mu_law_decode",
     "waveform_clips",
     "waveform_windows_sampler",
+    "MAX_SETS",
+    "MaxSetSpec",
+    "max_set_sampler",
+    "max_set_chance",
     "SERIES",
     "SeriesSpec",
     "seasonal_series",
@@ -1103,6 +1107,58 @@ def waveform_windows_sampler(batch_size: int, seed: int, *, held_out: bool = Fal
         return x, samples[:, -spec.outputs:]
 
     return draw
+
+
+@dataclass(frozen=True)
+class MaxSetSpec:
+    """The Set Transformer's max regression (juho-lee/set_transformer's max_regression_demo): sets
+    of integers drawn uniformly from `low` … `high` (its `np.random.randint(1, 100)`), each batch's
+    sets of one length drawn uniformly from 1 … `max_length` (its `gen_data`: one length a batch),
+    fed as (B, length, 1) floats; the target is each set's maximum, (B, 1)."""
+
+    low: int = 1
+    high: int = 99
+    max_length: int = 10
+
+
+MAX_SETS = MaxSetSpec()
+
+
+def max_set_sampler(batch_size: int, seed: int, *, fixed: int | None = None
+                    ) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+    """Returns `draw()` giving (x (B, n, 1) float32, y (B, 1) float32): the demo's `gen_data`, a
+    length n for the whole batch, then B sets of n integers, their maxima the targets. With
+    `fixed`, the first `fixed` batches drawn, over and over (a held-out set: each evaluation reads
+    the same batches)."""
+    spec, generator = MAX_SETS, torch.Generator().manual_seed(seed)
+
+    def fresh() -> tuple[torch.Tensor, torch.Tensor]:
+        length = int(torch.randint(1, spec.max_length + 1, (1,), generator=generator))
+        x = torch.randint(spec.low, spec.high + 1, (batch_size, length, 1), generator=generator).float()
+        return x, x.amax(dim=1)
+
+    if fixed is None:
+        return fresh
+    batches, taken = [fresh() for _ in range(fixed)], 0
+
+    def draw() -> tuple[torch.Tensor, torch.Tensor]:
+        nonlocal taken
+        taken += 1
+        return batches[(taken - 1) % fixed]
+
+    return draw
+
+
+def max_set_chance() -> float:
+    """The L1 error of the best constant, the median of the maxima's marginal (a length uniform in
+    1 … max_length, then P(max ≤ k | n) = ((k − low + 1) / values)^n), computed exactly."""
+    spec = MAX_SETS
+    values = spec.high - spec.low + 1
+    k = np.arange(spec.low, spec.high + 1)
+    cdf = np.mean([((k - spec.low + 1) / values) ** n for n in range(1, spec.max_length + 1)], axis=0)
+    pmf = np.diff(np.concatenate([[0.0], cdf]))
+    median = k[np.searchsorted(cdf, 0.5)]
+    return float((pmf * np.abs(k - median)).sum())
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ negative sampling, a triplet-loss embedding net, a Wide ResNet trained with SAM,
 CartPole, a one-level FCOS object detector, a timm-style EfficientNet, a physics-informed network,
 MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, a tiny NeRF, a
 capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder, an
-RWKV language model, a TabNet, a Perceiver and a WaveNet (`field_models`),
+RWKV language model, a TabNet, a Perceiver, a WaveNet and a Set Transformer (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -65,7 +65,9 @@ with pytorch-tabnet's Adam, `StepLR` and gradient-norm clip on its cross-entropy
 entropy, the Perceiver by the plain loop with perceiver-pytorch's train_cifar10 recipe (AdamW with
 decay on every parameter, `OneCycleLR` with its cycled β1, clip 1.0),
 the WaveNet by the plain loop with pytorch-wavenet's `WavenetTrainer` settings (Adam at
-1e-3, no weight decay, no clipping, no schedule) on the next sample's cross-entropy. Faults
+1e-3, no weight decay, no clipping, no schedule) on the next sample's cross-entropy, the Set
+Transformer by the plain loop with set_transformer's max_regression_demo recipe (Adam at 1e-4, no
+weight decay, no clipping, no schedule) on the L1 error of its predicted set maxima. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -160,6 +162,8 @@ from .data import (
     two_views_sampler,
     waveform_clips,
     waveform_windows_sampler,
+    max_set_chance,
+    max_set_sampler,
 )
 from .expected import Expected
 from .field_models import (
@@ -481,6 +485,10 @@ RECIPES = {
     # (its train script's batch_size 16; 64 outputs a window where it takes output_length 16).
     "wavenet": Recipe(lr=1e-3, weight_decay=0.0, batch=16, clip=None, warmup=0, optimizer="adam",
                       schedule="constant"),
+    # juho-lee/set_transformer's max_regression_demo: torch.optim.Adam(model.parameters(), lr=1e-4),
+    # nn.L1Loss, no clipping, no schedule, batch 256 sets (its 2 ** 10) for 150 steps (its 500).
+    "set_transformer": Recipe(lr=1e-4, weight_decay=0.0, batch=256, clip=None, warmup=0, optimizer="adam",
+                              schedule="constant"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -534,7 +542,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "efficientnet": smoothed_cross_entropy, "pinn": pinn_loss, "maml": torch.nn.functional.mse_loss,
           "bilstm_crf": crf_nll, "pixelcnn": torch.nn.functional.cross_entropy, "neural_ode": torch.nn.functional.l1_loss,
           "nerf": torch.nn.functional.mse_loss, "capsnet": caps_loss, "mae": mae_loss, "rwkv": rwkv_loss,
-          "tabnet": tabnet_loss}
+          "tabnet": tabnet_loss, "set_transformer": torch.nn.functional.l1_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -748,7 +756,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
-                "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet")
+                "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -765,7 +773,9 @@ the states it samples from its replay buffer (a corrupted buffer; their next sta
 are), the MAE's its images (also its target patches), the TabNet's its numeric columns (as the
 FT-Transformer's), the Perceiver's its pixels (not the Fourier features its forward adds to them),
 the WaveNet's its one-hot mu-law windows (float, as pytorch-wavenet's and golbin/WaveNet's loaders
-hand them to the model; its targets, the next samples' levels, left as they are); word2vec and the BiLSTM-CRF read word IDs."""
+hand them to the model; its targets, the next samples' levels, left as they are), the Set
+Transformer's its sets of integers (floats, as the demo's `torch.from_numpy(x).float()`; their
+maxima, the targets, left as they are); word2vec and the BiLSTM-CRF read word IDs."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
@@ -901,7 +911,7 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     the WGAN-GP (its `draw` is the loader of real points, `eval_draw` the held-out points), the
     DQN agent as the REINFORCE agent; for the distilled student the distillation loss of a student
     that predicts the uniform distribution against its teacher's logits on the training digits;
-    the round-12 to round-21 families' in `ARCH_DATA`."""
+    the round-12 to round-22 families' in `ARCH_DATA`."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in ARCH_DATA:
         return ARCH_DATA[arch](micro, seed)
@@ -1265,14 +1275,23 @@ def _waveform_data(micro: int, seed: int):
             WAVEFORMS.classes, float(-(share * share.log()).sum()))
 
 
+def _max_set_data(micro: int, seed: int):
+    """The max-regression demo's sets and their maxima (`data.max_set_sampler`), two fixed held-out
+    batches of them for `val_loss` (the eval loop reads two a time); chance: the L1 error of the
+    maxima's median (`data.max_set_chance`), the loss of a model that ignores its sets."""
+    return (max_set_sampler(micro, seed), max_set_sampler(256, 10_000 + seed, fixed=2), 1,
+            max_set_chance())
+
+
 ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_data, "lora": _kitchen_data,
              "vqvae": _pattern_reconstruction_data, "nbeats": _forecast_data, "word2vec": _skipgram_data,
              "triplet": _metric_learning_data, "sam": _smoothed_pattern_data, "ppo": _ppo_data, "detector": _box_data,
              "efficientnet": _pattern_data, "pinn": _poisson_data, "maml": _sinusoid_data, "pix2pix": _edges_data,
              "bilstm_crf": _tagging_data, "pixelcnn": _digit_levels_data, "neural_ode": _spiral_data,
              "nerf": _nerf_data, "capsnet": _capsule_digits_data, "sac": _point_mass_data,
-             "mae": _masked_digits_data, "wavenet": _waveform_data}
-"""(draw, eval_draw, classes, chance) of the round-12 to round-21 families, from the micro-batch
+             "mae": _masked_digits_data, "wavenet": _waveform_data,
+             "set_transformer": _max_set_data}
+"""(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
     "transe": lambda model: {"hits_at_10": hits_at_k(model, knowledge_graph()[1], 10)},

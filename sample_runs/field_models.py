@@ -261,6 +261,11 @@
   golbin/WaveNet write it (one-hot mu-law input, a causal input conv, stacks of dilated causal
   convs with dilations 1, 2, 4, … in each stack, the gated activation tanh(filter) · sigmoid(gate),
   1×1 residual and skip convs, the skips summed → ReLU → 1×1 → ReLU → 1×1 → logits), small.
+- `SetTransformer`, `MAB`, `SAB`, `ISAB`, `PMA`: Lee et al.'s Set Transformer as
+  juho-lee/set_transformer's modules.py and models.py write it (multihead attention blocks whose
+  heads are split along the batch, O = Q + softmax(Q Kᵀ / sqrt(dim_V)) V then O + relu(fc_o(O));
+  an encoder of two induced set attention blocks, a decoder of pooling by attention over learned
+  seeds, two self-attention blocks and a Linear), small, on its max-regression demo.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -273,7 +278,8 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `maml` and `pix2pix` before the
 sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `nerf` and `capsnet` before
 the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
-`perceiver` and `wavenet` before the twenty-first (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`perceiver` and `wavenet` before the twenty-first, `set_transformer` before the twenty-second
+(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -316,7 +322,7 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "wkv", "L2Wrap", "rwkv_loss", "RWKV_LR", "sparsemax", "GhostBatchNorm", "TabNet", "tabnet_loss",
            "TABNET_VIRTUAL_BATCH", "TABNET_LAMBDA_SPARSE", "Perceiver", "PerceiverAttention", "PerceiverLayer",
            "PerceiverFeedForward", "GEGLU", "perceiver_fourier_encode", "PERCEIVER_FREQ_BANDS", "PERCEIVER_MAX_FREQ",
-           "WaveNet", "WaveNetBlock", "gated_activation",
+           "WaveNet", "WaveNetBlock", "gated_activation", "SetTransformer", "MAB", "SAB", "ISAB", "PMA",
            "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
@@ -4215,12 +4221,120 @@ class WaveNet(nn.Module):
         return out[:, :, -self.outputs:].transpose(1, 2)
 
 
+class MAB(nn.Module):
+    """juho-lee/set_transformer's multihead attention block MAB(Q, K): fc_q on the queries, fc_k and
+    fc_v on the keys' set, the heads split by cutting the last axis into `num_heads` pieces of
+    dim_V / num_heads stacked along the batch (`torch.cat(X.split(dim_split, 2), 0)`), per head
+    A = softmax(Q_ K_ᵀ / sqrt(dim_V)) (the whole width's sqrt, as there, not the head's), O = Q_ +
+    A V_ with the heads put back side by side, an optional LayerNorm `ln0`, O + relu(fc_o(O)), an
+    optional LayerNorm `ln1`. The last weights are kept in `last_attention` ((heads·B, queries, keys))."""
+
+    def __init__(self, dim_q: int, dim_k: int, dim_v: int, num_heads: int, ln: bool = False) -> None:
+        super().__init__()
+        self.dim_v, self.num_heads = dim_v, num_heads
+        self.fc_q = nn.Linear(dim_q, dim_v)
+        self.fc_k = nn.Linear(dim_k, dim_v)
+        self.fc_v = nn.Linear(dim_k, dim_v)
+        self.ln0 = nn.LayerNorm(dim_v) if ln else None
+        self.ln1 = nn.LayerNorm(dim_v) if ln else None
+        self.fc_o = nn.Linear(dim_v, dim_v)
+        self.last_attention: torch.Tensor | None = None
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, n, dim_V) → (heads·B, n, dim_V / heads): head h's batch rows h·B … (h + 1)·B − 1."""
+        return torch.cat(x.split(self.dim_v // self.num_heads, dim=2), dim=0)
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        q = self.fc_q(queries)
+        q_, k_, v_ = self.heads(q), self.heads(self.fc_k(keys)), self.heads(self.fc_v(keys))
+        attention = torch.softmax(q_ @ k_.transpose(1, 2) / math.sqrt(self.dim_v), dim=2)
+        self.last_attention = attention.detach()
+        out = torch.cat((q_ + attention @ v_).split(q.size(0), dim=0), dim=2)
+        if self.ln0 is not None:
+            out = self.ln0(out)
+        out = out + torch.relu(self.fc_o(out))
+        if self.ln1 is not None:
+            out = self.ln1(out)
+        return out
+
+
+class SAB(nn.Module):
+    """Set attention block: MAB(X, X), permutation-equivariant."""
+
+    def __init__(self, dim_in: int, dim_out: int, num_heads: int, ln: bool = False) -> None:
+        super().__init__()
+        self.mab = MAB(dim_in, dim_in, dim_out, num_heads, ln=ln)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mab(x, x)
+
+
+class ISAB(nn.Module):
+    """Induced set attention block: `num_inds` learned inducing points I (1, m, dim_out), Xavier-
+    uniform as there, attend to the set (H = MAB(I, X)), then the set attends to them (MAB(X, H)):
+    permutation-equivariant at O(n·m)."""
+
+    def __init__(self, dim_in: int, dim_out: int, num_heads: int, num_inds: int, ln: bool = False) -> None:
+        super().__init__()
+        self.I = nn.Parameter(torch.empty(1, num_inds, dim_out))
+        nn.init.xavier_uniform_(self.I)
+        self.mab0 = MAB(dim_out, dim_in, dim_out, num_heads, ln=ln)
+        self.mab1 = MAB(dim_in, dim_out, dim_out, num_heads, ln=ln)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.mab0(self.I.expand(x.size(0), -1, -1), x)
+        return self.mab1(x, h)
+
+
+class PMA(nn.Module):
+    """Pooling by multihead attention: `num_seeds` learned seed vectors S (1, k, dim), Xavier-uniform
+    as there, attend to the set: MAB(S, X), (B, k, dim) whatever the set's size, permutation-invariant."""
+
+    def __init__(self, dim: int, num_heads: int, num_seeds: int, ln: bool = False) -> None:
+        super().__init__()
+        self.S = nn.Parameter(torch.empty(1, num_seeds, dim))
+        nn.init.xavier_uniform_(self.S)
+        self.mab = MAB(dim, dim, dim, num_heads, ln=ln)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mab(self.S.expand(x.size(0), -1, -1), x)
+
+
+class SetTransformer(nn.Module):
+    """juho-lee/set_transformer's models.py `SetTransformer`: `enc` = ISAB(dim_input → dim_hidden),
+    ISAB(dim_hidden → dim_hidden); `dec` = PMA(num_outputs seeds), SAB, SAB, Linear(dim_hidden →
+    dim_output); ln off (its default, and run.py's); PyTorch's default inits beside the Xavier
+    inducing points and seeds. Small: dim_hidden 64 and 16 inducing points where it takes 128 and
+    32, its 4 heads (16 wide here). Its forward takes sets (B, n, dim_input) and, as the
+    max_regression_demo's `SmallSetTransformer` does, squeezes the last axis: (B, num_outputs) for
+    one output each."""
+
+    def __init__(self, dim_input: int = 1, num_outputs: int = 1, dim_output: int = 1, num_inds: int = 16,
+                 dim_hidden: int = 64, num_heads: int = 4, ln: bool = False) -> None:
+        super().__init__()
+        self.enc = nn.Sequential(ISAB(dim_input, dim_hidden, num_heads, num_inds, ln=ln),
+                                 ISAB(dim_hidden, dim_hidden, num_heads, num_inds, ln=ln))
+        self.dec = nn.Sequential(PMA(dim_hidden, num_heads, num_outputs, ln=ln),
+                                 SAB(dim_hidden, dim_hidden, num_heads, ln=ln),
+                                 SAB(dim_hidden, dim_hidden, num_heads, ln=ln),
+                                 nn.Linear(dim_hidden, dim_output))
+        self.units = ["enc.0", "enc.1", "dec.0", "dec.1", "dec.2", "dec.3"]
+        self.hidden = ["enc.0", "enc.1", "dec.0", "dec.1", "dec.2"]
+        # No normalisation anywhere (ln off): the head, and the last block's fc_o, whose ReLU'd
+        # output is added to the stream the head reads.
+        self.exposed = ["dec.3", "dec.2.mab.fc_o"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dec(self.enc(x)).squeeze(-1)
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
-               "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet")
+               "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
+               "set_transformer")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -4286,6 +4400,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "tabnet": lambda vocab: TabNet(TABLE.numeric, TABLE.cardinalities, vocab),
     "perceiver": lambda vocab: Perceiver(vocab),
     "wavenet": lambda vocab: WaveNet(vocab),
+    "set_transformer": lambda vocab: SetTransformer(dim_output=vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""

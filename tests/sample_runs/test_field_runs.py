@@ -49,7 +49,7 @@ def test_catalogue_looks_like_the_field():
                                        "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam", "ppo", "detector",
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
-                                       "perceiver", "wavenet"}
+                                       "perceiver", "wavenet", "set_transformer"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -2348,3 +2348,106 @@ def test_wavenet_mu_law_codes_its_audio_its_dilated_convs_are_causal_over_its_re
     assert not LEFT_OUT.get("wavenet")
     families = {s.family for s in SCENARIOS.values() if s.arch == "wavenet"}
     assert {"healthy_spike", "batch_scale", "batch_nan", "adam_state", "detach"} <= families  # one-hot floats in
+
+
+def test_set_transformer_attends_by_its_formula_is_permutation_invariant_and_its_healthy_run_learns(tmp_path):
+    from sample_runs.data import MAX_SETS, max_set_chance, max_set_sampler
+    from sample_runs.field_models import ISAB, MAB, PMA, SAB, SetTransformer
+
+    torch.manual_seed(0)
+    mab = MAB(3, 5, 8, num_heads=2)  # by hand, head by head: the whole width's sqrt(dim_V) as there
+    queries, keys = torch.randn(2, 4, 3), torch.randn(2, 7, 5)
+    out = mab(queries, keys)
+    q, k, v = mab.fc_q(queries), mab.fc_k(keys), mab.fc_v(keys)
+    heads = []
+    for h in range(2):
+        part = slice(4 * h, 4 * h + 4)
+        weights = torch.softmax(q[..., part] @ k[..., part].transpose(1, 2) / math.sqrt(8), dim=-1)
+        heads.append(q[..., part] + weights @ v[..., part])
+    by_hand = torch.cat(heads, dim=-1)
+    assert out.shape == (2, 4, 8) and torch.allclose(out, by_hand + torch.relu(mab.fc_o(by_hand)), atol=1e-6)
+    assert mab.last_attention.shape == (2 * 2, 4, 7)
+    assert torch.allclose(mab.last_attention.sum(-1), torch.ones(4, 4))
+    split = mab.heads(q)  # torch.cat(X.split(dim_split, 2), 0): head h's rows h·B … (h + 1)·B − 1
+    assert torch.equal(split[2:], q[..., 4:]) and torch.equal(split[:2], q[..., :4])
+    normed = MAB(3, 5, 8, num_heads=2, ln=True)
+    q, k, v = normed.fc_q(queries), normed.fc_k(keys), normed.fc_v(keys)
+    heads = [q[..., 4 * h:4 * h + 4] + torch.softmax(q[..., 4 * h:4 * h + 4] @ k[..., 4 * h:4 * h + 4].transpose(1, 2)
+                                                    / math.sqrt(8), dim=-1) @ v[..., 4 * h:4 * h + 4] for h in range(2)]
+    o = normed.ln0(torch.cat(heads, dim=-1))
+    assert torch.allclose(normed(queries, keys), normed.ln1(o + torch.relu(normed.fc_o(o))), atol=1e-5)
+    assert mab.ln0 is None and mab.ln1 is None
+
+    x = torch.randn(3, 9, 4)
+    order = torch.randperm(9)
+    sab, isab = SAB(4, 8, 2), ISAB(4, 8, 2, num_inds=5)
+    assert torch.allclose(sab(x[:, order]), sab(x)[:, order], atol=1e-5)  # equivariant
+    assert torch.allclose(isab(x[:, order]), isab(x)[:, order], atol=1e-5)
+    assert isab.I.shape == (1, 5, 8)
+    assert float(isab.I.detach().abs().max()) <= math.sqrt(6 / (5 * 8 + 8))  # Xavier-uniform: fans 40 and 8
+    h = isab.mab0(isab.I.expand(3, -1, -1), x)
+    assert torch.allclose(isab(x), isab.mab1(x, h), atol=1e-6)  # H = MAB(I, X), then MAB(X, H)
+    pma = PMA(8, 2, num_seeds=3)
+    for n in (1, 9, 20):
+        assert pma(torch.randn(2, n, 8)).shape == (2, 3, 8)
+    y = torch.randn(2, 9, 8)
+    assert torch.allclose(pma(y[:, order]), pma(y), atol=1e-5)  # invariant
+
+    model = build_field_model("set_transformer", 1)
+    assert isinstance(model, SetTransformer)
+    assert [type(m) for m in model.enc] == [ISAB, ISAB] and [type(m) for m in model.dec][:3] == [PMA, SAB, SAB]
+    assert model.dec[3].weight.shape == (1, 64) and model.enc[0].I.shape == (1, 16, 64)
+    assert model.enc[0].mab0.fc_k.weight.shape == (64, 1) and model.dec[0].S.shape == (1, 1, 64)
+    assert model.dec[1].mab.num_heads == 4 and model.dec[1].mab.ln0 is None
+    sets = torch.randint(1, 100, (5, 7, 1)).float()
+    predicted = model(sets)
+    assert predicted.shape == (5, 1)
+    assert torch.allclose(model(sets[:, torch.randperm(7)]), predicted, rtol=1e-5, atol=1e-4)  # a set function
+    assert torch.allclose(model(sets[:2]), predicted[:2], rtol=1e-5, atol=1e-4)  # each set on its own
+    owned = {id(p) for u in model.units for p in model.get_submodule(u).parameters()}
+    assert len(owned) == len(list(model.parameters()))
+    assert model.hidden == model.units[:-1] and "dec.3" in model.exposed
+
+    detach = faults.DetachedLayer(t0=0, layer=model.hidden[-1])
+    detach.install(model)
+    detach.before_step(0, model, None)
+    model.zero_grad()
+    torch.nn.functional.l1_loss(model(sets), sets.amax(1)).backward()
+    assert model.enc[0].I.grad is None and model.dec[2].mab.fc_o.weight.grad is None
+    assert model.dec[3].weight.grad.abs().sum() > 0
+
+    draw = max_set_sampler(64, 0)
+    lengths = set()
+    for _ in range(30):
+        xs, ys = draw()
+        assert xs.shape[0] == 64 and xs.shape[2] == 1 and ys.shape == (64, 1) and xs.dtype == torch.float32
+        assert torch.equal(ys, xs.amax(1)) and int(xs.min()) >= MAX_SETS.low and int(xs.max()) <= MAX_SETS.high
+        lengths.add(xs.shape[1])
+    assert lengths <= set(range(1, MAX_SETS.max_length + 1)) and len(lengths) > 5
+    held = max_set_sampler(32, 5, fixed=2)
+    first, second, third = held(), held(), held()
+    assert torch.equal(first[0], third[0]) and not torch.equal(first[1], second[1][:32])
+    generator = torch.Generator().manual_seed(1)  # the chance level against a draw of many sets
+    n = torch.randint(1, MAX_SETS.max_length + 1, (200_000,), generator=generator)
+    values = torch.randint(MAX_SETS.low, MAX_SETS.high + 1, (200_000, MAX_SETS.max_length), generator=generator)
+    maxima = torch.where(torch.arange(MAX_SETS.max_length) < n[:, None], values, 0).amax(1).double()
+    assert max_set_chance() == pytest.approx(float((maxima - maxima.median()).abs().mean()), rel=0.02)
+
+    recipe = RECIPES["set_transformer"]
+    assert recipe.optimizer == "adam" and recipe.lr == 1e-4 and recipe.weight_decay == 0.0
+    assert recipe.clip is None and recipe.schedule == "constant" and recipe.warmup == 0 and recipe.batch == 256
+
+    truth = make("healthy-set_transformer-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[:10]) > 2 * max_set_chance() and _mean(loss[-10:]) < 0.25 * max_set_chance()
+    assert len(by_name["val_loss"]) == 6 and by_name["val_loss"][-1] < 0.25 * by_name["val_loss"][0]
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("role")
+    assert re.fullmatch(r"256x\d+x1", io.loc["input", "shape"]) and io.loc["input", "kind"] == "float"
+    assert io.loc["target", "shape"] == "256x1"
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+    assert not LEFT_OUT.get("set_transformer")
+    families = {s.family for s in SCENARIOS.values() if s.arch == "set_transformer"}
+    assert {"healthy_spike", "batch_scale", "batch_nan", "adam_state", "detach"} <= families  # float sets, float maxima
