@@ -25,7 +25,8 @@ negative sampling, a triplet-loss embedding net, a Wide ResNet trained with SAM,
 CartPole, a one-level FCOS object detector, a timm-style EfficientNet, a physics-informed network,
 MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, a tiny NeRF, a
 capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder, an
-RWKV language model, a TabNet, a Perceiver, a WaveNet and a Set Transformer (`field_models`),
+RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer and a Conformer
+(`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -67,7 +68,9 @@ decay on every parameter, `OneCycleLR` with its cycled β1, clip 1.0),
 the WaveNet by the plain loop with pytorch-wavenet's `WavenetTrainer` settings (Adam at
 1e-3, no weight decay, no clipping, no schedule) on the next sample's cross-entropy, the Set
 Transformer by the plain loop with set_transformer's max_regression_demo recipe (Adam at 1e-4, no
-weight decay, no clipping, no schedule) on the L1 error of its predicted set maxima. Faults
+weight decay, no clipping, no schedule) on the L1 error of its predicted set maxima, the
+Conformer by the plain loop with Gulati et al.'s Adam (β 0.9, 0.98, ε 1e-9) and transformer
+warm-up schedule, openspeech's clip 5.0, on its CTC loss. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -116,6 +119,7 @@ from .data import (
     SIGNAL,
     SORT,
     SPEECH,
+    MEL_SPEECH,
     T5_SORT,
     TABLE,
     WAVEFORMS,
@@ -177,6 +181,7 @@ from .field_models import (
     codebook_perplexity,
     clip_loss,
     ctc_loss,
+    conformer_ctc_loss,
     byol_ema_update,
     byol_loss,
     byol_target,
@@ -255,7 +260,8 @@ class Recipe:
     (no momentum: OpenKE's default), `sparse_adam` (`torch.optim.SparseAdam`) or `sam` (davda54's
     SAM around SGD with momentum 0.9, rho `SAM_RHO`), `cleanrl_adam` (Adam, eps 1e-5: CleanRL's),
     `momentum_sgd` (momentum 0.9, no Nesterov: torchvision's detection references) or `rmsprop_tf`
-    (timm's `rmsproptf` settings on `torch.optim.RMSprop`); `OPTIMIZERS`."""
+    (timm's `rmsproptf` settings on `torch.optim.RMSprop`), `transformer_adam` (Adam with ε 1e-9,
+    its β the recipe's: the Conformer's); `OPTIMIZERS`."""
     schedule: str = "cosine"
     """`cosine` (nanoGPT's warm-up then cosine), `step` (÷10 at 50 % and 75 % of the steps:
     DenseNet's), `linear` (decay to 0 over the run: WGAN-GP's), `halving` (× 0.5 every third of
@@ -269,7 +275,9 @@ class Recipe:
     `step_x0.9` (× 0.9 every `TABNET_LR_STEP` steps: pytorch-tabnet's `StepLR` example),
     `one_cycle` (torch's `OneCycleLR` at its defaults: a cosine rise from 1/25 of the lr over
     `warmup` steps, then a cosine fall to 1/25 × 1e-4 of it; β1 cycled 0.95 → 0.85 → 0.95 with it by
-    `_one_cycle_momentum`: perceiver-pytorch's train_cifar10.py) or
+    `_one_cycle_momentum`: perceiver-pytorch's train_cifar10.py), `noam` (Vaswani et al.'s
+    warm-up then inverse square root, peaking at the lr on step `warmup` − 1: min((s + 1)/w,
+    √(w/(s + 1))); no warm-up is a warm-up of 1 step: the Conformer's) or
     `constant` (Stable-Baselines3's default)."""
     bf16: bool = False
     """Trained under CPU bf16 autocast (timm's `--amp` with bf16)."""
@@ -337,6 +345,11 @@ PERCEIVER_LR = 3e-3
 """The Perceiver's OneCycleLR max_lr: 3× train_cifar10's 1e-3, which trains 20 epochs of CIFAR-10 at
 batch 128 (7800 steps) where a run here has 150 (at 1e-3 loss 2.38 -> 2.28, chance ln 10 = 2.30,
 seed 0; at 3e-3 with a cross head of 64 on the normalised digits see the healthy test)."""
+CONFORMER_LR = 0.05 / math.sqrt(32)
+"""The Conformer's peak lr: Gulati et al.'s 0.05/√d at its d 32 (8.8e-3)."""
+CONFORMER_WARMUP = 25
+"""The Conformer's warm-up: the paper's 10k steps of a run of hundreds of thousands, here 25 of 150
+(then the inverse square root: ×0.41 by the last step)."""
 PERCEIVER_WARMUP = 45
 """The Perceiver's rising phase: `OneCycleLR`'s `pct_start` 0.3 of `STEPS` (its `float(pct_start ·
 total_steps) − 1` = 44 is the last step of the rise)."""
@@ -489,6 +502,12 @@ RECIPES = {
     # nn.L1Loss, no clipping, no schedule, batch 256 sets (its 2 ** 10) for 150 steps (its 500).
     "set_transformer": Recipe(lr=1e-4, weight_decay=0.0, batch=256, clip=None, warmup=0, optimizer="adam",
                               schedule="constant"),
+    # Gulati et al. (sooftware/conformer's README has no recipe; it trains in openspeech): Adam
+    # β 0.9, 0.98, ε 1e-9, the transformer schedule (warm-up, then 1/√step) to a peak 0.05/√d,
+    # L2 1e-6 (Adam's weight_decay, matrices only); openspeech's gradient_clip_val 5.0 and
+    # batch_size 32.
+    "conformer": Recipe(lr=CONFORMER_LR, weight_decay=1e-6, batch=32, clip=5.0, betas=(0.9, 0.98),
+                        warmup=CONFORMER_WARMUP, optimizer="transformer_adam", schedule="noam"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -503,6 +522,7 @@ OPTIMIZERS = {
     # eps outside the square root and square_avg starting at 0, where RMSpropTF starts it at 1.
     "rmsprop_tf": lambda groups, lr, recipe: torch.optim.RMSprop(groups, lr=lr, alpha=0.9, eps=1e-3, momentum=0.9),
     "rmsprop": lambda groups, lr, recipe: torch.optim.RMSprop(groups, lr=lr),
+    "transformer_adam": lambda groups, lr, recipe: torch.optim.Adam(groups, lr=lr, betas=recipe.betas, eps=1e-9),
 }
 """Each `Recipe.optimizer`'s constructor over `_param_groups`."""
 NETWORKS = {"wgan_gp": ("generator", "critic"), "pix2pix": ("netG", "netD"), "sac": ("policy", "critic", "log_alpha")}
@@ -542,7 +562,8 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "efficientnet": smoothed_cross_entropy, "pinn": pinn_loss, "maml": torch.nn.functional.mse_loss,
           "bilstm_crf": crf_nll, "pixelcnn": torch.nn.functional.cross_entropy, "neural_ode": torch.nn.functional.l1_loss,
           "nerf": torch.nn.functional.mse_loss, "capsnet": caps_loss, "mae": mae_loss, "rwkv": rwkv_loss,
-          "tabnet": tabnet_loss, "set_transformer": torch.nn.functional.l1_loss}
+          "tabnet": tabnet_loss, "set_transformer": torch.nn.functional.l1_loss,
+          "conformer": conformer_ctc_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -648,6 +669,9 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
     if recipe.schedule == "one_cycle":  # torch's OneCycleLR (cos), as a factor on max_lr
         return lambda step: _one_cycle(step, recipe.warmup, steps, 1 / ONE_CYCLE_DIV, 1.0,
                                        1 / (ONE_CYCLE_DIV * ONE_CYCLE_FINAL_DIV))
+    if recipe.schedule == "noam":  # the transformer's lrate ∝ min(s^−0.5, s · w^−1.5), s = step + 1, peak 1
+        warmup = max(recipe.warmup, 1)
+        return lambda step: min((step + 1) / warmup, math.sqrt(warmup / (step + 1)))
     if recipe.schedule == "step":
         return lambda step: 0.1 ** ((step >= steps // 2) + (step >= 3 * steps // 4))
     config = LoopConfig(steps=steps, warmup=recipe.warmup, lr=1.0)
@@ -756,7 +780,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
-                "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer")
+                "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -775,7 +799,9 @@ FT-Transformer's), the Perceiver's its pixels (not the Fourier features its forw
 the WaveNet's its one-hot mu-law windows (float, as pytorch-wavenet's and golbin/WaveNet's loaders
 hand them to the model; its targets, the next samples' levels, left as they are), the Set
 Transformer's its sets of integers (floats, as the demo's `torch.from_numpy(x).float()`; their
-maxima, the targets, left as they are); word2vec and the BiLSTM-CRF read word IDs."""
+maxima, the targets, left as they are), the Conformer's
+its frames (`input_features`; the attention mask is integer and left as it is); word2vec and the
+BiLSTM-CRF read word IDs."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
@@ -1283,6 +1309,45 @@ def _max_set_data(micro: int, seed: int):
             max_set_chance())
 
 
+def _token_ids(draw):
+    """The speech batches with their labels as token IDs 0 … symbols − 1 (-100 padding kept): the
+    Conformer's tokenizer's; its head reserves 0 for the blank (`conformer_ctc_loss`)."""
+    def shifted():
+        batch, labels = draw()
+        return batch, torch.where(labels >= 0, labels - 1, labels)
+    return shifted
+
+
+def _mel_speech_data(micro: int, seed: int):
+    """The Conformer's utterances (`data.MEL_SPEECH`, `ctc_batch_sampler`), their token IDs its
+    targets; `classes` the tokens (the wrong-transcript batches of `healthy_spike` stay among them,
+    never the blank); chance: `_conformer_chance`."""
+    return (_token_ids(ctc_batch_sampler(micro, seed, MEL_SPEECH)), _token_ids(ctc_batch_sampler(64, seed + 1, MEL_SPEECH)),
+            MEL_SPEECH.symbols, _conformer_chance())
+
+
+@lru_cache(maxsize=1)
+def _conformer_chance() -> float:
+    """As `_ctc_chance` for the Conformer: the CTC loss of one blank-and-token distribution for
+    every output frame (lengths L // 4 − 1) of every utterance, fitted by Adam on held-out batches."""
+    draw = _token_ids(ctc_batch_sampler(256, 99, MEL_SPEECH))
+    batches = [draw() for _ in range(2)]
+    logits = torch.zeros(MEL_SPEECH.classes, requires_grad=True)
+    optimizer = torch.optim.Adam([logits], lr=0.1)
+
+    def loss_on(batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        lengths = torch.div(batch["attention_mask"].sum(1), 4, rounding_mode="floor") - 1
+        log_probs = torch.log_softmax(logits, 0).expand(len(labels), int(lengths.max()), -1)
+        return conformer_ctc_loss((log_probs, lengths), labels)
+
+    for _ in range(150):
+        optimizer.zero_grad()
+        loss_on(*batches[0]).backward()
+        optimizer.step()
+    with torch.no_grad():
+        return float(loss_on(*batches[1]))
+
+
 ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_data, "lora": _kitchen_data,
              "vqvae": _pattern_reconstruction_data, "nbeats": _forecast_data, "word2vec": _skipgram_data,
              "triplet": _metric_learning_data, "sam": _smoothed_pattern_data, "ppo": _ppo_data, "detector": _box_data,
@@ -1290,7 +1355,7 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "bilstm_crf": _tagging_data, "pixelcnn": _digit_levels_data, "neural_ode": _spiral_data,
              "nerf": _nerf_data, "capsnet": _capsule_digits_data, "sac": _point_mass_data,
              "mae": _masked_digits_data, "wavenet": _waveform_data,
-             "set_transformer": _max_set_data}
+             "set_transformer": _max_set_data, "conformer": _mel_speech_data}
 """(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {

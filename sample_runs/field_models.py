@@ -64,6 +64,12 @@
   bidirectional LSTM, a Linear to the symbols and the blank (0), log_softmax as (T, N, C) and the
   frames' lengths after the stride; `ctc_loss` is `nn.CTCLoss(blank=0, zero_infinity=True)` with
   Hugging Face's wav2vec2 handling of labels padded with -100 (target lengths from the mask).
+- `ConformerCTC`, `ConformerBlock`, `ConformerConvModule`, `RelativeSelfAttention`,
+  `conformer_ctc_loss`: Gulati et al.'s Conformer encoder as sooftware/conformer writes it (2-D
+  conv subsampling ×4, a Linear projection, blocks of a half-step macaron FFN, relative-position
+  multi-head self-attention, the convolution module (pointwise conv → GLU → depthwise conv →
+  BatchNorm → Swish → pointwise conv), a second half-step FFN and a LayerNorm) with a CTC head
+  (bias-free Linear → log_softmax, `nn.CTCLoss(blank=0)`) over `data.MEL_SPEECH`'s frames, small.
 
 - `Mamba`: a selective state-space character LM (johnma2006/mamba-minimal's layout and names):
   embedding, residual blocks of RMSNorm → in_proj to (x, z) → depthwise causal Conv1d → SiLU →
@@ -278,8 +284,8 @@ once before any of their analyses was read; `mixer` and `tcn` likewise before th
 fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `maml` and `pix2pix` before the
 sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `nerf` and `capsnet` before
 the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
-`perceiver` and `wavenet` before the twenty-first, `set_transformer` before the twenty-second
-(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
+twenty-second (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -299,7 +305,7 @@ import torch
 from torch import nn
 
 from .data import (CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, NERF_SCENE, POINT_MASS, RING,
-                   SERIES, SPEECH, SPIRAL, TABLE, TAGGING, TAGS, TOPICS, WAVEFORMS, rk4_step, spiral_trajectory)
+                   MEL_SPEECH, SERIES, SPEECH, SPIRAL, TABLE, TAGGING, TAGS, TOPICS, WAVEFORMS, rk4_step, spiral_trajectory)
 from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
@@ -323,6 +329,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "TABNET_VIRTUAL_BATCH", "TABNET_LAMBDA_SPARSE", "Perceiver", "PerceiverAttention", "PerceiverLayer",
            "PerceiverFeedForward", "GEGLU", "perceiver_fourier_encode", "PERCEIVER_FREQ_BANDS", "PERCEIVER_MAX_FREQ",
            "WaveNet", "WaveNetBlock", "gated_activation", "SetTransformer", "MAB", "SAB", "ISAB", "PMA",
+                      "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
+           "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
            "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
@@ -1116,6 +1124,209 @@ def ctc_loss(output: tuple[torch.Tensor, torch.Tensor], labels: torch.Tensor) ->
     log_probs, lengths = output
     mask = labels >= 0
     return CTC_LOSS(log_probs, labels.masked_select(mask), lengths, mask.sum(dim=-1))
+
+
+def swish(x: torch.Tensor) -> torch.Tensor:
+    """Swish (Ramachandran et al.): x · σ(x), the Conformer's activation (`nn.SiLU`)."""
+    return x * torch.sigmoid(x)
+
+
+class Swish(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return swish(x)
+
+
+def xavier_linear(in_features: int, out_features: int, bias: bool = True) -> nn.Linear:
+    """sooftware/conformer's `Linear`: an `nn.Linear` with Xavier-uniform weights and zero biases."""
+    linear = nn.Linear(in_features, out_features, bias=bias)
+    nn.init.xavier_uniform_(linear.weight)
+    if bias:
+        nn.init.zeros_(linear.bias)
+    return linear
+
+
+class ConformerSubsampling(nn.Module):
+    """The 2-D conv subsampling: the (B, T, F) frames as a 1-channel image through two 3×3 convs
+    of stride 2, unpadded, each with a ReLU, to (B, T', d · F') with T' = ⌊(⌊(T − 1)/2⌋ − 1)/2⌋
+    (F' likewise); the output lengths as sooftware writes them, L // 4 − 1 (never past the frames
+    the convs keep)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(1, channels, 3, stride=2), nn.ReLU(),
+                                  nn.Conv2d(channels, channels, 3, stride=2), nn.ReLU())
+
+    @staticmethod
+    def output_size(size: int) -> int:
+        return ((size - 1) // 2 - 1) // 2
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.conv(x.unsqueeze(1))  # (B, d, T', F')
+        return out.permute(0, 2, 1, 3).flatten(2), torch.div(lengths, 4, rounding_mode="floor") - 1
+
+
+class ConformerFeedForward(nn.Module):
+    """The macaron feed-forward module: LayerNorm → Linear(d, 4d) → Swish → dropout → Linear(4d, d)
+    → dropout (its block adds half of it to the residual)."""
+
+    def __init__(self, dim: int, expansion: int = 4, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.LayerNorm(dim), xavier_linear(dim, dim * expansion), Swish(), nn.Dropout(dropout),
+                                 xavier_linear(dim * expansion, dim), nn.Dropout(dropout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def relative_sinusoids(length: int, dim: int) -> torch.Tensor:
+    """Transformer-XL's sinusoids of the relative positions length − 1, …, 0, …, −(length − 1)
+    (row m: position length − 1 − m; sin on even, cos on odd features, frequencies 10000^(−2i/d)),
+    (2·length − 1, dim)."""
+    position = (length - 1 - torch.arange(2 * length - 1, dtype=torch.float32)).unsqueeze(1)
+    frequency = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(2 * length - 1, dim)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency)
+    return table
+
+
+class RelativeSelfAttention(nn.Module):
+    """Multi-head self-attention with Transformer-XL's relative positions, as the Conformer takes it:
+    per head, score(i, j) = ((q_i + u) · k_j + (q_i + v) · W_p r_{i−j}) / √d_head with learned
+    biases u, v (Xavier-uniform) and r the relative sinusoids (`relative_sinusoids`) projected by a
+    bias-free W_p; softmax over j, dropout, the values, an output projection. No mask: sooftware's
+    encoder passes none, padded frames are attended to. `last_attention` keeps the weights."""
+
+    def __init__(self, dim: int, heads: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.heads, self.dim_head = heads, dim // heads
+        self.query, self.key, self.value = (xavier_linear(dim, dim) for _ in range(3))
+        self.pos = xavier_linear(dim, dim, bias=False)
+        self.u_bias = nn.Parameter(nn.init.xavier_uniform_(torch.empty(heads, self.dim_head)))
+        self.v_bias = nn.Parameter(nn.init.xavier_uniform_(torch.empty(heads, self.dim_head)))
+        self.dropout = nn.Dropout(dropout)
+        self.out = xavier_linear(dim, dim)
+        self.last_attention: torch.Tensor | None = None
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(*x.shape[:-1], self.heads, self.dim_head).transpose(-3, -2)  # (…, H, T, d_head)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, dim = x.shape
+        q = self.query(x).view(b, t, self.heads, self.dim_head)
+        k, v = self.split(self.key(x)), self.split(self.value(x))
+        r = self.split(self.pos(relative_sinusoids(t, dim).to(x)))  # (H, 2T − 1, d_head)
+        content = ((q + self.u_bias).transpose(1, 2)) @ k.transpose(-1, -2)  # (B, H, T, T)
+        by_offset = ((q + self.v_bias).transpose(1, 2)) @ r.transpose(-1, -2)  # (B, H, T, 2T − 1)
+        index = (t - 1 - torch.arange(t, device=x.device).unsqueeze(1) + torch.arange(t, device=x.device))
+        position = by_offset.gather(-1, index.expand(b, self.heads, t, t))  # row i − j of the sinusoids
+        weights = torch.softmax((content + position) / math.sqrt(self.dim_head), dim=-1)
+        self.last_attention = weights.detach()
+        context = (self.dropout(weights) @ v).transpose(1, 2).reshape(b, t, dim)
+        return self.out(context)
+
+
+class ConformerSelfAttention(nn.Module):
+    """The multi-headed self-attention module: LayerNorm → `RelativeSelfAttention` → dropout."""
+
+    def __init__(self, dim: int, heads: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.attention = RelativeSelfAttention(dim, heads, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.attention(self.norm(x)))
+
+
+class ConformerConvModule(nn.Module):
+    """The convolution module on (B, T, d): LayerNorm, then over time (B, d, T): a pointwise conv
+    to 2d channels → GLU over the channels (the first half × σ(the second)) → a depthwise conv of
+    `kernel` (odd, 'same' padding, no bias) → BatchNorm1d → Swish → a pointwise conv → dropout."""
+
+    def __init__(self, dim: int, kernel: int = 15, dropout: float = 0.1) -> None:
+        super().__init__()
+        assert kernel % 2 == 1
+        self.norm = nn.LayerNorm(dim)
+        self.pointwise_in = nn.Conv1d(dim, 2 * dim, 1)
+        self.glu = nn.GLU(dim=1)
+        self.depthwise = nn.Conv1d(dim, dim, kernel, padding=(kernel - 1) // 2, groups=dim, bias=False)
+        self.batch_norm = nn.BatchNorm1d(dim)
+        self.activation = Swish()
+        self.pointwise_out = nn.Conv1d(dim, dim, 1)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.glu(self.pointwise_in(self.norm(x).transpose(1, 2)))
+        h = self.activation(self.batch_norm(self.depthwise(h)))
+        return self.dropout(self.pointwise_out(h)).transpose(1, 2)
+
+
+class ConformerBlock(nn.Module):
+    """Gulati et al.'s block (eq. 1): x + ½ FFN(x), + MHSA, + Conv, + ½ FFN, then LayerNorm."""
+
+    def __init__(self, dim: int, heads: int, kernel: int, dropout: float = 0.1, half_step: float = 0.5) -> None:
+        super().__init__()
+        self.half_step = half_step
+        self.ff1 = ConformerFeedForward(dim, dropout=dropout)
+        self.attn = ConformerSelfAttention(dim, heads, dropout)
+        self.conv = ConformerConvModule(dim, kernel, dropout)
+        self.ff2 = ConformerFeedForward(dim, dropout=dropout)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.half_step * self.ff1(x)
+        x = x + self.attn(x)
+        x = x + self.conv(x)
+        x = x + self.half_step * self.ff2(x)
+        return self.norm(x)
+
+
+class ConformerCTC(nn.Module):
+    """sooftware/conformer's `Conformer` (Gulati et al.'s encoder and a CTC head), small: the conv
+    subsampling (`ConformerSubsampling`, ×4 in time and in the bands) → Linear(d · F', d) and
+    dropout (its `input_projection`) → `layers` `ConformerBlock`s → a bias-free Linear to the blank
+    and the tokens → log_softmax; its forward takes the speech collator's dict (`input_features`
+    (B, T, F), `attention_mask`) and returns ((B, T', classes) log-probabilities, (B,) lengths
+    L // 4 − 1) as sooftware's does. Its Linears Xavier-uniform with zero biases (its `Linear`),
+    its convs PyTorch's defaults. Small: d 32, 2 blocks, 4 heads of 8, conv kernel 15, dropout 0.1
+    everywhere (sooftware's defaults 512, 17, 8, 31; its README's example encoder_dim 32, 3 layers)."""
+
+    def __init__(self, classes: int, features: int = MEL_SPEECH.features, dim: int = 32, layers: int = 2,
+                 heads: int = 4, kernel: int = 15, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.conv_subsample = ConformerSubsampling(dim)
+        self.input_projection = nn.Sequential(xavier_linear(dim * ConformerSubsampling.output_size(features), dim),
+                                              nn.Dropout(dropout))
+        self.layers = nn.ModuleList(ConformerBlock(dim, heads, kernel, dropout) for _ in range(layers))
+        self.fc = xavier_linear(dim, classes, bias=False)
+        self.units = ["conv_subsample", "input_projection", *(f"layers.{i}" for i in range(layers)), "fc"]
+        self.hidden = [f"layers.{i}" for i in range(layers)]
+        # Only the head: every block ends in its LayerNorm, so scaling anything before it is
+        # normalised away (the subsampling's last conv ×300: loss 0.04 on, seeds 2 and 3; the last
+        # block's ff2 output Linear or conv pointwise_out ×100-300: a jump to 0.4-2.5, back by 10
+        # steps, seeds 0-2).
+        self.exposed = ["fc"]
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        x, lengths = self.conv_subsample(batch["input_features"], batch["attention_mask"].sum(dim=1))
+        x = self.input_projection(x)
+        for layer in self.layers:
+            x = layer(x)
+        return torch.log_softmax(self.fc(x), dim=-1), lengths
+
+
+CONFORMER_CTC_LOSS = nn.CTCLoss(blank=0)
+
+
+def conformer_ctc_loss(output: tuple[torch.Tensor, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+    """sooftware's README: `nn.CTCLoss()` (blank 0, mean over the batch of the loss per target
+    token, no `zero_infinity`) on the log-probabilities as (T', B, C) with the encoder's output
+    lengths; the labels are token IDs 0 … symbols − 1 padded with -100 (the target lengths from the
+    mask), the head's index t + 1 token t's, 0 the blank."""
+    log_probs, lengths = output
+    mask = labels >= 0
+    return CONFORMER_CTC_LOSS(log_probs.transpose(0, 1), labels.masked_select(mask) + 1, lengths, mask.sum(dim=-1))
 
 
 class MambaBlock(nn.Module):
@@ -4334,7 +4545,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
-               "set_transformer")
+               "set_transformer", "conformer")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -4401,9 +4612,11 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "perceiver": lambda vocab: Perceiver(vocab),
     "wavenet": lambda vocab: WaveNet(vocab),
     "set_transformer": lambda vocab: SetTransformer(dim_output=vocab),
+    "conformer": lambda vocab: ConformerCTC(vocab + 1),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
-of the segmentation and node classifiers, the CTC model's symbols + blank (ignored by the others)."""
+of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its
+head adds the blank) (ignored by the others)."""
 
 
 def build_field_model(arch: str, vocab: int) -> nn.Module:

@@ -49,7 +49,7 @@ def test_catalogue_looks_like_the_field():
                                        "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam", "ppo", "detector",
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
-                                       "perceiver", "wavenet", "set_transformer"}
+                                       "perceiver", "wavenet", "set_transformer", "conformer"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -2451,3 +2451,131 @@ def test_set_transformer_attends_by_its_formula_is_permutation_invariant_and_its
     assert not LEFT_OUT.get("set_transformer")
     families = {s.family for s in SCENARIOS.values() if s.arch == "set_transformer"}
     assert {"healthy_spike", "batch_scale", "batch_nan", "adam_state", "detach"} <= families  # float sets, float maxima
+
+
+def test_conformer_subsamples_its_frames_its_blocks_follow_their_formulas_and_its_healthy_run_learns(tmp_path):
+    from sample_runs.data import MEL_SPEECH
+    from sample_runs.field import CONFORMER_LR, CONFORMER_WARMUP, OPTIMIZERS, _conformer_chance, _mel_speech_data
+    from sample_runs.field_models import (ConformerBlock, ConformerCTC, ConformerSubsampling, conformer_ctc_loss,
+                                          relative_sinusoids, swish)
+
+    draw, eval_draw, classes, chance = _mel_speech_data(8, 0)
+    batch, labels = draw()
+    assert classes == MEL_SPEECH.symbols and chance == _conformer_chance()
+    tokens = labels[labels >= 0]
+    assert tokens.min() >= 0 and tokens.max() < MEL_SPEECH.symbols  # token IDs; the head's 0 is the blank
+    targets = (labels >= 0).sum(1)
+    assert MEL_SPEECH.shortest <= targets.min() and targets.max() <= MEL_SPEECH.longest
+    assert torch.equal(labels == -100, torch.arange(labels.shape[1]) >= targets.unsqueeze(1))
+    frames = batch["input_features"]
+    assert frames.shape[0] == 8 and frames.shape[2] == MEL_SPEECH.features == 40
+    spike = faults.MislabeledBatch(t0=0, classes=classes).batch(0, batch, labels)[1]
+    assert torch.equal(spike < 0, labels < 0) and spike[spike >= 0].max() < MEL_SPEECH.symbols
+    assert not torch.equal(spike, labels)  # a wrong transcript, never the blank
+
+    sub = ConformerSubsampling(4)  # two 3x3 convs of stride 2, unpadded: T' = ((T - 1) // 2 - 1) // 2
+    for t in (36, 37, 38, 39, 44, 81):
+        out, lengths = sub(torch.randn(2, t, 40), torch.tensor([t, t - 5]))
+        assert out.shape == (2, ((t - 1) // 2 - 1) // 2, 4 * 9)  # 40 bands -> 19 -> 9, 4 channels each
+        assert lengths.tolist() == [t // 4 - 1, (t - 5) // 4 - 1] and lengths[0] <= out.shape[1]
+    image = torch.randn(1, 1, 20, 40)
+    expected = sub.conv(image).permute(0, 2, 1, 3).flatten(2)  # (B, T', channels x bands), channel-major
+    assert torch.equal(sub(image[:, 0], torch.tensor([20]))[0], expected)
+
+    torch.manual_seed(0)
+    model = build_field_model("conformer", classes)
+    assert isinstance(model, ConformerCTC) and model.fc.out_features == MEL_SPEECH.classes and model.fc.bias is None
+    assert model.input_projection[0].weight.shape == (32, 32 * 9) and len(model.layers) == 2
+    assert model.units == ["conv_subsample", "input_projection", "layers.0", "layers.1", "fc"]
+    assert model.hidden == ["layers.0", "layers.1"] and model.exposed == ["fc"]
+    assert int(torch.count_nonzero(model.input_projection[0].bias)) == 0  # sooftware's Linear: Xavier, zero bias
+    block = model.layers[0]
+    ff = block.ff1.net
+    assert ff[1].weight.shape == (128, 32) and ff[4].weight.shape == (32, 128)  # expansion 4
+    x = torch.randn(2, 6, 3)
+    assert torch.allclose(swish(x), x * torch.sigmoid(x)) and torch.allclose(ff[2](x), torch.nn.functional.silu(x))
+
+    conv = block.conv
+    assert conv.pointwise_in.weight.shape == (64, 32, 1)  # to 2d channels for the GLU
+    assert conv.depthwise.weight.shape == (32, 1, 15) and conv.depthwise.groups == 32 and conv.depthwise.bias is None
+    assert conv.pointwise_out.weight.shape == (32, 32, 1) and conv.batch_norm.num_features == 32
+    model.eval()
+    h = torch.randn(2, 20, 32, requires_grad=True)
+    inner = conv.pointwise_in(conv.norm(h).transpose(1, 2))
+    glu = inner[:, :32] * torch.sigmoid(inner[:, 32:])
+    assert torch.allclose(conv.glu(inner), glu, atol=1e-6)
+    by_hand = conv.pointwise_out(swish(conv.batch_norm(conv.depthwise(glu)))).transpose(1, 2)
+    assert torch.allclose(conv(h), by_hand, atol=1e-5) and conv(h).shape == h.shape
+    g = torch.randn(1, 32, 40, requires_grad=True)
+    (grad,) = torch.autograd.grad(conv.depthwise(g)[0, 5, 20], g)
+    reads = torch.nonzero(grad[0]).tolist()
+    assert {c for c, _ in reads} == {5} and {t for _, t in reads} == set(range(13, 28))  # its channel, 'same' padding
+
+    x = torch.randn(2, 11, 32)
+    x1 = x + 0.5 * block.ff1(x)  # macaron: half-step FFN, attention, conv, half-step FFN, LayerNorm
+    x2 = x1 + block.attn(x1)
+    x3 = x2 + block.conv(x2)
+    assert torch.allclose(block(x), block.norm(x3 + 0.5 * block.ff2(x3)), atol=1e-5)
+    assert ConformerBlock(32, 4, 15).half_step == 0.5
+
+    table = relative_sinusoids(5, 8)  # rows: relative positions 4 … -4
+    assert table.shape == (9, 8) and torch.equal(table[4], torch.tensor([0.0, 1.0] * 4))
+    freq = torch.exp(torch.arange(0, 8, 2) * (-math.log(10000.0) / 8))
+    assert torch.allclose(table[0, 0::2], torch.sin(4 * freq)) and torch.allclose(table[8, 1::2], torch.cos(-4 * freq))
+    attention = block.attn.attention
+    assert attention.heads == 4 and attention.dim_head == 8 and attention.pos.bias is None
+    q_in = torch.randn(2, 7, 32)
+    out = attention(q_in)
+    q, k, v = attention.query(q_in), attention.key(q_in), attention.value(q_in)
+    r = attention.pos(relative_sinusoids(7, 32))
+    heads = []
+    for head in range(4):
+        part = slice(8 * head, 8 * head + 8)
+        content = (q[..., part] + attention.u_bias[head]) @ k[..., part].transpose(1, 2)
+        by_offset = (q[..., part] + attention.v_bias[head]) @ r[:, part].T  # (B, 7, 13)
+        padded = torch.cat([torch.zeros(2, 7, 1), by_offset], dim=-1).view(2, 14, 7)  # Transformer-XL's shift
+        position = padded[:, 1:].reshape(2, 7, 13)[..., :7]
+        weights = torch.softmax((content + position) / math.sqrt(8), dim=-1)
+        for i, j in ((0, 0), (6, 1), (2, 5)):  # score (i, j) reads the sinusoid of offset i - j
+            assert float(position[0, i, j].detach()) == pytest.approx(float(by_offset[0, i, 6 - i + j].detach()), abs=1e-5)
+        heads.append(weights @ v[..., part])
+    assert torch.allclose(out, attention.out(torch.cat(heads, dim=-1)), atol=1e-5)
+
+    with torch.no_grad():
+        log_probs, lengths = model(batch)
+    assert log_probs.shape == (8, ((frames.shape[1] - 1) // 2 - 1) // 2, MEL_SPEECH.classes)
+    assert torch.allclose(log_probs.exp().sum(-1), torch.ones(log_probs.shape[:2]), atol=1e-5)
+    assert torch.equal(lengths, batch["attention_mask"].sum(1) // 4 - 1) and lengths.max() <= log_probs.shape[1]
+    assert (lengths >= 2 * targets - 1).all()  # room for every token and a blank between repeats
+    ctc = torch.nn.functional.ctc_loss(log_probs.transpose(0, 1), labels[labels >= 0] + 1, lengths, targets, blank=0)
+    assert float(conformer_ctc_loss((log_probs, lengths), labels)) == pytest.approx(float(ctc), rel=1e-6)
+    uniform = torch.full_like(log_probs, -math.log(MEL_SPEECH.classes))
+    assert chance < float(conformer_ctc_loss((uniform, lengths), labels))  # the marginal beats knowing nothing
+    model.train()
+
+    recipe = RECIPES["conformer"]
+    assert recipe.optimizer == "transformer_adam" and recipe.betas == (0.9, 0.98) and recipe.clip == 5.0
+    assert recipe.lr == pytest.approx(0.05 / math.sqrt(32)) and recipe.batch == 32 and recipe.weight_decay == 1e-6
+    optimizer = OPTIMIZERS[recipe.optimizer](_param_groups(model, recipe, recipe.lr), recipe.lr, recipe)
+    assert isinstance(optimizer, torch.optim.Adam) and optimizer.defaults["eps"] == 1e-9
+    schedule = _schedule(recipe, 150)
+    w = CONFORMER_WARMUP
+    assert schedule(w - 1) == 1.0 and schedule(0) == pytest.approx(1 / w)
+    assert schedule(99) == pytest.approx(math.sqrt(w / 100)) and schedule(10) == pytest.approx(11 / w)
+    assert max(schedule(s) for s in range(150)) == 1.0
+    no_warmup = _schedule(type(recipe)(**{**recipe.__dict__, "warmup": 0}), 150)  # lr_too_high's
+    assert no_warmup(0) == 1.0 and no_warmup(3) == pytest.approx(0.5)
+
+    truth = make("healthy-conformer-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[:10]) > chance and _mean(loss[-10:]) < 0.05 * _mean(loss[:10])
+    assert len(by_name["val_loss"]) == 6 and by_name["val_loss"][-1] < 0.1 * by_name["val_loss"][0]
+    assert by_name["lr"] == pytest.approx([CONFORMER_LR * schedule(step) for step in range(150)])
+    stats = read_stats(tmp_path / "run")
+    assert set(stats.query("role == 'input'")["name"]) == {"input.input_features", "input.attention_mask"}
+    assert set(stats.query("role == 'target'")["kind"]) == {"index"}
+    assert not LEFT_OUT.get("conformer")
+    families = {s.family for s in SCENARIOS.values() if s.arch == "conformer"}
+    assert {"healthy_spike", "batch_scale", "batch_nan", "adam_state", "detach", "healthy_bf16"} <= families
