@@ -118,7 +118,8 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     loss_steps, loss = loss_curve(scalars)
     outcome = measure_outcome(loss_steps, loss, metric_curves(scalars), thresholds.outcome,
                               loss=main_loss(scalars))
-    stale = gradients.stale_gradients(gradients.gradient_history(table, scalars, outcome), thresholds.gradients)
+    history = gradients.gradient_history(table, scalars, outcome)
+    stale = gradients.stale_gradients(history, thresholds.gradients)
     leaders = diverging(breaks, scalars, stayed_finite=not nonfinite, loss_must_feel=not stale,
                         nonfinite_at=first.step if first else None, thresholds=thresholds.ranking)
     onset, involved = run_onset(breaks, leaders, first, tie_order, thresholds=thresholds.ranking,
@@ -139,6 +140,10 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
         diverged = onset is not None
         evidence = replace(evidence, onset=onset, diverged=diverged)
     recovered = diverged and onsets.came_back(table, scalars, onset, thresholds.outcome, ignore_grads=scaled, run_outcome=outcome)
+    if diverged and not recovered and any(f.severity == NOTE for f in stale):
+        # Found before the verdict, as a note where the loss still ended lower: in a run that
+        # diverged, the carried-over gradients explain it (round 22's Conformer).
+        precomputed["stale_gradients"] = gradients.stale_gradients(replace(history, diverged=True), thresholds.gradients)
     evidence = replace(
         evidence, onset=onset if diverged else None, recovered=recovered,
         summary=summarize(table, before=_healthy_until(table, onset, thresholds) if diverged else None))

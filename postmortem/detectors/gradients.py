@@ -104,11 +104,22 @@ def _structural(grads: SilentGradients, quiet: dict[str, int]) -> bool:
 
 def _silent_by_construction(grads: SilentGradients, quiet: dict[str, int], name: str) -> bool:
     """Its module's other parameters get gradients (an attention key bias), or its module never
-    ran (an unused branch)."""
+    ran (an unused branch), or, behind parameters that get gradients (nothing before it was cut
+    off), its parent module's others do: a key projection attending over a set of one (a Set
+    Transformer's SABs after PMA with one seed: softmax over one key is 1; round 22)."""
     module = _module(name)
     siblings = [p for p in grads.first_step if _module(p) == module and p not in quiet]
     unused = grads.called is not None and not any(c == module or c.startswith(module + ".") for c in grads.called)
-    return bool(siblings) or unused
+    return bool(siblings) or unused or _parent_learns(grads, quiet, name)
+
+
+def _parent_learns(grads: SilentGradients, quiet: dict[str, int], name: str) -> bool:
+    parent = _module(_module(name))
+    if not parent:  # the model itself: a top-level layer cut off beside a head that learns
+        return False
+    names = list(grads.first_step)
+    behind = any(n not in quiet for n in names[:names.index(name)])
+    return behind and any(n.startswith(parent + ".") and n not in quiet for n in names)
 
 
 def _dead_end(grads: SilentGradients, quiet: dict[str, int]) -> bool:
@@ -233,6 +244,8 @@ class GradientHistory:
     loss: np.ndarray
     carried: tuple[np.ndarray, np.ndarray] | None = None
     """The recorder's `grad_carried_over` (steps, shares), where the run has it (from session 11)."""
+    diverged: bool = False
+    """The run diverged and did not come back (`Evidence.diverged`, not `recovered`)."""
 
 
 def gradient_history(table: SeriesTable, scalars: pd.DataFrame, outcome: Outcome) -> GradientHistory:
@@ -264,7 +277,7 @@ def _after_an_optimizer_step(carried: pd.DataFrame, scalars: pd.DataFrame) -> pd
 
 
 def _gradient_history(ev: Evidence) -> GradientHistory:
-    return gradient_history(ev.table, ev.scalars, ev.outcome)
+    return replace(gradient_history(ev.table, ev.scalars, ev.outcome), diverged=ev.diverged and not ev.recovered)
 
 
 @register("stale_gradients", "gradients", _gradient_history)
@@ -313,7 +326,9 @@ def _carried_over(history: GradientHistory, th: GradientThresholds) -> list[Find
     t0 starts a stretch of ≥ 3 such records in a row (one forgotten zero_grad is an accident,
     not an onset) after which ≥ 90 % of the records carry gradients over. In a run whose loss
     still ended lower than before t0 it is a note (the run learns on; some loops accumulate
-    across rec.step() calls on purpose); otherwise it explains the verdict."""
+    across rec.step() calls on purpose), unless the run diverged: then, as otherwise, it explains
+    the verdict (round 22: a Conformer whose summed gradients ran away while its loss, CTC
+    through Adam, still ended lower than before t0)."""
     steps, share = history.carried
     carrying = share >= th.carried_share
     k = th.carried_min_steps
@@ -328,7 +343,7 @@ def _carried_over(history: GradientHistory, th: GradientThresholds) -> list[Find
     t0 = int(steps[starts[0]])
     after = share[starts[0]:]
     improvement = _loss_gain(history.loss_steps, history.loss, t0)
-    learns_on = improvement is not None and improvement > th.carried_still_learns \
+    learns_on = improvement is not None and improvement > th.carried_still_learns and not history.diverged \
         and bool(np.isfinite(history.loss[history.loss_steps >= t0]).all())
     fix = (f"from step {t0} on, gradients are carried over from one step to the next (no "
            "optimizer.zero_grad()): call it at the start of every step")

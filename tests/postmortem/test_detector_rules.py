@@ -300,12 +300,30 @@ def test_one_module_silent_behind_layers_that_learn_is_a_dead_end_not_a_cut():
     assert found[0].severity == "note" and "no loss reads" in found[0].fix
     # The same dead end in a run that does not learn explains nothing away.
     assert no_gradient(_silent(wavenet, learns=FLAT, called=called), TH.gradients)[0].severity == "error"
-    # Two modules silent from the start behind one that learns are cut off, not a dead end...
-    two = {**wavenet, "blocks.1.skip.weight": 0}
+    # A second silent module, top-level, with nothing of its own that learns: cut off...
+    two = {**wavenet, "end.weight": 0}
     assert no_gradient(_silent(two, called=called), TH.gradients)[0].severity == "error"
     # ...and so is one that went silent mid-run.
     late = {**wavenet, "blocks.1.residual.weight": 40, "blocks.1.residual.bias": 40}
     assert no_gradient(_silent(late, called=called), TH.gradients)[0].severity == "error"
+
+
+def test_layers_silent_beside_learning_siblings_behind_learning_layers_are_structure():
+    # A Set Transformer's SABs after PMA with one seed attend over a set of one: softmax over one
+    # key is 1, so their key projections never get a gradient while their queries and values do.
+    sab = {"enc.0.fc_q.weight": None, "enc.0.fc_k.weight": None, "pma.fc_q.weight": None,
+           "dec.1.fc_q.weight": None, "dec.1.fc_k.weight": 0, "dec.1.fc_k.bias": 0, "dec.1.fc_v.weight": None,
+           "dec.2.fc_q.weight": None, "dec.2.fc_k.weight": 0, "dec.2.fc_k.bias": 0, "dec.2.fc_v.weight": None,
+           "out.weight": None}
+    called = frozenset(n.rpartition(".")[0] for n in sab)
+    found = no_gradient(_silent(sab, called=called), TH.gradients)
+    assert found[0].severity == "note" and len(found) == 1
+    assert sorted(found[0].tensors) == ["dec.1.fc_k.bias", "dec.1.fc_k.weight", "dec.2.fc_k.bias", "dec.2.fc_k.weight"]
+    # The first layers of a stack silent from the start, the next one learning: a cut (a
+    # torch.no_grad() or .detach() after layers.1), however much their parent's others learn.
+    prefix = {"layers.0.weight": 0, "layers.1.weight": 0, "layers.2.weight": None, "head.weight": None}
+    found = no_gradient(_silent(prefix, called=frozenset({"layers.0", "layers.1", "layers.2", "head"})), TH.gradients)
+    assert found[0].severity == "error"
 
 
 def test_structure_silent_from_the_start_does_not_date_a_later_cut():
@@ -415,6 +433,10 @@ def test_stale_gradients_in_a_run_whose_loss_improves_is_a_note():
     broke = falling.copy()
     broke[100:] = np.nan
     assert stale_gradients(_carrying([0.0] * 47 + [1.0] * 73, broke), TH.gradients)[0].severity == "error"
+    # Nor does a loss that ends lower in a run whose summed gradients ran away: the run diverged,
+    # and the carried-over gradients explain it.
+    ran_away = replace(_carrying([0.0] * 47 + [1.0] * 73, falling), diverged=True)
+    assert stale_gradients(ran_away, TH.gradients)[0].severity == "error"
 
 
 def test_stale_gradients_with_the_signal_ignores_the_norm():
