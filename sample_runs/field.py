@@ -25,8 +25,8 @@ negative sampling, a triplet-loss embedding net, a Wide ResNet trained with SAM,
 CartPole, a one-level FCOS object detector, a timm-style EfficientNet, a physics-informed network,
 MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, a tiny NeRF, a
 capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder, an
-RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer and a Conformer
-(`field_models`),
+RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conformer and a
+graph attention network (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -70,7 +70,9 @@ the WaveNet by the plain loop with pytorch-wavenet's `WavenetTrainer` settings (
 Transformer by the plain loop with set_transformer's max_regression_demo recipe (Adam at 1e-4, no
 weight decay, no clipping, no schedule) on the L1 error of its predicted set maxima, the
 Conformer by the plain loop with Gulati et al.'s Adam (β 0.9, 0.98, ε 1e-9) and transformer
-warm-up schedule, openspeech's clip 5.0, on its CTC loss. Faults
+warm-up schedule, openspeech's clip 5.0, on its CTC loss, the GAT by the plain loop with pyGAT's
+train.py recipe (Adam at 5e-3, L2 5e-4 on every parameter, no clipping, no schedule) on the NLL
+of its training nodes, full batch on the GCN's graph. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -508,6 +510,11 @@ RECIPES = {
     # batch_size 32.
     "conformer": Recipe(lr=CONFORMER_LR, weight_decay=1e-6, batch=32, clip=5.0, betas=(0.9, 0.98),
                         warmup=CONFORMER_WARMUP, optimizer="transformer_adam", schedule="noam"),
+    # Diego999/pyGAT's train.py: optim.Adam(model.parameters(), lr 5e-3, weight_decay 5e-4) (L2 on
+    # every parameter), F.nll_loss on the training nodes, full batch (the whole graph a step), no
+    # clipping, no schedule; 150 steps (its up to 10000 epochs with patience 100).
+    "gat": Recipe(lr=5e-3, weight_decay=5e-4, batch=400, clip=None, warmup=0, optimizer="adam",
+                  schedule="constant"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -562,7 +569,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "efficientnet": smoothed_cross_entropy, "pinn": pinn_loss, "maml": torch.nn.functional.mse_loss,
           "bilstm_crf": crf_nll, "pixelcnn": torch.nn.functional.cross_entropy, "neural_ode": torch.nn.functional.l1_loss,
           "nerf": torch.nn.functional.mse_loss, "capsnet": caps_loss, "mae": mae_loss, "rwkv": rwkv_loss,
-          "tabnet": tabnet_loss, "set_transformer": torch.nn.functional.l1_loss,
+          "tabnet": tabnet_loss, "gat": torch.nn.functional.nll_loss, "set_transformer": torch.nn.functional.l1_loss,
           "conformer": conformer_ctc_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
@@ -780,7 +787,8 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "simclr", "ddpm", "ctc", "fttransformer", "convnext", "siren", "pointnet", "clip", "densenet",
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
-                "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer")
+                "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
+                "gat")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -963,7 +971,7 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     if arch == "seq2seq":
         return (sort_batch_sampler(micro, seed), sort_batch_sampler(64, seed + 1), SORT.vocab,
                 math.log(SORT.vocab))
-    if arch == "gnn":  # full batch: every draw is the whole graph; off-mask labels are ignored (-100)
+    if arch in ("gnn", "gat"):  # full batch: every draw is the whole graph; off-mask labels are ignored (-100)
         graph, labels, train_mask, val_mask = sbm_graph()
         train_y, val_y = labels.masked_fill(~train_mask, -100), labels.masked_fill(~val_mask, -100)
         return (lambda: (graph, train_y)), (lambda: (graph, val_y)), int(labels.max()) + 1, \

@@ -272,6 +272,10 @@
   heads are split along the batch, O = Q + softmax(Q Kᵀ / sqrt(dim_V)) V then O + relu(fc_o(O));
   an encoder of two induced set attention blocks, a decoder of pooling by attention over learned
   seeds, two self-attention blocks and a Linear), small, on its max-regression demo.
+- `GAT`, `GATHeads`, `GraphAttentionLayer`: Veličković et al.'s Graph Attention Network as
+  Diego999/pyGAT's layers.py and models.py write it (dense attention e_ij = LeakyReLU_0.2(aᵀ[W h_i ‖
+  W h_j]) masked to the adjacency with −9e15, softmax over neighbours, dropout on the attention;
+  ELU'd hidden heads concatenated, one output attention layer, ELU, log_softmax), small.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -285,7 +289,7 @@ fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `
 sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `nerf` and `capsnet` before
 the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
 `perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
-twenty-second (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+twenty-second, `gat` before the twenty-third (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -4539,13 +4543,103 @@ class SetTransformer(nn.Module):
         return self.dec(self.enc(x)).squeeze(-1)
 
 
+class GraphAttentionLayer(nn.Module):
+    """pyGAT's dense `GraphAttentionLayer`: Wh = h W (`weight`, pyGAT's `W`, (in, out)); the
+    attention logits e_ij = LeakyReLU(aᵀ [Wh_i ‖ Wh_j]) (negative slope `alpha`), computed as
+    Wh a[:out] + (Wh a[out:])ᵀ; entries off the adjacency replaced by −9e15, a softmax over each
+    row's neighbours, dropout on the coefficients, h' = attention · Wh, ELU'd when `concat` (the
+    hidden heads), as it is otherwise (the output layer). `weight` and `a` ((2·out, 1)) are
+    Xavier-uniform with gain 1.414, as there. The last coefficients are kept in `last_attention`."""
+
+    def __init__(self, in_features: int, out_features: int, dropout: float, alpha: float,
+                 concat: bool = True) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.dropout, self.alpha, self.concat = dropout, alpha, concat
+        self.weight = nn.Parameter(torch.empty(in_features, out_features))
+        self.a = nn.Parameter(torch.empty(2 * out_features, 1))
+        nn.init.xavier_uniform_(self.weight, gain=1.414)
+        nn.init.xavier_uniform_(self.a, gain=1.414)
+        self.last_attention: torch.Tensor | None = None
+
+    def logits(self, wh: torch.Tensor) -> torch.Tensor:
+        """e (N, N): e_ij = LeakyReLU(a_1ᵀ Wh_i + a_2ᵀ Wh_j), before the mask."""
+        source = wh @ self.a[: self.out_features]
+        neighbour = wh @ self.a[self.out_features:]
+        return torch.nn.functional.leaky_relu(source + neighbour.T, self.alpha)
+
+    def forward(self, h: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
+        wh = h @ self.weight
+        e = self.logits(wh)
+        attention = torch.where(adj > 0, e, torch.full_like(e, -9e15))
+        attention = torch.softmax(attention, dim=1)
+        self.last_attention = attention.detach()
+        attention = torch.nn.functional.dropout(attention, self.dropout, self.training)
+        out = attention @ wh
+        return torch.nn.functional.elu(out) if self.concat else out
+
+
+class GATHeads(nn.Module):
+    """The hidden layer's `heads` attention layers (pyGAT's `attention_0` … side by side, each
+    `concat`: ELU'd), run on the same input and concatenated along the features (N, heads·out).
+    One module so that the layer is one unit: pyGAT's GAT concatenates them in its forward."""
+
+    def __init__(self, in_features: int, out_features: int, heads: int, dropout: float, alpha: float) -> None:
+        super().__init__()
+        for i in range(heads):
+            self.add_module(f"attention_{i}", GraphAttentionLayer(in_features, out_features, dropout, alpha, concat=True))
+
+    def forward(self, h: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
+        return torch.cat([head(h, adj) for head in self.children()], dim=1)
+
+
+def dense_adjacency(edge_index: torch.Tensor, nodes: int) -> torch.Tensor:
+    """The (N, N) adjacency of `edge_index` (2, E: source, target) with self-loops, adj[i, j] = 1
+    where j sends to i (pyGAT's `adj + I`, of which its layers read only adj > 0)."""
+    adj = torch.eye(nodes, device=edge_index.device)
+    adj[edge_index[1], edge_index[0]] = 1.0
+    return adj
+
+
+class GAT(nn.Module):
+    """pyGAT's models.py `GAT`: dropout on the input features, `heads` hidden attention layers
+    concatenated (`attentions`, each ELU'd), dropout, an output attention layer (`out_att`, one
+    head, not concatenated) to the classes, ELU, log_softmax. Small: hidden 8 a head and 8 heads
+    and alpha 0.2 (its defaults); dropout 0.3 where it takes 0.6: on the GCN's graph (16 Gaussian
+    features, not Cora's row-normalised bag of words; 80 training nodes) and in 150 steps, 0.6 (and
+    0.5) leaves the output layer's ELU saturated and the held-out loss at chance (1.30-1.37 against
+    ln 4 = 1.39 at step 150, seeds 0-2), 0.3 learns (0.60-0.72). Its forward takes the zoo's graph
+    dict {`x`, `edge_index`} and builds the dense adjacency pyGAT loads (self-loops in)."""
+
+    def __init__(self, features: int, classes: int, hidden: int = 8, heads: int = 8, dropout: float = 0.3,
+                 alpha: float = 0.2) -> None:
+        super().__init__()
+        self.dropout = dropout
+        self.attentions = GATHeads(features, hidden, heads, dropout, alpha)
+        self.out_att = GraphAttentionLayer(hidden * heads, classes, dropout, alpha, concat=False)
+        self.units = ["attentions", "out_att"]
+        self.hidden = ["attentions"]
+        # No normalisation anywhere: every head (its `weight` is pyGAT's W) and the output layer.
+        self.exposed = [f"attentions.attention_{i}" for i in range(heads)] + ["out_att"]
+        self.decay_everything = True  # train.py's Adam(model.parameters(), weight_decay=5e-4)
+
+    def forward(self, graph: dict[str, torch.Tensor]) -> torch.Tensor:
+        x = graph["x"]
+        adj = dense_adjacency(graph["edge_index"], x.shape[0])
+        x = torch.nn.functional.dropout(x, self.dropout, self.training)
+        x = self.attentions(x, adj)
+        x = torch.nn.functional.dropout(x, self.dropout, self.training)
+        x = torch.nn.functional.elu(self.out_att(x, adj))
+        return torch.log_softmax(x, dim=1)
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
-               "set_transformer", "conformer")
+               "set_transformer", "conformer", "gat")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -4613,6 +4707,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "wavenet": lambda vocab: WaveNet(vocab),
     "set_transformer": lambda vocab: SetTransformer(dim_output=vocab),
     "conformer": lambda vocab: ConformerCTC(vocab + 1),
+    "gat": lambda vocab: GAT(GRAPH.features, vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

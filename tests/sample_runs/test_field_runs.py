@@ -49,7 +49,7 @@ def test_catalogue_looks_like_the_field():
                                        "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam", "ppo", "detector",
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
-                                       "perceiver", "wavenet", "set_transformer", "conformer"}
+                                       "perceiver", "wavenet", "set_transformer", "conformer", "gat"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -2578,4 +2578,86 @@ def test_conformer_subsamples_its_frames_its_blocks_follow_their_formulas_and_it
     assert set(stats.query("role == 'target'")["kind"]) == {"index"}
     assert not LEFT_OUT.get("conformer")
     families = {s.family for s in SCENARIOS.values() if s.arch == "conformer"}
+    assert {"healthy_spike", "batch_scale", "batch_nan", "adam_state", "detach", "healthy_bf16"} <= families
+
+
+def test_gat_attends_by_its_formula_over_neighbours_only_concatenates_its_heads_and_its_healthy_run_learns(tmp_path):
+    from sample_runs.data import sbm_graph
+    from sample_runs.field_models import GAT, GATHeads, GraphAttentionLayer, dense_adjacency
+
+    torch.manual_seed(0)
+    layer = GraphAttentionLayer(3, 2, dropout=0.0, alpha=0.2, concat=True)
+    h = torch.randn(4, 3)
+    edges = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])  # a path 0 - 1 - 2, node 3 alone
+    adj = dense_adjacency(edges, 4)
+    assert torch.equal(adj, torch.tensor([[1., 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 0], [0, 0, 0, 1]]))
+    out = layer(h, adj)
+    wh = h @ layer.weight
+    a = layer.a.squeeze(1)
+    by_hand = torch.zeros(4, 2)
+    for i in range(4):  # e_ij = LeakyReLU(a^T [Wh_i || Wh_j]) over i's neighbours (itself in), softmax, sum
+        neighbours = [j for j in range(4) if adj[i, j] > 0]
+        raw = torch.stack([torch.dot(a, torch.cat([wh[i], wh[j]])) for j in neighbours])
+        e = torch.where(raw > 0, raw, 0.2 * raw)
+        weights = torch.softmax(e, 0)
+        by_hand[i] = sum(w * wh[j] for w, j in zip(weights, neighbours))
+        assert torch.allclose(layer.last_attention[i, neighbours], weights, atol=1e-6)
+    assert torch.allclose(out, torch.nn.functional.elu(by_hand), atol=1e-5)
+    assert torch.equal(layer.last_attention[0, 2:], torch.zeros(2))  # masked to neighbours: exactly 0
+    assert float(layer.last_attention[3, 3]) == 1.0  # a node alone attends to itself
+    assert torch.allclose(layer.last_attention.sum(1), torch.ones(4))
+    raw = torch.tensor([[-1.0, 2.0]])  # the LeakyReLU's negative slope 0.2
+    slope = GraphAttentionLayer(1, 1, dropout=0.0, alpha=0.2)
+    with torch.no_grad():
+        slope.a.copy_(torch.tensor([[1.0], [0.0]]))
+    assert torch.allclose(slope.logits(raw.T), torch.tensor([[-0.2, -0.2], [2.0, 2.0]]))
+    far = h.clone()
+    far[2] += 100.0  # a node that is no neighbour changes nothing
+    assert torch.allclose(layer(far, adj)[0], out[0])
+    output = GraphAttentionLayer(3, 2, dropout=0.0, alpha=0.2, concat=False)
+    assert torch.allclose(output(h, adj), output.last_attention @ (h @ output.weight))  # no ELU on the output layer
+    assert float(layer.weight.detach().abs().max()) <= 1.414 * math.sqrt(6 / 5)  # Xavier-uniform, gain 1.414
+
+    heads = GATHeads(3, 2, heads=4, dropout=0.0, alpha=0.2)
+    both = heads(h, adj)
+    assert both.shape == (4, 8)
+    for k, head in enumerate(heads.children()):  # concatenated head by head along the features
+        assert torch.allclose(both[:, 2 * k:2 * k + 2], head(h, adj), atol=1e-6)
+
+    model = build_field_model("gat", 4)
+    assert isinstance(model, GAT) and len(list(model.attentions.children())) == 8
+    assert model.attentions.attention_0.weight.shape == (GRAPH.features, 8) and model.out_att.weight.shape == (64, 4)
+    assert model.out_att.a.shape == (8, 1) and model.out_att.concat is False and model.dropout == model.out_att.dropout
+    graph, labels, train, val = sbm_graph()
+    model.eval()
+    logp = model(graph)
+    adj = dense_adjacency(graph["edge_index"], GRAPH.nodes)
+    hidden = torch.cat([head(graph["x"], adj) for head in model.attentions.children()], dim=1)
+    assert torch.allclose(logp, torch.log_softmax(torch.nn.functional.elu(model.out_att(hidden, adj)), 1), atol=1e-5)
+    assert torch.allclose(logp.exp().sum(1), torch.ones(GRAPH.nodes), atol=1e-5)  # log_softmax
+    owned = {id(p) for u in model.units for p in model.get_submodule(u).parameters()}
+    assert len(owned) == len(list(model.parameters())) and model.hidden == ["attentions"]
+    groups = _param_groups(model, RECIPES["gat"], 5e-3)
+    assert all(g["weight_decay"] == 5e-4 for g in groups)  # Adam's L2 on every parameter, a's too
+    model.train()
+    detach = faults.DetachedLayer(t0=0, layer="attentions")
+    detach.install(model)
+    detach.before_step(0, model, None)
+    model.zero_grad()
+    torch.nn.functional.nll_loss(model(graph), labels.masked_fill(~train, -100)).backward()
+    assert all(p.grad is None for p in model.attentions.parameters()) and model.out_att.weight.grad.abs().sum() > 0
+
+    recipe = RECIPES["gat"]
+    assert recipe.optimizer == "adam" and recipe.lr == 5e-3 and recipe.weight_decay == 5e-4
+    assert recipe.clip is None and recipe.schedule == "constant" and recipe.warmup == 0
+    truth = make("healthy-gat-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[-10:]) < 0.5 * _mean(loss[:10]) and _mean(loss[-10:]) < 0.7 * math.log(4)
+    assert by_name["val_loss"][-1] < 0.7 * math.log(4)
+    stats = read_stats(tmp_path / "run")
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+    assert not LEFT_OUT.get("gat")
+    families = {s.family for s in SCENARIOS.values() if s.arch == "gat"}
     assert {"healthy_spike", "batch_scale", "batch_nan", "adam_state", "detach", "healthy_bf16"} <= families
