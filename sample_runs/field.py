@@ -887,6 +887,12 @@ LEFT_OUT = {
     "bilstm_crf": ("adam_state",),
     # torchdiffeq's demo steps RMSprop, whose square_avg is not Adam's exp_avg_sq.
     "neural_ode": ("adam_state",),
+    # MislabeledBatch flips float targets to 1 − y: for the CNP a shift of every target y by one
+    # against contexts left as they were, which undoes what 150 steps learn (each function's scale
+    # and a mean near 0): held-out NLL less its floor 1.30 -> 1.77 at t0 90 (seed 1), above where the
+    # run began, still 1.54 by the end against its twin's 1.26; seeds 0-2 end 0.82-0.89x where they
+    # began, which the healthy check (< 0.8x) refuses. Not the spike that recovers the family means.
+    "neural_process": ("healthy_spike",),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
