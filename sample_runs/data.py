@@ -88,6 +88,12 @@ __all__ = [
     "MaxSetSpec",
     "max_set_sampler",
     "max_set_chance",
+    "GP_CURVES",
+    "GPCurvesSpec",
+    "gp_kernel",
+    "gp_curves_sampler",
+    "gp_curves_chance",
+    "gp_curves_floor",
     "SERIES",
     "SeriesSpec",
     "seasonal_series",
@@ -1171,6 +1177,115 @@ def max_set_chance() -> float:
     pmf = np.diff(np.concatenate([[0.0], cdf]))
     median = k[np.searchsorted(cdf, 0.5)]
     return float((pmf * np.abs(k - median)).sum())
+
+
+@dataclass(frozen=True)
+class GPCurvesSpec:
+    """The Conditional Neural Process's functions (deepmind/neural-processes' `GPCurvesReader`):
+    x uniform in [−2, 2], y a draw of a GP with the squared-exponential kernel
+    σ_f² exp(−½ (x − x')² / l²) plus `noise`² on the diagonal (its sigma_noise 2e-2 "to make the
+    cholesky work"), each function's l uniform in [0.1, `length_scale`] and σ_f in [0.1,
+    `sigma_scale`] (the reader's `random_kernel_parameters=True`, its l1_scale 0.6 and sigma_scale
+    1.0: the attentive_neural_process notebook's reader; the CNP notebook's older one fixes l 0.4,
+    σ_f 1.0); the CNP notebook's counts: per batch a context count uniform in 3 … max_context − 1
+    and a target count in 2 … max_context − 1 (`tf.random_uniform(minval, maxval)`, maxval
+    excluded; MAX_CONTEXT_POINTS 10); the targets are the context points and the new ones (its
+    `x_values[:, :num_target + num_context]`)."""
+
+    length_scale: float = 0.6
+    sigma_scale: float = 1.0
+    least_scale: float = 0.1
+    noise: float = 2e-2
+    max_context: int = 10
+    low: float = -2.0
+    high: float = 2.0
+
+
+GP_CURVES = GPCurvesSpec()
+
+
+def gp_kernel(x: torch.Tensor, length: torch.Tensor, sigma_f: torch.Tensor,
+              noise: float = GP_CURVES.noise) -> torch.Tensor:
+    """The reader's `_gaussian_kernel` for 1-D inputs x (B, n, 1) and each function's l and σ_f
+    (B,): σ_f² exp(−½ ((x_i − x_j) / l)²) + noise² δ_ij, (B, n, n) float64."""
+    x, length, sigma_f = x.double(), length.double(), sigma_f.double()
+    diff = (x[:, None, :, 0] - x[:, :, None, 0]) / length[:, None, None]
+    kernel = sigma_f[:, None, None] ** 2 * torch.exp(-0.5 * diff ** 2)
+    return kernel + noise ** 2 * torch.eye(x.shape[1], dtype=torch.float64)
+
+
+def gp_curves_sampler(batch_size: int, seed: int, *, fixed: int | None = None
+                      ) -> Callable[[], tuple[dict[str, torch.Tensor], torch.Tensor]]:
+    """Returns `draw()` giving ({"context_x", "context_y", "target_x"}, target_y), float32, each
+    (B, points, 1): `batch_size` functions drawn from the GP (`GP_CURVES`; the Cholesky factor in
+    float64, as the reader's), the first `num_context` points of each the context, all
+    `num_context + num_target` the targets. With `fixed`, the first `fixed` batches drawn, over
+    and over (a held-out set)."""
+    spec, generator = GP_CURVES, torch.Generator().manual_seed(seed)
+
+    def fresh() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        num_context = int(torch.randint(3, spec.max_context, (1,), generator=generator))
+        num_target = int(torch.randint(2, spec.max_context, (1,), generator=generator))
+        total = num_context + num_target
+        x = spec.low + (spec.high - spec.low) * torch.rand(batch_size, total, 1, generator=generator)
+        length = spec.least_scale + (spec.length_scale - spec.least_scale) * torch.rand(batch_size, generator=generator)
+        sigma_f = spec.least_scale + (spec.sigma_scale - spec.least_scale) * torch.rand(batch_size, generator=generator)
+        cholesky = torch.linalg.cholesky(gp_kernel(x, length, sigma_f, spec.noise))
+        y = (cholesky @ torch.randn(batch_size, total, 1, generator=generator, dtype=torch.float64)).float()
+        return ({"context_x": x[:, :num_context], "context_y": y[:, :num_context], "target_x": x}, y)
+
+    if fixed is None:
+        return fresh
+    batches, taken = [fresh() for _ in range(fixed)], 0
+
+    def draw() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        nonlocal taken
+        taken += 1
+        return batches[(taken - 1) % fixed]
+
+    return draw
+
+
+def gp_curves_chance() -> float:
+    """The Gaussian NLL per target point of the best model that ignores its context: N(0, E[y²])
+    with E[y²] = E[σ_f²] + noise² (σ_f uniform in [a, b]: E[σ_f²] = (b³ − a³) / (3 (b − a))),
+    ½ ln(2π E[y²]) + ½."""
+    a, b = GP_CURVES.least_scale, GP_CURVES.sigma_scale
+    variance = (b ** 3 - a ** 3) / (3 * (b - a)) + GP_CURVES.noise ** 2
+    return 0.5 * math.log(2 * math.pi * variance) + 0.5
+
+
+@lru_cache(maxsize=None)
+def gp_curves_floor(least_sigma: float = 0.1, batches: int = 400, seed: int = 12_345) -> float:
+    """A lower bound on the expected NLL per target point of any model whose σ is at least
+    `least_sigma` (the CNP decoder's 0.1), Monte Carlo over `batches` batches of 64 functions drawn
+    as `gp_curves_sampler` draws them: an oracle told each function's l and σ_f, predicting at
+    each target the GP posterior mean m given the (noisy) context with the best σ it may take,
+    σ* = max(least_sigma, s) for the posterior sd s; its expected NLL ln σ* + ½ ln 2π + s² / (2σ*²)
+    (a context point, which the targets repeat exactly: s = 0). No model that does not know l and
+    σ_f, and predicts one Gaussian a point, has a lower expected loss."""
+    spec = GP_CURVES
+    generator = torch.Generator().manual_seed(seed)
+    total = 0.0
+    for _ in range(batches):
+        # The sampler's draws, redone with their kernel parameters in hand.
+        num_context = int(torch.randint(3, spec.max_context, (1,), generator=generator))
+        num_target = int(torch.randint(2, spec.max_context, (1,), generator=generator))
+        points = num_context + num_target
+        x = spec.low + (spec.high - spec.low) * torch.rand(64, points, 1, generator=generator)
+        length = spec.least_scale + (spec.length_scale - spec.least_scale) * torch.rand(64, generator=generator)
+        sigma_f = spec.least_scale + (spec.sigma_scale - spec.least_scale) * torch.rand(64, generator=generator)
+        kernel = gp_kernel(x, length, sigma_f, spec.noise)
+        cc, tc = kernel[:, :num_context, :num_context], kernel[:, num_context:, :num_context]
+        solved = torch.linalg.solve(cc, tc.transpose(1, 2))
+        variance = torch.diagonal(kernel[:, num_context:, num_context:], dim1=1, dim2=2) - \
+            (tc * solved.transpose(1, 2)).sum(-1)
+        sd = variance.clamp_min(0).sqrt()
+        best = sd.clamp_min(least_sigma)
+        new = (best.log() + 0.5 * math.log(2 * math.pi) + variance / (2 * best ** 2)).sum()
+        known = 64 * num_context * (math.log(least_sigma) + 0.5 * math.log(2 * math.pi))
+        total += float(new + known) / (64 * points)
+    return total / batches
 
 
 @dataclass(frozen=True)

@@ -333,6 +333,7 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "TABNET_VIRTUAL_BATCH", "TABNET_LAMBDA_SPARSE", "Perceiver", "PerceiverAttention", "PerceiverLayer",
            "PerceiverFeedForward", "GEGLU", "perceiver_fourier_encode", "PERCEIVER_FREQ_BANDS", "PERCEIVER_MAX_FREQ",
            "WaveNet", "WaveNetBlock", "gated_activation", "SetTransformer", "MAB", "SAB", "ISAB", "PMA",
+           "ConditionalNeuralProcess", "cnp_nll", "CNP_SIGMA_FLOOR",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
            "build_field_model",
@@ -4633,13 +4634,72 @@ class GAT(nn.Module):
         return torch.log_softmax(x, dim=1)
 
 
+CNP_SIGMA_FLOOR = 0.1
+"""The decoder's lower bound on σ (the notebook's `sigma = 0.1 + 0.9 * softplus(log_sigma)`)."""
+
+
+class ConditionalNeuralProcess(nn.Module):
+    """Garnelo et al.'s Conditional Neural Process as deepmind/neural-processes'
+    conditional_neural_process.ipynb writes it: `encoder`, an MLP over each context pair
+    concat(x, y) (widths `encoder_sizes`, ReLU between, none after the last), mean-aggregated over
+    the context points into one representation r per function; `decoder`, an MLP over concat(r,
+    x_target) at each target (widths `decoder_sizes`, ReLU between, the last 2 wide: μ and
+    log σ), σ = 0.1 + 0.9 · softplus(log σ). Its sizes (encoder 128 ×4, decoder 128, 128, 2), PyTorch's
+    default Linear inits (the notebook's tf.layers.dense has Glorot-uniform weights, zero biases).
+    Its forward takes the batch dict {"context_x", "context_y", "target_x"} (each (B, n, 1)) and
+    returns (μ, σ), each (B, targets, 1); the last representation is kept in `last_representation`."""
+
+    def __init__(self, encoder_sizes: tuple[int, ...] = (128, 128, 128, 128),
+                 decoder_sizes: tuple[int, ...] = (128, 128, 2), x_size: int = 1, y_size: int = 1) -> None:
+        super().__init__()
+        self.encoder = self._mlp(x_size + y_size, encoder_sizes)
+        self.decoder = self._mlp(encoder_sizes[-1] + x_size, decoder_sizes)
+        self.units = [f"encoder.{2 * i}" for i in range(len(encoder_sizes))] + \
+            [f"decoder.{2 * i}" for i in range(len(decoder_sizes))]
+        self.hidden = self.units[:-1]
+        # No normalisation anywhere: the decoder's head (μ and σ) and the representation's last layer,
+        # which every target reads through the mean.
+        self.exposed = [self.units[-1], f"encoder.{2 * (len(encoder_sizes) - 1)}"]
+        self.last_representation: torch.Tensor | None = None
+
+    @staticmethod
+    def _mlp(width: int, sizes: tuple[int, ...]) -> nn.Sequential:
+        layers: list[nn.Module] = []
+        for i, size in enumerate(sizes):
+            layers.append(nn.Linear(width, size))
+            if i < len(sizes) - 1:
+                layers.append(nn.ReLU())
+            width = size
+        return nn.Sequential(*layers)
+
+    def represent(self, context_x: torch.Tensor, context_y: torch.Tensor) -> torch.Tensor:
+        """r (B, r_size): the encoder's output at each context pair, averaged over the points."""
+        return self.encoder(torch.cat([context_x, context_y], dim=-1)).mean(dim=1)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        r = self.represent(batch["context_x"], batch["context_y"])
+        self.last_representation = r.detach()
+        target_x = batch["target_x"]
+        hidden = self.decoder(torch.cat([r[:, None, :].expand(-1, target_x.shape[1], -1), target_x], dim=-1))
+        mu, log_sigma = hidden.chunk(2, dim=-1)
+        return mu, CNP_SIGMA_FLOOR + (1 - CNP_SIGMA_FLOOR) * nn.functional.softplus(log_sigma)
+
+
+def cnp_nll(output: tuple[torch.Tensor, torch.Tensor], target_y: torch.Tensor) -> torch.Tensor:
+    """The notebook's loss: −mean log N(target_y; μ, σ) over every function and target point (its
+    MultivariateNormalDiag over one y dimension is the univariate normal). Negative once σ < 1/√(2π)
+    and the means fit; its floor is ln 0.1 + ½ ln 2π (σ at its bound, μ exact)."""
+    mu, sigma = output
+    return (torch.log(sigma) + 0.5 * math.log(2 * math.pi) + 0.5 * ((target_y - mu) / sigma) ** 2).mean()
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
-               "set_transformer", "conformer", "gat")
+               "set_transformer", "conformer", "gat", "neural_process")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -4708,6 +4768,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "set_transformer": lambda vocab: SetTransformer(dim_output=vocab),
     "conformer": lambda vocab: ConformerCTC(vocab + 1),
     "gat": lambda vocab: GAT(GRAPH.features, vocab),
+    "neural_process": lambda vocab: ConditionalNeuralProcess(),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

@@ -49,7 +49,8 @@ def test_catalogue_looks_like_the_field():
                                        "lora", "vqvae", "nbeats", "word2vec", "triplet", "sam", "ppo", "detector",
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
-                                       "perceiver", "wavenet", "set_transformer", "conformer", "gat"}
+                                       "perceiver", "wavenet", "set_transformer", "conformer", "gat",
+                                       "neural_process"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -2661,3 +2662,96 @@ def test_gat_attends_by_its_formula_over_neighbours_only_concatenates_its_heads_
     assert not LEFT_OUT.get("gat")
     families = {s.family for s in SCENARIOS.values() if s.arch == "gat"}
     assert {"healthy_spike", "batch_scale", "batch_nan", "adam_state", "detach", "healthy_bf16"} <= families
+
+
+def test_neural_process_aggregates_its_context_bounds_sigma_scores_the_gaussian_nll_and_its_healthy_run_learns(tmp_path):
+    from sample_runs.data import GP_CURVES, gp_curves_chance, gp_curves_floor, gp_curves_sampler, gp_kernel
+    from sample_runs.field import OUTCOME_METRICS
+    from sample_runs.field_models import CNP_SIGMA_FLOOR, ConditionalNeuralProcess, cnp_nll
+
+    torch.manual_seed(0)
+    model = build_field_model("neural_process", 1)
+    assert isinstance(model, ConditionalNeuralProcess)
+    widths = [(m.in_features, m.out_features) for m in model.encoder if isinstance(m, torch.nn.Linear)]
+    assert widths == [(2, 128), (128, 128), (128, 128), (128, 128)]  # the notebook's [128] * 4 over (x, y)
+    widths = [(m.in_features, m.out_features) for m in model.decoder if isinstance(m, torch.nn.Linear)]
+    assert widths == [(129, 128), (128, 128), (128, 2)]  # over (r, x_target): mu and log sigma
+    assert not isinstance(model.encoder[-1], torch.nn.ReLU) and not isinstance(model.decoder[-1], torch.nn.ReLU)
+    batch = {"context_x": torch.rand(3, 6, 1) * 4 - 2, "context_y": torch.randn(3, 6, 1),
+             "target_x": torch.rand(3, 11, 1) * 4 - 2}
+    mu, sigma = model(batch)
+    assert mu.shape == sigma.shape == (3, 11, 1)
+    order = torch.randperm(6)  # the mean over context points: the context's order does not matter
+    shuffled = {**batch, "context_x": batch["context_x"][:, order], "context_y": batch["context_y"][:, order]}
+    r = model.represent(batch["context_x"], batch["context_y"])
+    assert torch.allclose(model.represent(shuffled["context_x"], shuffled["context_y"]), r, atol=1e-6)
+    assert torch.allclose(model(shuffled)[0], mu, atol=1e-5) and torch.allclose(model(shuffled)[1], sigma, atol=1e-5)
+    pairs = torch.cat([batch["context_x"], batch["context_y"]], -1)
+    assert torch.allclose(r[1], model.encoder(pairs[1]).mean(0), atol=1e-6)  # each point alone, then the mean
+    assert torch.allclose(model(batch)[0][:1], model({k: v[:1] for k, v in batch.items()})[0], atol=1e-6)
+    targets = batch["target_x"]  # each target on its own: the decoder reads (r, x) at one point
+    assert torch.allclose(model({**batch, "target_x": targets[:, 4:5]})[0], mu[:, 4:5], atol=1e-6)
+    hidden = model.decoder(torch.cat([r[:, None].expand(-1, 11, -1), targets], -1))
+    assert torch.allclose(sigma, 0.1 + 0.9 * torch.nn.functional.softplus(hidden[..., 1:]), atol=1e-6)
+    assert torch.allclose(mu, hidden[..., :1], atol=1e-6)
+    with torch.no_grad():  # sigma's lower bound holds however negative its pre-activation
+        model.decoder[-1].bias[1] = -1e4
+    assert CNP_SIGMA_FLOOR == 0.1 and torch.allclose(model(batch)[1], torch.full((3, 11, 1), 0.1))
+
+    y = torch.randn(3, 11, 1)
+    expected = -torch.distributions.Normal(mu, sigma).log_prob(y).mean()
+    assert torch.allclose(cnp_nll((mu, sigma), y), expected, atol=1e-6)
+    bound = math.log(0.1) + 0.5 * math.log(2 * math.pi)  # the NLL's floor: sigma at 0.1, mu exact
+    assert float(cnp_nll((y, torch.full_like(y, 0.1)), y)) == pytest.approx(bound, abs=1e-6) and bound < 0
+
+    draw = gp_curves_sampler(64, 0)
+    counts = set()
+    for _ in range(20):
+        x, target_y = draw()
+        assert set(x) == {"context_x", "context_y", "target_x"} and all(v.dtype == torch.float32 for v in x.values())
+        n, total = x["context_x"].shape[1], x["target_x"].shape[1]
+        assert 3 <= n < GP_CURVES.max_context and 2 <= total - n < GP_CURVES.max_context
+        assert target_y.shape == (64, total, 1) and x["context_y"].shape == (64, n, 1)
+        assert torch.equal(x["target_x"][:, :n], x["context_x"]) and torch.equal(target_y[:, :n], x["context_y"])
+        assert float(x["target_x"].min()) >= -2 and float(x["target_x"].max()) <= 2
+        counts.add(n)
+    assert len(counts) > 3
+    held = gp_curves_sampler(64, 5, fixed=2)
+    first, second, third = held(), held(), held()
+    assert torch.equal(first[1], third[1]) and torch.equal(first[0]["context_x"], third[0]["context_x"])
+    assert first[1].shape != second[1].shape or not torch.equal(first[1], second[1])
+    points = torch.tensor([[[-1.0], [-0.6], [0.3]]])  # the kernel on a few points, by its formula
+    kernel = gp_kernel(points, torch.tensor([0.5]), torch.tensor([0.7]))
+    assert kernel[0, 0, 1] == pytest.approx(0.49 * math.exp(-0.5 * (0.4 / 0.5) ** 2), rel=1e-6)
+    assert kernel[0, 2, 0] == pytest.approx(0.49 * math.exp(-0.5 * (1.3 / 0.5) ** 2), rel=1e-6)
+    assert kernel[0, 1, 1] == pytest.approx(0.49 + 0.02 ** 2, rel=1e-6)
+    # The sampler's curves have that covariance: a fixed x, many functions of one l and sigma_f.
+    cholesky = torch.linalg.cholesky(kernel)
+    samples = cholesky @ torch.randn(40_000, 3, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(torch.cov(samples[..., 0].T), kernel[0], atol=0.02)
+    many = gp_curves_sampler(64, 7)
+    ys = torch.cat([many()[1].flatten() for _ in range(300)]).double()
+    assert float((ys ** 2).mean()) == pytest.approx((1 - 0.1 ** 3) / (3 * 0.9) + 0.02 ** 2, rel=0.05)  # E[sigma_f^2]
+    assert gp_curves_chance() == pytest.approx(0.5 * math.log(2 * math.pi * float((ys ** 2).mean())) + 0.5, abs=0.05)
+    floor = gp_curves_floor()
+    assert bound < floor < 0 < gp_curves_chance()
+    metric = OUTCOME_METRICS["neural_process"]
+    assert metric.name == "val_loss" and metric.distance(floor) == 0
+
+    recipe = RECIPES["neural_process"]
+    assert recipe.optimizer == "adam" and recipe.lr == 1e-3 and recipe.weight_decay == 0.0 and recipe.batch == 64
+    assert recipe.clip is None and recipe.schedule == "constant" and recipe.warmup == 0
+    assert LEFT_OUT["neural_process"] == ("healthy_spike",)
+    families = {s.family for s in SCENARIOS.values() if s.arch == "neural_process"}
+    assert {"batch_scale", "batch_nan", "adam_state", "detach"} <= families and "healthy_spike" not in families
+
+    truth = make("healthy-neural_process-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss, val = by_name["loss"], by_name["val_loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150 and len(val) == 150
+    assert _mean(loss[:10]) > 0.85 and _mean(loss[-10:]) < 0.65  # chance 0.92
+    assert _mean(val[-10:]) - floor < 0.8 * (_mean(val[:10]) - floor)
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)]
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+    assert (io["role"] == "target").any() and (io["role"] == "input").any()
