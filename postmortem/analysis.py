@@ -14,6 +14,8 @@ from .detectors import CAUSE_LABELS, NOTE, REGISTRY, Evidence, Thresholds, diagn
 from .detectors import onsets
 from .detectors import verdict as diagnoses_verdict
 from .detectors.base import judging_curve, loss_curve, main_loss, metric_curves
+from .detectors.outcome import recovered_spike
+from .detectors.root_causes import CAUSES
 from .detectors.thresholds import GradientThresholds
 from .findings import Finding, FirstNonfinite, Onset, RankedTensor
 from .gaps import missing_step_warnings, unmeasured_warnings
@@ -139,6 +141,8 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
         onset = onsets.regression_onset(evidence, thresholds, first) or onsets.runaway_onset(evidence, thresholds)
         diverged = onset is not None
         evidence = replace(evidence, onset=onset, diverged=diverged)
+        if not diverged:
+            precomputed.update(_spike_causes(evidence, thresholds))
     recovered = diverged and onsets.came_back(table, scalars, onset, thresholds.outcome, ignore_grads=scaled, run_outcome=outcome)
     if diverged and not recovered and any(f.severity == NOTE for f in stale):
         # Found before the verdict, as a note where the loss still ended lower: in a run that
@@ -150,6 +154,21 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     findings = diagnose(evidence, thresholds, precomputed)
     advance("ranking and writing the story")
     return _concluded(run, evidence, findings, involved, onset, thresholds.root_causes.batch_range_factor)
+
+
+def _spike_causes(ev: Evidence, thresholds: Thresholds) -> dict[str, list[Finding]]:
+    """The direct causes the recorder saw at a loss spike the run came back from, by the
+    root-cause rules run at the spike's step (issue 12: a recovered incident names its cause;
+    round 23, a GAT's loss ×390 at a batch ×1000): warnings, as for an incident that recovered."""
+    steps, values = loss_curve(ev.scalars)
+    spike = recovered_spike(values, thresholds.outcome)
+    if spike is None:
+        return {}
+    step = int(steps[spike[0]])
+    at_spike = replace(ev, recovered=True, onset=Onset(step=step, interval=(step, step), series="scalar loss",
+                                                       growth_per_step=None, doubling_steps=None, jump=None,
+                                                       lead_steps=None))
+    return {label: REGISTRY[label].run(at_spike, thresholds) for label in CAUSES}
 
 
 def _caused(ev: Evidence, onset: Onset, first: FirstNonfinite | None, thresholds: Thresholds,

@@ -11,12 +11,12 @@ import pandas as pd
 from ..findings import Finding, FirstNonfinite, Onset
 from ..manifest import lookup_tables
 from ..ranking import TensorBreak, clips_recorded
-from ..scalars import is_loss, raised
+from ..scalars import is_loss
 from ..series import SeriesTable
 from .base import (ERROR, NOTE, WARNING, Evidence, adaptive_optimizer, finding, loss_curve, main_loss,
                    register, role)
 from .gradients import grad_norm_series
-from .outcome import loss_spikes
+from .outcome import recovered_spike
 from .root_causes import CAUSES
 from .thresholds import DivergenceThresholds, OutcomeThresholds
 
@@ -384,20 +384,19 @@ def recovered_incident(spike: LossSpike, th: OutcomeThresholds) -> list[Finding]
     values, steps = spike.loss, spike.steps
     if incident.diverged and not incident.recovered:
         return []  # the divergence is the story, not a spike on its way
-    if len(values) < 2 * th.min_steps:
+    found = recovered_spike(values, th)
+    if found is None:
         return []
-    spikes, level = loss_spikes(values, th)
-    for i in spikes[:1]:
-        recovered = np.flatnonzero(values[i + 1:] < raised(level[i], th.spike_recovered))
-        if len(recovered) == 0:
-            continue
-        return [finding(
-            "recovered_incident", int(steps[i]), [],
-            {"peak_loss": float(values[i]), "recent_level": float(level[i]),
-             "factor": float(values[i] / level[i]) if level[i] > 0 else None,
-             "recovered_at_step": int(steps[i + 1 + recovered[0]]), "causes": []},
-            "the loss spiked and recovered on its own; if spikes recur, look at the batch at that "
-            "step and clip gradients at the healthy-phase norm",
-            NOTE,
-        )]
-    return []
+    i, back, level = found
+    # A run that did not diverge had its direct causes looked for at the spike (postmortem.analysis).
+    causes = [f for f in incident.causes if f.step is not None and abs(f.step - int(steps[i])) <= 1]
+    return [finding(
+        "recovered_incident", int(steps[i]), [t for f in causes for t in f.tensors][:5],
+        {"peak_loss": float(values[i]), "recent_level": level,
+         "factor": float(values[i] / level) if level > 0 else None,
+         "recovered_at_step": int(steps[back]), "causes": [f.label for f in causes]},
+        "the loss spiked and recovered on its own" + ("; " + "; ".join(f.fix for f in causes) if causes else
+                                                      "; if spikes recur, look at the batch at that step and "
+                                                      "clip gradients at the healthy-phase norm"),
+        WARNING if causes else NOTE,
+    )]

@@ -12,7 +12,8 @@ from ..scalars import raised
 from .base import Evidence, Outcome, finding, loss_curve, measure_outcome, register
 from .thresholds import OutcomeThresholds
 
-__all__ = ["LossOutcome", "learning_stopped", "loss_came_back", "loss_plateau", "loss_spikes", "metric_came_back"]
+__all__ = ["LossOutcome", "learning_stopped", "loss_came_back", "loss_plateau", "loss_spikes", "metric_came_back",
+           "recovered_spike"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,19 @@ def learning_stopped(steps: np.ndarray, values: np.ndarray, onset: int, run: Out
         return False
     before = steps < onset
     return bool(measure_outcome(steps[before], values[before], {}, th).learns)
+
+
+def recovered_spike(values: np.ndarray, th: OutcomeThresholds) -> tuple[int, int, float] | None:
+    """The first loss spike (`loss_spikes`) that fell back below ×2 of its recent level
+    (`spike_recovered`): (its index, the index it was back at, that level)."""
+    if len(values) < 2 * th.min_steps:
+        return None
+    spikes, level = loss_spikes(values, th)
+    for i in spikes[:1]:
+        back = np.flatnonzero(values[i + 1:] < raised(level[i], th.spike_recovered))
+        if len(back):
+            return int(i), int(i + 1 + back[0]), float(level[i])
+    return None
 
 
 def loss_spikes(values: np.ndarray, th: OutcomeThresholds) -> tuple[np.ndarray, np.ndarray]:

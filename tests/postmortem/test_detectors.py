@@ -408,13 +408,22 @@ def test_a_finite_run_whose_loss_rose_after_an_lr_change_and_came_back_recovered
     bare, labels = _labels(tmp_path / "bare", _layers(), loss)
     assert bare.verdict == "healthy" and "hyperparameter_changed" not in labels
     assert not [f for f in bare.findings if f.label == "recovered_incident" and f.severity == "warning"]
-    # A one-off batch out of range whose spike passed is a recovered loss spike: a note.
+    # A one-off batch out of range whose spike passed is a recovered loss spike that names the
+    # batch as its cause (a warning), not an incident's onset: the run stays healthy.
     stats = _layers()
     stats.loc[(stats["role"] == "input") & (stats["step"] == at), "max_abs"] *= 1e3
     spiked = loss.copy()
     spiked[at] *= 400
     batch, labels = _labels(tmp_path / "batch", stats, spiked)
-    assert batch.verdict == "healthy" and "batch_out_of_range" not in labels
+    assert batch.verdict == "healthy" and batch.onset is None
+    spike = next(f for f in batch.findings if f.label == "recovered_incident")
+    assert (spike.step, spike.severity, spike.evidence["causes"]) == (at, "warning", ["batch_out_of_range"])
+    cause = next(f for f in batch.findings if f.label == "batch_out_of_range")
+    assert cause.severity == "warning" and cause.step == at
+    # The same spike with every batch in range names no cause: a note.
+    plain, _ = _labels(tmp_path / "plain", _layers(), spiked)
+    spike = next(f for f in plain.findings if f.label == "recovered_incident")
+    assert (spike.severity, spike.evidence["causes"]) == ("note", [])
 
 
 def test_a_finite_run_whose_loss_a_batch_out_of_range_spiked_for_good_diverged_there(tmp_path):
