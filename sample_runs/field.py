@@ -1378,21 +1378,26 @@ def _conformer_chance() -> float:
     """As `_ctc_chance` for the Conformer: the CTC loss of one blank-and-token distribution for
     every output frame (lengths L // 4 − 1) of every utterance, fitted by Adam on held-out batches."""
     draw = _token_ids(ctc_batch_sampler(256, 99, MEL_SPEECH))
-    batches = [draw() for _ in range(2)]
-    logits = torch.zeros(MEL_SPEECH.classes, requires_grad=True)
-    optimizer = torch.optim.Adam([logits], lr=0.1)
 
-    def loss_on(batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+    def loss_on(logits: torch.Tensor, batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         lengths = torch.div(batch["attention_mask"].sum(1), 4, rounding_mode="floor") - 1
         log_probs = torch.log_softmax(logits, 0).expand(len(labels), int(lengths.max()), -1)
         return conformer_ctc_loss((log_probs, lengths), labels)
 
+    return _one_frame_distribution_loss(MEL_SPEECH.classes, [draw() for _ in range(2)], loss_on)
+
+
+def _one_frame_distribution_loss(classes: int, batches: list, loss_on: Callable) -> float:
+    """The CTC loss, on the second batch, of one distribution over `classes` for every frame,
+    fitted by Adam on the first: `loss_on(logits, batch, labels)`."""
+    logits = torch.zeros(classes, requires_grad=True)
+    optimizer = torch.optim.Adam([logits], lr=0.1)
     for _ in range(150):
         optimizer.zero_grad()
-        loss_on(*batches[0]).backward()
+        loss_on(logits, *batches[0]).backward()
         optimizer.step()
     with torch.no_grad():
-        return float(loss_on(*batches[1]))
+        return float(loss_on(logits, *batches[1]))
 
 
 ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_data, "lora": _kitchen_data,
@@ -1455,22 +1460,14 @@ def _ctc_chance() -> float:
     log-probabilities fitted by Adam on held-out batches): what a recogniser that ignores its
     input can reach."""
     draw = ctc_batch_sampler(256, 99)
-    batches = [draw() for _ in range(2)]
-    logits = torch.zeros(SPEECH.classes, requires_grad=True)
-    optimizer = torch.optim.Adam([logits], lr=0.1)
 
-    def loss_on(batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+    def loss_on(logits: torch.Tensor, batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         lengths = torch.div(batch["attention_mask"].sum(1) - 1, 2, rounding_mode="floor") + 1
         frames = int(lengths.max())
         log_probs = torch.log_softmax(logits, 0).expand(frames, len(labels), -1)
         return ctc_loss((log_probs, lengths), labels)
 
-    for _ in range(150):
-        optimizer.zero_grad()
-        loss_on(*batches[0]).backward()
-        optimizer.step()
-    with torch.no_grad():
-        return float(loss_on(*batches[1]))
+    return _one_frame_distribution_loss(SPEECH.classes, [draw() for _ in range(2)], loss_on)
 
 
 @lru_cache(maxsize=1)
