@@ -26,7 +26,7 @@ CartPole, a one-level FCOS object detector, a timm-style EfficientNet, a physics
 MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, a tiny NeRF, a
 capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder, an
 RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conformer, a
-graph attention network and a Conditional Neural Process (`field_models`),
+graph attention network, a Conditional Neural Process and a Kolmogorov–Arnold Network (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -74,7 +74,9 @@ warm-up schedule, openspeech's clip 5.0, on its CTC loss, the GAT by the plain l
 train.py recipe (Adam at 5e-3, L2 5e-4 on every parameter, no clipping, no schedule) on the NLL
 of its training nodes, full batch on the GCN's graph, the
 Conditional Neural Process by the plain loop with the neural-processes notebook's Adam (its lr ×10,
-no clipping, no schedule) on the Gaussian NLL of its target points. Faults
+no clipping, no schedule) on the Gaussian NLL of its target points, the KAN by the plain loop with
+efficient-kan's MNIST example recipe (AdamW at 1e-3, decay 1e-4 on every parameter, ×0.8 an epoch,
+no clipping) on its cross-entropy. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -282,6 +284,8 @@ class Recipe:
     half cosine to 0: mae's `lr_sched.adjust_learning_rate`, per step), `rwkv_exp` (a warm-up
     from 0.2× to 1×, then exponential decay to `RWKV_LR_FINAL_RATIO`: RWKV-v4neo's trainer),
     `step_x0.9` (× 0.9 every `TABNET_LR_STEP` steps: pytorch-tabnet's `StepLR` example),
+    `exp_x0.8` (× 0.8 every `KAN_EPOCH_STEPS` steps: efficient-kan's `ExponentialLR(gamma=0.8)`
+    stepped once an epoch),
     `one_cycle` (torch's `OneCycleLR` at its defaults: a cosine rise from 1/25 of the lr over
     `warmup` steps, then a cosine fall to 1/25 × 1e-4 of it; β1 cycled 0.95 → 0.85 → 0.95 with it by
     `_one_cycle_momentum`: perceiver-pytorch's train_cifar10.py), `noam` (Vaswani et al.'s
@@ -366,6 +370,16 @@ CONFORMER_WARMUP = 25
 PERCEIVER_WARMUP = 45
 """The Perceiver's rising phase: `OneCycleLR`'s `pct_start` 0.3 of `STEPS` (its `float(pct_start ·
 total_steps) − 1` = 44 is the last step of the rise)."""
+
+KAN_LR = 3e-3
+"""The KAN's AdamW lr: 3× efficient-kan's MNIST example's 1e-3, which trains 10 epochs of 938 batches
+where a run here has 150 steps (at 1e-3 loss 2.30 -> 1.32, 2.28 -> 1.27, 2.27 -> 1.24, seeds 0-2,
+first/last 10-step means, and lr_too_high's ×100 (0.1) learned best of all, 1.19 -> 0.004, seed 0;
+at 3e-3 see the healthy test)."""
+KAN_EPOCH_STEPS = 24
+"""Steps of one epoch of the KAN's example (`exp_x0.8`): the 1500 training digits at batch 64 (its
+DataLoader's ceil(1500 / 64) = 24 batches); its ExponentialLR(gamma=0.8) is stepped once an epoch,
+6 decays in a 150-step run (×0.26 by the end)."""
 
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
@@ -531,6 +545,12 @@ RECIPES = {
     # steps, so lr NP_LR (x10 the notebook's), the one departure.
     "neural_process": Recipe(lr=NP_LR, weight_decay=0.0, batch=64, clip=None, warmup=0, optimizer="adam",
                              schedule="constant"),
+    # Blealtan/efficient-kan's examples/mnist.py: optim.AdamW(model.parameters(), lr=1e-3,
+    # weight_decay=1e-4) (every parameter decays), ExponentialLR(gamma=0.8) once an epoch,
+    # nn.CrossEntropyLoss, batch 64, no clipping, no warm-up; no grid updates, no regularization
+    # loss; lr KAN_LR (x3 the example's), the one departure.
+    "kan": Recipe(lr=KAN_LR, weight_decay=1e-4, batch=64, clip=None, warmup=0, optimizer="adamw",
+                  schedule="exp_x0.8"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -697,6 +717,8 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
         return rwkv
     if recipe.schedule == "step_x0.9":  # torch's StepLR(step_size=TABNET_LR_STEP, gamma=0.9)
         return lambda step: 0.9 ** (step // TABNET_LR_STEP)
+    if recipe.schedule == "exp_x0.8":  # torch's ExponentialLR(gamma=0.8), stepped once an epoch
+        return lambda step: 0.8 ** (step // KAN_EPOCH_STEPS)
     if recipe.schedule == "one_cycle":  # torch's OneCycleLR (cos), as a factor on max_lr
         return lambda step: _one_cycle(step, recipe.warmup, steps, 1 / ONE_CYCLE_DIV, 1.0,
                                        1 / (ONE_CYCLE_DIV * ONE_CYCLE_FINAL_DIV))
@@ -812,7 +834,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
-                "gat", "neural_process")
+                "gat", "neural_process", "kan")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -833,8 +855,8 @@ hand them to the model; its targets, the next samples' levels, left as they are)
 Transformer's its sets of integers (floats, as the demo's `torch.from_numpy(x).float()`; their
 maxima, the targets, left as they are), the Conformer's
 its frames (`input_features`; the attention mask is integer and left as it is), the Conditional
-Neural Process's its context points (x and y) and target x's (their target y's left as they are); word2vec and the
-BiLSTM-CRF read word IDs."""
+Neural Process's its context points (x and y) and target x's (their target y's left as they are), the
+KAN's its flattened pixels; word2vec and the BiLSTM-CRF read word IDs."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
@@ -1054,6 +1076,8 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     x = rows.x.unsqueeze(1) if arch in IMAGE_MODELS else rows.x
     if arch == "perceiver":  # train_cifar10's transforms.Normalize, by the training digits' mean and std
         x = (x - x[:1500].mean()) / x[:1500].std()
+    if arch == "kan":  # efficient-kan's mnist.py: transforms.Normalize((0.5,), (0.5,)), [0, 1] -> [-1, 1]
+        x = (x - 0.5) / 0.5
     if arch == "byol":  # BYOL's loss of a prediction uncorrelated with its target: 2 − 2·0
         return two_views_sampler(x[:1500], micro, seed), two_views_sampler(x[1500:], 128, seed + 1), 10, 2.0
     if arch == "simclr":

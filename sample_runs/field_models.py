@@ -276,6 +276,10 @@
   Diego999/pyGAT's layers.py and models.py write it (dense attention e_ij = LeakyReLU_0.2(aᵀ[W h_i ‖
   W h_j]) masked to the adjacency with −9e15, softmax over neighbours, dropout on the attention;
   ELU'd hidden heads concatenated, one output attention layer, ELU, log_softmax), small.
+- `KAN`, `KANLinear`, `kan_b_splines`, `kan_uniform_grid`: a Kolmogorov–Arnold Network as
+  Blealtan/efficient-kan's kan.py writes it (each layer a SiLU base branch plus cubic B-spline
+  bases of its inputs on a uniform extended grid, by the Cox–de Boor recursion, times scaled spline
+  weights), [64, 32, 10] on the flattened digits as its MNIST example.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -289,7 +293,7 @@ fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `
 sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `nerf` and `capsnet` before
 the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
 `perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
-twenty-second, `gat` before the twenty-third (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+twenty-second, `gat` before the twenty-third, `kan` before the twenty-fourth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -336,6 +340,7 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "ConditionalNeuralProcess", "cnp_nll", "CNP_SIGMA_FLOOR",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
+           "KAN", "KANLinear", "kan_b_splines", "kan_uniform_grid", "KAN_GRID_SIZE", "KAN_SPLINE_ORDER",
            "build_field_model",
            "nanogpt_init", "FIELD_ARCHS"]
 
@@ -4693,13 +4698,145 @@ def cnp_nll(output: tuple[torch.Tensor, torch.Tensor], target_y: torch.Tensor) -
     return (torch.log(sigma) + 0.5 * math.log(2 * math.pi) + 0.5 * ((target_y - mu) / sigma) ** 2).mean()
 
 
+KAN_GRID_SIZE = 5
+"""efficient-kan's `grid_size`: intervals of the uniform grid on `grid_range`."""
+KAN_SPLINE_ORDER = 3
+"""efficient-kan's `spline_order`: cubic B-splines (grid_size + spline_order bases an input)."""
+
+
+def kan_uniform_grid(in_features: int, grid_size: int = KAN_GRID_SIZE, spline_order: int = KAN_SPLINE_ORDER,
+                     grid_range: tuple[float, float] = (-1.0, 1.0)) -> torch.Tensor:
+    """efficient-kan's knots: `grid_size` equal intervals of `grid_range`, extended by
+    `spline_order` knots at each end, one row per input feature: (in_features, grid_size + 2·order + 1)."""
+    step = (grid_range[1] - grid_range[0]) / grid_size
+    knots = torch.arange(-spline_order, grid_size + spline_order + 1, dtype=torch.float32) * step + grid_range[0]
+    return knots.expand(in_features, -1).contiguous()
+
+
+def kan_b_splines(x: torch.Tensor, grid: torch.Tensor, spline_order: int) -> torch.Tensor:
+    """The B-spline bases of each input on its own knots by the Cox–de Boor recursion, as
+    efficient-kan's `KANLinear.b_splines`: order 0 the indicator of [t_j, t_{j+1}), then
+    B_{j,k}(x) = (x − t_j)/(t_{j+k} − t_j) · B_{j,k−1}(x) + (t_{j+k+1} − x)/(t_{j+k+1} − t_{j+1}) · B_{j+1,k−1}(x).
+    x (B, in), grid (in, n_knots) → (B, in, n_knots − 1 − spline_order); 0 outside the knots."""
+    x = x.unsqueeze(-1)
+    bases = ((x >= grid[:, :-1]) & (x < grid[:, 1:])).to(x.dtype)
+    for k in range(1, spline_order + 1):
+        left = (x - grid[:, :-(k + 1)]) / (grid[:, k:-1] - grid[:, :-(k + 1)])
+        right = (grid[:, k + 1:] - x) / (grid[:, k + 1:] - grid[:, 1:-k])
+        bases = left * bases[..., :-1] + right * bases[..., 1:]
+    return bases.contiguous()
+
+
+class KANLinear(nn.Module):
+    """Blealtan/efficient-kan's `KANLinear`: out = F.linear(SiLU(x), base_weight) + F.linear(B(x),
+    spline_weight · spline_scaler), B(x) the (B, in·(G + k)) B-spline bases of every input on a
+    uniform grid of `grid_size` G intervals on [−1, 1] extended by `spline_order` k knots each side
+    (a buffer: grid updates are not used here). Its init: base_weight Kaiming-uniform with a =
+    sqrt(5)·scale_base, spline_scaler likewise with a = sqrt(5)·scale_spline (its
+    `enable_standalone_scale_spline`), spline_weight the least-squares coefficients (its
+    `curve2coeff`) of uniform noise (±scale_noise / 2 / G) at the grid's G + 1 interior knots.
+    `regularization_loss` as there: the mean |spline_weight| per edge summed (its L1 stand-in)
+    plus the entropy of their shares. The two weights sit in `weight` (a ParameterDict: `weight.base`
+    and `weight.spline`, reached as `base_weight` and `spline_weight`) so that a fault that
+    rescales a layer's weights rescales both branches."""
+
+    def __init__(self, in_features: int, out_features: int, grid_size: int = KAN_GRID_SIZE,
+                 spline_order: int = KAN_SPLINE_ORDER, scale_noise: float = 0.1, scale_base: float = 1.0,
+                 scale_spline: float = 1.0, grid_range: tuple[float, float] = (-1.0, 1.0)) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.grid_size, self.spline_order = grid_size, spline_order
+        self.scale_noise, self.scale_base, self.scale_spline = scale_noise, scale_base, scale_spline
+        self.register_buffer("grid", kan_uniform_grid(in_features, grid_size, spline_order, grid_range))
+        self.weight = nn.ParameterDict({
+            "base": nn.Parameter(torch.empty(out_features, in_features)),
+            "spline": nn.Parameter(torch.empty(out_features, in_features, grid_size + spline_order))})
+        self.spline_scaler = nn.Parameter(torch.empty(out_features, in_features))
+        self.base_activation = nn.SiLU()
+        self.reset_parameters()
+
+    @property
+    def base_weight(self) -> nn.Parameter:
+        return self.weight["base"]
+
+    @property
+    def spline_weight(self) -> nn.Parameter:
+        return self.weight["spline"]
+
+    def reset_parameters(self) -> None:
+        nn.init.kaiming_uniform_(self.base_weight, a=math.sqrt(5) * self.scale_base)
+        with torch.no_grad():
+            noise = (torch.rand(self.grid_size + 1, self.in_features, self.out_features) - 0.5) \
+                * self.scale_noise / self.grid_size
+            knots = self.grid.T[self.spline_order:-self.spline_order]  # (G + 1, in): the interior knots
+            self.spline_weight.copy_(self.curve2coeff(knots, noise))
+        nn.init.kaiming_uniform_(self.spline_scaler, a=math.sqrt(5) * self.scale_spline)
+
+    def b_splines(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, in) → (B, in, grid_size + spline_order)."""
+        return kan_b_splines(x, self.grid, self.spline_order)
+
+    def curve2coeff(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Spline coefficients (out, in, G + k) whose curves pass closest (least squares, per input)
+        through the points y (n, in, out) at x (n, in)."""
+        design = self.b_splines(x).transpose(0, 1)  # (in, n, G + k)
+        solution = torch.linalg.lstsq(design, y.transpose(0, 1)).solution  # (in, G + k, out)
+        return solution.permute(2, 0, 1).contiguous()
+
+    @property
+    def scaled_spline_weight(self) -> torch.Tensor:
+        return self.spline_weight * self.spline_scaler.unsqueeze(-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.reshape(-1, self.in_features)
+        base = torch.nn.functional.linear(self.base_activation(x), self.base_weight)
+        spline = torch.nn.functional.linear(self.b_splines(x).reshape(len(x), -1),
+                                            self.scaled_spline_weight.reshape(self.out_features, -1))
+        return (base + spline).reshape(*shape[:-1], self.out_features)
+
+    def regularization_loss(self, regularize_activation: float = 1.0, regularize_entropy: float = 1.0) -> torch.Tensor:
+        l1 = self.spline_weight.abs().mean(-1)
+        total = l1.sum()
+        share = l1 / total
+        return regularize_activation * total - regularize_entropy * (share * share.log()).sum()
+
+
+class KAN(nn.Module):
+    """efficient-kan's `KAN`: a stack of `KANLinear`s over `layers_hidden` widths (no activation
+    between: each edge's spline is its nonlinearity). Its MNIST example's [784, 64, 10] becomes
+    [64, 32, 10] on the zoo's flattened 8×8 digits; its forward flattens (B, ...) inputs as the
+    example's `images.view(-1, 28 * 28)`. No grid updates (its `update_grid` is off by default and
+    the example never turns it on). No decay exemptions (`decay_everything`: the example's
+    `AdamW(model.parameters(), weight_decay=1e-4)`)."""
+
+    def __init__(self, layers_hidden: tuple[int, ...] = (64, 32, 10), grid_size: int = KAN_GRID_SIZE,
+                 spline_order: int = KAN_SPLINE_ORDER) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(KANLinear(a, b, grid_size, spline_order)
+                                    for a, b in zip(layers_hidden, layers_hidden[1:]))
+        self.units = [f"layers.{i}" for i in range(len(self.layers))]
+        self.hidden = self.units[:-1]
+        self.exposed = list(self.units)  # no normalisation anywhere
+        self.decay_everything = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(len(x), -1)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def regularization_loss(self, regularize_activation: float = 1.0, regularize_entropy: float = 1.0) -> torch.Tensor:
+        return sum(layer.regularization_loss(regularize_activation, regularize_entropy) for layer in self.layers)
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
-               "set_transformer", "conformer", "gat", "neural_process")
+               "set_transformer", "conformer", "gat", "neural_process", "kan")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -4769,6 +4906,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "conformer": lambda vocab: ConformerCTC(vocab + 1),
     "gat": lambda vocab: GAT(GRAPH.features, vocab),
     "neural_process": lambda vocab: ConditionalNeuralProcess(),
+    "kan": lambda vocab: KAN((64, 32, vocab)),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its
