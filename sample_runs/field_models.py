@@ -293,7 +293,8 @@ fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `
 sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `nerf` and `capsnet` before
 the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
 `perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
-twenty-second, `gat` before the twenty-third, `kan` before the twenty-fourth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+twenty-second, `gat` before the twenty-third, `kan` before the twenty-fourth
+(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -4716,7 +4717,8 @@ def kan_uniform_grid(in_features: int, grid_size: int = KAN_GRID_SIZE, spline_or
 def kan_b_splines(x: torch.Tensor, grid: torch.Tensor, spline_order: int) -> torch.Tensor:
     """The B-spline bases of each input on its own knots by the Cox–de Boor recursion, as
     efficient-kan's `KANLinear.b_splines`: order 0 the indicator of [t_j, t_{j+1}), then
-    B_{j,k}(x) = (x − t_j)/(t_{j+k} − t_j) · B_{j,k−1}(x) + (t_{j+k+1} − x)/(t_{j+k+1} − t_{j+1}) · B_{j+1,k−1}(x).
+    B_{j,k}(x) = (x − t_j)/(t_{j+k} − t_j) · B_{j,k−1}(x)
+               + (t_{j+k+1} − x)/(t_{j+k+1} − t_{j+1}) · B_{j+1,k−1}(x).
     x (B, in), grid (in, n_knots) → (B, in, n_knots − 1 − spline_order); 0 outside the knots."""
     x = x.unsqueeze(-1)
     bases = ((x >= grid[:, :-1]) & (x < grid[:, 1:])).to(x.dtype)

@@ -50,7 +50,7 @@ def test_catalogue_looks_like_the_field():
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
-                                       "neural_process"}
+                                       "neural_process", "kan"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -2755,3 +2755,109 @@ def test_neural_process_aggregates_its_context_bounds_sigma_scores_the_gaussian_
     io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)]
     assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
     assert (io["role"] == "target").any() and (io["role"] == "input").any()
+
+
+def test_kan_splines_by_cox_de_boor_its_layer_is_base_plus_spline_and_its_healthy_run_learns(tmp_path):
+    from sample_runs.field import KAN_EPOCH_STEPS, KAN_LR
+    from sample_runs.field_models import KAN, KANLinear, kan_b_splines, kan_uniform_grid
+
+    grid = kan_uniform_grid(2, grid_size=5, spline_order=3)  # [-1, 1] in 5 steps of 0.4, 3 more knots each side
+    assert grid.shape == (2, 12) and torch.allclose(grid[0], torch.arange(-3, 9) * 0.4 - 1.0)
+    assert torch.equal(grid[0], grid[1])
+
+    def by_hand(x, knots, order):  # Cox–de Boor written out on one scalar
+        def basis(j, k):
+            if k == 0:
+                return 1.0 if knots[j] <= x < knots[j + 1] else 0.0
+            left = (x - knots[j]) / (knots[j + k] - knots[j]) * basis(j, k - 1)
+            right = (knots[j + k + 1] - x) / (knots[j + k + 1] - knots[j + 1]) * basis(j + 1, k - 1)
+            return left + right
+        return [basis(j, order) for j in range(len(knots) - 1 - order)]
+
+    knots = grid[0].tolist()
+    xs = torch.tensor([[-1.0, 0.0], [-0.73, 0.31], [0.999, -0.5], [-1.9, 1.7], [-2.2, 2.2], [5.0, -7.0]])
+    bases = kan_b_splines(xs, grid, 3)
+    assert bases.shape == (6, 2, 8)  # grid_size + spline_order bases an input
+    for row in range(len(xs)):
+        for feature in range(2):
+            expected = torch.tensor(by_hand(float(xs[row, feature]), knots, 3))
+            assert torch.allclose(bases[row, feature], expected, atol=1e-6)
+    inside = torch.linspace(-1.0, 0.9999, 101).unsqueeze(1)
+    assert torch.allclose(kan_b_splines(inside, grid[:1], 3).sum(-1), torch.ones(101, 1), atol=1e-6)  # sum to 1
+    assert (kan_b_splines(inside, grid[:1], 3) >= 0).all()
+    outside = torch.tensor([[-2.2001], [2.2], [3.0], [-10.0]])  # at or past the extended grid's ends
+    assert torch.equal(kan_b_splines(outside, grid[:1], 3), torch.zeros(4, 1, 8))
+    edge = kan_b_splines(torch.tensor([[-1.9]]), grid[:1], 3)  # in the first extended interval: the first basis alone
+    assert edge[0, 0, 0] > 0 and torch.equal(edge[0, 0, 1:], torch.zeros(7)) and float(edge.sum()) < 1
+
+    torch.manual_seed(0)
+    layer = KANLinear(4, 3)
+    assert layer.base_weight.shape == (3, 4) and layer.spline_weight.shape == (3, 4, 8)
+    assert layer.spline_scaler.shape == (3, 4) and layer.grid.shape == (4, 12)
+    assert {n for n, _ in layer.named_parameters()} == {"weight.base", "weight.spline", "spline_scaler"}
+    bound = math.sqrt(6 / ((1 + 5) * 4))  # kaiming_uniform_ with a = sqrt(5): gain sqrt(2 / (1 + a^2)), fan_in 4
+    assert float(layer.base_weight.detach().abs().max()) <= bound
+    assert float(layer.spline_scaler.detach().abs().max()) <= bound
+    interior = layer.grid.T[3:-3]  # curve2coeff of noise within ±0.1 / 2 / 5 at the 6 interior knots
+    curves = torch.einsum("nik,oik->nio", layer.b_splines(interior), layer.spline_weight)
+    assert float(curves.detach().abs().max()) <= 0.01 + 1e-6 and float(layer.spline_weight.detach().abs().max()) < 0.1
+    x = torch.rand(5, 4) * 2 - 1
+    base = torch.nn.functional.silu(x) @ layer.base_weight.T
+    spline = torch.zeros(5, 3)
+    for b in range(5):
+        for o in range(3):
+            for i in range(4):
+                coefficients = layer.spline_weight[o, i] * layer.spline_scaler[o, i]
+                spline[b, o] += (torch.tensor(by_hand(float(x[b, i]), layer.grid[i].tolist(), 3)) * coefficients).sum()
+    assert torch.allclose(layer(x), base + spline, atol=1e-5)  # base branch + spline branch
+    assert layer(torch.rand(2, 7, 4)).shape == (2, 7, 3)
+    l1 = layer.spline_weight.abs().mean(-1)
+    share = l1 / l1.sum()
+    assert torch.allclose(layer.regularization_loss(), l1.sum() - (share * share.log()).sum())
+
+    model = build_field_model("kan", 10)
+    assert isinstance(model, KAN) and [type(m) for m in model.layers] == [KANLinear, KANLinear]
+    assert [(m.in_features, m.out_features, m.grid_size, m.spline_order) for m in model.layers] == \
+        [(64, 32, 5, 3), (32, 10, 5, 3)]
+    images = torch.rand(3, 8, 8) * 2 - 1
+    logits = model(images)
+    assert logits.shape == (3, 10) and torch.allclose(model(images.reshape(3, 64)), logits)
+    assert torch.allclose(model(images[:1]), logits[:1], atol=1e-6)
+    assert model.units == ["layers.0", "layers.1"] and model.hidden == ["layers.0"] and model.exposed == model.units
+    scaled = faults.WeightScale(t0=0, layer="layers.1", factor=100.0)  # both branches' weights, so the layer's output
+    hidden = model.layers[0](images.reshape(3, 64))
+    before = model.layers[1](hidden)
+    scaled.before_step(0, model, None)
+    assert torch.allclose(model.layers[1](hidden), 100 * before, rtol=1e-4, atol=1e-4)
+
+    recipe = RECIPES["kan"]
+    assert recipe.optimizer == "adamw" and recipe.lr == KAN_LR == 3e-3 and recipe.weight_decay == 1e-4
+    assert recipe.clip is None and recipe.warmup == 0 and recipe.batch == 64 and recipe.schedule == "exp_x0.8"
+    groups = _param_groups(model, recipe, 1.0)
+    assert [g["layer"] for g in groups] == model.units and all(g["weight_decay"] == 1e-4 for g in groups)
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    p = torch.nn.Parameter(torch.zeros(1))
+    reference = torch.optim.AdamW([p], lr=1.0)
+    exponential = torch.optim.lr_scheduler.ExponentialLR(reference, gamma=0.8)
+    schedule = _schedule(recipe, 150)
+    for step in range(150):  # ExponentialLR stepped once an epoch of ceil(1500 / 64) batches
+        assert schedule(step) == pytest.approx(reference.param_groups[0]["lr"])
+        reference.step()
+        if (step + 1) % KAN_EPOCH_STEPS == 0:
+            exponential.step()
+    assert KAN_EPOCH_STEPS == math.ceil(1500 / 64) and schedule(149) == pytest.approx(0.8 ** 6)
+
+    truth = make("healthy-kan-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[:10]) > 0.95 * math.log(10) and _mean(loss[-10:]) < 0.15 * _mean(loss[:10])
+    assert len(by_name["val_loss"]) == 6 and by_name["val_loss"][-1] < 0.3 * by_name["val_loss"][0]
+    assert by_name["lr"] == pytest.approx([KAN_LR * schedule(step) for step in range(150)])
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("role")
+    assert io.loc["input", "kind"] == "float" and io.loc["target", "shape"] == "64"
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+    assert not LEFT_OUT.get("kan")
+    families = {s.family for s in SCENARIOS.values() if s.arch == "kan"}
+    assert {"healthy_spike", "batch_scale", "batch_nan", "adam_state", "detach", "weight_scale"} <= families
