@@ -293,7 +293,7 @@ fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `
 sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `nerf` and `capsnet` before
 the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
 `perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
-twenty-second, `gat` before the twenty-third (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+twenty-second, `gat` before the twenty-third, `hypernetwork` before the twenty-fourth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
