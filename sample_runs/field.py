@@ -76,7 +76,9 @@ of its training nodes, full batch on the GCN's graph, the
 Conditional Neural Process by the plain loop with the neural-processes notebook's Adam (its lr ×10,
 no clipping, no schedule) on the Gaussian NLL of its target points, the KAN by the plain loop with
 efficient-kan's MNIST example recipe (AdamW at 1e-3, decay 1e-4 on every parameter, ×0.8 an epoch,
-no clipping) on its cross-entropy. Faults
+no clipping) on its cross-entropy, the hypernetwork CNN by the plain loop with
+g1910free/HyperNetworks' train.py recipe (Adam at 2e-3, L2 5e-4 on every parameter, no clipping, no
+schedule in 150 steps) on cross-entropy. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -367,6 +369,8 @@ learn each function's scale from its context, not yet its shape)."""
 CONFORMER_WARMUP = 25
 """The Conformer's warm-up: the paper's 10k steps of a run of hundreds of thousands, here 25 of 150
 (then the inverse square root: ×0.41 by the last step)."""
+HYPERNETWORK_LR = 2e-3
+"""The hypernetwork's Adam lr: train.py's 0.002 (see its healthy test)."""
 PERCEIVER_WARMUP = 45
 """The Perceiver's rising phase: `OneCycleLR`'s `pct_start` 0.3 of `STEPS` (its `float(pct_start ·
 total_steps) − 1` = 44 is the last step of the rise)."""
@@ -551,6 +555,12 @@ RECIPES = {
     # loss; lr KAN_LR (x3 the example's), the one departure.
     "kan": Recipe(lr=KAN_LR, weight_decay=1e-4, batch=64, clip=None, warmup=0, optimizer="adamw",
                   schedule="exp_x0.8"),
+    # g1910free/HyperNetworks' train.py: optim.Adam(net.parameters(), lr 0.002, weight_decay 0.0005)
+    # (L2 on every parameter: decay_everything), nn.CrossEntropyLoss, no clipping, its MultiStepLR
+    # (x0.5 from step 168000) never reached in 150 steps: constant; batch 128 as its loader's; its
+    # transforms.Normalize (the training digits' mean and std here), no random crops or flips.
+    "hypernetwork": Recipe(lr=HYPERNETWORK_LR, weight_decay=5e-4, batch=128, clip=None, warmup=0, optimizer="adam",
+                           schedule="constant"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -591,7 +601,7 @@ BASE_STEPS = 300
 """AdamW steps of the LoRA base model's pretraining on the default corpus (`lora_base`)."""
 LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba", "lora", "rwkv")
 IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm", "densenet", "swin", "distil",
-                "byol", "perceiver")
+                "byol", "perceiver", "hypernetwork")
 """Architectures that take (B, 1, 8, 8) digits."""
 LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "recsys": torch.nn.functional.binary_cross_entropy_with_logits,
@@ -834,7 +844,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
-                "gat", "neural_process", "kan")
+                "gat", "neural_process", "kan", "hypernetwork")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -856,7 +866,8 @@ Transformer's its sets of integers (floats, as the demo's `torch.from_numpy(x).f
 maxima, the targets, left as they are), the Conformer's
 its frames (`input_features`; the attention mask is integer and left as it is), the Conditional
 Neural Process's its context points (x and y) and target x's (their target y's left as they are), the
-KAN's its flattened pixels; word2vec and the BiLSTM-CRF read word IDs."""
+KAN's its flattened pixels, the hypernetwork CNN's its pixels; word2vec and the BiLSTM-CRF read
+word IDs."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
@@ -1074,7 +1085,7 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         return loader, held_out, 2, _point_mass_distance(seed)
     rows = digits("rows")
     x = rows.x.unsqueeze(1) if arch in IMAGE_MODELS else rows.x
-    if arch == "perceiver":  # train_cifar10's transforms.Normalize, by the training digits' mean and std
+    if arch in ("perceiver", "hypernetwork"):  # their scripts' transforms.Normalize, by the training digits' mean and std
         x = (x - x[:1500].mean()) / x[:1500].std()
     if arch == "kan":  # efficient-kan's mnist.py: transforms.Normalize((0.5,), (0.5,)), [0, 1] -> [-1, 1]
         x = (x - 0.5) / 0.5

@@ -280,6 +280,10 @@
   Blealtan/efficient-kan's kan.py writes it (each layer a SiLU base branch plus cubic B-spline
   bases of its inputs on a uniform extended grid, by the Cox–de Boor recursion, times scaled spline
   weights), [64, 32, 10] on the flattened digits as its MNIST example.
+- `HyperNetCNN`, `HyperNetwork`, `HyperEmbedding`, `HyperConvBlock`: Ha, Dai & Le's static
+  hypernetwork as g1910free/HyperNetworks writes it (one shared hypernetwork maps each block's
+  learned layer embedding z through w2 / b2 and w1 / b1 to that block's convolution kernel on
+  every forward; the blocks' convolutions have no weights of their own), small, on the digits.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -293,8 +297,8 @@ fourteenth, `ppo`, `detector` and `efficientnet` before the fifteenth, `pinn`, `
 sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `nerf` and `capsnet` before
 the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
 `perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
-twenty-second, `gat` before the twenty-third, `kan` before the twenty-fourth
-(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hypernetwork` before
+the twenty-fourth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -338,7 +342,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "TABNET_VIRTUAL_BATCH", "TABNET_LAMBDA_SPARSE", "Perceiver", "PerceiverAttention", "PerceiverLayer",
            "PerceiverFeedForward", "GEGLU", "perceiver_fourier_encode", "PERCEIVER_FREQ_BANDS", "PERCEIVER_MAX_FREQ",
            "WaveNet", "WaveNetBlock", "gated_activation", "SetTransformer", "MAB", "SAB", "ISAB", "PMA",
-           "ConditionalNeuralProcess", "cnp_nll", "CNP_SIGMA_FLOOR",
+           "ConditionalNeuralProcess", "cnp_nll", "CNP_SIGMA_FLOOR", "HyperNetwork", "HyperEmbedding", "HyperConvBlock",
+           "HyperNetCNN",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
            "KAN", "KANLinear", "kan_b_splines", "kan_uniform_grid", "KAN_GRID_SIZE", "KAN_SPLINE_ORDER",
@@ -4832,13 +4837,106 @@ class KAN(nn.Module):
         return sum(layer.regularization_loss(regularize_activation, regularize_entropy) for layer in self.layers)
 
 
+class HyperNetwork(nn.Module):
+    """Ha, Dai & Le's static hypernetwork as g1910free/HyperNetworks' hypernetwork_modules.py writes
+    it: a layer embedding z (`z_dim`) → h_in = z w2 + b2, viewed (in_size, z_dim) → h_in w1 + b1,
+    viewed as an (out_size, in_size, f, f) kernel (the flat (in_size, out_size·f·f) product
+    reinterpreted by `view`, not transposed, as there). w1, b1, w2, b2 are N(0, 1) folded into
+    (−2, 2) by `torch.fmod(torch.randn(...), 2)`, as there; its parameters keep its names, so
+    `WeightScale` (which scales parameters named `weight…`) cannot reach them."""
+
+    def __init__(self, f_size: int = 3, z_dim: int = 64, out_size: int = 16, in_size: int = 16) -> None:
+        super().__init__()
+        self.z_dim, self.f_size, self.out_size, self.in_size = z_dim, f_size, out_size, in_size
+        self.w1 = nn.Parameter(torch.fmod(torch.randn(z_dim, out_size * f_size * f_size), 2))
+        self.b1 = nn.Parameter(torch.fmod(torch.randn(out_size * f_size * f_size), 2))
+        self.w2 = nn.Parameter(torch.fmod(torch.randn(z_dim, in_size * z_dim), 2))
+        self.b2 = nn.Parameter(torch.fmod(torch.randn(in_size * z_dim), 2))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        h_in = (z @ self.w2 + self.b2).view(self.in_size, self.z_dim)
+        h_final = h_in @ self.w1 + self.b1
+        return h_final.view(self.out_size, self.in_size, self.f_size, self.f_size)
+
+
+class HyperEmbedding(nn.Module):
+    """primary_net.py's `Embedding`: a (h, k) grid of learned layer embeddings z (each
+    fmod(randn(z_dim), 2)); its forward asks the hypernetwork for each z's kernel and tiles them,
+    k side by side along the input channels, h stacked along the output channels: an
+    (h·out_size, k·in_size, f, f) kernel for a layer h·out wide reading k·in channels."""
+
+    def __init__(self, z_num: tuple[int, int], z_dim: int) -> None:
+        super().__init__()
+        self.z_num, self.z_dim = z_num, z_dim
+        h, k = z_num
+        self.z_list = nn.ParameterList(nn.Parameter(torch.fmod(torch.randn(z_dim), 2)) for _ in range(h * k))
+
+    def forward(self, hyper_net: HyperNetwork) -> torch.Tensor:
+        h, k = self.z_num
+        rows = [torch.cat([hyper_net(self.z_list[i * k + j]) for j in range(k)], dim=1) for i in range(h)]
+        return torch.cat(rows, dim=0)
+
+
+class HyperConvBlock(nn.Module):
+    """One of resnet_blocks.py's `ResNetBlock`s with one convolution (its two, here one): the
+    generated kernel applied by `F.conv2d` (padding 1, stride 1: no downsampling, so its identity
+    shortcut), BatchNorm, the shortcut added, ReLU. Its BatchNorm is its only parameter: the
+    kernel comes from the hypernetwork each forward and is no Parameter of this block."""
+
+    def __init__(self, channels: int = 16) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+        out = self.bn(torch.nn.functional.conv2d(x, kernel, padding=1))
+        return torch.relu(out + x)
+
+
+class HyperNetCNN(nn.Module):
+    """primary_net.py's `PrimaryNetwork` (g1910free/HyperNetworks), small: an ordinary stem
+    `nn.Conv2d(1, 16, 3, padding=1)` → BatchNorm → ReLU (its conv1 / bn1: the hypernetwork only
+    makes 16 → 16 kernels), then `blocks` `HyperConvBlock`s (its 18 ResNet blocks of two convs
+    each, at 16, 32 and 64 channels) whose kernels one shared `HyperNetwork` (`hope`, z_dim 64,
+    16 × 16 × 3 × 3) generates from each block's `HyperEmbedding` (`zs`, one (1, 1) grid of a z a
+    block) on every forward, global average pooling, `nn.Linear(16, classes)` (its `final`).
+    Trained: the stem, the hypernetwork's w1 / b1 / w2 / b2, the z's, the BatchNorms and the head;
+    no convolution of the blocks has a weight of its own. Units in forward order: stem, hope, each
+    z, each block (its BatchNorm), final; a detach of the last block cuts every earlier unit off
+    (the hypernetwork and the z's are reached only through the blocks' outputs). Exposed: the head
+    only (every generated convolution and the stem are read by a BatchNorm, which normalises a
+    scaling away; the hypernetwork's and the z's parameters are not named `weight`)."""
+
+    def __init__(self, classes: int = 10, channels: int = 16, blocks: int = 3, z_dim: int = 64) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU())
+        self.hope = HyperNetwork(f_size=3, z_dim=z_dim, out_size=channels, in_size=channels)
+        self.zs = nn.ModuleList(HyperEmbedding((1, 1), z_dim) for _ in range(blocks))
+        self.blocks = nn.ModuleList(HyperConvBlock(channels) for _ in range(blocks))
+        self.final = nn.Linear(channels, classes)
+        self.units = ["stem", "hope", *(f"zs.{i}" for i in range(blocks)), *(f"blocks.{i}" for i in range(blocks)),
+                      "final"]
+        self.hidden = self.units[:-1]
+        self.exposed = ["final"]
+        self.decay_everything = True  # train.py's Adam(net.parameters(), weight_decay=0.0005)
+
+    def kernels(self) -> list[torch.Tensor]:
+        """Each block's kernel as the hypernetwork generates it now."""
+        return [z(self.hope) for z in self.zs]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        for z, block in zip(self.zs, self.blocks):
+            x = block(x, z(self.hope))
+        return self.final(x.mean(dim=(2, 3)))
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
-               "set_transformer", "conformer", "gat", "neural_process", "kan")
+               "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -4909,6 +5007,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "gat": lambda vocab: GAT(GRAPH.features, vocab),
     "neural_process": lambda vocab: ConditionalNeuralProcess(),
     "kan": lambda vocab: KAN((64, 32, vocab)),
+    "hypernetwork": lambda vocab: HyperNetCNN(vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

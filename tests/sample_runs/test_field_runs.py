@@ -50,7 +50,7 @@ def test_catalogue_looks_like_the_field():
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
-                                       "neural_process", "kan"}
+                                       "neural_process", "kan", "hypernetwork"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -2860,4 +2860,91 @@ def test_kan_splines_by_cox_de_boor_its_layer_is_base_plus_spline_and_its_health
     assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
     assert not LEFT_OUT.get("kan")
     families = {s.family for s in SCENARIOS.values() if s.arch == "kan"}
+
+
+def test_hypernetwork_generates_its_kernels_from_the_layer_embeddings_and_its_healthy_run_learns(tmp_path):
+    from sample_runs.field_models import HyperConvBlock, HyperEmbedding, HyperNetCNN, HyperNetwork
+
+    torch.manual_seed(0)
+    hyper = HyperNetwork(f_size=3, z_dim=5, out_size=4, in_size=2)
+    assert {n: tuple(p.shape) for n, p in hyper.named_parameters()} == {
+        "w1": (5, 36), "b1": (36,), "w2": (5, 10), "b2": (10,)}
+    assert all(float(p.detach().abs().max()) < 2 for p in hyper.parameters())  # fmod(randn, 2)
+    z = torch.randn(5)
+    kernel = hyper(z).detach()
+    assert kernel.shape == (4, 2, 3, 3)
+    w1, b1, w2, b2 = (t.detach().double() for t in (hyper.w1, hyper.b1, hyper.w2, hyper.b2))
+    zd = z.double()
+    for i in range(2):  # by hand: h_in row i = z · w2[:, i·z_dim … (i + 1)·z_dim] + b2; its row · w1 + b1
+        h_in = [sum(zd[a] * w2[a, i * 5 + d] for a in range(5)) + b2[i * 5 + d] for d in range(5)]
+        flat = [sum(h_in[d] * w1[d, c] for d in range(5)) + b1[c] for c in range(36)]
+        for c in range(36):  # the flat (in_size, out·f·f) product viewed as (out, in, f, f), not transposed
+            index = i * 36 + c
+            o, rest = divmod(index, 2 * 9)
+            j, rest = divmod(rest, 9)
+            assert float(kernel[o, j, rest // 3, rest % 3]) == pytest.approx(float(flat[c]), rel=1e-4, abs=1e-4)
+
+    grid = HyperEmbedding((2, 3), 5)
+    tiled = grid(hyper)
+    assert tiled.shape == (8, 6, 3, 3) and len(grid.z_list) == 6
+    assert torch.allclose(tiled[4:, 2:4], hyper(grid.z_list[4]))  # row 1, column 1: z 1·3 + 1
+
+    model = build_field_model("hypernetwork", 10)
+    assert isinstance(model, HyperNetCNN) and len(model.blocks) == 3
+    assert all(isinstance(b, HyperConvBlock) for b in model.blocks)
+    assert model.hope.w2.shape == (64, 16 * 64) and model.hope.w1.shape == (64, 16 * 9)
+    assert [tuple(z.z_list[0].shape) for z in model.zs] == [(64,)] * 3
+    for block in model.blocks:  # no convolution weight of its own: only its BatchNorm
+        assert {n for n, _ in block.named_parameters()} == {"bn.weight", "bn.bias"}
+        assert not any(isinstance(m, torch.nn.Conv2d) for m in block.modules())
+    model.eval()
+    x = torch.randn(5, 1, 8, 8)
+    out = model(x)
+    assert out.shape == (5, 10)
+    by_hand = model.stem(x)
+    for z, block in zip(model.zs, model.blocks):
+        k = model.hope(z.z_list[0])
+        assert k.shape == (16, 16, 3, 3)
+        by_hand = torch.relu(block.bn(torch.nn.functional.conv2d(by_hand, k, padding=1)) + by_hand)
+    assert torch.allclose(out, model.final(by_hand.mean(dim=(2, 3))), atol=1e-5)
+    before = [k.detach().clone() for k in model.kernels()]
+    with torch.no_grad():  # the kernels follow the hypernetwork's weights (and each z)
+        model.hope.w1.add_(0.1)
+    after = model.kernels()
+    assert all(not torch.allclose(a, b) for a, b in zip(after, before))
+    with torch.no_grad():
+        model.zs[1].z_list[0].mul_(-1)
+    moved = model.kernels()
+    assert torch.equal(moved[0], after[0]) and not torch.allclose(moved[1], after[1])
+    assert not torch.allclose(model(x), out)
+
+    model.train()
+    owned = [id(p) for u in model.units for p in model.get_submodule(u).parameters()]
+    assert len(owned) == len(set(owned)) == len(list(model.parameters()))  # the units partition them
+    assert model.exposed == ["final"] and model.hidden[-1] == "blocks.2" and model.decay_everything
+    model.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), torch.arange(5)).backward()
+    assert float(model.hope.w2.grad.abs().sum()) > 0 and float(model.zs[0].z_list[0].grad.abs().sum()) > 0
+    detach = faults.DetachedLayer(t0=0, layer=model.hidden[-1])
+    detach.install(model)
+    detach.before_step(0, model, None)
+    model.zero_grad(set_to_none=True)
+    torch.nn.functional.cross_entropy(model(x), torch.arange(5)).backward()
+    assert model.hope.w1.grad is None and model.zs[2].z_list[0].grad is None and model.stem[0].weight.grad is None
+    assert model.final.weight.grad.abs().sum() > 0
+
+    recipe = RECIPES["hypernetwork"]
+    assert recipe.optimizer == "adam" and recipe.lr == 2e-3 and recipe.weight_decay == 5e-4 and recipe.batch == 128
+    assert recipe.clip is None and recipe.schedule == "constant" and recipe.warmup == 0
+
+    truth = make("healthy-hypernetwork-s0", tmp_path / "run")
+    loss = _scalars_by_name(tmp_path / "run")["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[:10]) > 0.9 * math.log(10) and _mean(loss[-10:]) < 0.5 * math.log(10)
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("role")
+    assert io.loc["input", "shape"] == "128x1x8x8" and io.loc["input", "kind"] == "float"
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+    assert not LEFT_OUT.get("hypernetwork")
+    families = {s.family for s in SCENARIOS.values() if s.arch == "hypernetwork"}
     assert {"healthy_spike", "batch_scale", "batch_nan", "adam_state", "detach", "weight_scale"} <= families
