@@ -117,20 +117,22 @@ def _parent_learns(grads: SilentGradients, quiet: dict[str, int], name: str) -> 
     parent = _module(_module(name))
     if not parent:  # the model itself: a top-level layer cut off beside a head that learns
         return False
-    names = list(grads.first_step)
-    behind = any(n not in quiet for n in names[:names.index(name)])
-    return behind and any(n.startswith(parent + ".") and n not in quiet for n in names)
+    return _learns_before(grads, quiet, name) and any(n.startswith(parent + ".") and n not in quiet
+                                                      for n in grads.first_step)
 
 
 def _dead_end(grads: SilentGradients, quiet: dict[str, int]) -> bool:
     """The silent parameters are one module's, and a parameter before it in model order gets
     gradients: nothing before the module was cut off, so its own output goes nowhere."""
-    modules = {_module(n) for n in quiet}
-    if len(modules) != 1:
-        return False
+    first = min(quiet, key=list(grads.first_step).index)
+    return len({_module(n) for n in quiet}) == 1 and _learns_before(grads, quiet, first)
+
+
+def _learns_before(grads: SilentGradients, quiet: dict[str, int], name: str) -> bool:
+    """A parameter before `name` in model order gets gradients (a cut silences every layer
+    before it)."""
     names = list(grads.first_step)
-    first = min(names.index(n) for n in quiet)
-    return any(n not in quiet for n in names[:first])
+    return any(n not in quiet for n in names[:names.index(name)])
 
 
 def _lone_bias(grads: SilentGradients, quiet: dict[str, int], name: str) -> bool:
@@ -182,9 +184,8 @@ def _silent_finding(grads: SilentGradients, quiet: dict[str, int], th: GradientT
     marked_frozen = sorted(set(quiet) & grads.frozen)
     if structural:
         fix = (f"{', '.join(ordered)} never received a gradient while the run learned: zero by "
-               "construction (e.g. an attention key bias, an unused branch, a module whose output no loss reads); "
-               "remove the parameter "
-               "if it is not meant to exist")
+               "construction (e.g. an attention key bias, an unused branch, a module whose output no loss "
+               "reads); remove the parameter if it is not meant to exist")
     elif grads.dead:
         fix = (f"no gradient flows back through {layer_list(list(grads.dead))}: their units output "
                "exactly 0 (dead ReLUs, see dead_units); fix the dead units first (biases, "
