@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["manifest_order", "parameter_shapes", "frozen_parameters", "lookup_tables", "module_types"]
+__all__ = ["manifest_order", "parameter_shapes", "frozen_parameters", "lookup_tables", "module_types", "is_weight"]
 
 # Modules whose weight is a table of rows looked up by index, not a map applied to an input.
 _LOOKUP_MODULES = ("Embedding", "EmbeddingBag")
@@ -53,3 +53,13 @@ def lookup_tables(manifest: dict) -> set[str]:
 
 def frozen_parameters(manifest: dict) -> set[str]:
     return {name for name, entry in _entries(manifest, "parameters") if entry.get("requires_grad") is False}
+
+
+def is_weight(name: str, numel: int, shapes: dict[str, list[int]]) -> bool:
+    """A weight a layer multiplies by (a matrix or a kernel: two or more dimensions, as nanoGPT's
+    configure_optimizers tells weights from biases and norm gains by `p.dim() >= 2`), read from the
+    manifest's shape; a parameter the manifest does not list is a weight when it is named `*weight`
+    and has more than one element. By shape, an LSTM's `weight_ih_l0` and weights kept in a
+    ParameterDict (`weight.base`) are weights, a LayerNorm's gain is not."""
+    shape = shapes.get(name)
+    return len(shape) >= 2 if shape is not None else name.endswith("weight") and numel > 1

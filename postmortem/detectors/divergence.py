@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..findings import Finding, FirstNonfinite, Onset
-from ..manifest import lookup_tables
+from ..manifest import is_weight, lookup_tables, parameter_shapes
 from ..ranking import TensorBreak, clips_recorded
 from ..scalars import is_loss
 from ..series import SeriesTable
@@ -84,7 +84,7 @@ class Incident:
     healthy_max_grad_norm: float | None
     lr: float | None  # at the onset
     first_update_ratio: float | None  # median over the weights (as `weight_update_ratios`) of their first update/param ratio
-    weight_update_ratios: tuple[np.ndarray, ...]  # each weight's (> 1 element: an init has a scale) first update/param ratios
+    weight_update_ratios: tuple[np.ndarray, ...]  # each weight's (`is_weight`: an init has a scale) first update/param ratios
     steps_from_start: int | None  # onset step − the run's first recorded step
     loss_first_alone: bool  # the loss was the first NaN while no tensor amplified
     clipping: Clipping
@@ -106,15 +106,16 @@ class Incident:
 _EARLY_READ = 64  # recorded updates read per weight for the first steps (≥ any sane erases_init_within)
 
 
-def _weight_update_ratios(table: SeriesTable, tables: set[str]) -> tuple[np.ndarray, ...]:
-    """The finite update/param ratios of each weight of more than one element, its first ones.
+def _weight_update_ratios(table: SeriesTable, manifest: dict) -> tuple[np.ndarray, ...]:
+    """The finite update/param ratios of each weight (`is_weight`), its first ones.
     Lookup tables (`tables`) are left out: their rows start at whatever scale the model picks
     (word2vec's ±0.5/dim and zeros, whose first updates are 0.9× the rows at a healthy lr; round
     14), not at an init scaled to a fan-in that a step could erase."""
+    tables, shapes = lookup_tables(manifest), parameter_shapes(manifest)
     found = []
     for index in table.indices("update"):
         name = table.keys[index].name
-        if name.endswith("weight") and table.numel[index] > 1 and name not in tables:
+        if is_weight(name, int(table.numel[index]), shapes) and name not in tables:
             ratios = table.column(index, "ratio")[:_EARLY_READ]
             ratios = ratios[np.isfinite(ratios)]
             if len(ratios):
@@ -126,7 +127,7 @@ def _incident(ev: Evidence) -> Incident:
     onset_step = ev.onset.step if ev.onset is not None else None
     steps, norms = grad_norm_series(ev.table, ev.scalars)
     healthy = np.isfinite(norms) & ((steps < onset_step) if onset_step is not None else True)
-    weights = _weight_update_ratios(ev.table, lookup_tables(ev.manifest))
+    weights = _weight_update_ratios(ev.table, ev.manifest)
     start = int(ev.table.step.min()) if len(ev.table.step) else None
     first = ev.first_nonfinite
     amplified = sorted((b for b in ev.breaks if b.fit.amplified and b.role != "scalar"),

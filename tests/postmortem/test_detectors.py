@@ -373,6 +373,23 @@ def test_lookup_tables_have_no_init_scale_for_their_first_updates_to_erase(tmp_p
     assert labels == {"healthy"}  # word2vec's tables: rows at ±0.5/dim and zeros
 
 
+def test_a_weight_whose_first_updates_erase_it_is_told_by_its_shape_not_its_name(tmp_path):
+    # efficient-kan's weights kept in a ParameterDict (`fc1.weight.base`), an LSTM's `weight_ih_l0`:
+    # matrices by the manifest's shape, whatever their names end with.
+    stats = _layers(ratio=0.9)
+    stats["name"] = stats["name"].astype(str).str.replace(".weight", ".weight.base", regex=False)
+    manifest = _manifest()
+    for entry in manifest["models"]["model"]["parameters"]:
+        entry["name"] += ".base"
+    _, labels = _labels(tmp_path, stats, _loss("learning"), manifest)
+    assert "lr_too_high" in labels
+    # The same first updates on one-dimensional gains (a LayerNorm's weight) erase no fan-in init.
+    for entry in manifest["models"]["model"]["parameters"]:
+        entry["shape"] = [32]
+    _, labels = _labels(tmp_path / "gains", stats, _loss("learning"), manifest)
+    assert labels == {"healthy"}
+
+
 def test_a_gan_whose_sample_distance_rose_for_good_after_an_lr_change_diverged_there(tmp_path):
     # Two adversarial losses and no single training loss: the sample distance judges the run.
     at = int(np.random.default_rng(11).integers(50, 90))
