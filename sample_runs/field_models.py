@@ -284,6 +284,12 @@
   hypernetwork as g1910free/HyperNetworks writes it (one shared hypernetwork maps each block's
   learned layer embedding z through w2 / b2 and w1 / b1 to that block's convolution kernel on
   every forward; the blocks' convolutions have no weights of their own), small, on the digits.
+- `DiT`, `DiTBlock`, `DiTFinalLayer`, `DiTTimestepEmbedder`, `DiTLabelEmbedder`, `DiTDiffusion`,
+  `dit_loss`, `dit_update_ema`: Peebles & Xie's Diffusion Transformer as facebookresearch/DiT's
+  models.py and diffusion/ write it (patch tokens with fixed sin-cos positions, c = timestep
+  embedding + class embedding with a null class for classifier-free guidance, adaLN-Zero blocks,
+  a modulated final layer, unpatchify; ε-prediction MSE at uniform t on a linear β schedule),
+  small, the 8×8 digits its 1-channel latents.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -298,7 +304,7 @@ sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `ne
 the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
 `perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
 twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hypernetwork` before
-the twenty-fourth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+the twenty-fourth, `dit` before the twenty-fifth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -5061,7 +5067,7 @@ class DiT(nn.Module):
     every adaLN modulation and the final Linear zero (so the untrained model predicts 0 everywhere).
     `learn_sigma` False here (out_channels = in_channels; DiT's default True doubles them and adds
     the variational bound's term to the loss). Its DiT-S/2's 384 wide, 12 deep, 6 heads on 32×32×4
-    latents become 64, 4, 4 on the 8×8×1 digits (patch 2: 16 tokens). y None (the eval loop's
+    latents become 32, 3, 4 on the 8×8×1 digits (patch 2: 16 tokens). y None (the eval loop's
     forward, which gets no labels) is every sample's null class, the unconditional model of
     classifier-free guidance (its `force_drop_ids` all 1)."""
 
