@@ -1123,7 +1123,9 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     if arch == "simclr":
         return (two_views_sampler(x[:1500], micro, seed), two_views_sampler(x[1500:], 128, seed + 1), 10,
                 math.log(2 * micro - 1))
-    if arch == "dit":  # DiT's Normalize(mean 0.5, std 0.5): [0, 1] -> [-1, 1]; the digits are its latents, with labels
+    # DiT's Normalize(mean 0.5, std 0.5): [0, 1] -> [-1, 1]; the digits are its latents (no VAE, no
+    # 0.18215 scaling), with their labels; no RandomHorizontalFlip (a flipped digit is not a digit).
+    if arch == "dit":
         x = 2 * x - 1
         train, held = Dataset(x[:1500], rows.y[:1500]), Dataset(x[1500:], rows.y[1500:])
         return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10, 1.0
