@@ -26,7 +26,8 @@ CartPole, a one-level FCOS object detector, a timm-style EfficientNet, a physics
 MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, a tiny NeRF, a
 capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder, an
 RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conformer, a
-graph attention network, a Conditional Neural Process and a Kolmogorov–Arnold Network (`field_models`),
+graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
+hypernetwork and a Diffusion Transformer (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -78,7 +79,10 @@ no clipping, no schedule) on the Gaussian NLL of its target points, the KAN by t
 efficient-kan's MNIST example recipe (AdamW at 1e-3, decay 1e-4 on every parameter, ×0.8 an epoch,
 no clipping) on its cross-entropy, the hypernetwork CNN by the plain loop with
 g1910free/HyperNetworks' train.py recipe (Adam at 2e-3, L2 5e-4 on every parameter, no clipping, no
-schedule in 150 steps) on cross-entropy. Faults
+schedule in 150 steps) on cross-entropy, the DiT by the plain loop with facebookresearch/DiT's
+train.py recipe (AdamW at weight decay 0, a constant lr, no clipping, its EMA's update_ema after
+each step; lr ×10, batch 64) on the MSE of the noise it predicts at a uniform timestep, its class labels given
+to its forward. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -90,6 +94,7 @@ the SAC agent's episodic return).
 """
 from __future__ import annotations
 
+import copy
 import math
 import random
 from collections.abc import Callable
@@ -199,6 +204,9 @@ from .field_models import (
     byol_loss,
     byol_target,
     ddpm_loss,
+    dit_loss,
+    dit_update_ema,
+    DIT_EMA_DECAY,
     detection_iou,
     distillation_loss,
     fcos_loss,
@@ -385,6 +393,17 @@ KAN_EPOCH_STEPS = 24
 DataLoader's ceil(1500 / 64) = 24 batches); its ExponentialLR(gamma=0.8) is stepped once an epoch,
 6 decays in a 150-step run (×0.26 by the end)."""
 
+DIT_LR = 1e-3
+"""The DiT's AdamW lr: 10× train.py's constant 1e-4, which trains 400k steps of batch 256 where a run
+here has 150 of 64 (at 1e-4, seeds 0-2, first/last 10-step means 0.997 -> 0.602, 0.992 -> 0.620,
+0.992 -> 0.629, and lr_too_high's ×100 (1e-2) learned best of all, 0.537 -> 0.125 and 0.537 ->
+0.135, seeds 0 and 1: no lr_too_high truth could be a fault; at 1e-3 see the healthy test, its ×100
+ends 0.38-0.70 against the healthy 0.15)."""
+DIT_BATCH = 64
+"""The DiT's batch: 64 where train.py's `--global-batch-size` is 256 (a run here is ~6 epochs of the
+1500 training digits; at 256, with widths 64 / depth 4, a run cost 3.3× this one's and still ended at
+0.28 at lr 1e-4, seed 0)."""
+
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
     "transformer": Recipe(lr=2e-3, weight_decay=0.01, batch=32),
@@ -561,6 +580,13 @@ RECIPES = {
     # transforms.Normalize (the training digits' mean and std here), no random crops or flips.
     "hypernetwork": Recipe(lr=HYPERNETWORK_LR, weight_decay=5e-4, batch=128, clip=None, warmup=0, optimizer="adam",
                            schedule="constant"),
+    # facebookresearch/DiT's train.py: torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0)
+    # (betas the default (0.9, 0.999)), a constant lr, no warm-up, no clipping, global batch 256;
+    # t uniform on the 1000 steps, the MSE on the predicted noise; its EMA (update_ema, decay
+    # 0.9999) after each step, in `_train`, not the recipe's `ema` (torch's AveragedModel).
+    # lr DIT_LR (x10) and batch DIT_BATCH (/4), the departures (their docstrings).
+    "dit": Recipe(lr=DIT_LR, weight_decay=0.0, batch=DIT_BATCH, clip=None, warmup=0, optimizer="adamw",
+                  schedule="constant"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -601,7 +627,7 @@ BASE_STEPS = 300
 """AdamW steps of the LoRA base model's pretraining on the default corpus (`lora_base`)."""
 LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba", "lora", "rwkv")
 IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm", "densenet", "swin", "distil",
-                "byol", "perceiver", "hypernetwork")
+                "byol", "perceiver", "hypernetwork", "dit")
 """Architectures that take (B, 1, 8, 8) digits."""
 LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "recsys": torch.nn.functional.binary_cross_entropy_with_logits,
@@ -616,12 +642,15 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "bilstm_crf": crf_nll, "pixelcnn": torch.nn.functional.cross_entropy, "neural_ode": torch.nn.functional.l1_loss,
           "nerf": torch.nn.functional.mse_loss, "capsnet": caps_loss, "mae": mae_loss, "rwkv": rwkv_loss,
           "tabnet": tabnet_loss, "gat": torch.nn.functional.nll_loss, "set_transformer": torch.nn.functional.l1_loss,
-          "conformer": conformer_ctc_loss, "neural_process": cnp_nll}
+          "conformer": conformer_ctc_loss, "neural_process": cnp_nll, "dit": dit_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
-TIED = {"mamba": ("embedding",), "bert_mlm": ("mlm.bert.embeddings",), "t5": ("shared",)}
-"""Units whose weight is also the head's (no gradient lost when a later block is detached), beyond GPT's `wte`."""
+TIED = {"mamba": ("embedding",), "bert_mlm": ("mlm.bert.embeddings",), "t5": ("shared",),
+        "dit": ("model.t_embedder", "model.y_embedder")}
+"""Units whose weight is also the head's (no gradient lost when a later block is detached), beyond GPT's
+`wte`; or that reach the head around the blocks (the DiT's timestep and label embedders: c feeds its
+final layer's adaLN directly)."""
 
 
 @dataclass(frozen=True)
@@ -844,7 +873,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
-                "gat", "neural_process", "kan", "hypernetwork")
+                "gat", "neural_process", "kan", "hypernetwork", "dit")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1094,6 +1123,12 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     if arch == "simclr":
         return (two_views_sampler(x[:1500], micro, seed), two_views_sampler(x[1500:], 128, seed + 1), 10,
                 math.log(2 * micro - 1))
+    # DiT's Normalize(mean 0.5, std 0.5): [0, 1] -> [-1, 1]; the digits are its latents (no VAE, no
+    # 0.18215 scaling), with their labels; no RandomHorizontalFlip (a flipped digit is not a digit).
+    if arch == "dit":
+        x = 2 * x - 1
+        train, held = Dataset(x[:1500], rows.y[:1500]), Dataset(x[1500:], rows.y[1500:])
+        return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10, 1.0
     if arch == "ddpm":  # DDPM's data scaling
         x = 2 * x - 1
         return images_sampler(x[:1500], micro, seed), images_sampler(x[1500:], 128, seed + 1), 10, 1.0
@@ -1638,6 +1673,11 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
         ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(
             recipe.ema))
         after_step = lambda: ema.update_parameters(model)  # noqa: E731
+    if arch == "dit":  # DiT's train.py: a deepcopy, requires_grad False, synced (decay 0), eval mode; update_ema after each step
+        ema = copy.deepcopy(model).requires_grad_(False)
+        dit_update_ema(ema, model, decay=0)
+        ema.eval()
+        after_step = lambda: dit_update_ema(ema, model, DIT_EMA_DECAY)  # noqa: E731
     if arch == "efficientnet":  # timm's train.py: model_ema.update(model) after each optimizer step
         ema = ModelEmaV2(model, MODEL_EMA_DECAY)
         after_step = lambda: ema.update(model)  # noqa: E731
@@ -1715,7 +1755,7 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                               mix=mixup_cutmix(classes, seed) if arch == "swin" else None,
                               teacher=teacher, scaler=scaler,
                               eval_metrics=(lambda: EVAL_METRICS[arch](model)) if arch in EVAL_METRICS else None,
-                              labels_to_model=arch == "capsnet")
+                              labels_to_model=arch in ("capsnet", "dit"))
     # Parameters outside every unit's module (the classifier's `pos`) sit before the first block.
     units = [*(n for n, _ in model.named_parameters()
                if not any(n.startswith(u + ".") for u in model.units) and n not in getattr(model, "loose", ())),

@@ -284,6 +284,12 @@
   hypernetwork as g1910free/HyperNetworks writes it (one shared hypernetwork maps each block's
   learned layer embedding z through w2 / b2 and w1 / b1 to that block's convolution kernel on
   every forward; the blocks' convolutions have no weights of their own), small, on the digits.
+- `DiT`, `DiTBlock`, `DiTFinalLayer`, `DiTTimestepEmbedder`, `DiTLabelEmbedder`, `DiTDiffusion`,
+  `dit_loss`, `dit_update_ema`: Peebles & Xie's Diffusion Transformer as facebookresearch/DiT's
+  models.py and diffusion/ write it (patch tokens with fixed sin-cos positions, c = timestep
+  embedding + class embedding with a null class for classifier-free guidance, adaLN-Zero blocks,
+  a modulated final layer, unpatchify; ε-prediction MSE at uniform t on a linear β schedule),
+  small, the 8×8 digits its 1-channel latents.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -298,7 +304,7 @@ sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `ne
 the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
 `perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
 twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hypernetwork` before
-the twenty-fourth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+the twenty-fourth, `dit` before the twenty-fifth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -343,7 +349,9 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "PerceiverFeedForward", "GEGLU", "perceiver_fourier_encode", "PERCEIVER_FREQ_BANDS", "PERCEIVER_MAX_FREQ",
            "WaveNet", "WaveNetBlock", "gated_activation", "SetTransformer", "MAB", "SAB", "ISAB", "PMA",
            "ConditionalNeuralProcess", "cnp_nll", "CNP_SIGMA_FLOOR", "HyperNetwork", "HyperEmbedding", "HyperConvBlock",
-           "HyperNetCNN",
+           "HyperNetCNN", "DiT", "DiTBlock", "DiTFinalLayer", "DiTTimestepEmbedder", "DiTLabelEmbedder",
+           "DiTMlp", "DiTDiffusion", "dit_loss", "dit_modulate", "dit_timestep_embedding", "dit_linear_betas",
+           "dit_update_ema", "DIT_TIMESTEPS", "DIT_EMA_DECAY",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
            "KAN", "KANLinear", "kan_b_splines", "kan_uniform_grid", "KAN_GRID_SIZE", "KAN_SPLINE_ORDER",
@@ -4930,13 +4938,278 @@ class HyperNetCNN(nn.Module):
         return self.final(x.mean(dim=(2, 3)))
 
 
+DIT_TIMESTEPS = 1000
+"""DiT's `create_diffusion(timestep_respacing="")`: 1000 diffusion steps on the linear schedule."""
+DIT_EMA_DECAY = 0.9999
+"""DiT's train.py `update_ema(ema, model.module)` default decay."""
+
+
+def dit_linear_betas(timesteps: int = DIT_TIMESTEPS) -> np.ndarray:
+    """DiT's `get_named_beta_schedule("linear", T)` (Ho et al.'s, stretched to any T): β evenly
+    from 1e-4 · 1000/T to 0.02 · 1000/T in float64."""
+    scale = 1000 / timesteps
+    return np.linspace(scale * 0.0001, scale * 0.02, timesteps, dtype=np.float64)
+
+
+def dit_modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """DiT's `modulate`: x · (1 + scale) + shift, one (shift, scale) a sample broadcast over its tokens."""
+    return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1)
+
+
+def dit_timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
+    """DiT's `TimestepEmbedder.timestep_embedding` (GLIDE's): [cos(t·f), sin(t·f)], f_i =
+    max_period^(−i/half) for i < half = dim // 2, a zero column appended where dim is odd. (B,) → (B, dim).
+    (The DDPM's `timestep_embedding` above divides by half − 1 and puts sin first.)"""
+    half = dim // 2
+    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32, device=t.device) / half)
+    args = t[:, None].float() * freqs[None]
+    embedding = torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+    if dim % 2:
+        embedding = torch.cat([embedding, torch.zeros_like(embedding[:, :1])], dim=-1)
+    return embedding
+
+
+class DiTTimestepEmbedder(nn.Module):
+    """DiT's `TimestepEmbedder`: the 256-wide sinusoidal frequency embedding of t through
+    Linear → SiLU → Linear to the hidden size."""
+
+    def __init__(self, hidden_size: int, frequency_embedding_size: int = 256) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(frequency_embedding_size, hidden_size), nn.SiLU(),
+                                 nn.Linear(hidden_size, hidden_size))
+        self.frequency_embedding_size = frequency_embedding_size
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return self.mlp(dit_timestep_embedding(t, self.frequency_embedding_size))
+
+
+class DiTLabelEmbedder(nn.Module):
+    """DiT's `LabelEmbedder`: a table of `num_classes` + 1 rows where `dropout_prob` > 0, the extra
+    row the null class of classifier-free guidance; in training each label is replaced by the null
+    class with probability `dropout_prob` (its `token_drop`, torch.rand per sample);
+    `force_drop_ids` (1 = drop) drops exactly those, in training or not."""
+
+    def __init__(self, num_classes: int, hidden_size: int, dropout_prob: float) -> None:
+        super().__init__()
+        self.embedding_table = nn.Embedding(num_classes + int(dropout_prob > 0), hidden_size)
+        self.num_classes, self.dropout_prob = num_classes, dropout_prob
+
+    def token_drop(self, labels: torch.Tensor, force_drop_ids: torch.Tensor | None = None) -> torch.Tensor:
+        if force_drop_ids is None:
+            drop_ids = torch.rand(labels.shape[0], device=labels.device) < self.dropout_prob
+        else:
+            drop_ids = force_drop_ids == 1
+        return torch.where(drop_ids, self.num_classes, labels)
+
+    def forward(self, labels: torch.Tensor, train: bool, force_drop_ids: torch.Tensor | None = None) -> torch.Tensor:
+        if (train and self.dropout_prob > 0) or force_drop_ids is not None:
+            labels = self.token_drop(labels, force_drop_ids)
+        return self.embedding_table(labels)
+
+
+class DiTMlp(nn.Module):
+    """timm's `Mlp` as DiT builds it: fc1 → GELU (tanh approximation) → fc2, no dropout."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU(approximate="tanh")
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class DiTBlock(nn.Module):
+    """DiT's `DiTBlock` (adaLN-Zero): LayerNorms without affine (eps 1e-6), timm's `Attention`
+    (qkv bias) and `Mlp`; `adaLN_modulation` (SiLU → Linear(h, 6h)) of the conditioning c gives
+    shift / scale / gate for each branch: x + gate_msa · attn(modulate(norm1(x))), then
+    x + gate_mlp · mlp(modulate(norm2(x))). Zero-initialised by `DiT.initialize_weights`, so
+    every block starts as the identity."""
+
+    def __init__(self, hidden_size: int, num_heads: int, mlp_ratio: float = 4.0) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(hidden_size, elementwise_affine=False, eps=1e-6)
+        self.attn = Attention(hidden_size, num_heads)
+        self.norm2 = nn.LayerNorm(hidden_size, elementwise_affine=False, eps=1e-6)
+        self.mlp = DiTMlp(hidden_size, int(hidden_size * mlp_ratio))
+        self.adaLN_modulation = nn.Sequential(nn.SiLU(), nn.Linear(hidden_size, 6 * hidden_size))
+
+    def forward(self, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.adaLN_modulation(c).chunk(6, dim=1)
+        x = x + gate_msa.unsqueeze(1) * self.attn(dit_modulate(self.norm1(x), shift_msa, scale_msa))
+        return x + gate_mlp.unsqueeze(1) * self.mlp(dit_modulate(self.norm2(x), shift_mlp, scale_mlp))
+
+
+class DiTFinalLayer(nn.Module):
+    """DiT's `FinalLayer`: LayerNorm without affine, modulated by (shift, scale) from its own
+    adaLN (SiLU → Linear(h, 2h)) of c, then Linear to each patch's p² · out_channels values."""
+
+    def __init__(self, hidden_size: int, patch_size: int, out_channels: int) -> None:
+        super().__init__()
+        self.norm_final = nn.LayerNorm(hidden_size, elementwise_affine=False, eps=1e-6)
+        self.linear = nn.Linear(hidden_size, patch_size * patch_size * out_channels)
+        self.adaLN_modulation = nn.Sequential(nn.SiLU(), nn.Linear(hidden_size, 2 * hidden_size))
+
+    def forward(self, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        shift, scale = self.adaLN_modulation(c).chunk(2, dim=1)
+        return self.linear(dit_modulate(self.norm_final(x), shift, scale))
+
+
+class DiT(nn.Module):
+    """Peebles & Xie's Diffusion Transformer as facebookresearch/DiT's models.py writes it, small:
+    timm's `PatchEmbed` (a p×p stride-p conv) of the (N, C, H, W) latents plus fixed 2-D sin-cos
+    positions (`pos_embed`, an `nn.Parameter` with `requires_grad=False` as there, from mae's
+    `get_2d_sincos_pos_embed`), c = `TimestepEmbedder`(t) + `LabelEmbedder`(y) (class dropout 0.1
+    in training), `DiTBlock`s, `FinalLayer`, `unpatchify` to (N, out_channels, H, W). Its
+    `initialize_weights`: xavier-uniform Linears with zero biases, the patch conv as a Linear
+    (xavier on its flattened weight), the label table and both timestep-MLP weights N(0, 0.02),
+    every adaLN modulation and the final Linear zero (so the untrained model predicts 0 everywhere).
+    `learn_sigma` False here (out_channels = in_channels; DiT's default True doubles them and adds
+    the variational bound's term to the loss). Its DiT-S/2's 384 wide, 12 deep, 6 heads on 32×32×4
+    latents become 32, 3, 4 on the 8×8×1 digits (patch 2: 16 tokens). y None (the eval loop's
+    forward, which gets no labels) is every sample's null class, the unconditional model of
+    classifier-free guidance (its `force_drop_ids` all 1)."""
+
+    def __init__(self, input_size: int = 8, patch_size: int = 2, in_channels: int = 1, hidden_size: int = 32,
+                 depth: int = 3, num_heads: int = 4, mlp_ratio: float = 4.0, class_dropout_prob: float = 0.1,
+                 num_classes: int = 10, learn_sigma: bool = False) -> None:
+        super().__init__()
+        self.learn_sigma = learn_sigma
+        self.in_channels = in_channels
+        self.out_channels = in_channels * 2 if learn_sigma else in_channels
+        self.patch_size, self.num_heads = patch_size, num_heads
+        self.x_embedder = MAEPatchEmbed(input_size, patch_size, in_channels, hidden_size)
+        self.t_embedder = DiTTimestepEmbedder(hidden_size)
+        self.y_embedder = DiTLabelEmbedder(num_classes, hidden_size, class_dropout_prob)
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.x_embedder.num_patches, hidden_size), requires_grad=False)
+        self.blocks = nn.ModuleList(DiTBlock(hidden_size, num_heads, mlp_ratio) for _ in range(depth))
+        self.final_layer = DiTFinalLayer(hidden_size, patch_size, self.out_channels)
+        self.initialize_weights()
+
+    def initialize_weights(self) -> None:
+        def basic_init(module: nn.Module) -> None:
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.constant_(module.bias, 0)
+        self.apply(basic_init)
+        grid = int(self.x_embedder.num_patches ** 0.5)
+        self.pos_embed.data.copy_(torch.from_numpy(get_2d_sincos_pos_embed(self.pos_embed.shape[-1], grid))
+                                  .float().unsqueeze(0))
+        w = self.x_embedder.proj.weight.data
+        nn.init.xavier_uniform_(w.view([w.shape[0], -1]))
+        nn.init.constant_(self.x_embedder.proj.bias, 0)
+        nn.init.normal_(self.y_embedder.embedding_table.weight, std=0.02)
+        nn.init.normal_(self.t_embedder.mlp[0].weight, std=0.02)
+        nn.init.normal_(self.t_embedder.mlp[2].weight, std=0.02)
+        for block in self.blocks:
+            nn.init.constant_(block.adaLN_modulation[-1].weight, 0)
+            nn.init.constant_(block.adaLN_modulation[-1].bias, 0)
+        nn.init.constant_(self.final_layer.adaLN_modulation[-1].weight, 0)
+        nn.init.constant_(self.final_layer.adaLN_modulation[-1].bias, 0)
+        nn.init.constant_(self.final_layer.linear.weight, 0)
+        nn.init.constant_(self.final_layer.linear.bias, 0)
+
+    def unpatchify(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, T, p² · C) → (N, C, H, W), each token's values row by row, channels last (mae's
+        `patchify` undone)."""
+        c, p = self.out_channels, self.patch_size
+        h = w = int(x.shape[1] ** 0.5)
+        assert h * w == x.shape[1]
+        x = x.reshape(x.shape[0], h, w, p, p, c)
+        x = torch.einsum("nhwpqc->nchpwq", x)
+        return x.reshape(x.shape[0], c, h * p, w * p)
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.x_embedder(x) + self.pos_embed
+        t = self.t_embedder(t)
+        if y is None:  # the unconditional model: every sample's null class
+            null = torch.full((len(x),), self.y_embedder.num_classes, dtype=torch.long, device=x.device)
+            y = self.y_embedder(null, False, force_drop_ids=torch.ones_like(null))
+        else:
+            y = self.y_embedder(y, self.training)
+        c = t + y
+        for block in self.blocks:
+            x = block(x, c)
+        return self.unpatchify(self.final_layer(x, c))
+
+
+@torch.no_grad()
+def dit_update_ema(ema_model: nn.Module, model: nn.Module, decay: float = DIT_EMA_DECAY) -> None:
+    """DiT's train.py `update_ema`: every named parameter of the EMA moved toward the model's,
+    ema ← decay · ema + (1 − decay) · param (the frozen `pos_embed` too, as there); decay 0 copies."""
+    ema_params = dict(ema_model.named_parameters())
+    for name, param in model.named_parameters():
+        ema_params[name].mul_(decay).add_(param.data, alpha=1 - decay)
+
+
+class DiTDiffusion(nn.Module):
+    """DiT's training step around its model: train.py's t = torch.randint(0, T, (N,)) and
+    `diffusion.training_losses(model, x, t, dict(y=y))` with its `create_diffusion("")` settings
+    (T = 1000 linear βs, ε-prediction, MSE loss; learn_sigma False, so no variational-bound term):
+    ε ~ N(0, I), x_t = √ᾱ_t x0 + √(1 − ᾱ_t) ε (its `q_sample`, the schedule's arrays float64 numpy
+    as there, each gathered value cast to float32), the model's prediction of ε from (x_t, t, y).
+    Returns (prediction, ε) for `dit_loss`. The schedule is numpy on this wrapper, not a buffer:
+    DiT's diffusion object is no module.
+
+    Units (forward order): the patch embedding, the timestep and label embedders, each block, the
+    final layer; the frozen `pos_embed` is `loose` (a group of its own: DiT's AdamW(model.parameters())
+    holds it, and with no gradient never moves it). Hidden: the blocks (a detached last block
+    leaves the timestep and label embedders learning through the final layer's adaLN, which reads c
+    directly: `field.TIED`). Exposed: what reaches the loss with no normalisation after it: the
+    patch conv (the residual stream, normalised only inside the blocks' branches and by the final
+    LayerNorm), both timestep-MLP Linears and the label table (c, which the final layer's adaLN
+    reads unnormalised), the final adaLN and the final Linear."""
+
+    def __init__(self, model: DiT, timesteps: int = DIT_TIMESTEPS) -> None:
+        super().__init__()
+        self.model = model
+        self.num_timesteps = timesteps
+        self.betas = dit_linear_betas(timesteps)
+        alphas_cumprod = np.cumprod(1.0 - self.betas, axis=0)
+        self.sqrt_alphas_cumprod = np.sqrt(alphas_cumprod)
+        self.sqrt_one_minus_alphas_cumprod = np.sqrt(1.0 - alphas_cumprod)
+        depth = len(model.blocks)
+        self.units = ["model.x_embedder", "model.t_embedder", "model.y_embedder",
+                      *(f"model.blocks.{i}" for i in range(depth)), "model.final_layer"]
+        self.loose = ("model.pos_embed",)
+        self.hidden = [f"model.blocks.{i}" for i in range(depth)]
+        self.exposed = ["model.x_embedder.proj", "model.t_embedder.mlp.0", "model.t_embedder.mlp.2",
+                        "model.y_embedder.embedding_table", "model.final_layer.adaLN_modulation.1",
+                        "model.final_layer.linear"]
+        self.decay_everything = True  # DiT's AdamW(model.parameters(), weight_decay=0): one group a unit
+
+    @staticmethod
+    def _extract(array: np.ndarray, t: torch.Tensor, ndim: int) -> torch.Tensor:
+        """DiT's `_extract_into_tensor`: array[t] as float32, shaped to broadcast over (N, ...)."""
+        values = torch.from_numpy(array).to(device=t.device)[t].float()
+        return values.view(-1, *([1] * (ndim - 1)))
+
+    def q_sample(self, x_start: torch.Tensor, t: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        return self._extract(self.sqrt_alphas_cumprod, t, x_start.ndim) * x_start + \
+            self._extract(self.sqrt_one_minus_alphas_cumprod, t, x_start.ndim) * noise
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        t = torch.randint(0, self.num_timesteps, (x.shape[0],), device=x.device)
+        noise = torch.randn_like(x)
+        return self.model(self.q_sample(x, t, noise), t, y), noise
+
+
+def dit_loss(output: tuple[torch.Tensor, torch.Tensor], _targets=None) -> torch.Tensor:
+    """DiT's `training_losses` MSE term: mean_flat((ε − prediction)²) per sample, then
+    train.py's `loss_dict["loss"].mean()`."""
+    prediction, noise = output
+    return ((noise - prediction) ** 2).mean(dim=tuple(range(1, noise.ndim))).mean()
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
-               "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork")
+               "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -5008,6 +5281,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "neural_process": lambda vocab: ConditionalNeuralProcess(),
     "kan": lambda vocab: KAN((64, 32, vocab)),
     "hypernetwork": lambda vocab: HyperNetCNN(vocab),
+    "dit": lambda vocab: DiTDiffusion(DiT(num_classes=vocab)),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

@@ -50,7 +50,7 @@ def test_catalogue_looks_like_the_field():
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
-                                       "neural_process", "kan", "hypernetwork"}
+                                       "neural_process", "kan", "hypernetwork", "dit"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -2948,3 +2948,175 @@ def test_hypernetwork_generates_its_kernels_from_the_layer_embeddings_and_its_he
     assert not LEFT_OUT.get("hypernetwork")
     families = {s.family for s in SCENARIOS.values() if s.arch == "hypernetwork"}
     assert {"healthy_spike", "batch_scale", "batch_nan", "adam_state", "detach", "weight_scale"} <= families
+
+
+def test_dit_modulates_by_adaln_zero_noises_by_the_linear_schedule_and_its_healthy_run_learns(tmp_path):
+    import copy
+
+    from sample_runs.field import DIT_BATCH, DIT_LR, TIED, _data
+    from sample_runs.field_models import (DiT, DiTBlock, DiTDiffusion, DiTFinalLayer, DiTLabelEmbedder, dit_linear_betas,
+                                          dit_loss, dit_modulate, dit_timestep_embedding, dit_update_ema,
+                                          get_2d_sincos_pos_embed)
+
+    betas = dit_linear_betas(1000)  # Ho et al.'s 1e-4 -> 0.02 over 1000 steps, stretched for fewer
+    assert betas.dtype == np.float64 and betas[0] == pytest.approx(1e-4) and betas[-1] == pytest.approx(0.02)
+    assert np.allclose(np.diff(betas), (0.02 - 1e-4) / 999)
+    assert dit_linear_betas(250)[0] == pytest.approx(4e-4) and dit_linear_betas(250)[-1] == pytest.approx(0.08)
+
+    t = torch.tensor([0, 3, 999])
+    emb = dit_timestep_embedding(t, 6)  # half 3: f_i = 10000^(-i/3), [cos, sin]
+    freqs = [10000 ** (-i / 3) for i in range(3)]
+    for row, step in enumerate(t.tolist()):
+        expected = [math.cos(step * f) for f in freqs] + [math.sin(step * f) for f in freqs]
+        assert torch.allclose(emb[row], torch.tensor(expected), atol=1e-5)
+    assert dit_timestep_embedding(t, 7).shape == (3, 7) and torch.equal(dit_timestep_embedding(t, 7)[:, -1], torch.zeros(3))
+    x, shift, scale = torch.randn(2, 5, 4), torch.randn(2, 4), torch.randn(2, 4)
+    assert torch.allclose(dit_modulate(x, shift, scale), x * (1 + scale[:, None]) + shift[:, None])
+
+    labels = DiTLabelEmbedder(10, 8, 0.1)
+    assert labels.embedding_table.num_embeddings == 11  # the null class of classifier-free guidance
+    y = torch.arange(10)
+    assert torch.equal(labels.token_drop(y, torch.tensor([1, 0] * 5)), torch.where(torch.arange(10) % 2 == 0, 10, y))
+    torch.manual_seed(0)
+    dropped = labels.token_drop(torch.zeros(20000, dtype=torch.long))
+    assert set(dropped.unique().tolist()) == {0, 10} and 0.09 < float((dropped == 10).float().mean()) < 0.11
+    assert torch.equal(labels(y, train=False), labels.embedding_table(y))  # no dropout in eval
+    assert DiTLabelEmbedder(10, 8, 0.0).embedding_table.num_embeddings == 10
+
+    torch.manual_seed(0)
+    dit = DiT()
+    assert dit.x_embedder.num_patches == 16 and dit.out_channels == 1 and len(dit.blocks) == 3
+    assert not dit.pos_embed.requires_grad  # fixed, as there
+    assert torch.allclose(dit.pos_embed[0], torch.from_numpy(get_2d_sincos_pos_embed(32, 4)).float())
+    for module in (*dit.blocks, dit.final_layer):  # adaLN-Zero: every modulation zero
+        assert not module.adaLN_modulation[-1].weight.any() and not module.adaLN_modulation[-1].bias.any()
+    assert not dit.final_layer.linear.weight.any() and not dit.final_layer.linear.bias.any()
+    assert dit.blocks[0].attn.qkv.bias is not None and not dit.blocks[0].attn.qkv.bias.any()
+    bound = math.sqrt(6 / (32 + 96))  # xavier-uniform qkv
+    assert float(dit.blocks[0].attn.qkv.weight.detach().abs().max()) <= bound
+    assert 0.01 < float(dit.t_embedder.mlp[0].weight.std()) < 0.03 and dit.t_embedder.mlp[0].in_features == 256
+    assert 0.01 < float(dit.y_embedder.embedding_table.weight.std()) < 0.03
+    images, steps, classes = torch.randn(5, 1, 8, 8), torch.randint(0, 1000, (5,)), torch.randint(0, 10, (5,))
+    assert torch.equal(dit(images, steps, classes), torch.zeros(5, 1, 8, 8))  # the untrained model predicts 0
+    block = dit.blocks[0]
+    tokens, c = torch.randn(5, 16, 32), torch.randn(5, 32)
+    assert torch.equal(block(tokens, c), tokens)  # zero gates: every block starts as the identity
+
+    torch.manual_seed(1)
+    for module in dit.modules():  # every tensor random: the formulas, not the zeros, under test
+        if isinstance(module, torch.nn.Linear):
+            torch.nn.init.normal_(module.weight, std=0.2)
+            torch.nn.init.normal_(module.bias, std=0.2)
+    shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = block.adaLN_modulation[1](
+        torch.nn.functional.silu(c)).chunk(6, dim=1)
+    norm = lambda v: torch.nn.functional.layer_norm(v, (32,), eps=1e-6)  # noqa: E731
+    h = tokens + gate_msa[:, None] * block.attn(norm(tokens) * (1 + scale_msa[:, None]) + shift_msa[:, None])
+    h = h + gate_mlp[:, None] * block.mlp.fc2(torch.nn.functional.gelu(
+        block.mlp.fc1(norm(h) * (1 + scale_mlp[:, None]) + shift_mlp[:, None]), approximate="tanh"))
+    assert torch.allclose(block(tokens, c), h, atol=1e-5)
+    final = dit.final_layer
+    shift, scale = final.adaLN_modulation[1](torch.nn.functional.silu(c)).chunk(2, dim=1)
+    assert torch.allclose(final(tokens, c), final.linear(norm(tokens) * (1 + scale[:, None]) + shift[:, None]), atol=1e-5)
+    dit.eval()
+    patches = torch.randn(2, 16, 4)  # unpatchify: token (row, col)'s 2x2 values row by row
+    unpatched = dit.unpatchify(patches)
+    assert unpatched.shape == (2, 1, 8, 8)
+    assert torch.equal(unpatched[1, 0, 2:4, 4:6].flatten(), patches[1, 1 * 4 + 2])
+    tokens = dit.x_embedder(images) + dit.pos_embed
+    c = dit.t_embedder.mlp(dit_timestep_embedding(steps, 256)) + dit.y_embedder.embedding_table(classes)
+    for each in dit.blocks:
+        tokens = each(tokens, c)
+    assert torch.allclose(dit(images, steps, classes), dit.unpatchify(final(tokens, c)), atol=1e-5)
+    null = dit.y_embedder.embedding_table.weight[10]
+    c = dit.t_embedder.mlp(dit_timestep_embedding(steps, 256)) + null
+    tokens = dit.x_embedder(images) + dit.pos_embed
+    for each in dit.blocks:
+        tokens = each(tokens, c)
+    assert torch.allclose(dit(images, steps), dit.unpatchify(final(tokens, c)), atol=1e-5)  # no labels: the null class
+
+    torch.manual_seed(2)
+    model = build_field_model("dit", 10)
+    assert isinstance(model, DiTDiffusion) and model.num_timesteps == 1000
+    alphas_cumprod = np.cumprod(1 - betas)
+    x0, t, noise = torch.randn(4, 1, 8, 8), torch.tensor([0, 10, 500, 999]), torch.randn(4, 1, 8, 8)
+    expected = torch.from_numpy(np.sqrt(alphas_cumprod)[t.numpy()]).float().view(-1, 1, 1, 1) * x0 + \
+        torch.from_numpy(np.sqrt(1 - alphas_cumprod)[t.numpy()]).float().view(-1, 1, 1, 1) * noise
+    assert torch.allclose(model.q_sample(x0, t, noise), expected)
+    prediction, noise = torch.randn(3, 1, 8, 8), torch.randn(3, 1, 8, 8)
+    per_sample = [float(((noise[i] - prediction[i]) ** 2).mean()) for i in range(3)]
+    assert float(dit_loss((prediction, noise))) == pytest.approx(sum(per_sample) / 3, rel=1e-5)
+
+    assert model.units == ["model.x_embedder", "model.t_embedder", "model.y_embedder", "model.blocks.0",
+                           "model.blocks.1", "model.blocks.2", "model.final_layer"]
+    owned = [id(p) for u in model.units for p in model.get_submodule(u).parameters()]
+    assert len(owned) == len(set(owned)) == len(list(model.parameters())) - 1  # every parameter but pos_embed
+    assert model.loose == ("model.pos_embed",) and model.get_parameter("model.pos_embed") is model.model.pos_embed
+    assert model.hidden == ["model.blocks.0", "model.blocks.1", "model.blocks.2"] and model.decay_everything
+    assert TIED["dit"] == ("model.t_embedder", "model.y_embedder")
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.normal_(std=0.2)
+    labels = torch.arange(4)
+    model.eval()  # no label dropout: train.py's step, t then ε drawn, the model's ε prediction at (x_t, t, y)
+    torch.manual_seed(3)
+    prediction, drawn = model(x0, labels)
+    torch.manual_seed(3)
+    drawn_t = torch.randint(0, 1000, (4,))
+    assert torch.equal(drawn, torch.randn_like(x0))
+    assert torch.allclose(prediction, model.model(model.q_sample(x0, drawn_t, drawn), drawn_t, labels), atol=1e-6)
+    assert prediction.abs().sum() > 0
+    model.train()
+    detach = faults.DetachedLayer(t0=0, layer=model.hidden[-1])
+    detach.install(model)
+    detach.before_step(0, model, None)
+    dit_loss(model(x0, labels)).backward()
+    inner = model.model
+    assert inner.x_embedder.proj.weight.grad is None and all(p.grad is None for p in inner.blocks.parameters())
+    assert inner.pos_embed.grad is None
+    assert float(inner.t_embedder.mlp[0].weight.grad.abs().sum()) > 0  # c still reaches the final layer's adaLN
+    assert float(inner.y_embedder.embedding_table.weight.grad.abs().sum()) > 0
+    assert float(inner.final_layer.linear.weight.grad.abs().sum()) > 0
+    head = inner.final_layer.linear
+    scaled = faults.WeightScale(t0=0, layer="model.final_layer.linear", factor=100.0)
+    before = head.weight.detach().clone()
+    scaled.before_step(0, model, None)
+    assert torch.allclose(head.weight, 100 * before)
+
+    ema = copy.deepcopy(model).requires_grad_(False)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    kept = {n: p.detach().clone() for n, p in ema.named_parameters()}
+    dit_update_ema(ema, model, decay=0.9)
+    for name, param in model.named_parameters():
+        assert torch.allclose(dict(ema.named_parameters())[name], 0.9 * kept[name] + 0.1 * param)
+    dit_update_ema(ema, model, decay=0)
+    assert all(torch.equal(a, b) for a, b in zip(ema.parameters(), model.parameters()))
+
+    recipe = RECIPES["dit"]
+    assert recipe.optimizer == "adamw" and recipe.lr == DIT_LR == 1e-3 and recipe.weight_decay == 0.0
+    assert recipe.batch == DIT_BATCH == 64 and recipe.clip is None and recipe.warmup == 0
+    assert recipe.schedule == "constant" and recipe.betas == (0.9, 0.999) and recipe.ema is None
+    groups = _param_groups(build_field_model("dit", 10), recipe, 1e-3)
+    assert [g["layer"] for g in groups] == [*model.units, "model.pos_embed"]
+    assert all(g["weight_decay"] == 0.0 for g in groups)
+    draw, _, classes, chance = _data("dit", recipe, 0, 1)
+    images, labels = draw()
+    assert images.shape == (64, 1, 8, 8) and images.min() >= -1 and images.max() <= 1 and images.min() == -1
+    assert labels.dtype == torch.long and classes == 10 and chance == 1.0
+
+    truth = make("healthy-dit-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[:10]) > 0.9 and _mean(loss[-10:]) < 0.25 * _mean(loss[:10])
+    assert len(by_name["val_loss"]) == 6 and by_name["val_loss"][-1] < 0.4 * by_name["val_loss"][0]
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("role")
+    assert io.loc["input", "shape"] == "64x1x8x8" and io.loc["input", "kind"] == "float"
+    assert io.loc["target", "shape"] == "64"
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+    assert not LEFT_OUT.get("dit")
+    families = {s.family for s in SCENARIOS.values() if s.arch == "dit"}
+    assert families == set(FIELD_FAMILIES)
