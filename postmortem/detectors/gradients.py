@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..accumulation import PRE, AccumulationOnset, accumulation_onset
 from ..findings import Finding
-from ..manifest import frozen_parameters, manifest_order
+from ..manifest import frozen_parameters, is_weight, manifest_order, parameter_shapes
 from ..scalars import main_loss, raised
 from ..series import SeriesTable
 from .base import (ERROR, NOTE, WARNING, Evidence, Outcome, finding, judging_curve, layer_list,
@@ -459,7 +459,8 @@ def _loss_change(steps: np.ndarray, values: np.ndarray, step: int) -> float | No
 
 @dataclass(frozen=True)
 class LayerGradients:
-    """Median gradient RMS (norm/√numel) of each weight-bearing parameter, input side first."""
+    """Median gradient RMS (norm/√numel) of each weight (`is_weight`; every parameter where the
+    run has none), input side first."""
 
     rms: list[tuple[str, float]]
     outcome: Outcome
@@ -485,7 +486,12 @@ def _layer_gradients(ev: Evidence) -> LayerGradients:
     order = manifest_order(ev.manifest)
     grads = grads.assign(rms=grads["median"] / np.sqrt(grads["numel"]),
                          pos=grads["name"].map(lambda n: order.get(n, 10**6))).sort_values("pos", kind="stable")
-    return LayerGradients([(n, float(r)) for n, r in zip(grads["name"], grads["rms"])], ev.outcome, networks)
+    rms = [(n, float(r)) for n, r in zip(grads["name"], grads["rms"])]
+    # By shape, a recurrent net's own weights count (an LSTM's `weight_ih_l0` is not named *weight):
+    # the layers a vanishing signal crosses, where biases and gains would break the layer order.
+    shapes = parameter_shapes(ev.manifest)
+    weights = [(n, r) for (n, r), numel in zip(rms, grads["numel"]) if is_weight(n, int(numel), shapes)]
+    return LayerGradients(weights or rms, ev.outcome, networks)
 
 
 @register("vanishing_gradient", "gradients", _layer_gradients)
@@ -499,7 +505,7 @@ def vanishing_gradient(layers: LayerGradients, th: GradientThresholds) -> list[F
     """
     if layers.outcome.learns:
         return []
-    weights = [(n, r) for n, r in layers.rms if n.endswith("weight")] or layers.rms
+    weights = layers.rms
     if len(weights) < 3:
         return []
     rms = np.array([r for _, r in weights])

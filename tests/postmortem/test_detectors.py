@@ -220,6 +220,22 @@ def test_vanishing_gradient_in_the_first_layer(tmp_path):
     assert finding.tensors[0] == "fc1.weight"
 
 
+def test_vanishing_gradient_in_a_recurrent_net_reads_its_weights_by_shape(tmp_path):
+    # torch.nn.LSTM names its matrices `weight_ih_l0` / `weight_hh_l0`: by shape they are the
+    # layers the signal crosses; its biases (1-D), whose gradients stay large, are not.
+    params = {"a": ("rnn.weight_ih_l0", [128, 32], 1e-7), "b": ("rnn.bias_ih_l0", [128], 1.0),
+              "c": ("rnn.weight_ih_l1", [128, 32], 1e-5), "d": ("rnn.bias_ih_l1", [128], 1.0),
+              "e": ("rnn.weight_hh_l1", [128, 32], 1e-3), "f": ("head.weight", [10, 32], 1.0)}
+    stats = _layers(names=tuple(params), grad=[g for _, _, g in params.values()])
+    stats["name"] = stats["name"].astype(str).map(lambda n: params[n.split(".")[0]][0] if n.endswith(".weight") else n)
+    manifest = _manifest(tuple(params))
+    manifest["models"]["model"]["parameters"] = [{"name": n, "shape": shape, "dtype": "float32", "requires_grad": True}
+                                                 for n, shape, _ in params.values()]
+    analysis, labels = _labels(tmp_path, stats, _loss("flat"), manifest)
+    assert "vanishing_gradient" in labels
+    assert next(f for f in analysis.findings if f.label == "vanishing_gradient").tensors[0] == "rnn.weight_ih_l0"
+
+
 def test_dead_units(tmp_path):
     _, labels = _labels(tmp_path, _layers(zero_frac=0.97), _loss("flat"))
     assert "dead_units" in labels
