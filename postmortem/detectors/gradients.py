@@ -466,6 +466,7 @@ class LayerGradients:
     outcome: Outcome
     networks: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     """Recorded model name → (its class, the module types it holds), when a run has several."""
+    lr_erased_init: bool = False  # lr_too_high found as an error: the first updates wiped the init out
 
 
 def _networks(manifest: dict) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -491,7 +492,8 @@ def _layer_gradients(ev: Evidence) -> LayerGradients:
     # the layers a vanishing signal crosses, where biases and gains would break the layer order.
     shapes = parameter_shapes(ev.manifest)
     weights = [(n, r) for (n, r), numel in zip(rms, grads["numel"]) if is_weight(n, int(numel), shapes)]
-    return LayerGradients(weights or rms, ev.outcome, networks)
+    return LayerGradients(weights or rms, ev.outcome, networks,
+                          any(f.label == "lr_too_high" and f.severity == ERROR for f in ev.found))
 
 
 @register("vanishing_gradient", "gradients", _layer_gradients)
@@ -525,11 +527,17 @@ def vanishing_gradient(layers: LayerGradients, th: GradientThresholds) -> list[F
         cls, types = layers.networks[network]
         where = f"the input of `{network}`" + (f" ({cls})" if cls else "")
         init = _init_for(types)
+    evidence = {"smallest_grad_rms": float(rms.min()), "first_to_last_layer_grad_ratio": ratio,
+                "share_of_layers_shrinking_toward_the_input": shrinking,
+                "threshold_grad_rms": th.vanishing_rms, "network": network}
+    if layers.lr_erased_init:
+        # The lr wiped the init out first (ConvNeXt at lr ×100: its stem's gradient 1e-5 × its
+        # head's afterwards): a new init would be wiped out again, the lr is the fix.
+        return [finding("vanishing_gradient", None, vanished, evidence,
+                        f"gradients vanish toward {where} ({layer_list(vanished)}) after the first updates erased "
+                        "the initialisation: lower the learning rate first (see lr_too_high)", NOTE)]
     return [finding(
-        "vanishing_gradient", None, vanished,
-        {"smallest_grad_rms": float(rms.min()), "first_to_last_layer_grad_ratio": ratio,
-         "share_of_layers_shrinking_toward_the_input": shrinking,
-         "threshold_grad_rms": th.vanishing_rms, "network": network},
+        "vanishing_gradient", None, vanished, evidence,
         f"gradients vanish toward {where} ({layer_list(vanished)}): re-initialise "
         f"{'its' if network else 'the'} weights with torch.nn.init.{init}, or normalise between layers",
     )]

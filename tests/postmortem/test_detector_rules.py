@@ -483,6 +483,10 @@ def test_vanishing_gradient_needs_layers_shrinking_toward_the_input_and_no_learn
                                 ("fc4.weight", 1.0)], FLAT)
     assert vanishing_gradient(shrinking, TH.gradients)[0].tensors == ["fc1.weight"]
     assert vanishing_gradient(replace(shrinking, outcome=LEARNS), TH.gradients) == []
+    # After an lr that erased the init, the vanished gradients follow from it: a note pointing at the lr.
+    after = vanishing_gradient(replace(shrinking, lr_erased_init=True), TH.gradients)[0]
+    assert after.severity == "note" and "learning rate" in after.fix and "re-initialise" not in after.fix
+    assert vanishing_gradient(shrinking, TH.gradients)[0].severity == "error"
     # One tiny tensor among healthy ones (a key bias) is not a vanishing gradient.
     lone = LayerGradients([("emb.weight", 1e-2), ("attn.k_proj.weight", 3e-10), ("attn.v_proj.weight", 1e-2),
                            ("head.weight", 1e-2)], FLAT)
