@@ -413,10 +413,12 @@ DIT_BATCH = 64
 
 SAE_LR = 1e-3
 """The SAE's Adam lr: 10× openai/sparse_autoencoder's train.py 1e-4, which trains for millions of
-tokens where a run here has 150 batches of 256: at 1e-4, seeds 0-2, first/last 10-step means
-0.771 -> 0.345, 0.771 -> 0.352, 0.646 -> 0.316, and lr_too_high's ×100 (1e-2) learned best,
-0.358 -> 0.092 (seed 0): no lr_too_high truth could be a fault. At 1e-3 healthy 0.579 -> 0.103,
-0.578 -> 0.103, 0.487 -> 0.111; its ×100 (0.1) ends 0.55 / 1.26 / 547 (chance 1.22)."""
+vectors where a run here has 150 batches of 256: at 1e-4, seeds 0-2, first/last 10-step means
+0.851 -> 0.270, 0.702 -> 0.268, 0.478 -> 0.207, and lr_too_high's ×100 (1e-2) learned best of all,
+0.335 -> 0.051, 0.307 -> 0.049, 0.235 -> 0.047: no lr_too_high truth could be a fault. At 1e-3
+healthy 0.556 -> 0.084, 0.484 -> 0.081, 0.339 -> 0.073; its ×100 (0.1) ends 0.27 / 0.18 / 0.24
+(chance 0.603). The healthy run's last batch still fires ~60 of 128 latents (L1 has not yet won
+in 150 steps: λ 0.1 gives 46 at a final loss 0.42, seed 0, before the mean offset; `SAE_L1_COEF`)."""
 SAE_BATCH = 256
 """The SAE's batch of activation vectors (openai's train.py reads 131072 a batch; 8192 toy training
 vectors here, a run ~4.7 epochs)."""

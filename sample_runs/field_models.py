@@ -359,7 +359,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "DiTMlp", "DiTDiffusion", "dit_loss", "dit_modulate", "dit_timestep_embedding", "dit_linear_betas",
            "dit_update_ema", "DIT_TIMESTEPS", "DIT_EMA_DECAY", "SparseAutoencoder", "SAEPreBias", "sae_loss",
            "sae_unit_norm_decoder_", "sae_unit_norm_decoder_grad_adjustment_", "sae_toy_activations", "SAE_INPUTS",
-           "SAE_FEATURES", "SAE_LATENTS", "SAE_FEATURE_PROBABILITY", "SAE_L1_COEF",
+           "SAE_FEATURES", "SAE_LATENTS", "SAE_FEATURE_PROBABILITY", "SAE_L1_COEF", "SAE_MEAN_NORM",
+           "sae_activation_mean",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
            "KAN", "KANLinear", "kan_b_splines", "kan_uniform_grid", "KAN_GRID_SIZE", "KAN_SPLINE_ORDER",
@@ -5219,6 +5220,8 @@ SAE_LATENTS = 128
 """The SAE's latents (×4 its inputs; openai/sparse_autoencoder trains 2^15-2^24 on GPT-2's / GPT-4's widths)."""
 SAE_FEATURE_PROBABILITY = 0.05
 """Each toy feature's chance of firing on a sample (~6.4 of 128 active)."""
+SAE_MEAN_NORM = 1.0
+"""The norm of the toy activations' fixed mean (`sae_activation_mean`)."""
 SAE_L1_COEF = 1e-2
 """λ on the normalised L1 of the latents (see `sae_loss`; measured: the healthy run's docstring in field.py)."""
 
@@ -5228,17 +5231,26 @@ def sae_toy_activations(rows: int, seed: int, embedding_seed: int = 0) -> torch.
     SAE papers' synthetic tests make them: `SAE_FEATURES` features, each firing independently with
     probability `SAE_FEATURE_PROBABILITY` at a magnitude uniform in [0, 1], mapped by a fixed
     random embedding (one Gaussian direction a feature, unit norm; `embedding_seed`'s own, the same
-    "model" for every run) into `SAE_INPUTS` dimensions; a row where no feature fired gets one
-    (drawn uniformly). (rows, SAE_INPUTS); the global RNG untouched."""
+    "model" for every run) into `SAE_INPUTS` dimensions, plus a fixed mean (`sae_activation_mean`).
+    Without the mean, a row where no feature (0.95^128 ≈ 0.14 %) or one weak feature fired is ~0, and
+    `sae_loss`'s per-sample normalisation made single-step loss spikes ×200 in a healthy run (seed 2:
+    0.24 → 51.5 at step 22, measured): real activations are never near 0. (rows, SAE_INPUTS); the global RNG untouched."""
     embedding = torch.randn(SAE_FEATURES, SAE_INPUTS, generator=torch.Generator().manual_seed(embedding_seed))
     embedding = embedding / embedding.norm(dim=1, keepdim=True)
     generator = torch.Generator().manual_seed(seed)
     active = torch.rand(rows, SAE_FEATURES, generator=generator) < SAE_FEATURE_PROBABILITY
-    forced = torch.randint(0, SAE_FEATURES, (rows,), generator=generator)
-    silent = ~active.any(dim=1)  # 0.95^128 ≈ 0.14 % of rows: one feature fires there (an activation
-    active[silent, forced[silent]] = True  # vector is never 0, and sae_loss divides by each one's norm)
     magnitude = torch.rand(rows, SAE_FEATURES, generator=generator)
-    return (active * magnitude) @ embedding
+    return (active * magnitude) @ embedding + sae_activation_mean(embedding_seed)
+
+
+def sae_activation_mean(embedding_seed: int = 0) -> torch.Tensor:
+    """The toy activations' fixed offset: a random direction of norm `SAE_MEAN_NORM` (the
+    embedding's generator, after the embedding), as a model's activations have a mean away from 0
+    (what the SAE's pre-bias is for)."""
+    generator = torch.Generator().manual_seed(embedding_seed)
+    torch.randn(SAE_FEATURES, SAE_INPUTS, generator=generator)  # the embedding's draws first
+    mean = torch.randn(SAE_INPUTS, generator=generator)
+    return SAE_MEAN_NORM * mean / mean.norm()
 
 
 class SAEPreBias(nn.Module):
