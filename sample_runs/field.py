@@ -27,7 +27,7 @@ MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, 
 capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder, an
 RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conformer, a
 graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
-hypernetwork and a Diffusion Transformer (`field_models`),
+hypernetwork, a Diffusion Transformer and a sparse autoencoder (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -82,7 +82,10 @@ g1910free/HyperNetworks' train.py recipe (Adam at 2e-3, L2 5e-4 on every paramet
 schedule in 150 steps) on cross-entropy, the DiT by the plain loop with facebookresearch/DiT's
 train.py recipe (AdamW at weight decay 0, a constant lr, no clipping, its EMA's update_ema after
 each step; lr ×10, batch 64) on the MSE of the noise it predicts at a uniform timestep, its class labels given
-to its forward. Faults
+to its forward, the sparse autoencoder by the plain loop with openai/sparse_autoencoder's train.py
+recipe (Adam, eps 6.25e-10, a constant lr, no clipping; the decoder's parallel gradient removed
+before each step, its columns put back to unit norm after it; lr ×10) on the normalised MSE + λ ·
+normalised L1 of toy-model activations. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -207,6 +210,10 @@ from .field_models import (
     dit_loss,
     dit_update_ema,
     DIT_EMA_DECAY,
+    sae_loss,
+    sae_toy_activations,
+    sae_unit_norm_decoder_,
+    sae_unit_norm_decoder_grad_adjustment_,
     detection_iou,
     distillation_loss,
     fcos_loss,
@@ -404,6 +411,18 @@ DIT_BATCH = 64
 1500 training digits; at 256, with widths 64 / depth 4, a run cost 3.3× this one's and still ended at
 0.28 at lr 1e-4, seed 0)."""
 
+SAE_LR = 1e-3
+"""The SAE's Adam lr: 10× openai/sparse_autoencoder's train.py 1e-4, which trains for millions of
+vectors where a run here has 150 batches of 256: at 1e-4, seeds 0-2, first/last 10-step means
+0.851 -> 0.270, 0.702 -> 0.268, 0.478 -> 0.207, and lr_too_high's ×100 (1e-2) learned best of all,
+0.335 -> 0.051, 0.307 -> 0.049, 0.235 -> 0.047: no lr_too_high truth could be a fault. At 1e-3
+healthy 0.556 -> 0.084, 0.484 -> 0.081, 0.339 -> 0.073; its ×100 (0.1) ends 0.27 / 0.18 / 0.24
+(chance 0.603). The healthy run's last batch still fires ~60 of 128 latents (L1 has not yet won
+in 150 steps: λ 0.1 gives 46 at a final loss 0.42, seed 0, before the mean offset; `SAE_L1_COEF`)."""
+SAE_BATCH = 256
+"""The SAE's batch of activation vectors (openai's train.py reads 131072 a batch; 8192 toy training
+vectors here, a run ~4.7 epochs)."""
+
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
     "transformer": Recipe(lr=2e-3, weight_decay=0.01, batch=32),
@@ -587,6 +606,11 @@ RECIPES = {
     # lr DIT_LR (x10) and batch DIT_BATCH (/4), the departures (their docstrings).
     "dit": Recipe(lr=DIT_LR, weight_decay=0.0, batch=DIT_BATCH, clip=None, warmup=0, optimizer="adamw",
                   schedule="constant"),
+    # openai/sparse_autoencoder's train.py: Adam (eps 6.25e-10, betas (0.9, 0.999)), a constant lr, no
+    # warm-up, no clipping, no weight decay; unit_norm_decoder_grad_adjustment_ before each step and
+    # unit_norm_decoder_ after it (in `_train`). lr SAE_LR and batch SAE_BATCH, the departures.
+    "sae": Recipe(lr=SAE_LR, weight_decay=0.0, batch=SAE_BATCH, clip=None, warmup=0, optimizer="sae_adam",
+                  schedule="constant"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -596,6 +620,8 @@ OPTIMIZERS = {
     "sparse_adam": lambda groups, lr, recipe: torch.optim.SparseAdam(groups, lr=lr, betas=recipe.betas),
     "sam": lambda groups, lr, recipe: SAM(groups, torch.optim.SGD, rho=SAM_RHO, lr=lr, momentum=0.9),
     "cleanrl_adam": lambda groups, lr, recipe: torch.optim.Adam(groups, lr=lr, eps=1e-5),
+    # openai/sparse_autoencoder's train.py: torch.optim.Adam(..., lr=lr, eps=6.25e-10) (betas the default).
+    "sae_adam": lambda groups, lr, recipe: torch.optim.Adam(groups, lr=lr, betas=recipe.betas, eps=6.25e-10),
     "momentum_sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9),
     # TF's RMSprop as timm's rmsproptf sets it (alpha 0.9, eps 1e-3, momentum 0.9) on torch's RMSprop:
     # eps outside the square root and square_avg starting at 0, where RMSpropTF starts it at 1.
@@ -642,12 +668,13 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "bilstm_crf": crf_nll, "pixelcnn": torch.nn.functional.cross_entropy, "neural_ode": torch.nn.functional.l1_loss,
           "nerf": torch.nn.functional.mse_loss, "capsnet": caps_loss, "mae": mae_loss, "rwkv": rwkv_loss,
           "tabnet": tabnet_loss, "gat": torch.nn.functional.nll_loss, "set_transformer": torch.nn.functional.l1_loss,
-          "conformer": conformer_ctc_loss, "neural_process": cnp_nll, "dit": dit_loss}
+          "conformer": conformer_ctc_loss, "neural_process": cnp_nll, "dit": dit_loss,
+          "sae": sae_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
 TIED = {"mamba": ("embedding",), "bert_mlm": ("mlm.bert.embeddings",), "t5": ("shared",),
-        "dit": ("model.t_embedder", "model.y_embedder")}
+        "dit": ("model.t_embedder", "model.y_embedder"), "sae": ("pre_bias",)}
 """Units whose weight is also the head's (no gradient lost when a later block is detached), beyond GPT's
 `wte`; or that reach the head around the blocks (the DiT's timestep and label embedders: c feeds its
 final layer's adaLN directly)."""
@@ -873,7 +900,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
-                "gat", "neural_process", "kan", "hypernetwork", "dit")
+                "gat", "neural_process", "kan", "hypernetwork", "dit", "sae")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -895,16 +922,17 @@ Transformer's its sets of integers (floats, as the demo's `torch.from_numpy(x).f
 maxima, the targets, left as they are), the Conformer's
 its frames (`input_features`; the attention mask is integer and left as it is), the Conditional
 Neural Process's its context points (x and y) and target x's (their target y's left as they are), the
-KAN's its flattened pixels, the hypernetwork CNN's its pixels; word2vec and the BiLSTM-CRF read
+KAN's its flattened pixels, the hypernetwork CNN's its pixels, the SAE's its activation vectors
+(also its reconstruction's target); word2vec and the BiLSTM-CRF read
 word IDs."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
-              "ppo", "sac", "mae")
+              "ppo", "sac", "mae", "sae")
 """Architectures trained without targets (self-supervised, generative, contrastive; an agent's
 actions are its own samples; a flow's density, TransE's triples and their corruptions, word2vec's
 word pairs and their sampled negatives; the MAE's targets are its own images' masked patches,
-mae's loop drops the labels): no labels to corrupt."""
+mae's loop drops the labels; the SAE reconstructs its own activations): no labels to corrupt."""
 
 
 LEFT_OUT = {
@@ -1129,6 +1157,12 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         x = 2 * x - 1
         train, held = Dataset(x[:1500], rows.y[:1500]), Dataset(x[1500:], rows.y[1500:])
         return batch_sampler(train, micro, seed), batch_sampler(held, 128, seed + 1), 10, 1.0
+    if arch == "sae":  # toy-model activations (no digits): SAE code reconstructs its input, no labels
+        train, held = sae_toy_activations(8192, seed), sae_toy_activations(1024, 1000 + seed)
+        mean = train.mean(0)  # chance: b_pre at the data's mean, every latent 0 (the normalised MSE, L1 0)
+        chance = float((((train - mean) ** 2).mean(dim=1) / (train ** 2).mean(dim=1)).mean())
+        return (batch_sampler(Dataset(train, train), micro, seed), batch_sampler(Dataset(held, held), 128, seed + 1),
+                10, chance)
     if arch == "ddpm":  # DDPM's data scaling
         x = 2 * x - 1
         return images_sampler(x[:1500], micro, seed), images_sampler(x[1500:], 128, seed + 1), 10, 1.0
@@ -1678,6 +1712,10 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
         dit_update_ema(ema, model, decay=0)
         ema.eval()
         after_step = lambda: dit_update_ema(ema, model, DIT_EMA_DECAY)  # noqa: E731
+    if arch == "sae":  # openai/sparse_autoencoder's train.py: the parallel gradient removed before each step, unit norm after
+        for each in optimizer if isinstance(optimizer, tuple) else (optimizer,):
+            each.register_step_pre_hook(lambda *_: sae_unit_norm_decoder_grad_adjustment_(model))
+        after_step = lambda: sae_unit_norm_decoder_(model)  # noqa: E731
     if arch == "efficientnet":  # timm's train.py: model_ema.update(model) after each optimizer step
         ema = ModelEmaV2(model, MODEL_EMA_DECAY)
         after_step = lambda: ema.update(model)  # noqa: E731

@@ -290,6 +290,12 @@
   embedding + class embedding with a null class for classifier-free guidance, adaLN-Zero blocks,
   a modulated final layer, unpatchify; ε-prediction MSE at uniform t on a linear β schedule),
   small, the 8×8 digits its 1-channel latents.
+- `SparseAutoencoder`, `sae_loss`, `sae_unit_norm_decoder_`, `sae_unit_norm_decoder_grad_adjustment_`,
+  `sae_toy_activations`: a sparse autoencoder as openai/sparse_autoencoder's model.py, loss.py and
+  train.py write one for interpretability (pre-encoder bias subtracted before the encoder and added
+  after the decoder, ReLU latents, normalised MSE + λ · normalised L1 of the latents, decoder columns
+  renormalised to unit norm after every optimizer step and their parallel gradient removed before
+  it), on synthetic toy-model activations (sparse features through a fixed random embedding).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -304,7 +310,7 @@ sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `ne
 the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
 `perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
 twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hypernetwork` before
-the twenty-fourth, `dit` before the twenty-fifth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -351,7 +357,10 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "ConditionalNeuralProcess", "cnp_nll", "CNP_SIGMA_FLOOR", "HyperNetwork", "HyperEmbedding", "HyperConvBlock",
            "HyperNetCNN", "DiT", "DiTBlock", "DiTFinalLayer", "DiTTimestepEmbedder", "DiTLabelEmbedder",
            "DiTMlp", "DiTDiffusion", "dit_loss", "dit_modulate", "dit_timestep_embedding", "dit_linear_betas",
-           "dit_update_ema", "DIT_TIMESTEPS", "DIT_EMA_DECAY",
+           "dit_update_ema", "DIT_TIMESTEPS", "DIT_EMA_DECAY", "SparseAutoencoder", "SAEPreBias", "sae_loss",
+           "sae_unit_norm_decoder_", "sae_unit_norm_decoder_grad_adjustment_", "sae_toy_activations", "SAE_INPUTS",
+           "SAE_FEATURES", "SAE_LATENTS", "SAE_FEATURE_PROBABILITY", "SAE_L1_COEF", "SAE_MEAN_NORM",
+           "sae_activation_mean",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
            "KAN", "KANLinear", "kan_b_splines", "kan_uniform_grid", "KAN_GRID_SIZE", "KAN_SPLINE_ORDER",
@@ -5203,13 +5212,135 @@ def dit_loss(output: tuple[torch.Tensor, torch.Tensor], _targets=None) -> torch.
     return ((noise - prediction) ** 2).mean(dim=tuple(range(1, noise.ndim))).mean()
 
 
+SAE_INPUTS = 32
+"""The width of the activations the SAE reads (the toy model's embedding dimension)."""
+SAE_FEATURES = 128
+"""Sparse ground-truth features the toy activations superpose in `SAE_INPUTS` dimensions."""
+SAE_LATENTS = 128
+"""The SAE's latents (×4 its inputs; openai/sparse_autoencoder trains 2^15-2^24 on GPT-2's / GPT-4's widths)."""
+SAE_FEATURE_PROBABILITY = 0.05
+"""Each toy feature's chance of firing on a sample (~6.4 of 128 active)."""
+SAE_MEAN_NORM = 1.0
+"""The norm of the toy activations' fixed mean (`sae_activation_mean`)."""
+SAE_L1_COEF = 1e-2
+"""λ on the normalised L1 of the latents (see `sae_loss`; measured: the healthy run's docstring in field.py)."""
+
+
+def sae_toy_activations(rows: int, seed: int, embedding_seed: int = 0) -> torch.Tensor:
+    """Synthetic activations in superposition, as Anthropic's "Toy Models of Superposition" and the
+    SAE papers' synthetic tests make them: `SAE_FEATURES` features, each firing independently with
+    probability `SAE_FEATURE_PROBABILITY` at a magnitude uniform in [0, 1], mapped by a fixed
+    random embedding (one Gaussian direction a feature, unit norm; `embedding_seed`'s own, the same
+    "model" for every run) into `SAE_INPUTS` dimensions, plus a fixed mean (`sae_activation_mean`).
+    Without the mean, a row where no feature (0.95^128 ≈ 0.14 %) or one weak feature fired is ~0, and
+    `sae_loss`'s per-sample normalisation made single-step loss spikes ×200 in a healthy run (seed 2:
+    0.24 → 51.5 at step 22, measured): real activations are never near 0. (rows, SAE_INPUTS); the global RNG untouched."""
+    embedding = torch.randn(SAE_FEATURES, SAE_INPUTS, generator=torch.Generator().manual_seed(embedding_seed))
+    embedding = embedding / embedding.norm(dim=1, keepdim=True)
+    generator = torch.Generator().manual_seed(seed)
+    active = torch.rand(rows, SAE_FEATURES, generator=generator) < SAE_FEATURE_PROBABILITY
+    magnitude = torch.rand(rows, SAE_FEATURES, generator=generator)
+    return (active * magnitude) @ embedding + sae_activation_mean(embedding_seed)
+
+
+def sae_activation_mean(embedding_seed: int = 0) -> torch.Tensor:
+    """The toy activations' fixed offset: a random direction of norm `SAE_MEAN_NORM` (the
+    embedding's generator, after the embedding), as a model's activations have a mean away from 0
+    (what the SAE's pre-bias is for)."""
+    generator = torch.Generator().manual_seed(embedding_seed)
+    torch.randn(SAE_FEATURES, SAE_INPUTS, generator=generator)  # the embedding's draws first
+    mean = torch.randn(SAE_INPUTS, generator=generator)
+    return SAE_MEAN_NORM * mean / mean.norm()
+
+
+class SAEPreBias(nn.Module):
+    """openai/sparse_autoencoder's `pre_bias` (SAELens's `b_dec`) as a module of its own, so that
+    it is a unit: subtracted from the input before the encoder (its forward) and added back after
+    the decoder (`SparseAutoencoder.decode`)."""
+
+    def __init__(self, n_inputs: int) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(n_inputs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x - self.bias
+
+
+class SparseAutoencoder(nn.Module):
+    """A sparse autoencoder as openai/sparse_autoencoder's model.py `Autoencoder` writes it (ReLU
+    activation, untied, no input normalisation): latents = ReLU(W_enc (x − b_pre) + b_lat),
+    reconstruction = W_dec latents + b_pre; the decoder's columns (one a latent, `decoder.weight`
+    is (inputs, latents)) kept at unit norm. Its `latent_bias` is the encoder Linear's bias here
+    (the same affine map; a unit's parameters must live in a module). Initialisation as there: the
+    encoder's Linear default (kaiming-uniform), the decoder its transpose ("tied init"), then unit
+    norm columns; both biases zero (its `init_from_data_` geometric-median pre_bias left out).
+    Returns (reconstruction, latents, input) for `sae_loss`: the loss compares the reconstruction
+    with the input the model was given, as SAE code does (a bad batch is its own target).
+
+    Units (forward order): the pre-bias, the encoder, the decoder. Hidden: the encoder (the latent
+    layer; a detached encoder output cuts the encoder, the pre-bias keeps learning through the
+    decoder's + b_pre: `field.TIED`). Exposed: the encoder and the decoder (no normalisation after
+    either; a scaled decoder is put back to unit norm by the next `unit_norm_decoder_`)."""
+
+    def __init__(self, n_inputs: int = SAE_INPUTS, n_latents: int = SAE_LATENTS) -> None:
+        super().__init__()
+        self.pre_bias = SAEPreBias(n_inputs)
+        self.encoder = nn.Linear(n_inputs, n_latents)
+        self.decoder = nn.Linear(n_latents, n_inputs, bias=False)
+        with torch.no_grad():
+            self.encoder.bias.zero_()
+            self.decoder.weight.copy_(self.encoder.weight.T)
+        sae_unit_norm_decoder_(self)
+        self.units = ["pre_bias", "encoder", "decoder"]
+        self.hidden = ["encoder"]
+        self.exposed = ["encoder", "decoder"]
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.encoder(self.pre_bias(x)))
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        return self.decoder(latents) + self.pre_bias.bias
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        latents = self.encode(x)
+        return self.decode(latents), latents, x
+
+
+@torch.no_grad()
+def sae_unit_norm_decoder_(sae: SparseAutoencoder) -> None:
+    """openai/sparse_autoencoder's `unit_norm_decoder_`: each decoder column (a latent's direction)
+    divided by its norm, in place, outside the optimizer (after every step in its train.py)."""
+    sae.decoder.weight.div_(sae.decoder.weight.norm(dim=0, keepdim=True))
+
+
+@torch.no_grad()
+def sae_unit_norm_decoder_grad_adjustment_(sae: SparseAutoencoder) -> None:
+    """openai/sparse_autoencoder's `unit_norm_decoder_grad_adjustment_`: the component of each
+    decoder column's gradient parallel to the column removed (g ← g − (g·w) w for unit w), before the
+    optimizer step, so that the step moves the columns along the unit sphere."""
+    weight, grad = sae.decoder.weight, sae.decoder.weight.grad
+    if grad is not None:
+        grad.sub_((grad * weight).sum(dim=0, keepdim=True) * weight)
+
+
+def sae_loss(output: tuple[torch.Tensor, torch.Tensor, torch.Tensor], _targets=None,
+             l1_coef: float = SAE_L1_COEF) -> torch.Tensor:
+    """openai/sparse_autoencoder's loss.py terms for a ReLU SAE: `normalized_mean_squared_error`
+    (each sample's mean squared error over its mean square, batch-averaged) + λ ·
+    `normalized_L1_loss` (each sample's latents' L1 over its input's L2 norm, batch-averaged)."""
+    reconstruction, latents, x = output
+    nmse = (((reconstruction - x) ** 2).mean(dim=1) / (x ** 2).mean(dim=1)).mean()
+    l1 = (latents.abs().sum(dim=1) / x.norm(dim=1)).mean()
+    return nmse + l1_coef * l1
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
-               "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit")
+               "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -5282,6 +5413,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "kan": lambda vocab: KAN((64, 32, vocab)),
     "hypernetwork": lambda vocab: HyperNetCNN(vocab),
     "dit": lambda vocab: DiTDiffusion(DiT(num_classes=vocab)),
+    "sae": lambda vocab: SparseAutoencoder(),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

@@ -50,7 +50,7 @@ def test_catalogue_looks_like_the_field():
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
-                                       "neural_process", "kan", "hypernetwork", "dit"}
+                                       "neural_process", "kan", "hypernetwork", "dit", "sae"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -3120,3 +3120,142 @@ def test_dit_modulates_by_adaln_zero_noises_by_the_linear_schedule_and_its_healt
     assert not LEFT_OUT.get("dit")
     families = {s.family for s in SCENARIOS.values() if s.arch == "dit"}
     assert families == set(FIELD_FAMILIES)
+
+
+def test_sae_subtracts_its_pre_bias_keeps_unit_norm_decoder_columns_and_its_healthy_run_learns(tmp_path):
+    from sample_runs.field import SAE_BATCH, SAE_LR, TIED, _data, _train
+    from sample_runs.field_models import (SAE_FEATURES, SAE_INPUTS, SAE_L1_COEF, SAE_LATENTS, SparseAutoencoder,
+                                          sae_activation_mean, sae_loss, sae_toy_activations, sae_unit_norm_decoder_,
+                                          sae_unit_norm_decoder_grad_adjustment_)
+
+    torch.manual_seed(0)
+    sae = SparseAutoencoder()
+    assert sae.encoder.weight.shape == (SAE_LATENTS, SAE_INPUTS) and sae.decoder.weight.shape == (SAE_INPUTS, SAE_LATENTS)
+    assert sae.decoder.bias is None and not sae.pre_bias.bias.any() and not sae.encoder.bias.any()
+    assert torch.allclose(sae.decoder.weight.norm(dim=0), torch.ones(SAE_LATENTS), atol=1e-6)  # unit columns at init
+    direction = sae.encoder.weight.T / sae.encoder.weight.T.norm(dim=0, keepdim=True)
+    assert torch.allclose(sae.decoder.weight, direction, atol=1e-6)  # the tied init, normalised
+
+    torch.manual_seed(1)
+    with torch.no_grad():  # every tensor random: the formula, not the zeros, under test
+        sae.pre_bias.bias.normal_()
+        sae.encoder.bias.normal_()
+    x = torch.randn(5, SAE_INPUTS)
+    reconstruction, latents, seen = sae(x)
+    assert reconstruction.shape == (5, SAE_INPUTS) and latents.shape == (5, SAE_LATENTS) and seen is x
+    w_enc, b_enc = sae.encoder.weight.detach(), sae.encoder.bias.detach()
+    w_dec, b_pre = sae.decoder.weight.detach(), sae.pre_bias.bias.detach()
+    for i in range(5):  # by hand: ReLU(W_enc (x - b_pre) + b_enc), then W_dec f + b_pre
+        f = [max(0.0, sum(float(w_enc[j, k]) * (float(x[i, k]) - float(b_pre[k])) for k in range(SAE_INPUTS))
+                 + float(b_enc[j])) for j in range(SAE_LATENTS)]
+        assert torch.allclose(latents[i], torch.tensor(f), atol=1e-4)
+        r = [sum(float(w_dec[k, j]) * f[j] for j in range(SAE_LATENTS)) + float(b_pre[k]) for k in range(SAE_INPUTS)]
+        assert torch.allclose(reconstruction[i], torch.tensor(r), atol=1e-4)
+    assert (latents >= 0).all() and (latents == 0).any()
+    # b_pre's round trip: with the encoder and decoder zero, the reconstruction is b_pre itself
+    zeroed = SparseAutoencoder()
+    with torch.no_grad():
+        zeroed.pre_bias.bias.copy_(b_pre)
+        zeroed.encoder.weight.zero_()
+        zeroed.decoder.weight.zero_()
+    assert torch.allclose(zeroed(x)[0], b_pre.expand(5, -1)) and not zeroed(x)[1].any()
+    # ... and shifting the input and b_pre alike shifts the reconstruction by as much (b_pre is subtracted, then added)
+    shift = torch.randn(SAE_INPUTS)
+    moved = SparseAutoencoder()
+    moved.load_state_dict(sae.state_dict())
+    with torch.no_grad():
+        moved.pre_bias.bias.add_(shift)
+    assert torch.allclose(moved(x + shift)[0], reconstruction + shift, atol=1e-5)
+    assert torch.allclose(moved(x + shift)[1], latents, atol=1e-5)
+
+    # the loss: normalised MSE + λ · normalised L1, by formula
+    nmse = sum(float(((reconstruction[i] - x[i]) ** 2).mean() / (x[i] ** 2).mean()) for i in range(5)) / 5
+    l1 = sum(float(latents[i].abs().sum() / x[i].norm()) for i in range(5)) / 5
+    assert float(sae_loss((reconstruction, latents, x))) == pytest.approx(nmse + SAE_L1_COEF * l1, rel=1e-5)
+    assert float(sae_loss((reconstruction, latents, x), l1_coef=0.0)) == pytest.approx(nmse, rel=1e-5)
+    assert float(sae_loss((x, torch.zeros_like(latents), x))) == 0.0  # a perfect, silent reconstruction
+
+    # the gradient's parallel component removed, then a step, then unit norm again
+    sae.zero_grad()
+    sae_loss(sae(x)).backward()
+    grad = sae.decoder.weight.grad.clone()
+    sae_unit_norm_decoder_grad_adjustment_(sae)
+    w = sae.decoder.weight.detach()
+    assert torch.allclose(sae.decoder.weight.grad, grad - (grad * w).sum(0, keepdim=True) * w, atol=1e-6)
+    assert torch.allclose((sae.decoder.weight.grad * w).sum(0), torch.zeros(SAE_LATENTS), atol=1e-6)
+    optimizer = torch.optim.Adam(sae.parameters(), lr=0.1)
+    optimizer.step()
+    assert not torch.allclose(sae.decoder.weight.norm(dim=0), torch.ones(SAE_LATENTS), atol=1e-3)
+    sae_unit_norm_decoder_(sae)
+    assert torch.allclose(sae.decoder.weight.norm(dim=0), torch.ones(SAE_LATENTS), atol=1e-6)
+
+    # the toy activations: sparse features through one fixed embedding, never a zero vector
+    acts = sae_toy_activations(4096, 0)
+    assert acts.shape == (4096, SAE_INPUTS) and torch.equal(acts, sae_toy_activations(4096, 0))
+    assert not torch.equal(acts, sae_toy_activations(4096, 1)) and (acts.norm(dim=1) > 0).all()
+    embedding = torch.randn(SAE_FEATURES, SAE_INPUTS, generator=torch.Generator().manual_seed(0))
+    embedding = embedding / embedding.norm(dim=1, keepdim=True)
+    generator = torch.Generator().manual_seed(0)  # the same draws by hand: features, forced ones, magnitudes
+    active = torch.rand(4096, SAE_FEATURES, generator=generator) < 0.05
+    magnitude = torch.rand(4096, SAE_FEATURES, generator=generator)
+    assert 5 < float(active.sum(1).float().mean()) < 8
+    mean = sae_activation_mean()
+    assert mean.norm() == pytest.approx(1.0) and torch.allclose(acts, (active * magnitude) @ embedding + mean, atol=1e-6)
+    assert float(acts.norm(dim=1).min()) > 0.2  # never near 0: sae_loss divides by each row's norm
+
+    model = build_field_model("sae", 10)
+    assert model.units == ["pre_bias", "encoder", "decoder"]
+    owned = [id(p) for u in model.units for p in model.get_submodule(u).parameters()]
+    assert len(owned) == len(set(owned)) == len(list(model.parameters()))
+    assert model.hidden == ["encoder"] and model.exposed == ["encoder", "decoder"] and TIED["sae"] == ("pre_bias",)
+    detach = faults.DetachedLayer(t0=0, layer="encoder")
+    detach.install(model)
+    detach.before_step(0, model, None)
+    sae_loss(model(acts[:64])).backward()
+    assert model.encoder.weight.grad is None and model.decoder.weight.grad.abs().sum() > 0
+    assert model.pre_bias.bias.grad.abs().sum() > 0  # still learning through the decoder's + b_pre
+
+    recipe = RECIPES["sae"]
+    assert recipe.optimizer == "sae_adam" and recipe.lr == SAE_LR == 1e-3 and recipe.weight_decay == 0.0
+    assert recipe.batch == SAE_BATCH == 256 and recipe.clip is None and recipe.warmup == 0
+    assert recipe.schedule == "constant" and recipe.betas == (0.9, 0.999)
+    groups = _param_groups(build_field_model("sae", 10), recipe, 1e-3)
+    assert [g["layer"] for g in groups] == ["pre_bias", "encoder", "encoder"] + ["decoder"]
+    draw, _, _, chance = _data("sae", recipe, 0, 1)
+    batch, target = draw()
+    assert batch.shape == (256, SAE_INPUTS) and torch.equal(batch, target) and 0.5 < chance < 0.7
+
+    _, _, _, _, units, _ = _train(None, "healthy", "sae", 0, {})
+    assert units == ["pre_bias", "encoder", "decoder"]
+    truth = make("healthy-sae-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[:10]) > 0.4 and _mean(loss[-10:]) < 0.25 * _mean(loss[:10])
+    assert by_name["val_loss"][-1] < 0.3 * by_name["val_loss"][0]
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("role")
+    assert io.loc["input", "shape"] == "256x32" and io.loc["input", "kind"] == "float"
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+    assert not LEFT_OUT.get("sae")
+    families = {s.family for s in SCENARIOS.values() if s.arch == "sae"}
+    assert families == set(FIELD_FAMILIES) - {"healthy_spike"}  # no labels: it reconstructs its own input
+
+
+def test_sae_renormalises_its_decoder_after_every_step_of_the_loop():
+    from sample_runs.field import _train
+    from sample_runs.field_models import SparseAutoencoder
+
+    seen = []
+    original = SparseAutoencoder.forward
+
+    def spy(self, x):  # the decoder's columns at every forward of the loop: unit norm each time
+        seen.append(float((self.decoder.weight.norm(dim=0) - 1).abs().max()))
+        return original(self, x)
+
+    SparseAutoencoder.forward = spy
+    try:
+        _train(None, "healthy", "sae", 0, {})
+    finally:
+        SparseAutoencoder.forward = original
+    assert len(seen) > 150 and max(seen) < 1e-5
