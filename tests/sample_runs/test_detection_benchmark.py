@@ -72,21 +72,21 @@ def _row(detection, arch, config, right, held_out=False):
 
 
 def test_each_family_is_scored_with_the_configuration_chosen_on_the_others(detection):
-    # "b" is right on mlp, cnn and lstm, "a" only on dit: dit gets "b", chosen without it.
+    # "b" is right on mlp, cnn and lstm, "a" only on sae: sae gets "b", chosen without it.
     results = {"mlp": {"a": False, "b": True}, "cnn": {"a": False, "b": True}, "lstm": {"a": False, "b": True},
-               "dit": {"a": True, "b": False}}
+               "sae": {"a": True, "b": False}}
     rows = [_row(detection, arch, config, right, arch in detection.NEVER_SEEN_ARCHS)
             for arch, by_config in results.items() for config, right in by_config.items()]
     chosen = detection.choose_per_family(rows)
-    assert chosen == {"cnn": "b", "lstm": "b", "mlp": "b", "dit": "b"}
+    assert chosen == {"cnn": "b", "lstm": "b", "mlp": "b", "sae": "b"}
     left = detection.left_out_rows(rows, chosen)
-    assert sorted(r.run for r in left) == ["cnn-b", "dit-b", "lstm-b", "mlp-b"]
-    # With dit's runs alone deciding, "a" would win: the choice for a family never reads its runs.
-    alone = [r for r in rows if r.arch in ("dit", "mlp")]
-    assert detection.choose_per_family(alone) == {"dit": "b", "mlp": "a"}
+    assert sorted(r.run for r in left) == ["cnn-b", "lstm-b", "mlp-b", "sae-b"]
+    # With sae's runs alone deciding, "a" would win: the choice for a family never reads its runs.
+    alone = [r for r in rows if r.arch in ("sae", "mlp")]
+    assert detection.choose_per_family(alone) == {"sae": "b", "mlp": "a"}
     text = detection.left_out_section(rows)
-    assert "| dit (never seen) | b | 1 | 0/1 (0 %)" in text
-    assert "| **never seen (dit; 1 runs)** | 1 | 0/1 (0 %)" in text
+    assert "| sae (never seen) | b | 1 | 0/1 (0 %)" in text
+    assert "| **never seen (sae; 1 runs)** | 1 | 0/1 (0 %)" in text
 
 
 def test_a_grid_analyses_each_run_once_per_configuration_and_caches_it(detection, runs):
