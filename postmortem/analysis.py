@@ -26,6 +26,7 @@ from .ranking import (
     diverging,
     first_nonfinite,
     fit_breaks,
+    moved_at,
     nonfinite_beyond_inputs,
     rank,
     run_onset,
@@ -140,6 +141,9 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     elif not diverged:
         onset = onsets.regression_onset(evidence, thresholds, first) or onsets.runaway_onset(evidence, thresholds)
         diverged = onset is not None
+        if diverged:
+            involved = moved_at(breaks, onset.step, tie_order, precursor_steps=thresholds.divergence.precursor_steps,
+                                robust_floor=thresholds.root_causes.robust_floor, thresholds=thresholds.ranking)
         evidence = replace(evidence, onset=onset, diverged=diverged)
         if not diverged:
             precomputed.update(_spike_causes(evidence, thresholds))
@@ -212,7 +216,7 @@ def _concluded(run: Run, ev: Evidence, findings: list[Finding], involved: list[T
     verdict = diagnoses_verdict(findings)
     failed = verdict == "diverged"
     first, table, scalars = ev.first_nonfinite, ev.table, ev.scalars
-    ranking = _cause_first(rank(involved, first, table, onset, batch_range_factor), findings) if failed else []
+    ranking = _cause_first(rank(involved, first, table, onset, batch_range_factor, manifest_order(run.manifest)), findings) if failed else []
     chain = chain_sentences(ev, ranking, batch_range_factor) if failed else []
     onset = onset if failed else None
     data = report_data(run, onset=onset, first_nonfinite=first, ranking=ranking, findings=findings,

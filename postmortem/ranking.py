@@ -19,6 +19,7 @@ __all__ = [
     "first_nonfinite",
     "fit_breaks",
     "run_onset",
+    "moved_at",
     "rank",
     "healthy_range",
     "out_of_range",
@@ -271,6 +272,16 @@ def run_onset(
     return onset, involved
 
 
+def moved_at(breaks: list[TensorBreak], step: int, tie_order: dict[str, int], *, precursor_steps: int,
+             robust_floor: float = 0.05, thresholds: RankingThresholds = RankingThresholds()) -> list[TensorBreak]:
+    """The tensors whose series broke sharply and stayed amplified within `precursor_steps` of
+    `step`, ranked as `run_onset` ranks them: what moved at an onset dated by something other than
+    the breaks (a finite run's loss spike that never came back, a cause the recorder saw)."""
+    moved = [b for b in breaks if b.role != "scalar" and b.fit.amplified and _sharp(b, thresholds)
+             and abs(b.fit.onset_step - step) <= precursor_steps]
+    return sorted(moved, key=lambda b: _rank_key(b, tie_order, robust_floor))
+
+
 def _sharp(b: TensorBreak, th: RankingThresholds) -> bool:
     """A jump ≥ ×2 and beyond the series' own noise (3 σ), or fast growth."""
     return b.fit.jump >= _jump_floor(b, th) or b.fit.growth_per_step >= th.sharp_growth
@@ -325,7 +336,15 @@ def out_of_range(value: float | np.ndarray, bounds: tuple, factor: float) -> boo
 def extreme_batch(table: SeriesTable, step: int, factor: float) -> tuple[str, float] | None:
     """An input batch at `step` whose largest |x| is far above anything in the steps before it
     (out of range, upwards: a batch that shrank did not amplify anything)."""
-    for index in table.indices("input"):
+    return _first_out_of_range(table, "input", step, factor)
+
+
+def _first_out_of_range(table: SeriesTable, role: str, step: int, factor: float,
+                        tie_order: dict[str, int] | None = None) -> tuple[str, float] | None:
+    """The first series of `role` (in `tie_order`, the modules' registration ≈ forward order,
+    where given) whose largest |x| at `step` is `factor` above anything before it, with that ratio."""
+    order = tie_order or {}
+    for index in sorted(table.indices(role), key=lambda i: order.get(table.keys[i].name, 10**6)):
         rows = table.rows(index)
         steps, magnitude = table.step[rows], table.magnitude[rows]
         bounds = healthy_range(magnitude[steps < step])
@@ -336,20 +355,27 @@ def extreme_batch(table: SeriesTable, step: int, factor: float) -> tuple[str, fl
     return None
 
 
-def rank(involved: list[TensorBreak], first: FirstNonfinite | None,
-         table: SeriesTable, onset: Onset | None, batch_range_factor: float) -> list[RankedTensor]:
+def rank(involved: list[TensorBreak], first: FirstNonfinite | None, table: SeriesTable, onset: Onset | None,
+         batch_range_factor: float, tie_order: dict[str, int]) -> list[RankedTensor]:
     """Tensors in the order they began to amplify (scalars are summaries, not tensors).
 
     An input batch far above anything seen before (×`batch_range_factor`) at the onset step leads:
-    the data came first in that step.
+    the data came first in that step. Else the first activation so far out of its range does: the
+    forward pass went off there, before the gradients and optimizer states it inflated (round 26,
+    weight_scale-sae-s2: a decoder ×100 for one forward, then every Adam state ×1e5, the
+    pre-encoder bias's the most in its own units).
     """
     ranked = [
         RankedTensor(b.name, b.role, b.key, b.fit.onset_step, b.fit.growth_per_step, b.fit.jump)
         for b in involved if b.role != "scalar"
     ]
-    batch = extreme_batch(table, onset.step, batch_range_factor) if onset is not None else None
-    if batch is not None:
-        ranked.insert(0, RankedTensor(batch[0], "input", None, onset.step, None, batch[1]))
+    if onset is not None:
+        for role in ("input", "activation"):
+            extreme = _first_out_of_range(table, role, onset.step, batch_range_factor, tie_order)
+            if extreme is not None:
+                ranked = [r for r in ranked if (r.tensor, r.role) != (extreme[0], role)]
+                ranked.insert(0, RankedTensor(extreme[0], role, None, onset.step, None, extreme[1]))
+                break
     seen = {(r.tensor, r.role, r.key) for r in ranked}
     if first is not None and first.role != "scalar" and (first.tensor, first.role, first.key) not in seen:
         ranked.append(RankedTensor(first.tensor, first.role, first.key, first.step, None, None))

@@ -97,17 +97,26 @@ def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite
     candidates += [(step, f"batch_out_of_range: {name}")
                    for step, name in root_causes.batches_out_of_range(window, thresholds.root_causes)]
     spikes = steps[outcome.loss_spikes(loss, th)[0]]
+    # A spike ×10 is itself the rise, whether or not the recorder saw its cause: one after which
+    # the loss climbed on and never came back is where the run diverged (round 26,
+    # weight_scale-sae: a decoder ×200 that the loop's own renorm undid before the parameters
+    # were recorded, the loss ×3e5 for one step, back at once, then 0.11 → 0.20 for good under
+    # Adam's second moment ×1e6). One that left the loss higher but no longer climbing is new
+    # data as often as a fault (a domain switch): a note. Read after any cause at its step.
+    candidates = [(step, False, series) for step, series in candidates] + [(int(step), True, "scalar loss") for step in spikes]
     recovered = None
-    for step, series in sorted(candidates):
-        lasting = not series.startswith("batch_out_of_range")  # a one-off batch is a loss spike's note
+    for step, spike, series in sorted(candidates):
+        lasting = not spike and not series.startswith("batch_out_of_range")  # a one-off's spike is a note
         before = loss[steps < step][-th.min_steps:]
         after = loss[steps > step][: th.min_steps]
         if len(before) < 3 or len(after) < 3:
             continue
         level = float(np.median(before))
-        if not np.median(after) > raised(level, th.recovered_factor):
+        if not spike and not np.median(after) > raised(level, th.recovered_factor):
             continue  # the loss did not rise (a negated reward did not fall)
-        if not lasting and not _batch_acted(step, after, level, spikes, thresholds):
+        if spike and not np.median(loss[-th.min_steps:]) > raised(float(np.median(after)), th.recovered_factor):
+            continue  # the loss did not climb on after the spike
+        if series.startswith("batch_out_of_range") and not _batch_acted(step, after, level, spikes, thresholds):
             continue
         onset = Onset(step, (step, step), series, None, None, None,
                       (first.step - step) if first is not None else None)

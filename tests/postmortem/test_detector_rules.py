@@ -836,6 +836,10 @@ def test_clipping_from_a_capped_grad_norm_or_a_recorded_coefficient():
     assert not clipping(none, _noisy(1.0, 6, 0.3)).clips
     coef = pd.DataFrame({"step": [3], "name": ["clip_coef"], "value": [0.5]})
     assert clipping(coef, _noisy(1.0, 6, 0.3)).clips
+    # Clipping never grows a gradient: a coefficient above 1 is another rewrite (round 26's sae
+    # projects its decoder's gradient off its unit columns), not clipping.
+    rewritten = pd.DataFrame({"step": [3, 4], "name": ["clip_coef"] * 2, "value": [0.996, 26.4]})
+    assert not clipping(rewritten, _noisy(1.0, 6, 0.3)).clips
 
 
 def test_a_tensor_gradient_growing_while_the_loss_falls_is_no_divergence():

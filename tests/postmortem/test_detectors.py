@@ -487,6 +487,30 @@ def test_a_finite_run_whose_loss_a_batch_out_of_range_spiked_for_good_diverged_t
     assert shift["after_onset"] == pytest.approx(1.4 * level) and shift["at_end"] == pytest.approx(1.4 * level)
 
 
+def test_a_loss_spike_after_which_the_loss_climbs_for_good_diverged_there_first_out_of_range_layer_first(tmp_path):
+    # Round 26 (weight_scale-sae): a layer's weights ×200 for one forward, undone by the loop's
+    # own renormalisation before the parameters were recorded: the loss ×3e5 for one step, back
+    # at once, then climbing ×1.8 for good. No cause is recorded; the spike dates the divergence
+    # and the layer whose output left its range first leads the ranking.
+    at = int(np.random.default_rng(9).integers(50, 90))
+    loss = _loss("learning")
+    level = np.median(loss[at - 10: at])
+    loss[at] = 3e5 * level
+    loss[at + 1:] = level * np.linspace(1.0, 1.8, STEPS - at - 1)
+    stats = _layers()
+    spiked = (stats["role"] == "activation") & (stats["step"] == at)
+    stats.loc[spiked & (stats["name"] == "fc2"), "max_abs"] *= 200
+    stats.loc[spiked & (stats["name"] == "fc1"), "max_abs"] *= 1.5  # before it: in range
+    analysis, _ = _labels(tmp_path, stats, loss)
+    assert analysis.verdict == "diverged" and analysis.onset.step == at
+    assert (analysis.ranking[0].tensor, analysis.ranking[0].role) == ("fc2", "activation")
+    # The same spike, the loss left higher but flat after it (new data as often as a fault): a note.
+    loss[at + 1:] = 1.4 * level
+    flat, _ = _labels(tmp_path / "flat", stats, loss)
+    assert flat.verdict == "healthy"
+    assert next(f for f in flat.findings if f.label == "recovered_incident").severity == "note"
+
+
 @pytest.mark.parametrize("jumps", [True, False])
 def test_an_accumulation_whose_loss_jumps_diverged_there(tmp_path, jumps):
     # Issue 12j (missing_zero_grad-gnn-s2): a running sum of noisy gradients grows short of a
