@@ -136,9 +136,17 @@ def _fit_before(label, steps, values, nonfinite, cut, thresholds, *, earliest=Fa
     return analyse_series(label, steps[keep], values[keep], earliest=earliest, thresholds=thresholds)
 
 
+_CLIP_COEF_ROUNDING = 1e-3  # two float32 sums of squares of one set of gradients, compared
+
+
 def clips_recorded(scalars: pd.DataFrame) -> bool:
-    """The recorder saw the optimizer consume clipped gradients (`clip_coef`/`grad_norm_clipped`)."""
-    return bool(scalars["name"].isin(("clip_coef", "grad_norm_clipped")).any())
+    """The recorder saw the optimizer consume clipped gradients (`clip_coef`/`grad_norm_clipped`),
+    and no `clip_coef` above 1. Clipping never grows a gradient: a larger coefficient says the
+    optimizer consumed gradients something else rewrote (round 26's sae projects each decoder
+    column's gradient off the column before the step: ×26 at a step where the columns were ×200)."""
+    coef = scalars.loc[scalars["name"] == "clip_coef", "value"].to_numpy(np.float64)
+    return bool(scalars["name"].isin(("clip_coef", "grad_norm_clipped")).any()) \
+        and not np.any(coef > 1 + _CLIP_COEF_ROUNDING)
 
 
 def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite: bool = False,

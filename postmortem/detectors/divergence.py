@@ -41,17 +41,11 @@ class Clipping:
     how: str  # "clip_coef recorded" | "grad_norm capped" | ""
 
 
-_CLIP_COEF_ROUNDING = 1e-3  # two float32 sums of squares of one set of gradients, compared
-
-
 def clipping(scalars: pd.DataFrame, grad_norm: np.ndarray) -> Clipping:
-    """`clip_coef` / `grad_norm_clipped` recorded (schema 2) and never above 1, or a grad norm
+    """`clip_coef` / `grad_norm_clipped` recorded (schema 2, `clips_recorded`), or a grad norm
     that piles up at one maximum (a recorder that reads gradients after clip_grad_norm_ sees
-    max_norm often). Clipping never grows a gradient: a coefficient above 1 says the optimizer
-    consumed gradients something else rewrote (round 26's sae projects each decoder column's
-    gradient off the column before the step: ×26 at a step where the columns were ×200)."""
-    coef = scalars.loc[scalars["name"] == "clip_coef", "value"].to_numpy(np.float64)
-    if clips_recorded(scalars) and not np.any(coef > 1 + _CLIP_COEF_ROUNDING):
+    max_norm often)."""
+    if clips_recorded(scalars):
         return Clipping(True, "clip_coef recorded")
     finite = grad_norm[np.isfinite(grad_norm) & (grad_norm > 0)]
     if len(finite) >= 20:
