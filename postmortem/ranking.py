@@ -371,14 +371,17 @@ def rank(involved: list[TensorBreak], first: FirstNonfinite | None, table: Serie
     the data came first in that step. Else the first activation so far out of its range does: the
     forward pass went off there, before the gradients and optimizer states it inflated (round 26,
     weight_scale-sae-s2: a decoder ×100 for one forward, then every Adam state ×1e5, the
-    pre-encoder bias's the most in its own units).
+    pre-encoder bias's the most in its own units), unless a parameter had already jumped.
     """
     ranked = [
         RankedTensor(b.name, b.role, b.key, b.fit.onset_step, b.fit.growth_per_step, b.fit.jump)
         for b in involved if b.role != "scalar"
     ]
+    # A parameter that jumped by the onset is upstream of every activation that followed it
+    # (round 16's maml: fc1 ×300, then the inner steps' adapted fc0 out of range).
+    param_moved = onset is not None and any(r.role == "param" and r.onset_step <= onset.step for r in ranked)
     if onset is not None:
-        for role in ("input", "activation"):
+        for role in ("input",) if param_moved else ("input", "activation"):
             extreme = _first_out_of_range(table, role, onset.step, batch_range_factor, tie_order)
             if extreme is not None:
                 ranked = [r for r in ranked if (r.tensor, r.role) != (extreme[0], role)]

@@ -504,6 +504,15 @@ def test_a_loss_spike_after_which_the_loss_climbs_for_good_diverged_there_first_
     analysis, _ = _labels(tmp_path, stats, loss)
     assert analysis.verdict == "diverged" and analysis.onset.step == at
     assert (analysis.ranking[0].tensor, analysis.ranking[0].role) == ("fc2", "activation")
+    # A parameter that jumped at the onset is upstream of any activation out of range there (round
+    # 16's maml: fc2 ×300, the inner steps' adapted fc1 then out of range): it stays first.
+    moved = stats.copy()
+    moved.loc[(moved["role"] == "activation") & (moved["step"] == at) & (moved["name"] == "fc1"), "max_abs"] *= 200
+    moved.loc[(moved["role"] == "param") & (moved["step"] >= at) & (moved["name"] == "fc2.weight"),
+              ["norm", "max_abs"]] *= 300
+    upstream, _ = _labels(tmp_path / "param", moved, loss)
+    assert upstream.verdict == "diverged" and upstream.ranking[0].role == "param"
+    assert upstream.ranking[0].tensor == "fc2.weight"
     # The same spike, the loss left higher but flat after it (new data as often as a fault): a note.
     loss[at + 1:] = 1.4 * level
     flat, _ = _labels(tmp_path / "flat", stats, loss)
