@@ -377,10 +377,10 @@ def rank(involved: list[TensorBreak], first: FirstNonfinite | None, table: Serie
         RankedTensor(b.name, b.role, b.key, b.fit.onset_step, b.fit.growth_per_step, b.fit.jump)
         for b in involved if b.role != "scalar"
     ]
-    # A parameter that jumped by the onset is upstream of every activation that followed it
-    # (round 16's maml: fc1 ×300, then the inner steps' adapted fc0 out of range).
-    param_moved = onset is not None and any(r.role == "param" and r.onset_step <= onset.step for r in ranked)
     if onset is not None:
+        # A parameter that jumped by the onset is upstream of every activation that followed it
+        # (round 16's maml: fc1 ×300, then the inner steps' adapted fc0 out of range).
+        param_moved = any(r.role == "param" and r.onset_step <= onset.step for r in ranked)
         for role in ("input",) if param_moved else ("input", "activation"):
             extreme = _first_out_of_range(table, role, onset.step, batch_range_factor, tie_order)
             if extreme is not None:

@@ -106,7 +106,8 @@ def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite
     candidates = [(step, False, series) for step, series in candidates] + [(int(step), True, "scalar loss") for step in spikes]
     recovered = None
     for step, spike, series in sorted(candidates):
-        lasting = not spike and not series.startswith("batch_out_of_range")  # a one-off's spike is a note
+        one_off = series.startswith("batch_out_of_range")
+        lasting = not spike and not one_off  # a one-off's spike is a note
         before = loss[steps < step][-th.min_steps:]
         after = loss[steps > step][: th.min_steps]
         if len(before) < 3 or len(after) < 3:
@@ -116,7 +117,7 @@ def regression_onset(ev: Evidence, thresholds: Thresholds, first: FirstNonfinite
             continue  # the loss did not rise (a negated reward did not fall)
         if spike and not np.median(loss[-th.min_steps:]) > raised(float(np.median(after)), th.recovered_factor):
             continue  # the loss did not climb on after the spike
-        if series.startswith("batch_out_of_range") and not _batch_acted(step, after, level, spikes, thresholds):
+        if one_off and not _batch_acted(step, after, level, spikes, thresholds):
             continue
         onset = Onset(step, (step, step), series, None, None, None,
                       (first.step - step) if first is not None else None)
