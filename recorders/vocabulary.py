@@ -130,6 +130,7 @@ class Label(_StrEnum):
     UNSCALED_INPUTS = "unscaled_inputs"
     POOR_INIT = "poor_init"
     LOSS_PLATEAU = "loss_plateau"
+    LOSS_ROSE_BACK = "loss_rose_back"
     RECOVERED_INCIDENT = "recovered_incident"
     HEALTHY = "healthy"
     HYPERPARAMETER_CHANGED = "hyperparameter_changed"

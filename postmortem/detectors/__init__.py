@@ -9,7 +9,7 @@
 - `updates`: no_update, lr_too_low
 - `activations`: dead_units, saturated_units, log_of_zero
 - `init`: poor_init
-- `outcome`: loss_plateau (and `base.measure_outcome`, the yardstick every severity reads)
+- `outcome`: loss_plateau, loss_rose_back (and `base.measure_outcome`, the yardstick every severity reads)
 - `onsets`: no label; where an incident began, settled before the rules run (an accumulation's
   start, a direct cause, a finite run's rise after a cause, whether the loss came back)
 
@@ -77,7 +77,7 @@ RUN_ORDER = (
     "batch_out_of_range", "log_of_zero",
     "diverged", "exploding_gradient", "lr_too_high", "recovered_incident",
     "dead_units", "no_gradient", "stale_gradients", "vanishing_gradient", "no_update", "lr_too_low",
-    "saturated_units", "poor_init", "loss_plateau",
+    "saturated_units", "poor_init", "loss_plateau", "loss_rose_back",
 )
 assert set(RUN_ORDER) == set(REGISTRY), "every registered rule has its place in RUN_ORDER"
 

@@ -39,6 +39,7 @@ __all__ = [
     "loss_curve",
     "main_loss",
     "measure_outcome",
+    "median_difference_sigma",
     "metric_curves",
     "register",
     "role",
@@ -113,7 +114,7 @@ def measure_outcome(steps: np.ndarray, values: np.ndarray, metrics: dict[str, tu
     # then 20.9 again; round 13). So the start is the lower of the first loss and the first quarter's.
     early, late = min(float(np.median(values[:quarter])), float(values[0])), float(np.median(values[-quarter:]))
     improvement = 0.0 if early == 0 else (early - late) / abs(early)
-    noise = _median_difference_sigma(values, quarter)
+    noise = median_difference_sigma(values, quarter, quarter)
     learns = (early - late > th.noise_sigmas * noise and improvement >= th.plateau_improvement)
     judge = None if learns else next((n for n in outcome_metrics if n in improved), None)
     return Outcome(bool(learns or improved), improvement, noise / abs(early) if early else None, loss,
@@ -145,17 +146,17 @@ def _improves(values: np.ndarray, th: OutcomeThresholds) -> bool:
     quarter = max(1, len(values) // 4)
     early = float(np.median(values[:quarter]))
     gain = float(np.median(values[-quarter:])) - early
-    return gain > th.noise_sigmas * _median_difference_sigma(values, quarter) and gain >= th.plateau_improvement * abs(early)
+    return gain > th.noise_sigmas * median_difference_sigma(values, quarter, quarter) and gain >= th.plateau_improvement * abs(early)
 
 
-def _median_difference_sigma(values: np.ndarray, quarter: int) -> float:
-    """σ of (median of the first quarter − median of the last), from the step-to-step noise:
-    σ_point = 1.4826·MAD(Δ)/√2, a median of q points has σ ≈ 1.25·σ_point/√q, two of them √2."""
+def median_difference_sigma(values: np.ndarray, first: int, last: int) -> float:
+    """σ of (median of the first `first` values − median of the last `last`), from the
+    step-to-step noise: σ_point = 1.4826·MAD(Δ)/√2, a median of n points has σ ≈ 1.25·σ_point/√n."""
     diffs = np.diff(values)
     if len(diffs) == 0:
         return 0.0
     point = 1.4826 * float(np.median(np.abs(diffs - np.median(diffs)))) / np.sqrt(2)
-    return float(np.sqrt(2) * 1.25 * point / np.sqrt(quarter))
+    return float(1.25 * point * np.sqrt(1 / first + 1 / last))
 
 
 @dataclass(frozen=True)

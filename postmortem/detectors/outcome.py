@@ -9,11 +9,11 @@ import pandas as pd
 
 from ..findings import Finding
 from ..scalars import raised
-from .base import Evidence, Outcome, finding, loss_curve, measure_outcome, register
+from .base import WARNING, Evidence, Outcome, finding, loss_curve, measure_outcome, median_difference_sigma, register
 from .thresholds import OutcomeThresholds
 
-__all__ = ["LossOutcome", "learning_stopped", "loss_came_back", "loss_plateau", "loss_spikes", "metric_came_back",
-           "recovered_spike"]
+__all__ = ["LossOutcome", "learning_stopped", "loss_came_back", "loss_plateau", "loss_rose_back", "loss_spikes",
+           "metric_came_back", "recovered_spike", "rose_back"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ def _loss_outcome(ev: Evidence) -> LossOutcome:
 def loss_plateau(run: LossOutcome, th: OutcomeThresholds) -> list[Finding]:
     """The training loss (and every metric passed) failed to improve by the run's own yardstick,
     or, in a run with no single training loss, the outcome metric that judges it did not."""
-    if run.diverged or run.outcome.learns is not False:
+    if run.diverged or run.outcome.learns is not False or rose_back(run.loss, th):
         return []
     if run.outcome.improvement is None:
         if run.outcome.judged_by is None:
@@ -48,6 +48,42 @@ def loss_plateau(run: LossOutcome, th: OutcomeThresholds) -> list[Finding]:
         "overfit one small batch first (5 rows, lr 0.1, 100 steps): if the loss does not reach "
         "~0, the training loop is broken (optimizer.step(), detach, wrong loss variable)",
     )]
+
+
+@register("loss_rose_back", "outcome", _loss_outcome)
+def loss_rose_back(run: LossOutcome, th: OutcomeThresholds) -> list[Finding]:
+    """The loss fell from where it began, then climbed back over the rest of the run (`rose_back`):
+    no plateau, and the loss alone cannot say why. A loss against a moving target does it as the
+    target improves (BYOL's EMA network: 1.64 → 0.88 → 1.06 on round 16's byol, healthy by its
+    twins); so do stale gradients (their own rule judges them). A warning, never a verdict."""
+    shape = None if run.diverged or run.outcome.learns is not False else rose_back(run.loss, th)
+    if shape is None:
+        return []
+    start, low, last = shape
+    return [finding(
+        "loss_rose_back", None, [], {"start": start, "first_quarter": low, "last_quarter": last},
+        f"the loss fell from {start:.3g} to {low:.3g} in the first quarter, then rose back to {last:.3g}: "
+        "expected of a loss against a moving target (an EMA teacher, a GAN's opponent, a KL weight warming up); "
+        "on a fixed objective, look at the lr and the data order where the rise began",
+        WARNING,
+    )]
+
+
+def rose_back(loss: np.ndarray, th: OutcomeThresholds) -> tuple[float, float, float] | None:
+    """(start, first quarter, last quarter) medians of a loss (finite, step order) whose last
+    quarter ended below its start (the median of its first `start_steps` losses: the untrained
+    model) and above its first quarter, each beyond 2 σ of the loss's own noise and by the 1 % of
+    `plateau_improvement`; None for any other shape."""
+    if len(loss) < th.min_steps:
+        return None
+    quarter = max(1, len(loss) // 4)
+    first = min(quarter, th.start_steps)
+    start, low, last = (float(np.median(part)) for part in (loss[:first], loss[:quarter], loss[-quarter:]))
+    fell = start - last > max(th.noise_sigmas * median_difference_sigma(loss, first, quarter),
+                              th.plateau_improvement * abs(start))
+    climbed = last - low > max(th.noise_sigmas * median_difference_sigma(loss, quarter, quarter),
+                               th.plateau_improvement * abs(low))
+    return (start, low, last) if fell and climbed else None
 
 
 def loss_came_back(steps: np.ndarray, values: np.ndarray, onset: int, th: OutcomeThresholds) -> bool:

@@ -32,6 +32,7 @@ class OutcomeThresholds:
     """Did the run learn, by its own yardstick (postmortem.detectors.outcome)."""
 
     min_steps: int = 10  # fewer loss points say nothing about progress (our choice)
+    start_steps: int = 10  # where the loss began: the median of its first 10 points, the untrained model's level (our choice, session 26: loss_rose_back)
     plateau_improvement: float = 0.01  # SageMaker LossNotDecreasing: < 1 % first → last quarter
     noise_sigmas: float = 2.0  # the improvement must exceed 2 robust σ of the loss's own step noise
     spike_factor: float = 10.0  # Megatron-LM loss-spike check: 10× the recent level

@@ -47,6 +47,7 @@ from postmortem.detectors.outcome import (
     learning_stopped,
     loss_came_back,
     loss_plateau,
+    loss_rose_back,
     loss_spikes,
     metric_came_back,
 )
@@ -113,6 +114,28 @@ def test_loss_plateau():
     outcome = measure_outcome(STEPS, flat, {}, TH.outcome)
     assert [f.label for f in loss_plateau(LossOutcome(flat, outcome, False), TH.outcome)] == ["loss_plateau"]
     assert loss_plateau(LossOutcome(flat, LEARNS, False), TH.outcome) == []
+
+
+def _fell_and_rose(end: float) -> np.ndarray:
+    """BYOL's shape: 1.8 for 6 steps, down to 0.8 by step 12, then a climb to `end`."""
+    loss = np.concatenate([np.full(6, 1.8), np.linspace(1.8, 0.8, 6), np.linspace(0.8, end, N - 12)])
+    return loss + np.random.default_rng(2).normal(0, 0.02, N)
+
+
+def test_loss_rose_back_instead_of_a_plateau():
+    rose = _fell_and_rose(1.1)  # back up, still below where it began: a warning, not a plateau
+    outcome = measure_outcome(STEPS, rose, {}, TH.outcome)
+    assert outcome.learns is False  # by the quarters, the run lost ground
+    found = loss_rose_back(LossOutcome(rose, outcome, False), TH.outcome)
+    assert [(f.label, f.severity) for f in found] == [("loss_rose_back", "warning")]
+    assert found[0].evidence["start"] == pytest.approx(1.8, abs=0.05)
+    assert loss_plateau(LossOutcome(rose, outcome, False), TH.outcome) == []
+    for end in (0.8, 2.0):  # stayed down; or climbed back above where it began (a plateau)
+        loss = _fell_and_rose(end)
+        assert loss_rose_back(LossOutcome(loss, measure_outcome(STEPS, loss, {}, TH.outcome), False), TH.outcome) == []
+    above = LossOutcome(loss, measure_outcome(STEPS, loss, {}, TH.outcome), False)
+    assert [f.label for f in loss_plateau(above, TH.outcome)] == ["loss_plateau"]
+    assert loss_rose_back(LossOutcome(rose, outcome, True), TH.outcome) == []  # a divergence says it
 
 
 def _spiked_loss(back_after: int | None, end: float = 0.8) -> tuple[np.ndarray, np.ndarray]:
