@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from recorders.vocabulary import describe_tensor
+
 from .findings import Onset, RankedTensor
 from .ranking import healthy_range, out_of_range
 
@@ -21,16 +23,6 @@ _EVENT_KINDS = 3  # sentences about events: one per kind, the latest of it (floo
 _CARRIED = 1e3  # a tensor grown ×1000 over its healthy median carried the blow-up
 _OVERFLOW = 1e6  # ...and one ×1e6 above it when it turned non-finite had overflowed
 _FITTED_ROLES_FOR_OVERFLOW = ("param", "grad", "update", "state", "activation")
-
-
-def _what(r: RankedTensor) -> str:
-    if r.role == "state":
-        return f"the {r.key or 'optimizer'} state of `{r.tensor}`"
-    if r.role == "activation":
-        return f"activations of `{r.tensor}`"
-    if r.role in ("input", "target"):
-        return f"the {r.role} batch `{r.tensor}`"
-    return f"{r.role} of `{r.tensor}`"
 
 
 def _how(r: RankedTensor) -> str:
@@ -57,16 +49,15 @@ def chain_sentences(ev: Evidence, ranking: list[RankedTensor], batch_range_facto
         sentences.append(batch)
     for i, r in enumerate(ranking[:_CHAIN_LENGTH]):
         verb = _how(r) if i == 0 or r.jump or r.growth_per_step else "followed"
-        sentences.append(f"{_what(r)} {verb} at step {r.onset_step}")
+        sentences.append(f"{describe_tensor(r.tensor, r.role, r.key)} {verb} at step {r.onset_step}")
         if i == 0:
             sentences += carriers(ev)
     first = ev.first_nonfinite
     if first is not None:
-        name = f"`{first.tensor}`" + (f" [{first.key}]" if first.key else "")
         lead = ""
         if ev.onset is not None and ev.onset.step < first.step:
             lead = f", {first.step - ev.onset.step} steps after the onset"
-        sentences.append(f"the first non-finite value appeared in {first.role} {name} at step {first.step}{lead}"
+        sentences.append(f"the first non-finite value appeared in {describe_tensor(first.tensor, first.role, first.key)} at step {first.step}{lead}"
                          + _overflow(ev))
     if ordinary:
         sentences.append(batch)
@@ -102,9 +93,7 @@ def carriers(ev: Evidence) -> list[str]:
                  if level > 0 and peak >= _CARRIED * level]
         if grown:
             peak, level, name, key = grown[0]
-            what = {"state": f"the {key or 'optimizer state'} of", "activation": "the activations of",
-                    "param": "the weights of"}[role]
-            parts.append(f"{what} `{name}` reached {peak:.2g} (×{peak / level:.2g} the healthy level)")
+            parts.append(f"{describe_tensor(name, role, key)} reached {peak:.2g} (×{peak / level:.2g} the healthy level)")
     if not parts:
         return []
     return [f"it was carried by: {'; '.join(parts)}, before step {first.step}"]

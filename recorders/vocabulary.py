@@ -19,7 +19,7 @@ import pyarrow as pa
 __all__ = [
     "SCHEMA_VERSION", "SUPPORTED_SCHEMA_VERSIONS", "STATS_SCHEMA", "SCALARS_SCHEMA",
     "EVENTS_SCHEMA", "CHECKPOINT_SCHEMA", "TABLES", "SEGMENT_NAME", "segment_name",
-    "ROLE_STATISTICS", "ROLES", "RESERVED_SCALARS", "RESERVED_PREFIXES", "USER_PREFIX",
+    "ROLE_STATISTICS", "ROLES", "describe_tensor", "RESERVED_SCALARS", "RESERVED_PREFIXES", "USER_PREFIX",
     "is_reserved_scalar", "Label", "LABELS", "Verdict", "VERDICTS", "Severity",
     "PostmortemError", "RecorderError", "RunDirectoryError",
 ]
@@ -89,6 +89,24 @@ ROLE_STATISTICS = {
     "target": ("mean", "std", "min", "max"),
 }
 ROLES = tuple(ROLE_STATISTICS)
+
+# How a tensor of each role reads in a sentence (the analysis' story, the report's headline);
+# scalars are the values a loop logged.
+_ROLE_WORDS = {
+    "param": "the parameter {name}", "grad": "the gradient of {name}", "update": "the update of {name}",
+    "state": "the {key} state of {name}", "activation": "the activations of {name}",
+    "input": "the input batch {name}", "target": "the target batch {name}", "scalar": "the logged {name}",
+}
+assert set(ROLES) < set(_ROLE_WORDS), "every recorded role has its words"
+
+
+def describe_tensor(name: str, role: str, key: str | None = None) -> str:
+    """`the gradient of `fc1.weight``, `the exp_avg_sq state of `fc1.weight``, `the logged `loss``;
+    a role outside the vocabulary as `the <role> of ...`, a key other than a state's in brackets."""
+    if role == "state":
+        return _ROLE_WORDS["state"].format(key=key or "optimizer", name=f"`{name}`")
+    words = _ROLE_WORDS.get(role, f"the {role} of {{name}}").format(name=f"`{name}`")
+    return words + (f" [{key}]" if key else "")
 
 # Scalars the recorder writes itself (docs/run-format.md), and the prefixes of its families.
 # `lr` is not among them: `rec.step(lr=...)` is how a loop without an optimizer supplies it.

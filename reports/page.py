@@ -16,7 +16,7 @@ import pandas as pd
 
 from reports import figures
 from reports.figures import Markers, Panel
-from reports.text import clean, fmt_growth, fmt_interval, fmt_number, fmt_step, shorten
+from reports.text import clean, fmt_growth, fmt_interval, fmt_number, fmt_step, series_words, shorten, tensor_words
 
 __all__ = ["Fact", "Figure", "Table", "Diagnosis", "Section", "Page", "build_page", "headline", "key_facts"]
 
@@ -87,11 +87,6 @@ def _name(value: object) -> str:
     return shorten(clean(value), 120)
 
 
-def _tensor_label(tensor: object, role: object, key: object = None) -> str:
-    label = f"{clean(role)} of `{_name(tensor)}`"
-    return label + (f" ({clean(key)})" if key else "")
-
-
 def _finite_shift(analysis) -> str:
     """What the verdict of a run that stayed finite follows: what judges it before the onset,
     after it and at the end (the `diverged` finding's evidence)."""
@@ -123,7 +118,7 @@ def _verdict_sentences(analysis) -> str:
                    fmt_growth(onset.growth_per_step, onset.doubling_steps)]
             how = "; ".join(h for h in how if h)
             parts.append(f"The failure began at step {onset.step}{fmt_interval(onset.interval)}"
-                         f" in {_name(onset.series)}" + (f": {how}." if how else "."))
+                         f" in {series_words(onset.series)}" + (f": {how}." if how else "."))
             event = _event_before_onset(analysis)
             if event:  # a likely trigger (seed 000's domain switch) belongs to the one onset story
                 parts.append(f"It followed {event}.")
@@ -134,8 +129,8 @@ def _verdict_sentences(analysis) -> str:
         if first is not None:
             lead = (f", {onset.lead_steps} steps after the onset"
                     if onset is not None and onset.lead_steps is not None else "")
-            parts.append(f"First non-finite value at step {first.step} in the "
-                         f"{_tensor_label(first.tensor, first.role, first.key)}{lead}.")
+            parts.append(f"First non-finite value at step {first.step} in "
+                         f"{tensor_words(first.tensor, first.role, first.key)}{lead}.")
         else:
             parts.append("No non-finite value was recorded: the run stayed finite while diverging"
                          + _finite_shift(analysis) + ".")
@@ -169,7 +164,7 @@ def key_facts(analysis) -> list[Fact]:
         if onset.lead_steps is not None:
             facts.append(Fact("Lead time", f"{onset.lead_steps} steps before the first non-finite value"))
     if first is not None:
-        facts.append(Fact("First non-finite", f"step {first.step}: {_tensor_label(first.tensor, first.role, first.key)}"))
+        facts.append(Fact("First non-finite", f"step {first.step}: {tensor_words(first.tensor, first.role, first.key)}"))
     if analysis.ranking:
         carriers = [f"{clean(r.role)}{' ' + clean(r.key) if r.key else ''} `{_name(r.tensor)}` ({fmt_step(r.onset_step)})"
                     for r in analysis.ranking[:3]]
@@ -180,7 +175,7 @@ def key_facts(analysis) -> list[Fact]:
             facts.append(Fact("Growth rate", growth))
         if onset.jump:
             facts.append(Fact("Jump at onset", f"×{fmt_number(onset.jump)}"))
-        facts.append(Fact("Onset series", _name(onset.series)))
+        facts.append(Fact("Onset series", series_words(onset.series)))
     if first is not None and first.spread:
         spread = ", ".join(f"{fmt_number(count)} at step {fmt_number(step)}" for step, count in first.spread[:4])
         facts.append(Fact("Non-finite tensors per step", spread + (" …" if len(first.spread) > 4 else "")))

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from reports.markdown import MAX_LINES, _md
 from reports.page import Fact, Page, Section, Table, build_page, headline
 from reports.terminal import render_summary
-from reports.text import clean, fmt_step, shorten
+from reports.text import clean, fmt_step, series_words, shorten
 
 __all__ = ["build_ranks_page", "origin_sentence", "ranks_section", "render_ranks_markdown",
            "render_ranks_summary", "spread_sentence"]
@@ -48,7 +48,7 @@ def origin_sentence(multi) -> str:
             "apart from it)" if origin.tied else "")
     if origin.by == "onset":
         return (f"No rank recorded a non-finite value; rank {origin.rank} began to diverge first, "
-                f"at step {origin.step} in {clean(first.analysis.onset.series)}{also}.")
+                f"at step {origin.step} in {series_words(first.analysis.onset.series)}{also}.")
     if origin.own:
         return (f"Rank {origin.rank} went bad first: at step {origin.step} its own values were "
                 f"non-finite ({_own_values(first.own_nonfinite)}){also}.")

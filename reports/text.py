@@ -8,9 +8,12 @@ comes from a run goes through `clean` before it is shown anywhere.
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 
-__all__ = ["clean", "fmt_number", "fmt_step", "fmt_interval", "fmt_growth", "shorten"]
+from recorders.vocabulary import ROLES, describe_tensor
+
+__all__ = ["clean", "fmt_number", "fmt_step", "fmt_interval", "fmt_growth", "series_words", "shorten", "tensor_words"]
 
 # Explicit bidi controls are category Cf; they can make `fc1` display as something else.
 _BIDI_CONTROLS = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
@@ -82,3 +85,21 @@ def fmt_growth(growth_per_step: object, doubling_steps: object = None) -> str:
     if doubling_steps is not None and math.isfinite(float(doubling_steps)):
         text += f" (doubles every {fmt_number(doubling_steps, 2)} steps)"
     return text
+
+
+_SERIES = re.compile(r"(\w+) (\S+?)(?:\[([^\]]+)\])?")
+
+
+def tensor_words(tensor: object, role: object, key: object = None) -> str:
+    """A recorded tensor in words (`recorders.vocabulary.describe_tensor`), its names cleaned."""
+    return describe_tensor(shorten(clean(tensor), 120), clean(role), clean(key) if key else None)
+
+
+def series_words(series: object) -> str:
+    """An onset's series (`grad fc1.weight`, `scalar loss`, `state fc1.weight[exp_avg_sq]`) in
+    words; a series described in words already (`grad norms (accumulating: ...)`) as it is."""
+    text = clean(series)
+    match = _SERIES.fullmatch(text)
+    if match is None or match.group(1) not in (*ROLES, "scalar"):
+        return shorten(text, 120)
+    return tensor_words(match.group(2), match.group(1), match.group(3))

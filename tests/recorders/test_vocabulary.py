@@ -22,3 +22,12 @@ def test_labels_are_their_strings():
     assert f"{Label.NO_UPDATE}" == str(Label.NO_UPDATE) == "no_update"
     assert json.dumps([Label.DIVERGED, Severity.NOTE]) == '["diverged", "note"]'
     assert VERDICTS == ("diverged", "not_learning", "healthy") == tuple(Verdict)
+
+
+def test_every_role_reads_as_words():
+    from recorders.vocabulary import ROLES, describe_tensor
+
+    assert all(describe_tensor("x", role).startswith("the ") for role in ROLES)
+    assert describe_tensor("fc1.weight", "state", "exp_avg_sq") == "the exp_avg_sq state of `fc1.weight`"
+    assert describe_tensor("fc1.weight", "state") == "the optimizer state of `fc1.weight`"
+    assert describe_tensor("loss", "scalar") == "the logged `loss`"

@@ -24,7 +24,7 @@ def test_diverged_first_screen_answers_what_when_where(pages):
     html = pages["diverged"]
     first_screen = html[: html.index("<nav>")]
     for expected in ("Diverged", "step 40 (interval 39–41)", "First non-finite value at step 52",
-                     "activation of <code>fc2</code>", "12 steps after the onset", "×2.5/step",
+                     "the activations of <code>fc2</code>", "12 steps after the onset", "×2.5/step",
                      "domain_switch at step 38", "What to change:</strong> Clip gradients"):
         assert expected in first_screen, expected
     assert _section_ids(html) == ["timeline", "heatmap", "tensors", "ranking", "diagnoses", "inputs", "metadata"]

@@ -94,11 +94,11 @@ def test_seed000_one_onset_story_after_the_domain_switch(seed_reports):
     assert _diagnoses(text)[0].startswith(f"- **diverged** (step {onset.step}): clip gradients")
     chain = analysis.chain
     assert chain[0].startswith(f"a `domain_switch` event was recorded at step {switch}")
-    assert any(link.startswith("grad of") and f"at step {onset.step}" in link for link in chain)  # the spike
+    assert any(link.startswith("the gradient of") and f"at step {onset.step}" in link for link in chain)  # the spike
     assert any("momentum_buffer state" in link for link in chain)  # what carried it
     # ...shown with the spike, with the article's magnitudes, and how the first NaN came.
     carried = next(link for link in chain[:3] if link.startswith("it was carried by"))
-    assert "the momentum_buffer of" in carried and "the activations of" in carried
+    assert "the momentum_buffer state of" in carried and "the activations of" in carried
     assert "a float32 overflow" in chain[-2] and chain[-2].startswith("the first non-finite value")
 
 
