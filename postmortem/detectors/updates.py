@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..findings import Finding
-from ..manifest import manifest_order, parameter_shapes
+from ..manifest import is_weight, manifest_order, parameter_shapes
 from .base import ERROR, Evidence, Outcome, adaptive_optimizer, finding, loss_curve, register, role, scalar
 from .gradients import SilentGradients, silence
 from .thresholds import Thresholds, UpdateThresholds
@@ -173,7 +173,8 @@ def _loss_pace(ev: Evidence) -> LossPace:
     growth = dict(zip(params["name"], params["late"] / params["early"])) if not params.empty else {}
     names = list(updates["name"]) if not updates.empty else []
     ratios = UpdateRatios(updates["ratio_median"].to_numpy(np.float64) if names else np.zeros(0),
-                          np.array([len(shapes.get(n) or ()) >= 2 for n in names], bool),
+                          np.array([is_weight(n, int(k), shapes) for n, k in zip(names, updates["numel"])] if names
+                                   else [], bool),
                           np.array([growth.get(n, np.nan) for n in names], np.float64))
     _, loss = loss_curve(ev.scalars)
     return LossPace(loss, ratios, peak_lr(ev.scalars), ev.outcome, ev.diverged and not ev.recovered,
