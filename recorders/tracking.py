@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn.modules.module import (register_module_module_registration_hook,
                                      register_module_parameter_registration_hook)
 from torch.nn.parameter import is_lazy
+from torch.nn.utils import parametrize
 
 from .failures import MeasureFailures
 
@@ -167,6 +168,13 @@ def _unwrapped(name: str) -> str:
     return ".".join(part for part in name.split(".") if part != "_orig_mod")
 
 
+def _is_leaf(module: nn.Module) -> bool:
+    """A module whose output is an activation of its own: no children, or none but the
+    `parametrizations` of a parametrized weight (spectral_norm, weight_norm, orthogonal)."""
+    kept = getattr(module, "parametrizations", None) if parametrize.is_parametrized(module) else None
+    return all(child is kept for child in module.children())
+
+
 class ModelTracker:
     """The models' parameters and leaf modules by name, and the hooks the recorder owns.
 
@@ -221,7 +229,7 @@ class ModelTracker:
                 elif name != names[id(p)]:
                     tied.setdefault(names[id(p)], []).append(name)
             for name, module in self._recordable_modules(m, prefix, model_name):
-                if next(module.children(), None) is None and id(module) not in leaf_of:
+                if _is_leaf(module) and id(module) not in leaf_of:
                     saturation = _SATURATING.get(type(module))
                     leaves[name] = (module, saturation)
                     leaf_of[id(module)] = Leaf(name, saturation, m)
@@ -232,10 +240,15 @@ class ModelTracker:
 
     def _recordable_modules(self, model: nn.Module, prefix: str, model_name: str
                             ) -> Iterator[tuple[str, nn.Module]]:
-        """(leaf name, module) of every module outside a compiled one; notes the compiled."""
+        """(leaf name, module) of every module outside a compiled one and outside a layer's
+        parametrizations (they compute its weight, not an activation); notes the compiled."""
         inside_compiled: tuple[str, ...] = ()
+        parametrizing = {id(p) for module in model.modules() if parametrize.is_parametrized(module)
+                         for p in module.parametrizations.modules()}
         for name, module in model.named_modules():
             self._module_ids.add(id(module))
+            if id(module) in parametrizing:
+                continue
             if is_compiled(module):
                 self.compiled.append(_unwrapped(prefix + name) or model_name)
                 inside_compiled += (f"{name}.",) if name else ("",)

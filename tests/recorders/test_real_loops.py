@@ -310,3 +310,26 @@ def test_a_sam_loop_records_the_base_optimizers_steps_and_state_and_the_second_p
     np.testing.assert_allclose(rows(stats, "grad", "0.weight")["norm"], second_grads, rtol=1e-5)
     np.testing.assert_allclose(rows(stats, "update", "0.weight")["norm"], updates, rtol=1e-5)
     assert read_manifest(tmp_path / "run")["optimizers"]["optimizer"]["class"] == "SGD"
+
+
+def test_a_parametrized_layer_records_its_output_not_its_parametrization(tmp_path):
+    """spectral_norm (torch.nn.utils.parametrizations) moves a layer's weight into a
+    ParametrizationList child: the layer is still the leaf whose output is an activation; the
+    parametrization's output (the normalised weight, W/σ) is no activation."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.utils.parametrizations.spectral_norm(nn.Linear(4, 8)), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    outputs = []
+    model[0].register_forward_hook(lambda m, i, o: outputs.append(o.detach().abs().max().item()))
+    with Recorder(tmp_path / "run", model, opt) as rec:
+        for _ in range(3):
+            loss = model(torch.randn(5, 4)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step(loss=loss)
+    stats = read_table(tmp_path / "run", "stats")
+    acts = stats[stats.role == "activation"]
+    assert set(acts.name) == {"0", "1", "2"}
+    np.testing.assert_allclose(rows(stats, "activation", "0").max_abs.to_numpy(), outputs, rtol=1e-5)
+    assert "0.parametrizations.weight.original" in set(stats[stats.role == "grad"].name)
