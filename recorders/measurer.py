@@ -190,12 +190,20 @@ class StepMeasurer:
     # ----------------------------------------------------------------- hooks
     def on_activation(self, module: nn.Module, args: Any, output: Any) -> None:
         """A leaf's forward hook. Only training forwards count (grad enabled, the model in
-        training mode): an eval loop's forwards are not the step's activations."""
+        training mode): an eval loop's forwards are not the step's activations. A forward that
+        runs inside a backward is activation checkpointing's recomputation: it counts only where
+        the forward it repeats did not (the reentrant kind runs that one without grad)."""
         if not self.watch_activations or not torch.is_grad_enabled():
             return
         leaf = self._tracker.leaf_of.get(id(module))
         if leaf is None or not leaf.model.training:
             return
+        counted, recomputed = self._forwards_counted.get(id(module), 0), torch._C._current_graph_task_id() != -1
+        if recomputed and counted:  # the non-reentrant kind: its forward was counted already
+            self._forwards_counted[id(module)] = counted - 1
+            return
+        if not recomputed:
+            self._forwards_counted[id(module)] = counted + 1
         outputs = (("", output),) if isinstance(output, torch.Tensor) \
             else named_tensors("", output)
         for suffix, t in outputs:
@@ -578,6 +586,7 @@ class StepMeasurer:
         self._activation_rows: list[bytes] = []
         self._activation_keys: list[str] = []
         self._pending_activations: list[tuple[str, int]] = []  # device: (name, batch index)
+        self._forwards_counted: dict[int, int] = {}  # id(leaf) -> its counted forwards a backward may recompute
         self._batch = MomentBatch()
         self._grad_state[:] = _GRAD_PENDING
         self._grads[:] = np.nan

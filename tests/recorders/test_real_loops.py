@@ -333,3 +333,39 @@ def test_a_parametrized_layer_records_its_output_not_its_parametrization(tmp_pat
     assert set(acts.name) == {"0", "1", "2"}
     np.testing.assert_allclose(rows(stats, "activation", "0").max_abs.to_numpy(), outputs, rtol=1e-5)
     assert "0.parametrizations.weight.original" in set(stats[stats.role == "grad"].name)
+
+
+class _Checkpointed(nn.Module):
+    """Two blocks, each through torch.utils.checkpoint in training mode (HF's
+    gradient_checkpointing_enable): a backward runs each block's forward again."""
+
+    def __init__(self, reentrant: bool):
+        super().__init__()
+        self.reentrant = reentrant
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(4, 4), nn.Tanh()) for _ in range(2))
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=self.reentrant)
+        return self.head(x)
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_records_each_forward_once(tmp_path, reentrant):
+    """The recomputation inside backward is no second forward: every leaf's activation row
+    holds one micro-batch's elements per micro-batch, as without checkpointing."""
+    torch.manual_seed(0)
+    model = _Checkpointed(reentrant)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Recorder(tmp_path / "run", model, opt) as rec:
+        for _ in range(2):
+            for _ in range(2):  # two micro-batches a step, each a forward and a backward
+                x = torch.randn(5, 4, requires_grad=reentrant)  # the reentrant kind needs an input that wants grad
+                model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step()
+    acts = read_table(tmp_path / "run", "stats").query("role == 'activation'")
+    assert set(acts.name) == {"blocks.0.0", "blocks.0.1", "blocks.1.0", "blocks.1.1", "head"}
+    assert set(acts[acts.name != "head"].numel) == {2 * 5 * 4} and set(acts[acts.name == "head"].numel) == {2 * 5}
