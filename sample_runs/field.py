@@ -27,7 +27,7 @@ MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, 
 capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder, an
 RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conformer, a
 graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
-hypernetwork, a Diffusion Transformer and a sparse autoencoder (`field_models`),
+hypernetwork, a Diffusion Transformer, a sparse autoencoder and an SN-GAN (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -85,7 +85,9 @@ each step; lr ×10, batch 64) on the MSE of the noise it predicts at a uniform t
 to its forward, the sparse autoencoder by the plain loop with openai/sparse_autoencoder's train.py
 recipe (Adam, eps 6.25e-10, a constant lr, no clipping; the decoder's parallel gradient removed
 before each step, its columns put back to unit norm after it; lr ×10) on the normalised MSE + λ ·
-normalised L1 of toy-model activations. Faults
+normalised L1 of toy-model activations, the SN-GAN by PyTorch-StudioGAN's D/G steps
+(`training.train_sngan`: `SNGAN_N_DIS` hinge-loss discriminator updates, then one generator update,
+each network its own Adam (β (0, 0.9); lr ×5 their 2e-4), a constant lr, no clipping). Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -93,7 +95,7 @@ whose loss does not fall as it learns declares the metric its truth reads instea
 (`OUTCOME_METRICS`: the agents' reward (the PPO agent's episodic return), the WGAN's sample distance, the flow's NLL less the data's
 entropy, the triplet net's held-out recall@1, the PINN's held-out error to the exact solution, MAML's
 post-adaptation loss on held-out tasks, pix2pix's held-out L1 error, the NeRF's held-out view's MSE,
-the SAC agent's episodic return).
+the SAC agent's episodic return, the SN-GAN's sample distance).
 """
 from __future__ import annotations
 
@@ -261,7 +263,7 @@ from .models import TinyGPT
 from .nanogpt import LoopConfig, lr_at
 from .framework_loops import train_hf_trainer, train_lightning, train_lightning_wgan
 from .training import (broke_against, stalled_against, token_cross_entropy, train_dqn, train_field,
-                       train_pix2pix, train_policy_gradient, train_ppo, train_sac, train_sam)
+                       train_pix2pix, train_policy_gradient, train_ppo, train_sac, train_sam, train_sngan)
 
 __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
 
@@ -422,6 +424,23 @@ in 150 steps: λ 0.1 gives 46 at a final loss 0.42, seed 0, before the mean offs
 SAE_BATCH = 256
 """The SAE's batch of activation vectors (openai's train.py reads 131072 a batch; 8192 toy training
 vectors here, a run ~4.7 epochs)."""
+
+SNGAN_N_DIS = 2
+"""The SN-GAN's discriminator updates per generator update (StudioGAN's `d_updates_per_step`;
+Miyato et al. use 1 to 5 by setting, 5 with β (0, 0.9) at 2e-4 on their ResNets): 2, as the brief
+of round 27 allowed, to fit 150 steps of a 2-core CPU."""
+SNGAN_LR = 1e-3
+"""The SN-GAN's Adam lr for each network: 5× the 2e-4 of Miyato et al.'s hinge / ResNet setting
+(StudioGAN's SNGAN configs, christiancosgrove's default), within the paper's own Table 1 (settings D-F
+train at α = 1e-3, with β1 0.5 or 0.9, n_dis 5: where SN-GAN held up and the other GANs did not).
+Measured, seeds 0-2, the sample distance's first/last 10-step means: at 2e-4 healthy 0.630 -> 0.258,
+0.577 -> 0.286, 0.472 -> 0.208 (seed 0's 10-step means bottom at 0.180 by step 60, then climb back
+to 0.258: 150 steps are the start of a GAN's training), and lr_too_high's ×100 (2e-2) ends 0.245 /
+0.195 / 0.237, as well as or better than the healthy run: no lr_too_high truth could be a fault. At
+1e-3 healthy 0.453 -> 0.182, 0.509 -> 0.147, 0.360 -> 0.185, falling to the end; its ×100 (0.1)
+ends 0.44 / 0.45 / 0.94 (chance 0.44: the training digits' mean image)."""
+SNGAN_BATCH = 64
+"""The SN-GAN's batch of real digits a discriminator update (StudioGAN's and christiancosgrove's 64)."""
 
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
@@ -611,6 +630,13 @@ RECIPES = {
     # unit_norm_decoder_ after it (in `_train`). lr SAE_LR and batch SAE_BATCH, the departures.
     "sae": Recipe(lr=SAE_LR, weight_decay=0.0, batch=SAE_BATCH, clip=None, warmup=0, optimizer="sae_adam",
                   schedule="constant"),
+    # SN-GAN (Miyato et al.'s hinge setting; StudioGAN's / christiancosgrove's main.py): Adam, betas
+    # (0.0, 0.9), for each network (`NETWORKS`), no weight decay, no clipping, no warm-up, a
+    # constant lr (christiancosgrove's ExponentialLR(0.99) an epoch would be ×0.94 over these ~13
+    # epochs of the 1500 digits: left out); `SNGAN_N_DIS` D updates per G update (`_train`). lr
+    # SNGAN_LR (×5 their 2e-4), the departure (its docstring).
+    "sngan": Recipe(lr=SNGAN_LR, weight_decay=0.0, batch=SNGAN_BATCH, clip=None, betas=(0.0, 0.9), warmup=0,
+                    optimizer="adam", schedule="constant"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -630,7 +656,8 @@ OPTIMIZERS = {
     "transformer_adam": lambda groups, lr, recipe: torch.optim.Adam(groups, lr=lr, betas=recipe.betas, eps=1e-9),
 }
 """Each `Recipe.optimizer`'s constructor over `_param_groups`."""
-NETWORKS = {"wgan_gp": ("generator", "critic"), "pix2pix": ("netG", "netD"), "sac": ("policy", "critic", "log_alpha")}
+NETWORKS = {"wgan_gp": ("generator", "critic"), "pix2pix": ("netG", "netD"), "sac": ("policy", "critic", "log_alpha"),
+            "sngan": ("generator", "discriminator")}
 """The networks of an adversarial family (and SAC's policy, critic and temperature), each with its
 own Adam, in the order its loop takes them."""
 N_CRITIC = 5
@@ -731,6 +758,9 @@ OUTCOME_METRICS = {
     # = −1.38 would hold too but leaves a healthy run 0.78x where it began, 0.73x here).
     "neural_process": OutcomeMetric("val_loss", higher_is_better=False,
                                     best=lambda: gp_curves_floor(CNP_SIGMA_FLOOR)),
+    # An SN-GAN's hinge losses are a game's, not a quantity that falls as it learns: the sliced
+    # Wasserstein distance of its samples (fixed z) to the held-out digits, as WGAN-GP's.
+    "sngan": OutcomeMetric("sliced_wasserstein", higher_is_better=False, best=0.0),
 }
 """Families judged on a metric (see `OutcomeMetric`; `loss`: the training loss's distance to its
 floor); every other family on its training loss."""
@@ -900,7 +930,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
-                "gat", "neural_process", "kan", "hypernetwork", "dit", "sae")
+                "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
 IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -923,16 +953,18 @@ maxima, the targets, left as they are), the Conformer's
 its frames (`input_features`; the attention mask is integer and left as it is), the Conditional
 Neural Process's its context points (x and y) and target x's (their target y's left as they are), the
 KAN's its flattened pixels, the hypernetwork CNN's its pixels, the SAE's its activation vectors
-(also its reconstruction's target); word2vec and the BiLSTM-CRF read
+(also its reconstruction's target), the SN-GAN's the real digits its discriminator reads (every
+real micro-batch of the step); word2vec and the BiLSTM-CRF read
 word IDs."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
-              "ppo", "sac", "mae", "sae")
+              "ppo", "sac", "mae", "sae", "sngan")
 """Architectures trained without targets (self-supervised, generative, contrastive; an agent's
 actions are its own samples; a flow's density, TransE's triples and their corruptions, word2vec's
 word pairs and their sampled negatives; the MAE's targets are its own images' masked patches,
-mae's loop drops the labels; the SAE reconstructs its own activations): no labels to corrupt."""
+mae's loop drops the labels; the SAE reconstructs its own activations; the SN-GAN is unconditional):
+no labels to corrupt."""
 
 
 LEFT_OUT = {
@@ -1066,6 +1098,8 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
     the WGAN-GP (its `draw` is the loader of real points, `eval_draw` the held-out points), the
     DQN agent as the REINFORCE agent; for the distilled student the distillation loss of a student
     that predicts the uniform distribution against its teacher's logits on the training digits;
+    for the SN-GAN the digits in [−1, 1] with no labels its loop reads (`eval_draw` the held-out
+    digits themselves) and the sample distance of a generator that emits the training digits' mean image;
     the round-12 to round-22 families' in `ARCH_DATA`."""
     micro = max(1, recipe.batch * recipe.accumulation // accumulation)
     if arch in ARCH_DATA:
@@ -1163,6 +1197,11 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         chance = float((((train - mean) ** 2).mean(dim=1) / (train ** 2).mean(dim=1)).mean())
         return (batch_sampler(Dataset(train, train), micro, seed), batch_sampler(Dataset(held, held), 128, seed + 1),
                 10, chance)
+    if arch == "sngan":  # StudioGAN's / christiancosgrove's Normalize((0.5,), (0.5,)): [0, 1] -> [-1, 1], no labels
+        x = 2 * x.unsqueeze(1) - 1
+        held = x[1500:]
+        return batch_sampler(Dataset(x[:1500], rows.y[:1500]), micro, seed), held, 10, \
+            _mean_image_distance(x[:1500], held, seed)
     if arch == "ddpm":  # DDPM's data scaling
         x = 2 * x - 1
         return images_sampler(x[:1500], micro, seed), images_sampler(x[1500:], 128, seed + 1), 10, 1.0
@@ -1662,6 +1701,18 @@ def _point_mass_distance(seed: int) -> float:
     return sliced_wasserstein(data.mean(0).expand_as(held_out), held_out, _directions(seed))
 
 
+def _image_directions(seed: int, dims: int = 64, count: int = 64) -> torch.Tensor:
+    """`count` unit directions in the digits' 64 pixel dimensions for the SN-GAN's sliced
+    Wasserstein distance, a seed's own."""
+    return torch.nn.functional.normalize(torch.randn(count, dims, generator=torch.Generator().manual_seed(seed)), dim=1)
+
+
+def _mean_image_distance(train: torch.Tensor, held_out: torch.Tensor, seed: int) -> float:
+    """The sliced Wasserstein distance to the held-out digits of a generator that emits the training digits' mean image."""
+    flat = held_out.flatten(1)
+    return sliced_wasserstein(train.flatten(1).mean(0).expand_as(flat), flat, _image_directions(seed))
+
+
 @lru_cache(maxsize=None)  # 24 twins; the catalogue visits them family by family
 def _twin_losses(arch: str, seed: int) -> tuple[float, ...]:
     """What the truth reads of the fault-free twin (the architecture's healthy recipe, same seed,
@@ -1770,6 +1821,11 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                                        batch=recipe.batch, noise=RING.noise, penalty=GRADIENT_PENALTY,
                                        bf16=options["bf16"], seed=seed, config=config,
                                        recorder_options=recorder_options)
+    elif arch == "sngan":
+        outcome = train_sngan(run_dir, model, optimizer, draw, eval_draw, steps=STEPS, lr_at=schedule,
+                              directions=_image_directions(seed), fault=fault, n_dis=SNGAN_N_DIS,
+                              accumulation=options["accumulation"], bf16=options["bf16"], seed=seed, config=config,
+                              recorder_options=recorder_options)
     elif arch == "pix2pix":
         outcome = train_pix2pix(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, fault=fault,
                                 bf16=options["bf16"], eval_metrics=lambda: EVAL_METRICS[arch](model), config=config,

@@ -296,6 +296,11 @@
   after the decoder, ReLU latents, normalised MSE + λ · normalised L1 of the latents, decoder columns
   renormalised to unit norm after every optimizer step and their parallel gradient removed before
   it), on synthetic toy-model activations (sparse features through a fixed random embedding).
+- `SNGAN`, `SNGANGenerator`, `SNGANDiscriminator`, `sngan_hinge_d_loss`, `sngan_hinge_g_loss`: Miyato
+  et al.'s SN-GAN as PyTorch-StudioGAN and christiancosgrove/pytorch-spectral-normalization-gan write
+  the "standard CNN" one, small: a DCGAN-like generator (ConvTranspose2d, BatchNorm, ReLU, Tanh) and a
+  discriminator of LeakyReLU(0.1) convs and a linear head, each wrapped by
+  `torch.nn.utils.parametrizations.spectral_norm`, no BatchNorm; hinge losses; on the digits in [−1, 1].
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -310,7 +315,8 @@ sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `ne
 the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
 `perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
 twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hypernetwork` before
-the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth, `sngan` before the
+twenty-seventh (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -360,7 +366,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "dit_update_ema", "DIT_TIMESTEPS", "DIT_EMA_DECAY", "SparseAutoencoder", "SAEPreBias", "sae_loss",
            "sae_unit_norm_decoder_", "sae_unit_norm_decoder_grad_adjustment_", "sae_toy_activations", "SAE_INPUTS",
            "SAE_FEATURES", "SAE_LATENTS", "SAE_FEATURE_PROBABILITY", "SAE_L1_COEF", "SAE_MEAN_NORM",
-           "sae_activation_mean",
+           "sae_activation_mean", "SNGAN", "SNGANGenerator", "SNGANDiscriminator", "sngan_hinge_d_loss",
+           "sngan_hinge_g_loss", "sngan_orthogonal_init_", "SNGAN_LATENT",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
            "KAN", "KANLinear", "kan_b_splines", "kan_uniform_grid", "KAN_GRID_SIZE", "KAN_SPLINE_ORDER",
@@ -5334,13 +5341,112 @@ def sae_loss(output: tuple[torch.Tensor, torch.Tensor, torch.Tensor], _targets=N
     return nmse + l1_coef * l1
 
 
+SNGAN_LATENT = 128
+"""The SN-GAN's latent size (StudioGAN's and christiancosgrove's `z_dim` 128)."""
+
+
+def sngan_orthogonal_init_(module: nn.Module) -> None:
+    """PyTorch-StudioGAN's `init_weights(..., "ortho")` for its SN-GAN configs: every conv, transposed
+    conv and linear weight `orthogonal_`, its bias 0 (BatchNorm left at its defaults). Run before the
+    spectral norm is put on (the parametrization's `original` and its power-iteration vectors then
+    start from the orthogonal weight)."""
+    for layer in module.modules():
+        if isinstance(layer, (nn.Conv2d, nn.ConvTranspose2d, nn.Linear)):
+            nn.init.orthogonal_(layer.weight)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
+
+
+class SNGANGenerator(nn.Module):
+    """christiancosgrove/pytorch-spectral-normalization-gan's `Generator` (model.py: z as (B, z, 1, 1)
+    → ConvTranspose2d, BatchNorm, ReLU, doubling the size each block → a 3×3 ConvTranspose2d to the
+    image's channels → Tanh), for 8×8 digits: a 2×2 first block (theirs 4×4 for 32×32) and two ×2 up
+    blocks (theirs three), widths 4·ngf → ngf (theirs 512 → 64). Each block is named (`block0`..`block2`,
+    then `out`, the Tanh after it) where theirs is one `nn.Sequential`: the same layers, units to name."""
+
+    def __init__(self, latent: int = SNGAN_LATENT, ngf: int = 16, channels: int = 1) -> None:
+        super().__init__()
+        self.latent = latent
+        self.block0 = nn.Sequential(nn.ConvTranspose2d(latent, 4 * ngf, 2, stride=1), nn.BatchNorm2d(4 * ngf), nn.ReLU())
+        self.block1 = nn.Sequential(nn.ConvTranspose2d(4 * ngf, 2 * ngf, 4, stride=2, padding=1),
+                                    nn.BatchNorm2d(2 * ngf), nn.ReLU())
+        self.block2 = nn.Sequential(nn.ConvTranspose2d(2 * ngf, ngf, 4, stride=2, padding=1), nn.BatchNorm2d(ngf),
+                                    nn.ReLU())
+        self.out = nn.ConvTranspose2d(ngf, channels, 3, stride=1, padding=1)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        x = self.block2(self.block1(self.block0(z.view(-1, self.latent, 1, 1))))
+        return torch.tanh(self.out(x))
+
+
+class SNGANDiscriminator(nn.Module):
+    """christiancosgrove's `Discriminator` (model.py; Miyato et al.'s standard CNN): 3×3 stride-1 and
+    4×4 stride-2 convs in turn, LeakyReLU(0.1) after each, no BatchNorm, a linear head to one score;
+    every conv and the head wrapped by `torch.nn.utils.parametrizations.spectral_norm` (one power
+    iteration per training forward; theirs is a hand-written `SpectralNorm` wrapper of the same
+    algorithm). For 8×8 digits: conv1..conv5 (8×8 → 4×4 → 2×2, widths ndf → 4·ndf), where theirs has
+    conv1..conv7 (32×32 → 4×4, 64 → 512)."""
+
+    def __init__(self, ndf: int = 16, channels: int = 1, size: int = 8, leak: float = 0.1) -> None:
+        super().__init__()
+        from torch.nn.utils.parametrizations import spectral_norm
+
+        self.leak = leak
+        layers = OrderedDict(conv1=nn.Conv2d(channels, ndf, 3, stride=1, padding=1),
+                             conv2=nn.Conv2d(ndf, ndf, 4, stride=2, padding=1),
+                             conv3=nn.Conv2d(ndf, 2 * ndf, 3, stride=1, padding=1),
+                             conv4=nn.Conv2d(2 * ndf, 2 * ndf, 4, stride=2, padding=1),
+                             conv5=nn.Conv2d(2 * ndf, 4 * ndf, 3, stride=1, padding=1),
+                             fc=nn.Linear((size // 4) ** 2 * 4 * ndf, 1))
+        for name, layer in layers.items():
+            sngan_orthogonal_init_(layer)
+            setattr(self, name, spectral_norm(layer))
+        self.convs = [name for name in layers if name != "fc"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for name in self.convs:
+            x = nn.functional.leaky_relu(getattr(self, name)(x), self.leak)
+        return self.fc(x.flatten(1))
+
+
+class SNGAN(nn.Module):
+    """The SN-GAN's two networks, `generator` (`SNGANGenerator`, orthogonally initialised) and
+    `discriminator` (`SNGANDiscriminator`). Units: the generator's blocks and output conv, then the
+    discriminator's convs and head; hidden: the generator's blocks (where an lr spike or a detach is
+    drawn, as WGAN-GP's); exposed: the generator's output conv only (its Tanh is no normalisation).
+    The discriminator's layers are exposed to nothing: a spectrally normalised layer computes with
+    W / σ(W), which a rescaled `original` leaves as it was (and the weight is no parameter named
+    `weight`: `parametrizations.weight.original`)."""
+
+    def __init__(self, latent: int = SNGAN_LATENT) -> None:
+        super().__init__()
+        self.generator = SNGANGenerator(latent)
+        sngan_orthogonal_init_(self.generator)
+        self.discriminator = SNGANDiscriminator()
+        self.units = ["generator.block0", "generator.block1", "generator.block2", "generator.out",
+                      *(f"discriminator.{name}" for name in (*self.discriminator.convs, "fc"))]
+        self.hidden = ["generator.block0", "generator.block1", "generator.block2"]
+        self.exposed = ["generator.out"]
+
+
+def sngan_hinge_d_loss(real_scores: torch.Tensor, fake_scores: torch.Tensor) -> torch.Tensor:
+    """The hinge loss of the discriminator (StudioGAN's `d_hinge`): mean relu(1 − D(x)) + mean relu(1 + D(G(z)))."""
+    return torch.relu(1.0 - real_scores).mean() + torch.relu(1.0 + fake_scores).mean()
+
+
+def sngan_hinge_g_loss(fake_scores: torch.Tensor) -> torch.Tensor:
+    """The hinge loss of the generator (StudioGAN's `g_hinge`): −mean D(G(z))."""
+    return -fake_scores.mean()
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
                "dqn", "distil", "byol", "realnvp", "transe", "kws", "lora", "vqvae", "nbeats", "word2vec", "triplet",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
-               "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae")
+               "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
+               "sngan")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -5414,6 +5520,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "hypernetwork": lambda vocab: HyperNetCNN(vocab),
     "dit": lambda vocab: DiTDiffusion(DiT(num_classes=vocab)),
     "sae": lambda vocab: SparseAutoencoder(),
+    "sngan": lambda vocab: SNGAN(),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

@@ -13,7 +13,7 @@ from torch import nn
 
 from .faults import Fault
 
-__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_sam", "train_ppo", "train_pix2pix", "train_sac", "ContinuousReplayBuffer", "train_policy_gradient", "train_dqn", "ReplayBuffer", "first_nonfinite", "broke_after", "broke_against",
+__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_sam", "train_ppo", "train_pix2pix", "train_sngan", "train_sac", "ContinuousReplayBuffer", "train_policy_gradient", "train_dqn", "ReplayBuffer", "first_nonfinite", "broke_after", "broke_against",
            "stalled_against", "token_cross_entropy"]
 
 STEPS_AFTER_NONFINITE = 3
@@ -861,6 +861,104 @@ def train_pix2pix(
                           "loss_D_real": loss_d_real.item(), "loss_D_fake": loss_d_fake.item()}
                 rec.step(inputs=real_a, targets=real_b, **losses, **extra)
                 outcome.log(step, loss_d.item() + loss_g.item(), **extra)
+    except TrainingDiverged:
+        pass
+    return outcome
+
+
+def train_sngan(
+    run_dir: Path | None,
+    model: nn.Module,
+    optimizers: tuple[torch.optim.Optimizer, torch.optim.Optimizer],
+    draw: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    held_out: torch.Tensor,
+    *,
+    steps: int,
+    lr_at: Callable[[int], float],
+    directions: torch.Tensor,
+    fault: Fault | None = None,
+    n_dis: int = 2,
+    accumulation: int = 1,
+    bf16: bool = False,
+    seed: int = 0,
+    config: dict | None = None,
+    recorder_options: dict | None = None,
+) -> Outcome:
+    """An SN-GAN step as PyTorch-StudioGAN's worker writes `train_discriminator` / `train_generator`
+    (written from memory): `n_dis` discriminator updates (`d_updates_per_step`), each
+    `toggle_grad(D on, G off)`, `d_optimizer.zero_grad()`, `accumulation` micro-batches (`acml_steps`;
+    a fresh real batch each, fresh z, fake = G(z) in train mode, hinge loss / accumulation, backward),
+    `d_optimizer.step()`; then one generator update, `toggle_grad(D off, G on)`, `g_optimizer.zero_grad()`,
+    `accumulation` micro-batches of −D(G(z)) / accumulation, `g_optimizer.step()`. `model` has
+    `generator` (z of `generator.latent` → an image) and `discriminator`; `optimizers` is (G's, D's);
+    `lr_at(step)` the schedule's factor on each group's `base_lr`. Recorded each step: `loss_d` (the last
+    discriminator update's) and `loss_g` as StudioGAN logs them, and the outcome metric
+    `sliced_wasserstein`: the sliced 1-Wasserstein distance of G(fixed z) (eval mode, StudioGAN's
+    default for evaluation: BatchNorm's running statistics) to the `held_out` images, flattened, along
+    the unit `directions`; the step's real images are the recorded inputs (no targets).
+    `fault.before_step` sees both optimizers; `fault.batch` every real micro-batch of the step;
+    `fault.zero_grad` / `fault.take_step` decide every `zero_grad` / `step` call; `bf16` runs the
+    forwards and losses under CPU bf16 autocast."""
+    from .field_models import sliced_wasserstein, sngan_hinge_d_loss, sngan_hinge_g_loss
+    from .framework_loops import _Optimizers
+
+    fault = fault or Fault()
+    fault.install(model)
+    outcome = Outcome()
+    opt_g, opt_d = optimizers
+    both = _Optimizers(opt_g, opt_d)
+    net_g, net_d = model.generator, model.discriminator
+    draws = torch.Generator().manual_seed(seed + 3)
+    fixed_z = torch.randn(len(held_out), net_g.latent, generator=torch.Generator().manual_seed(seed + 4))
+    flat_held_out = held_out.flatten(1)
+
+    def latents(rows: int) -> torch.Tensor:
+        return torch.randn(rows, net_g.latent, generator=draws)
+
+    for group in both.param_groups:
+        group.setdefault("base_lr", group["lr"])
+    try:
+        with _recorder(run_dir, model, list(optimizers), config, recorder_options) as rec:
+            for step in range(steps):
+                for group in both.param_groups:
+                    group["lr"] = group["base_lr"] * lr_at(step)
+                fault.before_step(step, model, both)
+                reals = []
+                net_d.requires_grad_(True)
+                net_g.requires_grad_(False)
+                for _ in range(n_dis):
+                    if fault.zero_grad(step):
+                        opt_d.zero_grad()
+                    loss_d = 0.0
+                    for _ in range(accumulation):
+                        real, _ = fault.batch(step, *draw())
+                        reals.append(real)
+                        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                            fake = net_g(latents(len(real)))
+                            loss = sngan_hinge_d_loss(net_d(real).float(), net_d(fake).float()) / accumulation
+                        loss.backward()
+                        loss_d += loss.item()
+                    if fault.take_step(step):
+                        opt_d.step()
+                net_d.requires_grad_(False)
+                net_g.requires_grad_(True)
+                if fault.zero_grad(step):
+                    opt_g.zero_grad()
+                loss_g = 0.0
+                for _ in range(accumulation):
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                        loss = sngan_hinge_g_loss(net_d(net_g(latents(len(reals[-1])))).float()) / accumulation
+                    loss.backward()
+                    loss_g += loss.item()
+                if fault.take_step(step):
+                    opt_g.step()
+                net_d.requires_grad_(True)
+                net_g.eval()
+                with torch.no_grad():
+                    distance = sliced_wasserstein(net_g(fixed_z).flatten(1), flat_held_out, directions)
+                net_g.train()
+                rec.step(inputs=torch.cat(reals), loss_d=loss_d, loss_g=loss_g, sliced_wasserstein=distance)
+                outcome.log(step, loss_d + loss_g, sliced_wasserstein=distance)
     except TrainingDiverged:
         pass
     return outcome

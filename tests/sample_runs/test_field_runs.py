@@ -50,7 +50,7 @@ def test_catalogue_looks_like_the_field():
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
-                                       "neural_process", "kan", "hypernetwork", "dit", "sae"}
+                                       "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -3259,3 +3259,112 @@ def test_sae_renormalises_its_decoder_after_every_step_of_the_loop():
     finally:
         SparseAutoencoder.forward = original
     assert len(seen) > 150 and max(seen) < 1e-5
+
+
+def test_sngan_spectrally_normalises_its_discriminator_steps_it_n_dis_times_and_its_healthy_run_learns(tmp_path):
+    from torch.nn.utils import parametrize
+
+    from sample_runs.field import (NETWORKS, OUTCOME_METRICS, SNGAN_BATCH, SNGAN_LR, SNGAN_N_DIS, UNTARGETED, _data,
+                                   _image_directions, _train)
+    from sample_runs.field_models import SNGAN_LATENT, sngan_hinge_d_loss, sngan_hinge_g_loss
+    from sample_runs.training import train_sngan
+
+    torch.manual_seed(0)
+    model = build_field_model("sngan", 10)
+    fake = model.generator(torch.randn(5, SNGAN_LATENT))
+    assert fake.shape == (5, 1, 8, 8) and fake.abs().max() <= 1  # tanh
+    assert model.discriminator(fake).shape == (5, 1)
+    net_d = model.discriminator
+    layers = [*net_d.convs, "fc"]
+    assert layers == ["conv1", "conv2", "conv3", "conv4", "conv5", "fc"]
+    assert all(parametrize.is_parametrized(getattr(net_d, name), "weight") for name in layers)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in net_d.modules())  # no BatchNorm in D
+    assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in model.generator.modules()) == 3
+    names = {n for n, _ in model.named_parameters()}
+    assert "discriminator.conv1.parametrizations.weight.original" in names and "discriminator.conv1.weight" not in names
+    buffers = {n for n, _ in model.named_buffers()}
+    assert {"discriminator.fc.parametrizations.weight.0._u", "discriminator.fc.parametrizations.weight.0._v"} <= buffers
+    # the parametrization: W / σ(W), σ by power iteration, its vectors updated in train-mode forwards only
+    u = net_d.conv3.parametrizations.weight[0]._u.clone()
+    net_d.eval()
+    net_d(fake.detach())
+    assert torch.equal(u, net_d.conv3.parametrizations.weight[0]._u)
+    net_d.train()
+    for _ in range(30):
+        net_d(fake.detach())
+    assert not torch.equal(u, net_d.conv3.parametrizations.weight[0]._u)
+    for name in layers:
+        layer = getattr(net_d, name)
+        assert torch.linalg.matrix_norm(layer.weight.detach().flatten(1), ord=2) == pytest.approx(1.0, abs=1e-3)
+    with torch.no_grad():  # scaling `original` leaves the normalised weight as it was (σ scales alike)
+        net_d.conv2.parametrizations.weight.original.mul_(100.0)
+    assert torch.linalg.matrix_norm(net_d.conv2.weight.detach().flatten(1), ord=2) == pytest.approx(1.0, abs=1e-3)
+    # LeakyReLU(0.1) between the layers, the head on the flattened 2×2 map, by hand (eval: σ fixed)
+    net_d.eval()
+    x = fake.detach()
+    by_hand = x
+    for name in net_d.convs:
+        by_hand = torch.nn.functional.leaky_relu(getattr(net_d, name)(by_hand), 0.1)
+    assert torch.allclose(net_d(x), net_d.fc(by_hand.flatten(1)), atol=1e-6) and by_hand.shape[-2:] == (2, 2)
+    net_d.train()
+
+    # hinge losses, by formula
+    real_scores, fake_scores = torch.tensor([[2.0], [0.5], [-1.0]]), torch.tensor([[-2.0], [0.0], [1.0]])
+    assert float(sngan_hinge_d_loss(real_scores, fake_scores)) == pytest.approx((0 + 0.5 + 2) / 3 + (0 + 1 + 2) / 3)
+    assert float(sngan_hinge_g_loss(fake_scores)) == pytest.approx(1 / 3)
+
+    model = build_field_model("sngan", 10)
+    assert model.units == ["generator.block0", "generator.block1", "generator.block2", "generator.out",
+                           "discriminator.conv1", "discriminator.conv2", "discriminator.conv3", "discriminator.conv4",
+                           "discriminator.conv5", "discriminator.fc"]
+    owned = [id(p) for u in model.units for p in model.get_submodule(u).parameters()]
+    assert len(owned) == len(set(owned)) == len(list(model.parameters()))
+    assert model.hidden == ["generator.block0", "generator.block1", "generator.block2"]
+    assert model.exposed == ["generator.out"]  # D's weights are W / σ(W): a scale there changes nothing
+    for layer in ("generator.out", "discriminator.fc"):  # StudioGAN's orthogonal init, zero bias
+        weight = model.get_submodule(layer).weight.detach().flatten(1)
+        rows = weight if weight.shape[0] <= weight.shape[1] else weight.T
+        assert torch.allclose(rows @ rows.T, torch.eye(len(rows)), atol=1e-5)
+        assert not model.get_submodule(layer).bias.any()
+
+    recipe = RECIPES["sngan"]
+    assert recipe.lr == SNGAN_LR == 1e-3 and recipe.betas == (0.0, 0.9) and recipe.clip is None and recipe.warmup == 0
+    assert recipe.schedule == "constant" and recipe.weight_decay == 0.0 and recipe.batch == SNGAN_BATCH == 64
+    assert NETWORKS["sngan"] == ("generator", "discriminator") and SNGAN_N_DIS == 2 and "sngan" in UNTARGETED
+    assert OUTCOME_METRICS["sngan"].name == "sliced_wasserstein"
+    draw, held_out, _, chance = _data("sngan", recipe, 0, 1)
+    real, _ = draw()
+    assert real.shape == (64, 1, 8, 8) and real.min() == -1 and real.max() <= 1 and held_out.shape == (297, 1, 8, 8)
+    assert 0.3 < chance < 0.6
+    directions = _image_directions(0)
+    assert directions.shape == (64, 64) and torch.allclose(directions.norm(dim=1), torch.ones(64))
+    assert sliced_wasserstein(held_out.flatten(1), held_out.flatten(1), directions) == 0.0
+
+    groups = _param_groups(model, recipe, 2e-4)
+    optimizers = tuple(torch.optim.Adam([g for g in groups if g["layer"].startswith(net + ".")], lr=2e-4,
+                                        betas=(0.0, 0.9)) for net in NETWORKS["sngan"])
+    spy = _Spy()
+    outcome = train_sngan(tmp_path / "run", model, optimizers, draw, held_out, steps=3, lr_at=lambda step: 1.0,
+                          directions=directions, fault=spy, n_dis=SNGAN_N_DIS, accumulation=2, seed=0)
+    assert spy.began == [0, 1, 2] and spy.batches == [s for s in range(3) for _ in range(SNGAN_N_DIS * 2)]
+    assert spy.zeroed == spy.stepped == [s for s in range(3) for _ in range(SNGAN_N_DIS + 1)]  # D's n_dis, then G's
+    assert len(outcome.metrics["sliced_wasserstein"]) == 3 and all(math.isfinite(v) for v in outcome.losses)
+    scalars = ds.dataset(str(tmp_path / "run" / "scalars"), format="parquet").to_table().to_pandas()
+    for name in ("loss_d", "loss_g", "sliced_wasserstein"):
+        assert scalars[scalars["name"] == name]["step"].tolist() == [0, 1, 2]
+    stats = read_stats(tmp_path / "run")
+    grads = set(stats[stats["role"] == "grad"]["name"])
+    assert {"discriminator.conv1.parametrizations.weight.original", "generator.out.weight"} <= grads
+    io = stats[(stats["role"] == "input") & (stats["step"] == 0)]
+    assert io["shape"].tolist() == ["256x1x8x8"]  # the step's real batches: n_dis × accumulation × the draw's 64
+    assert model.generator.training and all(p.requires_grad for p in model.parameters())  # toggles put back
+
+    _, _, _, _, units, _ = _train(None, "healthy", "sngan", 0, {})
+    assert units == model.units
+    truth = make("healthy-sngan-s0", tmp_path / "healthy")
+    distance = _scalars_by_name(tmp_path / "healthy")["sliced_wasserstein"]
+    assert truth.verdict == "healthy" and len(distance) == 150
+    assert _mean(distance[-10:]) < 0.6 * _mean(distance[:10]) and _mean(distance[-10:]) < 0.8 * chance
+    assert not LEFT_OUT.get("sngan")
+    families = {s.family for s in SCENARIOS.values() if s.arch == "sngan"}
+    assert families == set(FIELD_FAMILIES) - {"healthy_spike"}  # unconditional: no labels to corrupt
