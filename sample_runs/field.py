@@ -214,6 +214,12 @@ from .field_models import (
     sae_toy_activations,
     sae_unit_norm_decoder_,
     sae_unit_norm_decoder_grad_adjustment_,
+    ELECTRA_LAYER_DECAY,
+    electra_accuracy,
+    electra_collate,
+    electra_param_groups_lrd,
+    electra_rows,
+    electra_sampler,
     detection_iou,
     distillation_loss,
     fcos_loss,
@@ -423,6 +429,9 @@ SAE_BATCH = 256
 """The SAE's batch of activation vectors (openai's train.py reads 131072 a batch; 8192 toy training
 vectors here, a run ~4.7 epochs)."""
 
+ELECTRA_LR = 1e-3
+"""ELECTRA_LR_DOC"""
+
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
     "transformer": Recipe(lr=2e-3, weight_decay=0.01, batch=32),
@@ -611,6 +620,12 @@ RECIPES = {
     # unit_norm_decoder_ after it (in `_train`). lr SAE_LR and batch SAE_BATCH, the departures.
     "sae": Recipe(lr=SAE_LR, weight_decay=0.0, batch=SAE_BATCH, clip=None, warmup=0, optimizer="sae_adam",
                   schedule="constant"),
+    # google-research/electra's configure_finetuning.py (and Hugging Face's Trainer on an ELECTRA /
+    # DeBERTa / BEiT fine-tune): AdamW (eps 1e-6, betas (0.9, 0.999)), weight decay 0.01 off biases and
+    # LayerNorms, layer-wise lr decay 0.8 (`electra_param_groups_lrd`, built in `_train`), linear warm-up
+    # over 10 % of the steps then linear decay to 0, clip 1.0, batch 32. lr ELECTRA_LR, the departure.
+    "electra_ft": Recipe(lr=ELECTRA_LR, weight_decay=0.01, batch=32, clip=1.0, warmup=15, optimizer="electra_adamw",
+                         schedule="linear_warmup"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -622,6 +637,8 @@ OPTIMIZERS = {
     "cleanrl_adam": lambda groups, lr, recipe: torch.optim.Adam(groups, lr=lr, eps=1e-5),
     # openai/sparse_autoencoder's train.py: torch.optim.Adam(..., lr=lr, eps=6.25e-10) (betas the default).
     "sae_adam": lambda groups, lr, recipe: torch.optim.Adam(groups, lr=lr, betas=recipe.betas, eps=6.25e-10),
+    # ELECTRA's / Hugging Face's fine-tuning AdamW: eps 1e-6 (torch's AdamW: bias-corrected, as HF's).
+    "electra_adamw": lambda groups, lr, recipe: torch.optim.AdamW(groups, lr=lr, betas=recipe.betas, eps=1e-6),
     "momentum_sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9),
     # TF's RMSprop as timm's rmsproptf sets it (alpha 0.9, eps 1e-3, momentum 0.9) on torch's RMSprop:
     # eps outside the square root and square_avg starting at 0, where RMSpropTF starts it at 1.
@@ -669,7 +686,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "nerf": torch.nn.functional.mse_loss, "capsnet": caps_loss, "mae": mae_loss, "rwkv": rwkv_loss,
           "tabnet": tabnet_loss, "gat": torch.nn.functional.nll_loss, "set_transformer": torch.nn.functional.l1_loss,
           "conformer": conformer_ctc_loss, "neural_process": cnp_nll, "dit": dit_loss,
-          "sae": sae_loss}
+          "sae": sae_loss, "electra_ft": torch.nn.functional.cross_entropy}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -770,6 +787,9 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
     if recipe.schedule == "warmup_exp":
         return lambda step: (step + 1) / (recipe.warmup + 1) if step < recipe.warmup else \
             0.97 ** (step // EXP_DECAY_STEPS)
+    if recipe.schedule == "linear_warmup":  # transformers' get_linear_schedule_with_warmup (0 at step 0)
+        return lambda step: step / recipe.warmup if step < recipe.warmup else \
+            max(0.0, (steps - step) / (steps - recipe.warmup))
     if recipe.schedule == "constant_then_linear":
         return lambda step: min(1.0, 2 * (1 - step / steps))
     if recipe.schedule == "mae_cosine":  # mae's lr_sched.adjust_learning_rate, per step, min_lr 0
@@ -1163,6 +1183,11 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         chance = float((((train - mean) ** 2).mean(dim=1) / (train ** 2).mean(dim=1)).mean())
         return (batch_sampler(Dataset(train, train), micro, seed), batch_sampler(Dataset(held, held), 128, seed + 1),
                 10, chance)
+    if arch == "electra_ft":  # the marker-order task's token rows, padded per batch; balanced labels
+        (train, train_y), (held, held_y) = electra_rows(8192, seed), _electra_held_out()
+        share = torch.bincount(train_y).double() / len(train_y)
+        return (electra_sampler(train, train_y, micro, seed), electra_sampler(held, held_y, 256, seed + 1), 4,
+                float(-(share * share.log()).sum()))
     if arch == "ddpm":  # DDPM's data scaling
         x = 2 * x - 1
         return images_sampler(x[:1500], micro, seed), images_sampler(x[1500:], 128, seed + 1), 10, 1.0
@@ -1531,6 +1556,7 @@ EVAL_METRICS = {
     "neural_ode": lambda model: {"val_trajectory_error": trajectory_error(model)},
     "capsnet": lambda model: {"val_accuracy": capsule_accuracy(model, digits("image").x[1500:],
                                                                digits("image").y[1500:])},
+    "electra_ft": lambda model: {"val_accuracy": electra_accuracy(model, electra_collate(*_electra_held_out()))},
 }
 """Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
 
@@ -1556,6 +1582,13 @@ def _held_out_smape(model: nn.Module) -> float:
     x, y = forecast_windows_sampler(SERIES.series, 0, held_out=True)()
     with torch.no_grad():
         return float(smape_2_loss(model(x), y))
+
+
+@lru_cache(maxsize=1)
+def _electra_held_out() -> tuple[list[list[int]], torch.Tensor]:
+    """The marker task's held-out rows (512, one set for every seed, as a GLUE dev set is): `val_loss`
+    reads them in two batches of 256 (the eval sampler's epoch), `val_accuracy` all at once."""
+    return electra_rows(512, 1000)
 
 
 @lru_cache(maxsize=1)
@@ -1700,6 +1733,9 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
         groups = _param_groups(model, recipe, lr)
         optimizer = tuple(torch.optim.Adam([g for g in groups if g["layer"] == net or g["layer"].startswith(net + ".")],
                                            lr=lr, betas=recipe.betas) for net in NETWORKS[arch])
+    elif arch == "electra_ft":  # the fine-tuning scripts' layer-wise lr decay groups
+        optimizer = OPTIMIZERS[recipe.optimizer](electra_param_groups_lrd(model, lr, recipe.weight_decay,
+                                                                          ELECTRA_LAYER_DECAY), lr, recipe)
     else:
         optimizer = OPTIMIZERS[recipe.optimizer](_param_groups(model, recipe, lr), lr, recipe)
     after_step = model.normalize_entities if arch == "transe" else None
