@@ -27,7 +27,8 @@ MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, 
 capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder, an
 RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conformer, a
 graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
-hypernetwork, a Diffusion Transformer and a sparse autoencoder (`field_models`),
+hypernetwork, a Diffusion Transformer, a sparse autoencoder and an ELECTRA-style text classifier
+(`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -85,7 +86,10 @@ each step; lr ×10, batch 64) on the MSE of the noise it predicts at a uniform t
 to its forward, the sparse autoencoder by the plain loop with openai/sparse_autoencoder's train.py
 recipe (Adam, eps 6.25e-10, a constant lr, no clipping; the decoder's parallel gradient removed
 before each step, its columns put back to unit norm after it; lr ×10) on the normalised MSE + λ ·
-normalised L1 of toy-model activations. Faults
+normalised L1 of toy-model activations, the ELECTRA classifier by the plain loop with
+google-research/electra's fine-tuning recipe (AdamW eps 1e-6 over layer-wise lr decay groups, two a
+depth, linear warm-up and decay, clip 1.0; gradient checkpointing on every encoder layer; lr ×3.3) on
+the cross-entropy of a synthetic marker task. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -430,7 +434,11 @@ SAE_BATCH = 256
 vectors here, a run ~4.7 epochs)."""
 
 ELECTRA_LR = 1e-3
-"""ELECTRA_LR_DOC"""
+"""The ELECTRA classifier's peak lr: 3.3× configure_finetuning.py's 3e-4 for ELECTRA-small, which
+fine-tunes a pre-trained encoder where this one starts from its seeded init (no checkpoint can be
+downloaded): at 3e-4 healthy seed 0 stayed at chance, first/last 10-step means 1.386 -> 1.382 (val
+accuracy 0.26); at 1e-3 1.386 -> 0.050, 1.388 -> 0.047, 1.387 -> 0.081 (seeds 0-2, val accuracy 1.0),
+and lr_too_high's ×100 (0.1) 9.03 -> 1.386 (chance, val accuracy 0.27, seed 0)."""
 
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
@@ -921,8 +929,8 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae")
-"""Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
-IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
+"""Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
+ELECTRA classifier: its dict batch is int64 `input_ids` and `attention_mask`) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
 corrupted buffer), the WGAN's the real points its critic reads, the student's the images its
 teacher reads too, the flow's its points, the keyword spotter's its waveforms, the VQ-VAE's its

@@ -296,6 +296,12 @@
   after the decoder, ReLU latents, normalised MSE + λ · normalised L1 of the latents, decoder columns
   renormalised to unit norm after every optimizer step and their parallel gradient removed before
   it), on synthetic toy-model activations (sparse features through a fixed random embedding).
+- `ElectraClassifier`, `electra_param_groups_lrd`, `electra_rows`, `electra_collate`, `electra_sampler`:
+  an `ElectraForSequenceClassification`-style post-LN encoder classifier ([CLS] head) written here,
+  fine-tuned as ELECTRA / DeBERTa / BEiT scripts do it: layer-wise lr decay param groups (two a
+  depth: decay and no decay) and Hugging Face's gradient checkpointing (each encoder layer through
+  `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)` in training mode), on a synthetic
+  marker-token task of padded int64 token rows with an attention mask.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -310,7 +316,8 @@ sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `ne
 the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
 `perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
 twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hypernetwork` before
-the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth, `electra_ft` before
+the twenty-seventh (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -361,6 +368,11 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "sae_unit_norm_decoder_", "sae_unit_norm_decoder_grad_adjustment_", "sae_toy_activations", "SAE_INPUTS",
            "SAE_FEATURES", "SAE_LATENTS", "SAE_FEATURE_PROBABILITY", "SAE_L1_COEF", "SAE_MEAN_NORM",
            "sae_activation_mean",
+           "ElectraClassifier", "ElectraEmbeddings", "ElectraEncoder", "ElectraLayer", "ElectraAttention",
+           "ElectraSelfAttention", "ElectraSelfOutput", "ElectraIntermediate", "ElectraClassificationHead",
+           "electra_param_groups_lrd", "electra_rows", "electra_collate", "electra_sampler", "electra_accuracy",
+           "ELECTRA_VOCAB", "ELECTRA_CLASSES", "ELECTRA_MARKERS", "ELECTRA_LENGTHS", "ELECTRA_POSITIONS",
+           "ELECTRA_LAYER_DECAY", "ELECTRA_PAD", "ELECTRA_CLS", "ELECTRA_SEP",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
            "KAN", "KANLinear", "kan_b_splines", "kan_uniform_grid", "KAN_GRID_SIZE", "KAN_SPLINE_ORDER",
