@@ -27,7 +27,8 @@ MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, 
 capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder, an
 RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conformer, a
 graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
-hypernetwork, a Diffusion Transformer, a sparse autoencoder and an SN-GAN (`field_models`),
+hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN and an ELECTRA-style text
+classifier (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -87,7 +88,11 @@ recipe (Adam, eps 6.25e-10, a constant lr, no clipping; the decoder's parallel g
 before each step, its columns put back to unit norm after it; lr ×10) on the normalised MSE + λ ·
 normalised L1 of toy-model activations, the SN-GAN by PyTorch-StudioGAN's D/G steps
 (`training.train_sngan`: `SNGAN_N_DIS` hinge-loss discriminator updates, then one generator update,
-each network its own Adam (β (0, 0.9); lr ×5 their 2e-4), a constant lr, no clipping). Faults
+each network its own Adam (β (0, 0.9); lr ×5 their 2e-4), a constant lr, no clipping), the ELECTRA
+classifier by the plain loop with
+google-research/electra's fine-tuning recipe (AdamW eps 1e-6 over layer-wise lr decay groups, two a
+depth, linear warm-up and decay, clip 1.0; gradient checkpointing on every encoder layer; lr ×3.3) on
+the cross-entropy of a synthetic marker task. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -216,6 +221,12 @@ from .field_models import (
     sae_toy_activations,
     sae_unit_norm_decoder_,
     sae_unit_norm_decoder_grad_adjustment_,
+    ELECTRA_LAYER_DECAY,
+    electra_accuracy,
+    electra_collate,
+    electra_param_groups_lrd,
+    electra_rows,
+    electra_sampler,
     detection_iou,
     distillation_loss,
     fcos_loss,
@@ -441,6 +452,12 @@ to 0.258: 150 steps are the start of a GAN's training), and lr_too_high's ×100 
 ends 0.44 / 0.45 / 0.94 (chance 0.44: the training digits' mean image)."""
 SNGAN_BATCH = 64
 """The SN-GAN's batch of real digits a discriminator update (StudioGAN's and christiancosgrove's 64)."""
+ELECTRA_LR = 1e-3
+"""The ELECTRA classifier's peak lr: 3.3× configure_finetuning.py's 3e-4 for ELECTRA-small, which
+fine-tunes a pre-trained encoder where this one starts from its seeded init (no checkpoint can be
+downloaded): at 3e-4 healthy seed 0 stayed at chance, first/last 10-step means 1.386 -> 1.382 (val
+accuracy 0.26); at 1e-3 1.386 -> 0.050, 1.388 -> 0.047, 1.387 -> 0.081 (seeds 0-2, val accuracy 1.0),
+and lr_too_high's ×100 (0.1) 9.03 -> 1.386 (chance, val accuracy 0.27, seed 0)."""
 
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
@@ -637,6 +654,12 @@ RECIPES = {
     # SNGAN_LR (×5 their 2e-4), the departure (its docstring).
     "sngan": Recipe(lr=SNGAN_LR, weight_decay=0.0, batch=SNGAN_BATCH, clip=None, betas=(0.0, 0.9), warmup=0,
                     optimizer="adam", schedule="constant"),
+    # google-research/electra's configure_finetuning.py (and Hugging Face's Trainer on an ELECTRA /
+    # DeBERTa / BEiT fine-tune): AdamW (eps 1e-6, betas (0.9, 0.999)), weight decay 0.01 off biases and
+    # LayerNorms, layer-wise lr decay 0.8 (`electra_param_groups_lrd`, built in `_train`), linear warm-up
+    # over 10 % of the steps then linear decay to 0, clip 1.0, batch 32. lr ELECTRA_LR, the departure.
+    "electra_ft": Recipe(lr=ELECTRA_LR, weight_decay=0.01, batch=32, clip=1.0, warmup=15, optimizer="electra_adamw",
+                         schedule="linear_warmup"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -648,6 +671,8 @@ OPTIMIZERS = {
     "cleanrl_adam": lambda groups, lr, recipe: torch.optim.Adam(groups, lr=lr, eps=1e-5),
     # openai/sparse_autoencoder's train.py: torch.optim.Adam(..., lr=lr, eps=6.25e-10) (betas the default).
     "sae_adam": lambda groups, lr, recipe: torch.optim.Adam(groups, lr=lr, betas=recipe.betas, eps=6.25e-10),
+    # ELECTRA's / Hugging Face's fine-tuning AdamW: eps 1e-6 (torch's AdamW: bias-corrected, as HF's).
+    "electra_adamw": lambda groups, lr, recipe: torch.optim.AdamW(groups, lr=lr, betas=recipe.betas, eps=1e-6),
     "momentum_sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9),
     # TF's RMSprop as timm's rmsproptf sets it (alpha 0.9, eps 1e-3, momentum 0.9) on torch's RMSprop:
     # eps outside the square root and square_avg starting at 0, where RMSpropTF starts it at 1.
@@ -696,7 +721,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "nerf": torch.nn.functional.mse_loss, "capsnet": caps_loss, "mae": mae_loss, "rwkv": rwkv_loss,
           "tabnet": tabnet_loss, "gat": torch.nn.functional.nll_loss, "set_transformer": torch.nn.functional.l1_loss,
           "conformer": conformer_ctc_loss, "neural_process": cnp_nll, "dit": dit_loss,
-          "sae": sae_loss}
+          "sae": sae_loss, "electra_ft": torch.nn.functional.cross_entropy}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -800,6 +825,9 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
     if recipe.schedule == "warmup_exp":
         return lambda step: (step + 1) / (recipe.warmup + 1) if step < recipe.warmup else \
             0.97 ** (step // EXP_DECAY_STEPS)
+    if recipe.schedule == "linear_warmup":  # transformers' get_linear_schedule_with_warmup (0 at step 0)
+        return lambda step: step / recipe.warmup if step < recipe.warmup else \
+            max(0.0, (steps - step) / (steps - recipe.warmup))
     if recipe.schedule == "constant_then_linear":
         return lambda step: min(1.0, 2 * (1 - step / steps))
     if recipe.schedule == "mae_cosine":  # mae's lr_sched.adjust_learning_rate, per step, min_lr 0
@@ -931,8 +959,8 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan")
-"""Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT) read token
-IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
+"""Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
+ELECTRA classifier: its dict batch is int64 `input_ids` and `attention_mask`) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
 corrupted buffer), the WGAN's the real points its critic reads, the student's the images its
 teacher reads too, the flow's its points, the keyword spotter's its waveforms, the VQ-VAE's its
@@ -1202,6 +1230,11 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         held = x[1500:]
         return batch_sampler(Dataset(x[:1500], rows.y[:1500]), micro, seed), held, 10, \
             _mean_image_distance(x[:1500], held, seed)
+    if arch == "electra_ft":  # the marker-order task's token rows, padded per batch; balanced labels
+        (train, train_y), (held, held_y) = electra_rows(8192, seed), _electra_held_out()
+        share = torch.bincount(train_y).double() / len(train_y)
+        return (electra_sampler(train, train_y, micro, seed), electra_sampler(held, held_y, 256, seed + 1), 4,
+                float(-(share * share.log()).sum()))
     if arch == "ddpm":  # DDPM's data scaling
         x = 2 * x - 1
         return images_sampler(x[:1500], micro, seed), images_sampler(x[1500:], 128, seed + 1), 10, 1.0
@@ -1570,6 +1603,7 @@ EVAL_METRICS = {
     "neural_ode": lambda model: {"val_trajectory_error": trajectory_error(model)},
     "capsnet": lambda model: {"val_accuracy": capsule_accuracy(model, digits("image").x[1500:],
                                                                digits("image").y[1500:])},
+    "electra_ft": lambda model: {"val_accuracy": electra_accuracy(model, electra_collate(*_electra_held_out()))},
 }
 """Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
 
@@ -1595,6 +1629,13 @@ def _held_out_smape(model: nn.Module) -> float:
     x, y = forecast_windows_sampler(SERIES.series, 0, held_out=True)()
     with torch.no_grad():
         return float(smape_2_loss(model(x), y))
+
+
+@lru_cache(maxsize=1)
+def _electra_held_out() -> tuple[list[list[int]], torch.Tensor]:
+    """The marker task's held-out rows (512, one set for every seed, as a GLUE dev set is): `val_loss`
+    reads them in two batches of 256 (the eval sampler's epoch), `val_accuracy` all at once."""
+    return electra_rows(512, 1000)
 
 
 @lru_cache(maxsize=1)
@@ -1751,6 +1792,9 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
         groups = _param_groups(model, recipe, lr)
         optimizer = tuple(torch.optim.Adam([g for g in groups if g["layer"] == net or g["layer"].startswith(net + ".")],
                                            lr=lr, betas=recipe.betas) for net in NETWORKS[arch])
+    elif arch == "electra_ft":  # the fine-tuning scripts' layer-wise lr decay groups
+        optimizer = OPTIMIZERS[recipe.optimizer](electra_param_groups_lrd(model, lr, recipe.weight_decay,
+                                                                          ELECTRA_LAYER_DECAY), lr, recipe)
     else:
         optimizer = OPTIMIZERS[recipe.optimizer](_param_groups(model, recipe, lr), lr, recipe)
     after_step = model.normalize_entities if arch == "transe" else None

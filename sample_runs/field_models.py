@@ -301,6 +301,12 @@
   the "standard CNN" one, small: a DCGAN-like generator (ConvTranspose2d, BatchNorm, ReLU, Tanh) and a
   discriminator of LeakyReLU(0.1) convs and a linear head, each wrapped by
   `torch.nn.utils.parametrizations.spectral_norm`, no BatchNorm; hinge losses; on the digits in [−1, 1].
+- `ElectraClassifier`, `electra_param_groups_lrd`, `electra_rows`, `electra_collate`, `electra_sampler`:
+  an `ElectraForSequenceClassification`-style post-LN encoder classifier ([CLS] head) written here,
+  fine-tuned as ELECTRA / DeBERTa / BEiT scripts do it: layer-wise lr decay param groups (two a
+  depth: decay and no decay) and Hugging Face's gradient checkpointing (each encoder layer through
+  `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)` in training mode), on a synthetic
+  marker-token task of padded int64 token rows with an attention mask.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -315,8 +321,8 @@ sixteenth, `bilstm_crf`, `pixelcnn` and `neural_ode` before the seventeenth, `ne
 the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` before the twentieth,
 `perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
 twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hypernetwork` before
-the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth, `sngan` before the
-twenty-seventh (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth, `sngan` and
+`electra_ft` before the twenty-seventh (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -368,6 +374,11 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "SAE_FEATURES", "SAE_LATENTS", "SAE_FEATURE_PROBABILITY", "SAE_L1_COEF", "SAE_MEAN_NORM",
            "sae_activation_mean", "SNGAN", "SNGANGenerator", "SNGANDiscriminator", "sngan_hinge_d_loss",
            "sngan_hinge_g_loss", "sngan_orthogonal_init_", "SNGAN_LATENT",
+           "ElectraClassifier", "ElectraEmbeddings", "ElectraEncoder", "ElectraLayer", "ElectraAttention",
+           "ElectraSelfAttention", "ElectraSelfOutput", "ElectraIntermediate", "ElectraClassificationHead",
+           "electra_param_groups_lrd", "electra_rows", "electra_collate", "electra_sampler", "electra_accuracy",
+           "ELECTRA_VOCAB", "ELECTRA_CLASSES", "ELECTRA_MARKERS", "ELECTRA_LENGTHS", "ELECTRA_POSITIONS",
+           "ELECTRA_LAYER_DECAY", "ELECTRA_PAD", "ELECTRA_CLS", "ELECTRA_SEP",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
            "KAN", "KANLinear", "kan_b_splines", "kan_uniform_grid", "KAN_GRID_SIZE", "KAN_SPLINE_ORDER",
@@ -5437,6 +5448,274 @@ def sngan_hinge_d_loss(real_scores: torch.Tensor, fake_scores: torch.Tensor) -> 
 def sngan_hinge_g_loss(fake_scores: torch.Tensor) -> torch.Tensor:
     """The hinge loss of the generator (StudioGAN's `g_hinge`): −mean D(G(z))."""
     return -fake_scores.mean()
+ELECTRA_VOCAB = 40
+"""Token IDs of the synthetic marker task: 0 [PAD], 1 [CLS], 2 [SEP], 3-5 the markers A, B, C, 6-39 filler words."""
+ELECTRA_PAD, ELECTRA_CLS, ELECTRA_SEP = 0, 1, 2
+ELECTRA_MARKERS = (3, 4, 5)
+"""The marker tokens A, B and the distractor C."""
+ELECTRA_CLASSES = 4
+"""Which of the markers A and B a row holds: neither, A only, B only, both (`electra_rows`)."""
+ELECTRA_LENGTHS = (4, 16)
+"""Filler words per sequence (uniform, inclusive): with [CLS], the markers, 0-2 C's and [SEP], 6-22
+tokens, padded to the longest of each batch."""
+ELECTRA_POSITIONS = 24
+ELECTRA_LAYER_DECAY = 0.8
+"""ELECTRA's `layerwise_lr_decay` for its small model (google-research/electra configure_finetuning.py)."""
+
+
+def electra_rows(rows: int, seed: int) -> tuple[list[list[int]], torch.Tensor]:
+    """The synthetic text-classification task (no downloads): each row is [CLS], 4-16 filler
+    words drawn uniformly, the markers its label asks for, 0-2 distractor C's, [SEP], every
+    marker at a random place. Label = 1 · (A occurs) + 2 · (B occurs), balanced: the [CLS]
+    token has to gather two words from anywhere in a padded row and combine them (neither and
+    both are told apart from one A or one B only together). An order rule (A before B) was
+    tried first and dropped: from the seeded init, 150 steps learned presence only (val
+    accuracy 0.66 = presence's bound, lr 1e-3 and 3e-3, seed 0). The seed's own generator; the
+    global RNG untouched. Returns the unpadded token rows and the (rows,) labels."""
+    generator = torch.Generator().manual_seed(seed)
+    a, b, c = ELECTRA_MARKERS
+    labels = torch.randint(0, ELECTRA_CLASSES, (rows,), generator=generator)
+    out = []
+    for label in labels.tolist():
+        length = int(torch.randint(ELECTRA_LENGTHS[0], ELECTRA_LENGTHS[1] + 1, (1,), generator=generator))
+        words = torch.randint(6, ELECTRA_VOCAB, (length,), generator=generator).tolist()
+        markers = [*([a] if label & 1 else []), *([b] if label & 2 else []),
+                   *[c] * int(torch.randint(0, 3, (1,), generator=generator))]
+        for token in markers:
+            place = int(torch.randint(0, len(words) + 1, (1,), generator=generator))
+            words[place:place] = [token]
+        out.append([ELECTRA_CLS, *words, ELECTRA_SEP])
+    return out, labels
+
+
+def electra_collate(rows: list[list[int]], labels: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """`DataCollatorWithPadding`'s batch: `input_ids` padded with [PAD] to the longest row,
+    `attention_mask` 1 on tokens and 0 on padding (int64, as tokenizers return them)."""
+    length = max(map(len, rows))
+    input_ids = torch.full((len(rows), length), ELECTRA_PAD, dtype=torch.int64)
+    attention_mask = torch.zeros(len(rows), length, dtype=torch.int64)
+    for i, row in enumerate(rows):
+        input_ids[i, : len(row)], attention_mask[i, : len(row)] = torch.tensor(row), 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask}, labels
+
+
+def electra_sampler(rows: list[list[int]], labels: torch.Tensor, batch_size: int, seed: int):
+    """`draw()` giving a shuffled batch of `batch_size` rows (an epoch's permutation, then the
+    next: a `DataLoader(shuffle=True, drop_last=True)`), collated by `electra_collate`."""
+    generator = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+
+    def draw() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        nonlocal order
+        if len(order) < batch_size:
+            order = torch.randperm(len(rows), generator=generator).tolist()
+        chosen, order = order[:batch_size], order[batch_size:]
+        return electra_collate([rows[i] for i in chosen], labels[chosen])
+
+    return draw
+
+
+class ElectraEmbeddings(nn.Module):
+    """`ElectraEmbeddings` without token types (one segment): word + absolute position
+    embeddings, LayerNorm (eps 1e-12), dropout 0.1."""
+
+    def __init__(self, vocab: int, dim: int, positions: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab, dim, padding_idx=ELECTRA_PAD)
+        self.position_embeddings = nn.Embedding(positions, dim)
+        self.LayerNorm = nn.LayerNorm(dim, eps=1e-12)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        return self.dropout(self.LayerNorm(self.word_embeddings(input_ids) + self.position_embeddings(positions)))
+
+
+class ElectraSelfAttention(nn.Module):
+    """BERT's `SelfAttention`: query/key/value projections, scaled dot products, the additive
+    padding mask, softmax, dropout on the probabilities."""
+
+    def __init__(self, dim: int, heads: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.heads = heads
+        self.query, self.key, self.value = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, t, d = hidden.shape
+
+        def split(x: torch.Tensor) -> torch.Tensor:
+            return x.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+
+        q, k, v = split(self.query(hidden)), split(self.key(hidden)), split(self.value(hidden))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d // self.heads) + mask
+        context = self.dropout(scores.softmax(-1)) @ v
+        return context.transpose(1, 2).reshape(b, t, d)
+
+
+class ElectraSelfOutput(nn.Module):
+    """BERT's `SelfOutput` / `Output`: dense, dropout, LayerNorm of the residual sum (post-LN)."""
+
+    def __init__(self, features: int, dim: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.dense = nn.Linear(features, dim)
+        self.LayerNorm = nn.LayerNorm(dim, eps=1e-12)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, hidden: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(hidden)) + residual)
+
+
+class ElectraAttention(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.self = ElectraSelfAttention(dim, heads)
+        self.output = ElectraSelfOutput(dim, dim)
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.output(self.self(hidden, mask), hidden)
+
+
+class ElectraIntermediate(nn.Module):
+    def __init__(self, dim: int, ffn: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(dim, ffn)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(self.dense(hidden))
+
+
+class ElectraLayer(nn.Module):
+    """One post-LN BERT/ELECTRA encoder layer: attention, then the GELU feed-forward, each
+    followed by dropout, a residual sum and a LayerNorm."""
+
+    def __init__(self, dim: int, heads: int, ffn: int) -> None:
+        super().__init__()
+        self.attention = ElectraAttention(dim, heads)
+        self.intermediate = ElectraIntermediate(dim, ffn)
+        self.output = ElectraSelfOutput(ffn, dim)
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        attended = self.attention(hidden, mask)
+        return self.output(self.intermediate(attended), attended)
+
+
+class ElectraEncoder(nn.Module):
+    """The layer stack with Hugging Face's gradient checkpointing: when `gradient_checkpointing`
+    is on (`gradient_checkpointing_enable()`) and the model is in training mode, each layer runs
+    through `torch.utils.checkpoint.checkpoint(layer.__call__, hidden, mask, use_reentrant=False)`:
+    its activations are not kept, and its forward runs again during the backward pass (every
+    forward hook of its modules fires twice a training step, once in eval)."""
+
+    def __init__(self, layers: int, dim: int, heads: int, ffn: int) -> None:
+        super().__init__()
+        self.layer = nn.ModuleList(ElectraLayer(dim, heads, ffn) for _ in range(layers))
+        self.gradient_checkpointing = False
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        for layer in self.layer:
+            if self.gradient_checkpointing and self.training:
+                hidden = torch.utils.checkpoint.checkpoint(layer.__call__, hidden, mask, use_reentrant=False)
+            else:
+                hidden = layer(hidden, mask)
+        return hidden
+
+
+class ElectraClassificationHead(nn.Module):
+    """`ElectraClassificationHead`: the [CLS] token's features, dropout, dense, GELU, dropout, out_proj."""
+
+    def __init__(self, dim: int, classes: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.dense = nn.Linear(dim, dim)
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(dim, classes)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(features[:, 0, :])
+        x = self.dropout(torch.nn.functional.gelu(self.dense(x)))
+        return self.out_proj(x)
+
+
+class ElectraClassifier(nn.Module):
+    """`ElectraForSequenceClassification` in small (written here, not Hugging Face's classes:
+    dim 64, 4 heads, 4 post-LN layers, feed-forward 128; ELECTRA-small has 256 / 4 / 12 / 1024
+    and a 128-wide embedding projected up); `forward(batch)` takes the tokenizer's dict batch
+    (`input_ids`, `attention_mask`) and returns the (B, classes) logits. Initialised as
+    `ElectraPreTrainedModel._init_weights` does (normal 0.02 for Linear and Embedding weights,
+    zero biases and the padding row, LayerNorm at 1/0) from the run's seed: no pre-trained
+    checkpoint can be downloaded here (a departure: the fine-tune starts from that seeded init).
+    Gradient checkpointing on, as `model.gradient_checkpointing_enable()` leaves it.
+
+    `units` (forward order): the embeddings, each encoder layer, the head: the depths of the
+    layer-wise lr decay (`electra_param_groups_lrd`)."""
+
+    def __init__(self, classes: int = ELECTRA_CLASSES, vocab: int = ELECTRA_VOCAB, dim: int = 64, heads: int = 4,
+                 layers: int = 4, ffn: int = 128, positions: int = ELECTRA_POSITIONS) -> None:
+        super().__init__()
+        self.embeddings = ElectraEmbeddings(vocab, dim, positions)
+        self.encoder = ElectraEncoder(layers, dim, heads, ffn)
+        self.classifier = ElectraClassificationHead(dim, classes)
+        self.apply(self._init_weights)
+        self.encoder.gradient_checkpointing = True
+        encoder = [f"encoder.layer.{i}" for i in range(layers)]
+        self.units = ["embeddings", *encoder, "classifier"]
+        self.hidden = encoder
+        # No LayerNorm after them: the last layer's query projection (softmax follows), the head's two Linears.
+        self.exposed = [f"{encoder[-1]}.attention.self.query", "classifier.dense", "classifier.out_proj"]
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=0.02)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=0.02)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        # get_extended_attention_mask: (B, 1, 1, T), 0 on tokens, the dtype's minimum on padding
+        dtype = self.embeddings.word_embeddings.weight.dtype
+        mask = (1.0 - batch["attention_mask"][:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+        return self.classifier(self.encoder(self.embeddings(batch["input_ids"]), mask))
+
+
+def electra_param_groups_lrd(model: ElectraClassifier, lr: float, weight_decay: float,
+                             layer_decay: float = ELECTRA_LAYER_DECAY) -> list[dict]:
+    """Layer-wise lr decay as the fine-tuning scripts build it (MAE/BEiT's `param_groups_lrd`,
+    ELECTRA's `_get_layer_lrs`): layer id 0 the embeddings, i + 1 encoder layer i, L + 1 the head
+    (L layers); each parameter's lr `lr` × `layer_decay` ** (L + 1 − id), so the head trains at
+    `lr` and the embeddings at `layer_decay` ** (L + 1) of it; no weight decay for biases and
+    LayerNorm weights (every parameter of one dimension, `p.ndim == 1`), `weight_decay`
+    otherwise. Two groups a depth (decay, then no decay), each tagged with its `layer` (the unit,
+    as `field._param_groups` tags them: what an lr spike raises) and its `lr_scale`."""
+    depth = len(model.units) - 1
+    groups = []
+    for layer_id, unit in enumerate(model.units):
+        scale = layer_decay ** (depth - layer_id)
+        params = list(model.get_submodule(unit).parameters())
+        for decay in (True, False):
+            chosen = [p for p in params if p.requires_grad and (p.ndim > 1) == decay]
+            if chosen:
+                groups.append({"params": chosen, "lr": lr * scale, "lr_scale": scale,
+                               "weight_decay": weight_decay if decay else 0.0, "layer": unit})
+    return groups
+
+
+def electra_accuracy(model: nn.Module, batch: tuple[dict[str, torch.Tensor], torch.Tensor]) -> float:
+    """The share of a held-out batch classified right, in eval mode without gradient, as a
+    fine-tuning script's `evaluate` computes accuracy."""
+    inputs, labels = batch
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        accuracy = float((model(inputs).argmax(-1) == labels).float().mean())
+    model.train(was_training)
+    return accuracy
 
 
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
@@ -5446,7 +5725,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
-               "sngan")
+               "sngan", "electra_ft")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -5521,6 +5800,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "dit": lambda vocab: DiTDiffusion(DiT(num_classes=vocab)),
     "sae": lambda vocab: SparseAutoencoder(),
     "sngan": lambda vocab: SNGAN(),
+    "electra_ft": lambda vocab: ElectraClassifier(classes=vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

@@ -50,7 +50,8 @@ def test_catalogue_looks_like_the_field():
                                        "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn",
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
-                                       "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan"}
+                                       "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
+                                       "electra_ft"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -3368,3 +3369,107 @@ def test_sngan_spectrally_normalises_its_discriminator_steps_it_n_dis_times_and_
     assert not LEFT_OUT.get("sngan")
     families = {s.family for s in SCENARIOS.values() if s.arch == "sngan"}
     assert families == set(FIELD_FAMILIES) - {"healthy_spike"}  # unconditional: no labels to corrupt
+def test_electra_classifier_data_units_and_layer_wise_lr_decay_groups():
+    from sample_runs.field import ELECTRA_LR, OPTIMIZERS, _data
+    from sample_runs.field_models import (ELECTRA_CLASSES, ELECTRA_CLS, ELECTRA_LAYER_DECAY, ELECTRA_MARKERS,
+                                          ELECTRA_PAD, ELECTRA_POSITIONS, ELECTRA_SEP, electra_param_groups_lrd,
+                                          electra_rows)
+
+    rows, labels = electra_rows(2000, 0)
+    assert rows == electra_rows(2000, 0)[0] and rows != electra_rows(2000, 1)[0]
+    a, b, _ = ELECTRA_MARKERS
+    for row, label in zip(rows, labels.tolist()):  # the rule: 1 · (A occurs) + 2 · (B occurs)
+        assert row[0] == ELECTRA_CLS and row[-1] == ELECTRA_SEP and len(row) <= ELECTRA_POSITIONS
+        assert label == (a in row) + 2 * (b in row)
+    assert (torch.bincount(labels, minlength=ELECTRA_CLASSES) > 400).all()  # balanced
+    recipe = RECIPES["electra_ft"]
+    draw, eval_draw, classes, chance = _data("electra_ft", recipe, 0, 1)
+    batch, y = draw()
+    assert classes == ELECTRA_CLASSES == 4 and chance == pytest.approx(math.log(4), abs=0.01)
+    assert set(batch) == {"input_ids", "attention_mask"} and batch["input_ids"].dtype == torch.int64
+    assert batch["input_ids"].shape == batch["attention_mask"].shape and batch["input_ids"].shape[0] == 32
+    assert y.shape == (32,) and y.dtype == torch.int64
+    lengths = batch["attention_mask"].sum(1)
+    assert int(lengths.max()) == batch["input_ids"].shape[1] and int(lengths.min()) < int(lengths.max())  # padded
+    assert ((batch["input_ids"] == ELECTRA_PAD) == (batch["attention_mask"] == 0)).all()
+    assert eval_draw()[0]["input_ids"].shape[0] == 256
+
+    model = build_field_model("electra_ft", classes)
+    layers = [f"encoder.layer.{i}" for i in range(4)]
+    assert model.units == ["embeddings", *layers, "classifier"] and model.hidden == layers
+    owned = [id(p) for u in model.units for p in model.get_submodule(u).parameters()]
+    assert len(owned) == len(set(owned)) == len(list(model.parameters()))
+    assert not LEFT_OUT.get("electra_ft")
+    families = {s.family for s in SCENARIOS.values() if s.arch == "electra_ft"}
+    assert families == set(FIELD_FAMILIES) - {"batch_scale", "batch_nan"}  # token IDs: no float batch
+
+    # ELECTRA's recipe: AdamW eps 1e-6, decay 0.01, clip 1.0, warm-up 10 % then linear decay to 0.
+    assert recipe.lr == ELECTRA_LR == 1e-3 and recipe.weight_decay == 0.01 and recipe.clip == 1.0
+    assert recipe.batch == 32 and recipe.warmup == 15 and recipe.betas == (0.9, 0.999)
+    schedule = _schedule(recipe, 150)
+    assert schedule(0) == 0.0 and schedule(15) == 1.0 and schedule(5) == pytest.approx(1 / 3)
+    assert schedule(149) == pytest.approx(1 / 135) and schedule(82) == pytest.approx(0.5, abs=0.01)
+    groups = electra_param_groups_lrd(model, 1e-3, 0.01)
+    assert [g["layer"] for g in groups] == [u for u in model.units for _ in range(2)]  # two groups a depth
+    for depth, unit in enumerate(model.units):
+        decay, no_decay = [g for g in groups if g["layer"] == unit]
+        scale = ELECTRA_LAYER_DECAY ** (len(model.units) - 1 - depth)
+        assert decay["lr"] == no_decay["lr"] == pytest.approx(1e-3 * scale)
+        assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
+        assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim == 1 for p in no_decay["params"])
+    assert groups[-1]["lr"] == 1e-3 and groups[0]["lr"] == pytest.approx(1e-3 * 0.8 ** 5)
+    ids = [id(p) for g in groups for p in g["params"]]
+    assert len(ids) == len(set(ids)) == len(list(model.parameters()))
+    norm_and_bias = {id(p) for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n}
+    assert norm_and_bias == {id(p) for g in groups if g["weight_decay"] == 0.0 for p in g["params"]}
+    optimizer = OPTIMIZERS[recipe.optimizer](groups, 1e-3, recipe)
+    assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["eps"] == 1e-6
+    spike = faults.LrSpike(t0=0, layer="encoder.layer.2", factor=30.0)
+    before = [g["lr"] for g in optimizer.param_groups]
+    spike.before_step(0, model, optimizer)
+    raised = [g["layer"] for g, lr in zip(optimizer.param_groups, before) if g["lr"] != lr]
+    assert raised == ["encoder.layer.2", "encoder.layer.2"]  # both of that depth's groups
+
+
+def test_electra_checkpoints_each_encoder_layer_in_training_only_with_the_same_gradients():
+    from sample_runs.field_models import ElectraClassifier, electra_collate, electra_rows
+
+    x, y = electra_collate(*electra_rows(16, 3))
+    grads = {}
+    for checkpointed in (True, False):
+        torch.manual_seed(0)
+        model = ElectraClassifier()
+        assert model.encoder.gradient_checkpointing  # as gradient_checkpointing_enable() leaves it
+        model.encoder.gradient_checkpointing = checkpointed
+        calls = []
+        for i, layer in enumerate(model.encoder.layer):
+            layer.attention.self.query.register_forward_hook(lambda *_, i=i: calls.append(i))
+        torch.manual_seed(1)  # the same dropout masks: checkpoint restores the RNG state to recompute
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        assert calls == ([0, 1, 2, 3, 3, 2, 1, 0] if checkpointed else [0, 1, 2, 3])  # recomputed in backward
+        grads[checkpointed] = [p.grad.clone() for p in model.parameters()]
+        calls.clear()
+        model.eval()
+        with torch.no_grad():
+            model(x)
+        assert calls == [0, 1, 2, 3]  # eval: no checkpointing
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads[True], grads[False]))
+    padded = dict(x)  # padding is masked out: a row's logits do not depend on its pad tokens' IDs
+    padded["input_ids"] = torch.where(x["attention_mask"] == 0, 7, x["input_ids"])
+    model.eval()
+    with torch.no_grad():
+        assert torch.allclose(model(x), model(padded), atol=1e-5)
+
+
+def test_electra_healthy_run_learns_and_records_its_dict_of_token_ids(tmp_path):
+    truth = make("healthy-electra_ft-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[:10]) > 1.3 and _mean(loss[-10:]) < 0.3
+    assert by_name["val_loss"][-1] < 0.3 and by_name["val_accuracy"][-1] > 0.9 and by_name["val_accuracy"][0] < 0.4
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("name")
+    assert io.loc["input.input_ids", "kind"] == "index" and io.loc["input.attention_mask", "kind"] == "index"
+    assert io.loc["target", "shape"] == "32"
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
