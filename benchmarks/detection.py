@@ -75,7 +75,7 @@ SECTION = "## Detection"
 BENIGN_LABELS = {"healthy", "loss_spike_recovered", "recovered_incident"}
 DEFAULT = "default"
 GENERATED_FILE = ".generated.json"
-NEVER_SEEN_ARCHS = ("sae",)
+NEVER_SEEN_ARCHS = ("sngan", "electra_ft")
 """Model families added to the zoo before the detectors' last changes and never analysed while any
 detector changed: the headline's runs."""
 INFORMED_DEFAULTS = {
@@ -129,6 +129,7 @@ INFORMED_DEFAULTS = {
     "kan, hypernetwork": "never-seen round 24, scored once in session 20 at 0b0a3c5; failures read in sessions "
                          "20 and 22 (lead)",
     "dit": "never-seen round 25, scored once in session 23 at 6926bf2; failures read in session 23 (lead)",
+    "sae": "never-seen round 26, scored once in session 24 at 4abb47e; failures read in sessions 24-25 (lead)",
 }
 """Which families informed the defaults, and since when."""
 
