@@ -72,21 +72,22 @@ def _row(detection, arch, config, right, held_out=False):
 
 
 def test_each_family_is_scored_with_the_configuration_chosen_on_the_others(detection):
-    # "b" is right on mlp, cnn and lstm, "a" only on sae: sae gets "b", chosen without it.
+    # "b" is right on mlp, cnn and lstm, "a" only on the never-seen family: it gets "b", chosen without it.
+    held = detection.NEVER_SEEN_ARCHS[0]
     results = {"mlp": {"a": False, "b": True}, "cnn": {"a": False, "b": True}, "lstm": {"a": False, "b": True},
-               "sae": {"a": True, "b": False}}
+               held: {"a": True, "b": False}}
     rows = [_row(detection, arch, config, right, arch in detection.NEVER_SEEN_ARCHS)
             for arch, by_config in results.items() for config, right in by_config.items()]
     chosen = detection.choose_per_family(rows)
-    assert chosen == {"cnn": "b", "lstm": "b", "mlp": "b", "sae": "b"}
+    assert chosen == {"cnn": "b", "lstm": "b", "mlp": "b", held: "b"}
     left = detection.left_out_rows(rows, chosen)
-    assert sorted(r.run for r in left) == ["cnn-b", "lstm-b", "mlp-b", "sae-b"]
-    # With sae's runs alone deciding, "a" would win: the choice for a family never reads its runs.
-    alone = [r for r in rows if r.arch in ("sae", "mlp")]
-    assert detection.choose_per_family(alone) == {"sae": "b", "mlp": "a"}
+    assert sorted(r.run for r in left) == sorted(["cnn-b", "lstm-b", "mlp-b", f"{held}-b"])
+    # With the held-out family's runs alone deciding, "a" would win: the choice for a family never reads its runs.
+    alone = [r for r in rows if r.arch in (held, "mlp")]
+    assert detection.choose_per_family(alone) == {held: "b", "mlp": "a"}
     text = detection.left_out_section(rows)
-    assert "| sae (never seen) | b | 1 | 0/1 (0 %)" in text
-    assert "| **never seen (sae; 1 runs)** | 1 | 0/1 (0 %)" in text
+    assert f"| {held} (never seen) | b | 1 | 0/1 (0 %)" in text
+    assert f"| **never seen ({', '.join(detection.NEVER_SEEN_ARCHS)}; 1 runs)** | 1 | 0/1 (0 %)" in text
 
 
 def test_a_grid_analyses_each_run_once_per_configuration_and_caches_it(detection, runs):
