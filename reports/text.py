@@ -11,7 +11,7 @@ import math
 import re
 import unicodedata
 
-from recorders.vocabulary import ROLES, describe_tensor
+from recorders.vocabulary import LABELS, ROLES, describe_tensor
 
 __all__ = ["clean", "fmt_number", "fmt_step", "fmt_interval", "fmt_growth", "series_words", "shorten", "tensor_words"]
 
@@ -88,6 +88,7 @@ def fmt_growth(growth_per_step: object, doubling_steps: object = None) -> str:
 
 
 _SERIES = re.compile(r"(\w+) (\S+?)(?:\[([^\]]+)\])?")
+_CAUSE_SERIES = re.compile(r"(\w+): (.+)")  # an onset dated by a direct cause: "<label>: <what it names>"
 
 
 def tensor_words(tensor: object, role: object, key: object = None) -> str:
@@ -97,8 +98,12 @@ def tensor_words(tensor: object, role: object, key: object = None) -> str:
 
 def series_words(series: object) -> str:
     """An onset's series (`grad fc1.weight`, `scalar loss`, `state fc1.weight[exp_avg_sq]`) in
-    words; a series described in words already (`grad norms (accumulating: ...)`) as it is."""
+    words; a direct cause's (`hyperparameter_changed: hp.opt.0.lr`) as what it names, then its
+    label; a series described in words already (`grad norms (accumulating: ...)`) as it is."""
     text = clean(series)
+    cause = _CAUSE_SERIES.fullmatch(text)
+    if cause is not None and cause.group(1) in LABELS:
+        return f"`{shorten(cause.group(2), 120)}` ({cause.group(1)})"
     match = _SERIES.fullmatch(text)
     if match is None or match.group(1) not in (*ROLES, "scalar"):
         return shorten(text, 120)

@@ -19,6 +19,8 @@ def test_series_and_tensors_read_as_words():
     # A series already described in words, or of a role outside the vocabulary, stays as written.
     assert series_words("grad norms (accumulating: missing zero_grad)") == "grad norms (accumulating: missing zero_grad)"
     assert series_words("weird x") == "weird x"
+    assert series_words("hyperparameter_changed: hp.opt.4.lr") == "`hp.opt.4.lr` (hyperparameter_changed)"
+    assert series_words("not_a_label: x") == "not_a_label: x"
     assert tensor_words("conv1.weight", "param") == "the parameter `conv1.weight`"
     assert tensor_words("x", "ema") == "the ema of `x`"
     assert tensor_words("fc\x1b[31m", "grad") == "the gradient of `fc[31m`"  # a run's name is cleaned
