@@ -227,6 +227,9 @@ from .field_models import (
     electra_param_groups_lrd,
     electra_rows,
     electra_sampler,
+    MUON_GPT_MUON_LR,
+    muon_gpt_momentum,
+    muon_gpt_optimizers,
     detection_iou,
     distillation_loss,
     fcos_loss,
@@ -274,7 +277,8 @@ from .models import TinyGPT
 from .nanogpt import LoopConfig, lr_at
 from .framework_loops import train_hf_trainer, train_lightning, train_lightning_wgan
 from .training import (broke_against, stalled_against, token_cross_entropy, train_dqn, train_field,
-                       train_pix2pix, train_policy_gradient, train_ppo, train_sac, train_sam, train_sngan)
+                       train_muon_gpt, train_pix2pix, train_policy_gradient, train_ppo, train_sac, train_sam,
+                       train_sngan)
 
 __all__ = ["FIELD_ARCHS", "FIELD_FAMILIES", "field_run", "field_families"]
 
@@ -302,7 +306,8 @@ class Recipe:
     SAM around SGD with momentum 0.9, rho `SAM_RHO`), `cleanrl_adam` (Adam, eps 1e-5: CleanRL's),
     `momentum_sgd` (momentum 0.9, no Nesterov: torchvision's detection references) or `rmsprop_tf`
     (timm's `rmsproptf` settings on `torch.optim.RMSprop`), `transformer_adam` (Adam with ε 1e-9,
-    its β the recipe's: the Conformer's); `OPTIMIZERS`."""
+    its β the recipe's: the Conformer's), `muon_adam` (modded-nanogpt's Muon + Adam pair,
+    `field_models.muon_gpt_optimizers`, built in `_train`); `OPTIMIZERS`."""
     schedule: str = "cosine"
     """`cosine` (nanoGPT's warm-up then cosine), `step` (÷10 at 50 % and 75 % of the steps:
     DenseNet's), `linear` (decay to 0 over the run: WGAN-GP's), `halving` (× 0.5 every third of
@@ -321,6 +326,8 @@ class Recipe:
     `_one_cycle_momentum`: perceiver-pytorch's train_cifar10.py), `noam` (Vaswani et al.'s
     warm-up then inverse square root, peaking at the lr on step `warmup` − 1: min((s + 1)/w,
     √(w/(s + 1))); no warm-up is a warm-up of 1 step: the Conformer's) or
+    `stable_decay` (modded-nanogpt's `get_lr`: 1, then linear to 0.1 over the last
+    `MUON_GPT_COOLDOWN_FRAC` of the steps) or
     `constant` (Stable-Baselines3's default)."""
     bf16: bool = False
     """Trained under CPU bf16 autocast (timm's `--amp` with bf16)."""
@@ -458,6 +465,13 @@ fine-tunes a pre-trained encoder where this one starts from its seeded init (no 
 downloaded): at 3e-4 healthy seed 0 stayed at chance, first/last 10-step means 1.386 -> 1.382 (val
 accuracy 0.26); at 1e-3 1.386 -> 0.050, 1.388 -> 0.047, 1.387 -> 0.081 (seeds 0-2, val accuracy 1.0),
 and lr_too_high's ×100 (0.1) 9.03 -> 1.386 (chance, val accuracy 0.27, seed 0)."""
+
+MUON_GPT_COOLDOWN_FRAC = 0.4
+"""The share of the run over which modded-nanogpt's lr cools down (`cooldown_frac`, its Jan 2025
+records' 0.4; `stable_decay`)."""
+MUON_GPT_MOMENTUM_WARMUP = 32
+"""Steps of Muon's momentum warm-up 0.85 -> 0.95 (`muon_gpt_momentum`): modded-nanogpt's 300 of its
+1393 iterations, the same share of 150 steps."""
 
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
@@ -660,6 +674,13 @@ RECIPES = {
     # over 10 % of the steps then linear decay to 0, clip 1.0, batch 32. lr ELECTRA_LR, the departure.
     "electra_ft": Recipe(lr=ELECTRA_LR, weight_decay=0.01, batch=32, clip=1.0, warmup=15, optimizer="electra_adamw",
                          schedule="linear_warmup"),
+    # KellerJordan/modded-nanogpt's train_gpt.py: Muon (lr 0.05, Nesterov momentum warmed up 0.85 ->
+    # 0.95, 5 Newton-Schulz steps, no weight decay) on the blocks' matrices and Adam (betas (0.8, 0.95),
+    # eps 1e-10; embed 0.6, head 0.008, scalars 0.04) on the rest (`muon_gpt_optimizers`, built in
+    # `_train`), no warm-up, constant lr then a linear cooldown to 0.1x over the last 40 %, no clipping;
+    # lr is Muon's (the Adam groups' follow it, `muon_gpt_optimizers`).
+    "muon_gpt": Recipe(lr=MUON_GPT_MUON_LR, weight_decay=0.0, batch=16, clip=None, betas=(0.8, 0.95), warmup=0,
+                       optimizer="muon_adam", schedule="stable_decay"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -703,7 +724,7 @@ TRIPLET_PER_CLASS = 4
 """K, the images of each class in a triplet batch of P × K (Hermans et al.'s K = 4)."""
 BASE_STEPS = 300
 """AdamW steps of the LoRA base model's pretraining on the default corpus (`lora_base`)."""
-LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba", "lora", "rwkv")
+LANGUAGE_MODELS = ("gpt", "gru", "lstm_lm", "llama", "moe", "mamba", "lora", "rwkv", "muon_gpt")
 IMAGE_MODELS = ("resnet", "vit", "mixer", "autoencoder", "vae", "simclr", "ddpm", "densenet", "swin", "distil",
                 "byol", "perceiver", "hypernetwork", "dit")
 """Architectures that take (B, 1, 8, 8) digits."""
@@ -828,6 +849,14 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
     if recipe.schedule == "linear_warmup":  # transformers' get_linear_schedule_with_warmup (0 at step 0)
         return lambda step: step / recipe.warmup if step < recipe.warmup else \
             max(0.0, (steps - step) / (steps - recipe.warmup))
+    if recipe.schedule == "stable_decay":  # modded-nanogpt's get_lr: 1, then linear to 0.1 over the cooldown
+        def stable_decay(step: int) -> float:
+            x = step / steps
+            if x < 1 - MUON_GPT_COOLDOWN_FRAC:
+                return 1.0
+            w = (1 - x) / MUON_GPT_COOLDOWN_FRAC
+            return w * 1.0 + (1 - w) * 0.1
+        return stable_decay
     if recipe.schedule == "constant_then_linear":
         return lambda step: min(1.0, 2 * (1 - step / steps))
     if recipe.schedule == "mae_cosine":  # mae's lr_sched.adjust_learning_rate, per step, min_lr 0
@@ -1792,6 +1821,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
         groups = _param_groups(model, recipe, lr)
         optimizer = tuple(torch.optim.Adam([g for g in groups if g["layer"] == net or g["layer"].startswith(net + ".")],
                                            lr=lr, betas=recipe.betas) for net in NETWORKS[arch])
+    elif arch == "muon_gpt":  # modded-nanogpt's two optimizers: (Adam, Muon)
+        optimizer = muon_gpt_optimizers(model, lr)
     elif arch == "electra_ft":  # the fine-tuning scripts' layer-wise lr decay groups
         optimizer = OPTIMIZERS[recipe.optimizer](electra_param_groups_lrd(model, lr, recipe.weight_decay,
                                                                           ELECTRA_LAYER_DECAY), lr, recipe)
@@ -1870,6 +1901,12 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                               directions=_image_directions(seed), fault=fault, n_dis=SNGAN_N_DIS,
                               accumulation=options["accumulation"], bf16=options["bf16"], seed=seed, config=config,
                               recorder_options=recorder_options)
+    elif arch == "muon_gpt":
+        outcome = train_muon_gpt(run_dir, model, optimizer, draw, eval_draw, steps=STEPS, lr_at=schedule,
+                                 momentum_at=lambda step: muon_gpt_momentum(step, MUON_GPT_MOMENTUM_WARMUP),
+                                 fault=fault, accumulation=options["accumulation"], bf16=options["bf16"],
+                                 eval_every=EVAL_EVERY.get(arch, 25), config=config,
+                                 recorder_options=recorder_options)
     elif arch == "pix2pix":
         outcome = train_pix2pix(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, fault=fault,
                                 bf16=options["bf16"], eval_metrics=lambda: EVAL_METRICS[arch](model), config=config,

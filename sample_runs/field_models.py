@@ -307,6 +307,11 @@
   depth: decay and no decay) and Hugging Face's gradient checkpointing (each encoder layer through
   `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)` in training mode), on a synthetic
   marker-token task of padded int64 token rows with an attention mask.
+- `MuonGPT`, `muon_gpt_optimizers`, `muon_gpt_momentum`: a KellerJordan/modded-nanogpt `train_gpt.py`-style
+  speedrun GPT (weightless RMSNorm, rotary, QK-norm, ReLU² MLP, zero-initialised output projections and
+  untied head, x0-mixing block scalars, logits soft-capped by 30 · tanh(· / 30)) trained by two
+  optimizers: `torch.optim.Muon` on the blocks' matrices and Adam (β (0.8, 0.95), eps 1e-10) on the
+  embedding, the head and the scalars, with Muon's momentum warmed up 0.85 → 0.95; on the character corpus.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -322,7 +327,8 @@ the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` befor
 `perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
 twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hypernetwork` before
 the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth, `sngan` and
-`electra_ft` before the twenty-seventh (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`electra_ft` before the twenty-seventh, `muon_gpt` before the twenty-eighth (benchmarks/detection.py
+`NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -379,6 +385,9 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "electra_param_groups_lrd", "electra_rows", "electra_collate", "electra_sampler", "electra_accuracy",
            "ELECTRA_VOCAB", "ELECTRA_CLASSES", "ELECTRA_MARKERS", "ELECTRA_LENGTHS", "ELECTRA_POSITIONS",
            "ELECTRA_LAYER_DECAY", "ELECTRA_PAD", "ELECTRA_CLS", "ELECTRA_SEP",
+           "MuonGPT", "MuonGPTBlock", "MuonGPTAttention", "MuonGPTMLP", "MuonGPTRotary", "MuonGPTLinear",
+           "muon_gpt_norm", "muon_gpt_optimizers", "muon_gpt_momentum", "MUON_GPT_MUON_LR", "MUON_GPT_EMBED_LR", "MUON_GPT_HEAD_LR",
+           "MUON_GPT_SCALAR_LR", "MUON_GPT_BETAS", "MUON_GPT_EPS", "MUON_GPT_MOMENTUM",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
            "KAN", "KANLinear", "kan_b_splines", "kan_uniform_grid", "KAN_GRID_SIZE", "KAN_SPLINE_ORDER",
@@ -5718,6 +5727,168 @@ def electra_accuracy(model: nn.Module, batch: tuple[dict[str, torch.Tensor], tor
     return accuracy
 
 
+MUON_GPT_MUON_LR = 0.05
+"""modded-nanogpt's Muon lr, against which its Adam groups' lrs are set (`muon_gpt_optimizers`)."""
+MUON_GPT_EMBED_LR = 0.6
+"""Adam lr of the token embedding (modded-nanogpt's `embed` / `wte` group, Nov 2024 - Jan 2025 records)."""
+MUON_GPT_HEAD_LR = 0.008
+"""Adam lr of the untied, zero-initialised `lm_head` (modded-nanogpt's tanh-softcap records)."""
+MUON_GPT_SCALAR_LR = 0.04
+"""Adam lr of the learned scalars (each block's `lambdas`; modded-nanogpt's `scalar_params` group)."""
+MUON_GPT_BETAS = (0.8, 0.95)
+MUON_GPT_EPS = 1e-10
+"""modded-nanogpt's Adam betas and its small eps (@YouJiacheng's)."""
+MUON_GPT_MOMENTUM = (0.85, 0.95)
+"""Muon's momentum at step 0 and after its warm-up (`muon_gpt_momentum`)."""
+
+
+def muon_gpt_norm(x: torch.Tensor) -> torch.Tensor:
+    """modded-nanogpt's `norm`: RMSNorm over the last dimension without a weight (`F.rms_norm`)."""
+    return torch.nn.functional.rms_norm(x, (x.size(-1),))
+
+
+class MuonGPTLinear(nn.Linear):
+    """modded-nanogpt's `CastedLinear`: no bias, weights U(−√3·σ, √3·σ) with σ = ½ / √in_features
+    (its Jan 2025 init; the cast to the activation dtype is autocast's here)."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__(in_features, out_features, bias=False)
+
+    def reset_parameters(self) -> None:
+        bound = math.sqrt(3) * 0.5 * self.in_features ** -0.5
+        with torch.no_grad():
+            self.weight.uniform_(-bound, bound)
+
+
+class MuonGPTRotary(nn.Module):
+    """modded-nanogpt's `Rotary` (base 10000): cos / sin of each position's angles, applied to
+    (B, T, H, D) halves as `apply_rotary_emb` does."""
+
+    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", (1 / base) ** (torch.arange(0, head_dim, 2).float() / head_dim),
+                             persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = torch.arange(x.shape[1], device=x.device, dtype=torch.float32)
+        freqs = torch.outer(t, self.inv_freq)
+        cos, sin = freqs.cos()[None, :, None, :], freqs.sin()[None, :, None, :]
+        x1, x2 = x.float().chunk(2, dim=-1)
+        return torch.cat((x1 * cos + x2 * sin, x1 * (-sin) + x2 * cos), dim=-1).type_as(x)
+
+
+class MuonGPTAttention(nn.Module):
+    """modded-nanogpt's `CausalSelfAttention`: q, k, v projections, QK-norm (RMSNorm of each head's
+    q and k), rotary embeddings, causal `F.scaled_dot_product_attention`, and an output projection
+    `c_proj` initialised to zero (`self.c_proj.weight.detach().zero_()`)."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.c_q, self.c_k, self.c_v = MuonGPTLinear(dim, dim), MuonGPTLinear(dim, dim), MuonGPTLinear(dim, dim)
+        self.rotary = MuonGPTRotary(self.head_dim)
+        self.c_proj = MuonGPTLinear(dim, dim)
+        self.c_proj.weight.detach().zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.c_q(x).view(b, t, self.heads, self.head_dim)
+        k = self.c_k(x).view(b, t, self.heads, self.head_dim)
+        v = self.c_v(x).view(b, t, self.heads, self.head_dim)
+        q, k = muon_gpt_norm(q), muon_gpt_norm(k)  # QK norm
+        q, k = self.rotary(q), self.rotary(k)
+        y = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                             is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape_as(x))
+
+
+class MuonGPTMLP(nn.Module):
+    """modded-nanogpt's `MLP`: 4× expansion, ReLU² (`F.relu(x).square()`), a zero-initialised `c_proj`."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.c_fc = MuonGPTLinear(dim, 4 * dim)
+        self.c_proj = MuonGPTLinear(4 * dim, dim)
+        self.c_proj.weight.detach().zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(torch.nn.functional.relu(self.c_fc(x)).square())
+
+
+class MuonGPTBlock(nn.Module):
+    """modded-nanogpt's `Block`: the residual stream re-mixed with the embedding x0 by two learned
+    scalars (`lambdas`, init (1, 0)), then pre-norm attention and MLP, each added to the stream."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.attn = MuonGPTAttention(dim, heads)
+        self.mlp = MuonGPTMLP(dim)
+        self.lambdas = nn.Parameter(torch.tensor([1.0, 0.0]))
+
+    def forward(self, x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+        x = self.lambdas[0] * x + self.lambdas[1] * x0
+        x = x + self.attn(muon_gpt_norm(x))
+        return x + self.mlp(muon_gpt_norm(x))
+
+
+class MuonGPT(nn.Module):
+    """A modded-nanogpt `train_gpt.py`-style GPT (KellerJordan/modded-nanogpt's Nov 2024 - Jan 2025
+    speedrun records, written from memory, small): token embedding `embed`, weightless RMSNorm
+    (`F.rms_norm`) on it and before every sublayer and the head, `blocks.i` as `MuonGPTBlock`, an
+    untied `lm_head` initialised to zero, logits soft-capped as 30 · tanh(logits / 30), returned in
+    float32. Units: embed, the blocks, lm_head; hidden: the blocks; exposed: the head (every other
+    layer's output meets an RMSNorm, or QK-norm, on its way to the loss)."""
+
+    def __init__(self, vocab: int, dim: int = 64, heads: int = 4, layers: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(MuonGPTBlock(dim, heads) for _ in range(layers))
+        self.lm_head = MuonGPTLinear(dim, vocab)
+        self.lm_head.weight.detach().zero_()
+        self.units = ["embed", *(f"blocks.{i}" for i in range(layers)), "lm_head"]
+        self.hidden = [f"blocks.{i}" for i in range(layers)]
+        self.exposed = ["lm_head"]
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = x0 = muon_gpt_norm(self.embed(idx))
+        for block in self.blocks:
+            x = block(x, x0)
+        logits = self.lm_head(muon_gpt_norm(x))
+        return (30 * torch.tanh(logits / 30)).float()
+
+
+def muon_gpt_optimizers(model: MuonGPT, lr: float) -> tuple[torch.optim.Adam, torch.optim.Muon]:
+    """modded-nanogpt's two optimizers: Adam (betas (0.8, 0.95), eps 1e-10) over the embedding, the
+    scalars and the head, and `torch.optim.Muon` (lr `lr`, momentum 0.95 Nesterov, 5 Newton-Schulz
+    steps, its `original` shape scaling √max(1, rows/cols) as modded-nanogpt's Muon, no weight decay)
+    over every block's 2-D matrices. The Adam lrs are modded-nanogpt's relative to Muon's (embed
+    0.6, head 0.008, scalars 0.04 against Muon's 0.05), so an lr factor moves all of them. Groups
+    are tagged with their unit (`layer`): embed, lm_head, and each block's scalars in Adam; each
+    block's matrices in Muon (modded-nanogpt keeps one group of each kind; one a block here, at
+    the same lrs, so that one block's lr can be changed)."""
+    ratio = lr / MUON_GPT_MUON_LR
+    adam_groups = [{"params": [model.embed.weight], "lr": MUON_GPT_EMBED_LR * ratio, "layer": "embed"}]
+    muon_groups = []
+    for unit in model.hidden:
+        block = model.get_submodule(unit)
+        adam_groups.append({"params": [p for p in block.parameters() if p.ndim < 2],
+                            "lr": MUON_GPT_SCALAR_LR * ratio, "layer": unit})
+        muon_groups.append({"params": [p for p in block.parameters() if p.ndim == 2], "lr": lr, "layer": unit})
+    adam_groups.append({"params": [model.lm_head.weight], "lr": MUON_GPT_HEAD_LR * ratio, "layer": "lm_head"})
+    adam = torch.optim.Adam(adam_groups, betas=MUON_GPT_BETAS, eps=MUON_GPT_EPS, weight_decay=0.0)
+    muon = torch.optim.Muon(muon_groups, lr=lr, weight_decay=0.0, momentum=MUON_GPT_MOMENTUM[1], nesterov=True,
+                            ns_steps=5, adjust_lr_fn="original")
+    return adam, muon
+
+
+def muon_gpt_momentum(step: int, warmup: int) -> float:
+    """modded-nanogpt's Muon momentum warm-up: `frac = min(step / warmup, 1)`, momentum
+    (1 − frac) · 0.85 + frac · 0.95 (its 300 steps of ~1400)."""
+    frac = min(step / warmup, 1.0)
+    start, end = MUON_GPT_MOMENTUM
+    return (1 - frac) * start + frac * end
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
@@ -5725,7 +5896,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
-               "sngan", "electra_ft")
+               "sngan", "electra_ft", "muon_gpt")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -5801,6 +5972,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "sae": lambda vocab: SparseAutoencoder(),
     "sngan": lambda vocab: SNGAN(),
     "electra_ft": lambda vocab: ElectraClassifier(classes=vocab),
+    "muon_gpt": lambda vocab: MuonGPT(vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

@@ -13,7 +13,7 @@ from torch import nn
 
 from .faults import Fault
 
-__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_sam", "train_ppo", "train_pix2pix", "train_sngan", "train_sac", "ContinuousReplayBuffer", "train_policy_gradient", "train_dqn", "ReplayBuffer", "first_nonfinite", "broke_after", "broke_against",
+__all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_sam", "train_ppo", "train_pix2pix", "train_sngan", "train_muon_gpt", "train_sac", "ContinuousReplayBuffer", "train_policy_gradient", "train_dqn", "ReplayBuffer", "first_nonfinite", "broke_after", "broke_against",
            "stalled_against", "token_cross_entropy"]
 
 STEPS_AFTER_NONFINITE = 3
@@ -959,6 +959,82 @@ def train_sngan(
                 net_g.train()
                 rec.step(inputs=torch.cat(reals), loss_d=loss_d, loss_g=loss_g, sliced_wasserstein=distance)
                 outcome.log(step, loss_d + loss_g, sliced_wasserstein=distance)
+    except TrainingDiverged:
+        pass
+    return outcome
+
+
+def train_muon_gpt(
+    run_dir: Path | None,
+    model: nn.Module,
+    optimizers: tuple[torch.optim.Optimizer, torch.optim.Optimizer],
+    draw: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    eval_draw: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    *,
+    steps: int,
+    lr_at: Callable[[int], float],
+    momentum_at: Callable[[int], float],
+    fault: Fault | None = None,
+    accumulation: int = 1,
+    bf16: bool = False,
+    eval_every: int = 25,
+    config: dict | None = None,
+    recorder_options: dict | None = None,
+) -> Outcome:
+    """modded-nanogpt's `train_gpt.py` loop (written from memory, one process): every `eval_every`
+    steps a held-out `val_loss` (eval mode, no_grad, two batches of `eval_draw`); then
+    `accumulation` micro-batches of forward / next-token cross-entropy / backward (loss /
+    accumulation); every group of both optimizers gets `base_lr · lr_at(step)` (its stable-then-decay
+    `get_lr` on what it calls `initial_lr`; `base_lr` here, the key `faults.LrSpike` raises with `lr`) and each Muon group the momentum `momentum_at(step)` (its warm-up); both optimizers
+    step (`for opt in optimizers: opt.step()`), then `model.zero_grad(set_to_none=True)`; no
+    clipping. `optimizers` is (Adam, Muon); the recorder gets both (`optimizer_0`, `optimizer_1`).
+    `fault.before_step` sees both optimizers' groups and state (after the schedules are set, as in
+    `train_field`); `fault.batch` every micro-batch; `fault.take_step` / `fault.zero_grad` decide the
+    steps and the zeroing; `bf16` runs forward and loss under CPU bf16 autocast. The recorded `loss`
+    is the step's mean micro-batch loss. `run_dir=None` trains without recording."""
+    from .framework_loops import _Optimizers
+
+    fault = fault or Fault()
+    fault.install(model)
+    outcome = Outcome()
+    adam, muon = optimizers
+    both = _Optimizers(adam, muon)
+
+    def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            return token_cross_entropy(model(x).float(), y)
+
+    def evaluate() -> float:
+        model.eval()
+        with torch.no_grad():
+            value = sum(loss_of(*eval_draw()).item() for _ in range(2)) / 2
+        model.train()
+        return value
+
+    for group in both.param_groups:
+        group.setdefault("base_lr", group["lr"])
+    try:
+        with _recorder(run_dir, model, [adam, muon], config, recorder_options) as rec:
+            for step in range(steps):
+                extra = {"val_loss": evaluate()} if step % eval_every == 0 else {}
+                for group in both.param_groups:
+                    group["lr"] = group["base_lr"] * lr_at(step)
+                for group in muon.param_groups:
+                    group["momentum"] = momentum_at(step)
+                fault.before_step(step, model, both)
+                total = 0.0
+                for _ in range(accumulation):
+                    x, y = fault.batch(step, *draw())
+                    loss = loss_of(x, y)
+                    (loss / accumulation).backward()
+                    total += loss.item() / accumulation
+                if fault.take_step(step):
+                    for optimizer in (adam, muon):
+                        optimizer.step()
+                if fault.zero_grad(step):
+                    model.zero_grad(set_to_none=True)
+                rec.step(loss=total, inputs=x, targets=y, **extra)
+                outcome.log(step, total, **extra)
     except TrainingDiverged:
         pass
     return outcome
