@@ -51,7 +51,7 @@ def test_catalogue_looks_like_the_field():
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
-                                       "electra_ft"}
+                                       "electra_ft", "muon_gpt"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -3473,3 +3473,151 @@ def test_electra_healthy_run_learns_and_records_its_dict_of_token_ids(tmp_path):
     assert io.loc["input.input_ids", "kind"] == "index" and io.loc["input.attention_mask", "kind"] == "index"
     assert io.loc["target", "shape"] == "32"
     assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq"}
+
+
+def test_muon_gpt_zero_inits_its_output_projections_and_head_and_is_causal_soft_capped_and_qk_normed():
+    from sample_runs.field import LANGUAGE_MODELS, _data
+    from sample_runs.field_models import CONTEXT, MuonGPT
+
+    recipe = RECIPES["muon_gpt"]
+    draw, eval_draw, vocab, chance = _data("muon_gpt", recipe, 0, 1)
+    x, y = draw()
+    assert "muon_gpt" in LANGUAGE_MODELS and x.dtype == y.dtype == torch.int64 and x.shape == y.shape == (16, CONTEXT)
+    assert torch.equal(x[:, 1:], y[:, :-1]) and eval_draw()[0].shape == (32, CONTEXT)  # next-token targets
+    assert chance == pytest.approx(math.log(vocab))
+    torch.manual_seed(0)
+    model = build_field_model("muon_gpt", vocab)
+    assert isinstance(model, MuonGPT) and len(model.blocks) == 4
+    assert not model.lm_head.weight.any() and model.lm_head.bias is None
+    for block in model.blocks:  # modded-nanogpt's c_proj.weight.detach().zero_()
+        assert not block.attn.c_proj.weight.any() and not block.mlp.c_proj.weight.any()
+        assert block.attn.c_q.weight.abs().max() <= math.sqrt(3) * 0.5 / 8 + 1e-6  # U(±√3·½/√64)
+        assert torch.equal(block.lambdas.detach(), torch.tensor([1.0, 0.0]))
+    # no norm weights anywhere: the embedding, the matrices, each block's two scalars
+    assert {n.split(".")[-1] for n, _ in model.named_parameters()} == {"weight", "lambdas"}
+    assert not any(isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm)) for m in model.modules())
+    logits = model(x)
+    assert logits.shape == (16, CONTEXT, vocab) and logits.dtype == torch.float32
+    assert not logits.any()  # zero head: uniform predictions, the loss is ln(vocab) at step 0
+    assert float(torch.nn.functional.cross_entropy(logits.detach().flatten(0, 1), y.flatten())) == pytest.approx(chance)
+    with torch.no_grad():  # weights for the checks below (zero projections hide everything)
+        for name, p in model.named_parameters():
+            if p.ndim == 2 and not p.any():
+                p.normal_(0, 0.3)
+    logits = model(x)
+    assert logits.abs().max() < 30  # the soft cap
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1e3)
+        capped = model(x)
+        model.lm_head.weight.div_(1e3)
+    assert capped.abs().max() <= 30 and capped.abs().max() > 29
+    changed = x.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % vocab
+    assert torch.allclose(model(changed)[:, :-1], logits[:, :-1], atol=1e-5)  # causal
+    assert not torch.allclose(model(changed)[:, -1], logits[:, -1], atol=1e-5)
+    with torch.no_grad():  # QK-norm: a query or key projection's scale is normalised away per head
+        model.blocks[1].attn.c_q.weight.mul_(100.0)
+        model.blocks[2].attn.c_k.weight.mul_(10.0)
+    assert torch.allclose(model(x), logits, atol=1e-3)
+    by_hand = torch.nn.functional.rms_norm(model.embed(x), (64,))  # x0 mixed in by the lambdas
+    with torch.no_grad():
+        model.blocks[0].lambdas.copy_(torch.tensor([0.5, 2.0]))
+        block = model.blocks[0]
+        mixed = 0.5 * by_hand + 2.0 * by_hand
+        mixed = mixed + block.attn(torch.nn.functional.rms_norm(mixed, (64,)))
+        mixed = mixed + block.mlp.c_proj(torch.relu(block.mlp.c_fc(torch.nn.functional.rms_norm(mixed, (64,)))) ** 2)
+        assert torch.allclose(block(by_hand, by_hand), mixed, atol=1e-5)
+
+    model = build_field_model("muon_gpt", vocab)
+    layers = [f"blocks.{i}" for i in range(4)]
+    assert model.units == ["embed", *layers, "lm_head"] and model.hidden == layers and model.exposed == ["lm_head"]
+    owned = [id(p) for u in model.units for p in model.get_submodule(u).parameters()]
+    assert len(owned) == len(set(owned)) == len(list(model.parameters()))
+    assert not LEFT_OUT.get("muon_gpt")
+    families = {s.family for s in SCENARIOS.values() if s.arch == "muon_gpt"}
+    assert families == set(FIELD_FAMILIES) - {"batch_scale", "batch_nan"}  # token IDs: no float batch
+
+
+def test_muon_gpt_steps_muon_on_the_blocks_matrices_and_adam_on_the_rest_with_their_schedules(tmp_path):
+    from sample_runs.field import MUON_GPT_COOLDOWN_FRAC, MUON_GPT_MOMENTUM_WARMUP, _data
+    from sample_runs.field_models import muon_gpt_momentum, muon_gpt_optimizers
+    from sample_runs.framework_loops import _Optimizers
+    from sample_runs.training import train_muon_gpt
+
+    recipe = RECIPES["muon_gpt"]
+    assert recipe.lr == 0.05 and recipe.clip is None and recipe.warmup == 0 and recipe.weight_decay == 0.0
+    assert recipe.schedule == "stable_decay" and recipe.batch == 16 and recipe.accumulation == 1
+    draw, eval_draw, vocab, _ = _data("muon_gpt", recipe, 0, 1)
+    torch.manual_seed(0)
+    model = build_field_model("muon_gpt", vocab)
+    adam, muon = muon_gpt_optimizers(model, 0.05)
+    assert isinstance(adam, torch.optim.Adam) and isinstance(muon, torch.optim.Muon)
+    assert adam.defaults["betas"] == (0.8, 0.95) and adam.defaults["eps"] == 1e-10
+    assert [(g["layer"], g["lr"]) for g in adam.param_groups] == [
+        ("embed", pytest.approx(0.6)), *((f"blocks.{i}", pytest.approx(0.04)) for i in range(4)),
+        ("lm_head", pytest.approx(0.008))]
+    assert [(g["layer"], g["lr"]) for g in muon.param_groups] == [(f"blocks.{i}", 0.05) for i in range(4)]
+    for group in muon.param_groups:
+        assert group["nesterov"] and group["ns_steps"] == 5 and group["weight_decay"] == 0.0
+        assert group["adjust_lr_fn"] == "original" and group["momentum"] == 0.95
+        assert len(group["params"]) == 6 and all(p.ndim == 2 for p in group["params"])  # q, k, v, proj, fc, proj
+    ids = [id(p) for o in (adam, muon) for g in o.param_groups for p in g["params"]]
+    assert len(ids) == len(set(ids)) == len(list(model.parameters()))
+    assert {id(p) for g in adam.param_groups for p in g["params"]} == {
+        id(model.embed.weight), id(model.lm_head.weight), *(id(b.lambdas) for b in model.blocks)}
+    assert muon_gpt_optimizers(model, 5.0)[0].param_groups[0]["lr"] == pytest.approx(60.0)  # an lr factor moves all
+
+    schedule = _schedule(recipe, 150)  # 1 for 60 %, then linear to 0.1 at the end
+    assert MUON_GPT_COOLDOWN_FRAC == 0.4 and schedule(0) == schedule(89) == schedule(90) == 1.0
+    assert schedule(120) == pytest.approx(0.55) and schedule(149) == pytest.approx(0.1 + 0.9 / 60)
+    assert all(schedule(s + 1) <= schedule(s) for s in range(149))
+    assert muon_gpt_momentum(0, 32) == 0.85 and muon_gpt_momentum(16, 32) == pytest.approx(0.9)
+    assert muon_gpt_momentum(32, 32) == muon_gpt_momentum(149, 32) == pytest.approx(0.95)
+    assert MUON_GPT_MOMENTUM_WARMUP == 32
+
+    both = _Optimizers(adam, muon)  # what a fault sees of the two
+    spike = faults.LrSpike(t0=0, layer="blocks.2", factor=30.0)
+    before = [g["lr"] for g in both.param_groups]
+    spike.before_step(0, model, both)
+    kinds = ["Adam"] * len(adam.param_groups) + ["Muon"] * len(muon.param_groups)
+    raised = [(g["layer"], kind) for g, kind, lr in zip(both.param_groups, kinds, before) if g["lr"] != lr]
+    assert raised == [("blocks.2", "Adam"), ("blocks.2", "Muon")]  # its scalars' group and its matrices'
+
+    spy = _Spy()
+    adam, muon = muon_gpt_optimizers(model, 0.05)
+    seen = []
+    muon.register_step_pre_hook(lambda opt, *_: seen.append([round(g["momentum"], 6) for g in opt.param_groups]))
+    adam.register_step_pre_hook(lambda opt, *_: seen.append(round(opt.param_groups[0]["lr"], 6)))
+    outcome = train_muon_gpt(tmp_path / "run", model, (adam, muon), draw, eval_draw, steps=3,
+                             lr_at=lambda step: 1.0 - 0.25 * step, momentum_at=lambda step: muon_gpt_momentum(step, 2),
+                             fault=spy, accumulation=2, eval_every=2)
+    assert spy.began == spy.zeroed == spy.stepped == [0, 1, 2] and spy.batches == [0, 0, 1, 1, 2, 2]
+    assert seen == [0.6, [0.85] * 4, 0.45, [0.9] * 4, 0.3, [0.95] * 4]  # Adam then Muon, each step
+    assert outcome.metrics["val_loss"][0] == pytest.approx(math.log(vocab), abs=1e-4) and all(
+        math.isfinite(v) for v in outcome.losses)
+    stats = read_stats(tmp_path / "run")
+    assert set(stats[stats["role"] == "state"]["key"]) == {"exp_avg", "exp_avg_sq", "momentum_buffer"}
+    buffers = set(stats[(stats["role"] == "state") & (stats["key"] == "momentum_buffer")]["name"])
+    assert buffers == {n for n, p in model.named_parameters() if n.startswith("blocks.") and p.ndim == 2}
+    by_name = _scalars_by_name(tmp_path / "run")
+    assert by_name["hp.optimizer_1.0.momentum"] == pytest.approx([0.85, 0.9, 0.95])
+    assert len(by_name["val_loss"]) == 2 and all(p.grad is None for p in model.parameters())  # set_to_none
+    # the Adam state fault zeroes Adam's second moments; Muon's momentum buffers stay
+    zeroing = faults.AdamStateZeroed(t0=3, layer="")
+    zeroing.before_step(3, model, _Optimizers(adam, muon))
+    assert all(not adam.state[p]["exp_avg_sq"].any() for g in adam.param_groups for p in g["params"])
+    assert all(muon.state[p]["momentum_buffer"].any() for g in muon.param_groups for p in g["params"])
+
+
+def test_muon_gpt_healthy_run_learns_and_records_both_optimizers(tmp_path):
+    truth = make("healthy-muon_gpt-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss, val = by_name["loss"], by_name["val_loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150 and len(val) == 6
+    assert _mean(loss[:10]) > 2.0 and _mean(loss[-10:]) < 0.8 and val[-1] < 0.3 * val[0]
+    momentum = by_name["hp.optimizer_1.3.momentum"]
+    assert momentum[0] == pytest.approx(0.85) and momentum[32:] == pytest.approx([0.95] * 118)
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("name")
+    assert io.loc["input", "kind"] == "index" and io.loc["target", "shape"] == "16x32"
+    assert {"optimizer_stepped.optimizer_0", "optimizer_stepped.optimizer_1"} <= set(by_name)
