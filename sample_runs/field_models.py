@@ -5772,12 +5772,14 @@ class DeepLabBottleneck(nn.Module):
 
 class DeepLabBackbone(nn.Module):
     """torchvision's `resnet50(replace_stride_with_dilation=[False, True, True])` under an
-    `IntermediateLayerGetter(return_layers={"layer4": "out", "layer3": "aux"})`, small: one
-    Bottleneck a stage, widths (8, 16, 32, 64) × 4; the 7 × 7 stride-2 stem and the max-pool, layer2
-    at stride 2, layer3 and layer4 dilated (2, 4) instead of strided: output stride 8. Init as
+    `IntermediateLayerGetter(return_layers={"layer4": "out", "layer3": "aux"})`, small: (1, 1, 2, 2)
+    Bottlenecks a stage (two in the dilated stages: a stage's first block keeps the previous
+    dilation, as torchvision's, so one block would leave layer3 undilated), widths (8, 16, 32, 64) × 4;
+    the 7 × 7 stride-2 stem and the max-pool, layer2 at stride 2, layer3 and layer4 dilated (2, 4)
+    instead of strided: output stride 8. Init as
     torchvision's ResNet (Kaiming normal, fan_out, on the convs; BN weight 1, bias 0)."""
 
-    def __init__(self, widths: tuple[int, ...] = (8, 16, 32, 64),
+    def __init__(self, widths: tuple[int, ...] = (8, 16, 32, 64), blocks: tuple[int, ...] = (1, 1, 2, 2),
                  replace_stride_with_dilation: tuple[bool, bool, bool] = (False, True, True)) -> None:
         super().__init__()
         self.inplanes, self.dilation = 16, 1
@@ -5785,10 +5787,10 @@ class DeepLabBackbone(nn.Module):
         self.bn1 = nn.BatchNorm2d(self.inplanes)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
-        self.layer1 = self._make_layer(widths[0], stride=1)
-        self.layer2 = self._make_layer(widths[1], stride=2, dilate=replace_stride_with_dilation[0])
-        self.layer3 = self._make_layer(widths[2], stride=2, dilate=replace_stride_with_dilation[1])
-        self.layer4 = self._make_layer(widths[3], stride=2, dilate=replace_stride_with_dilation[2])
+        self.layer1 = self._make_layer(widths[0], blocks[0], stride=1)
+        self.layer2 = self._make_layer(widths[1], blocks[1], stride=2, dilate=replace_stride_with_dilation[0])
+        self.layer3 = self._make_layer(widths[2], blocks[2], stride=2, dilate=replace_stride_with_dilation[1])
+        self.layer4 = self._make_layer(widths[3], blocks[3], stride=2, dilate=replace_stride_with_dilation[2])
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -5796,9 +5798,9 @@ class DeepLabBackbone(nn.Module):
                 nn.init.constant_(m.weight, 1)
                 nn.init.constant_(m.bias, 0)
 
-    def _make_layer(self, planes: int, stride: int, dilate: bool = False) -> nn.Sequential:
-        """torchvision's `_make_layer` for one block: a dilated stage keeps stride 1 and multiplies
-        the dilation by the stride it dropped; its first block takes the previous dilation."""
+    def _make_layer(self, planes: int, blocks: int, stride: int, dilate: bool = False) -> nn.Sequential:
+        """torchvision's `_make_layer`: a dilated stage keeps stride 1 and multiplies the dilation by
+        the stride it dropped; its first block takes the previous dilation, the others the new one."""
         previous_dilation = self.dilation
         if dilate:
             self.dilation *= stride
@@ -5807,9 +5809,10 @@ class DeepLabBackbone(nn.Module):
         if stride != 1 or self.inplanes != planes * DeepLabBottleneck.expansion:
             downsample = nn.Sequential(nn.Conv2d(self.inplanes, planes * DeepLabBottleneck.expansion, 1, stride=stride,
                                                  bias=False), nn.BatchNorm2d(planes * DeepLabBottleneck.expansion))
-        block = DeepLabBottleneck(self.inplanes, planes, stride, downsample, previous_dilation)
+        layers = [DeepLabBottleneck(self.inplanes, planes, stride, downsample, previous_dilation)]
         self.inplanes = planes * DeepLabBottleneck.expansion
-        return nn.Sequential(block)
+        layers += [DeepLabBottleneck(self.inplanes, planes, dilation=self.dilation) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
@@ -5879,8 +5882,8 @@ class DeepLabV3(nn.Module):
     def __init__(self, classes: int = DEEPLAB_CLASSES) -> None:
         super().__init__()
         self.backbone = DeepLabBackbone()
-        self.classifier = DeepLabHead(self.backbone.layer4[0].conv3.out_channels, classes)
-        self.aux_classifier = FCNHead(self.backbone.layer3[0].conv3.out_channels, classes)
+        self.classifier = DeepLabHead(self.backbone.layer4[-1].conv3.out_channels, classes)
+        self.aux_classifier = FCNHead(self.backbone.layer3[-1].conv3.out_channels, classes)
         self.units = ["backbone.conv1", "backbone.bn1", "backbone.layer1", "backbone.layer2", "backbone.layer3",
                       "backbone.layer4", "classifier", "aux_classifier"]
         self.hidden = ["backbone.layer1", "backbone.layer2", "backbone.layer3", "backbone.layer4"]
