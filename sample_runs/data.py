@@ -30,6 +30,10 @@ __all__ = [
     "ClickSpec",
     "click_data",
     "shapes_data",
+    "VOC_SHAPES",
+    "VocShapesSpec",
+    "voc_shapes",
+    "voc_train_sampler",
     "sort_batch_sampler",
     "SORT",
     "GRAPH",
@@ -1885,3 +1889,79 @@ class PointMass:
         point = np.clip(point + spec.dt * spec.speed * np.clip(actions, -1.0, 1.0), -spec.wall, spec.wall)
         self.state = np.concatenate([point, goal], 1)
         return torch.from_numpy(self.state.astype(np.float32)), -np.linalg.norm(point - goal, axis=1)
+
+
+@dataclass(frozen=True)
+class VocShapesSpec:
+    """The DeepLab task, a VOC-like toy: (3, `size`, `size`) colour images of one to three shapes of
+    `classes` − 1 object classes (1 disc, 2 square, 3 triangle, 4 cross) on class 0's background, each
+    class its own mean colour (jittered per shape) over a random background colour and pixel noise;
+    int64 label maps whose `void`-labelled band (255, VOC's boundary band) is every pixel with a
+    different label in its 3 × 3 neighbourhood (2 pixels wide: one each side of a boundary). A later
+    shape covers an earlier. Images normalised by ImageNet's mean and std, as train.py's presets do."""
+
+    classes: int = 5
+    size: int = 48
+    crop: int = 40
+    train: int = 1200
+    held_out: int = 200
+    void: int = 255
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+
+
+VOC_SHAPES = VocShapesSpec()
+VOC_SHAPE_COLOURS = ((0.9, 0.2, 0.2), (0.2, 0.8, 0.3), (0.25, 0.35, 0.9), (0.85, 0.8, 0.2))
+"""Each object class's mean RGB colour (jittered by ±0.15 a channel per shape)."""
+
+
+def voc_shapes(n: int, seed: int) -> Dataset:
+    """`n` images and label maps of `VOC_SHAPES` from the seed's own generator (the global RNG untouched)."""
+    spec, generator = VOC_SHAPES, torch.Generator().manual_seed(seed)
+    size = spec.size
+    rows, cols = torch.meshgrid(torch.arange(size).float(), torch.arange(size).float(), indexing="ij")
+    images = torch.rand(n, 3, 1, 1, generator=generator).expand(n, 3, size, size).clone() * 0.6 + 0.2
+    labels = torch.zeros(n, size, size, dtype=torch.int64)
+    for i in range(n):
+        for _ in range(int(torch.randint(1, 4, (1,), generator=generator))):
+            kind = int(torch.randint(1, spec.classes, (1,), generator=generator))
+            r, c = (torch.rand(2, generator=generator) * (size - 16) + 8).tolist()
+            half = float(torch.rand(1, generator=generator) * 6 + 5)
+            dr, dc = rows - r, cols - c
+            if kind == 1:
+                inside = dr ** 2 + dc ** 2 <= half ** 2
+            elif kind == 2:
+                inside = (dr.abs() <= half * 0.85) & (dc.abs() <= half * 0.85)
+            elif kind == 3:
+                inside = (dr <= half * 0.7) & (dr >= -half) & (dc.abs() <= (dr + half) * 0.6)
+            else:
+                inside = ((dr.abs() <= half) & (dc.abs() <= half * 0.35)) | ((dc.abs() <= half) & (dr.abs() <= half * 0.35))
+            colour = torch.tensor(VOC_SHAPE_COLOURS[kind - 1]) + (torch.rand(3, generator=generator) - 0.5) * 0.3
+            images[i][:, inside] = colour.clamp(0, 1)[:, None]
+            labels[i][inside] = kind
+    images = (images + 0.08 * torch.randn(images.shape, generator=generator)).clamp(0, 1)
+    padded = F.pad(labels[:, None].float(), (1, 1, 1, 1), mode="replicate")
+    highest = F.max_pool2d(padded, 3, stride=1)
+    lowest = -F.max_pool2d(-padded, 3, stride=1)
+    labels[(highest != lowest)[:, 0]] = spec.void
+    mean, std = torch.tensor(spec.mean)[:, None, None], torch.tensor(spec.std)[:, None, None]
+    return Dataset((images - mean) / std, labels)
+
+
+def voc_train_sampler(data: Dataset, batch_size: int, seed: int):
+    """`draw()` of train.py's `SegmentationPresetTrain` on each image of a random batch (an epoch's
+    permutation, then the next): `RandomHorizontalFlip(0.5)`, then `RandomCrop(VOC_SHAPES.crop)` (image
+    and label map alike; no `RandomResize`: the shapes' sizes already vary ×2.2). Its own generator."""
+    generator = torch.Generator().manual_seed(seed)
+    draw = batch_sampler(data, batch_size, seed)
+    crop, size = VOC_SHAPES.crop, VOC_SHAPES.size
+
+    def transformed() -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = draw()
+        flip = torch.rand(len(x), generator=generator) < 0.5
+        x, y = torch.where(flip[:, None, None, None], x.flip(-1), x), torch.where(flip[:, None, None], y.flip(-1), y)
+        tops = torch.randint(0, size - crop + 1, (len(x), 2), generator=generator).tolist()
+        return (torch.stack([im[:, t:t + crop, l:l + crop] for im, (t, l) in zip(x, tops)]),
+                torch.stack([lab[t:t + crop, l:l + crop] for lab, (t, l) in zip(y, tops)]))
+
+    return transformed

@@ -27,8 +27,8 @@ MAML on sinusoid tasks, pix2pix, a BiLSTM-CRF tagger, a PixelCNN, a neural ODE, 
 capsule network, a Soft Actor-Critic agent steering points to goals, a masked autoencoder, an
 RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conformer, a
 graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
-hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN and an ELECTRA-style text
-classifier (`field_models`),
+hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECTRA-style text
+classifier and torchvision's DeepLabV3 (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -92,7 +92,10 @@ each network its own Adam (β (0, 0.9); lr ×5 their 2e-4), a constant lr, no cl
 classifier by the plain loop with
 google-research/electra's fine-tuning recipe (AdamW eps 1e-6 over layer-wise lr decay groups, two a
 depth, linear warm-up and decay, clip 1.0; gradient checkpointing on every encoder layer; lr ×3.3) on
-the cross-entropy of a synthetic marker task. Faults
+the cross-entropy of a synthetic marker task, DeepLabV3 by the plain loop with torchvision's
+references/segmentation/train.py recipe (SGD momentum 0.9, weight decay 1e-4, the aux classifier's
+group at lr ×10, linear warm-up then `PolynomialLR` power 0.9 per iteration) on its `criterion`
+(cross-entropy ignoring the void label 255, out + 0.5 × aux) of VOC-like shapes. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -181,6 +184,9 @@ from .data import (
     sort_batch_sampler,
     sbm_graph,
     shapes_data,
+    VOC_SHAPES,
+    voc_shapes,
+    voc_train_sampler,
     signal_pixels,
     skipgram_sampler,
     t5_collate,
@@ -230,6 +236,10 @@ from .field_models import (
     MUON_GPT_MUON_LR,
     muon_gpt_momentum,
     muon_gpt_optimizers,
+    DEEPLAB_CLASSES,
+    deeplab_criterion,
+    deeplab_evaluate,
+    deeplab_params_to_optimize,
     detection_iou,
     distillation_loss,
     fcos_loss,
@@ -459,6 +469,16 @@ to 0.258: 150 steps are the start of a GAN's training), and lr_too_high's ×100 
 ends 0.44 / 0.45 / 0.94 (chance 0.44: the training digits' mean image)."""
 SNGAN_BATCH = 64
 """The SN-GAN's batch of real digits a discriminator update (StudioGAN's and christiancosgrove's 64)."""
+DEEPLAB_LR = 0.02
+"""DeepLab's lr: train.py's DeepLabV3 recipe's 0.02, kept (no departure). Measured on the healthy
+loop, unrecorded, seeds 0-2, first/last 10-step loss means 1.898 -> 0.463, 1.612 -> 0.425, 1.887 ->
+0.416, held-out mIoU 0.014 / 0.006 / 0.012 at step 0 -> 0.400 / 0.306 / 0.396 at step 125 (0.18 is
+background everywhere). The departures are of size, not of the recipe: a backbone trained from its
+init (train.py's `--weights-backbone` is ImageNet's), (1, 1, 2, 2) blocks at widths 8-64 ×4, head
+width 64, rates `DEEPLAB_RATES`, 48-pixel images and 40-pixel crops, no `RandomResize`, batch
+`DEEPLAB_BATCH`, a 15-step warm-up (train.py's `--lr-warmup-epochs` defaults to 0)."""
+DEEPLAB_BATCH = 16
+"""DeepLab's batch (train.py's 4 images a GPU on 8 GPUs, 32; half here, for a 2-core CPU)."""
 ELECTRA_LR = 1e-3
 """The ELECTRA classifier's peak lr: 3.3× configure_finetuning.py's 3e-4 for ELECTRA-small, which
 fine-tunes a pre-trained encoder where this one starts from its seeded init (no checkpoint can be
@@ -681,6 +701,13 @@ RECIPES = {
     # lr is Muon's (the Adam groups' follow it, `muon_gpt_optimizers`).
     "muon_gpt": Recipe(lr=MUON_GPT_MUON_LR, weight_decay=0.0, batch=16, clip=None, betas=(0.8, 0.95), warmup=0,
                        optimizer="muon_adam", schedule="stable_decay"),
+    # torchvision's references/segmentation/train.py (its DeepLabV3 recipe: --lr 0.02 --aux-loss, wd
+    # 1e-4): SGD momentum 0.9 (no Nesterov) over `params_to_optimize` (backbone, classifier, and the
+    # aux classifier at lr x10; `deeplab_params_to_optimize`, built in `_train`), weight decay on every
+    # parameter, no clipping; `--lr-warmup-epochs` as LinearLR from `--lr-warmup-decay` 0.01 over 15
+    # steps, then PolynomialLR (power 0.9) per iteration over the rest. Batch DEEPLAB_BATCH.
+    "deeplab": Recipe(lr=DEEPLAB_LR, weight_decay=1e-4, batch=DEEPLAB_BATCH, clip=None, warmup=15,
+                      optimizer="momentum_sgd", schedule="warmup_poly"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -742,7 +769,8 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "nerf": torch.nn.functional.mse_loss, "capsnet": caps_loss, "mae": mae_loss, "rwkv": rwkv_loss,
           "tabnet": tabnet_loss, "gat": torch.nn.functional.nll_loss, "set_transformer": torch.nn.functional.l1_loss,
           "conformer": conformer_ctc_loss, "neural_process": cnp_nll, "dit": dit_loss,
-          "sae": sae_loss, "electra_ft": torch.nn.functional.cross_entropy}
+          "sae": sae_loss, "electra_ft": torch.nn.functional.cross_entropy,
+          "deeplab": deeplab_criterion}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -857,6 +885,9 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
             w = (1 - x) / MUON_GPT_COOLDOWN_FRAC
             return w * 1.0 + (1 - w) * 0.1
         return stable_decay
+    if recipe.schedule == "warmup_poly":  # train.py's SequentialLR([LinearLR(0.01), PolynomialLR(power=0.9)])
+        return lambda step: 0.01 + 0.99 * step / recipe.warmup if step < recipe.warmup else \
+            (1 - (step - recipe.warmup) / (steps - recipe.warmup)) ** 0.9
     if recipe.schedule == "constant_then_linear":
         return lambda step: min(1.0, 2 * (1 - step / steps))
     if recipe.schedule == "mae_cosine":  # mae's lr_sched.adjust_learning_rate, per step, min_lr 0
@@ -987,7 +1018,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
-                "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan")
+                "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier: its dict batch is int64 `input_ids` and `attention_mask`) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1011,7 +1042,8 @@ its frames (`input_features`; the attention mask is integer and left as it is), 
 Neural Process's its context points (x and y) and target x's (their target y's left as they are), the
 KAN's its flattened pixels, the hypernetwork CNN's its pixels, the SAE's its activation vectors
 (also its reconstruction's target), the SN-GAN's the real digits its discriminator reads (every
-real micro-batch of the step); word2vec and the BiLSTM-CRF read
+real micro-batch of the step), DeepLab's its normalised colour images (their label maps, void 255
+included, left as they are); word2vec and the BiLSTM-CRF read
 word IDs."""
 
 
@@ -1079,6 +1111,8 @@ LEFT_OUT = {
     # run began, still 1.54 by the end against its twin's 1.26; seeds 0-2 end 0.82-0.89x where they
     # began, which the healthy check (< 0.8x) refuses. Not the spike that recovers the family means.
     "neural_process": ("healthy_spike",),
+    # train.py's SGD keeps no Adam moments to corrupt.
+    "deeplab": ("adam_state",),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -1264,6 +1298,13 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         share = torch.bincount(train_y).double() / len(train_y)
         return (electra_sampler(train, train_y, micro, seed), electra_sampler(held, held_y, 256, seed + 1), 4,
                 float(-(share * share.log()).sum()))
+    if arch == "deeplab":  # VOC-like shapes: train.py's train preset on the training images, the held-out ones whole
+        train, held = voc_shapes(VOC_SHAPES.train, seed), _deeplab_held_out()
+        labelled = train.y[train.y != VOC_SHAPES.void]
+        share = torch.bincount(labelled, minlength=DEEPLAB_CLASSES).double() / labelled.numel()
+        # chance: every pixel at the class marginal, for out and aux alike (out + 0.5 · aux)
+        return (voc_train_sampler(train, micro, seed), batch_sampler(held, 100, seed + 1), DEEPLAB_CLASSES,
+                1.5 * float(-(share * share.log()).sum()))
     if arch == "ddpm":  # DDPM's data scaling
         x = 2 * x - 1
         return images_sampler(x[:1500], micro, seed), images_sampler(x[1500:], 128, seed + 1), 10, 1.0
@@ -1633,6 +1674,7 @@ EVAL_METRICS = {
     "capsnet": lambda model: {"val_accuracy": capsule_accuracy(model, digits("image").x[1500:],
                                                                digits("image").y[1500:])},
     "electra_ft": lambda model: {"val_accuracy": electra_accuracy(model, electra_collate(*_electra_held_out()))},
+    "deeplab": lambda model: deeplab_evaluate(model, _deeplab_held_out().x, _deeplab_held_out().y),
 }
 """Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
 
@@ -1658,6 +1700,14 @@ def _held_out_smape(model: nn.Module) -> float:
     x, y = forecast_windows_sampler(SERIES.series, 0, held_out=True)()
     with torch.no_grad():
         return float(smape_2_loss(model(x), y))
+
+
+@lru_cache(maxsize=1)
+def _deeplab_held_out() -> Dataset:
+    """DeepLab's held-out images (one set for every seed, as VOC's val split is), whole (no crop, no
+    flip: train.py's eval preset at the images' own size): `val_loss` reads two batches of 100, the
+    confusion matrix all of them."""
+    return voc_shapes(VOC_SHAPES.held_out, 1000)
 
 
 @lru_cache(maxsize=1)
@@ -1823,6 +1873,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                                            lr=lr, betas=recipe.betas) for net in NETWORKS[arch])
     elif arch == "muon_gpt":  # modded-nanogpt's two optimizers: (Adam, Muon)
         optimizer = muon_gpt_optimizers(model, lr)
+    elif arch == "deeplab":  # train.py's params_to_optimize: the aux classifier at lr x10
+        optimizer = OPTIMIZERS[recipe.optimizer](deeplab_params_to_optimize(model, lr, recipe.weight_decay), lr, recipe)
     elif arch == "electra_ft":  # the fine-tuning scripts' layer-wise lr decay groups
         optimizer = OPTIMIZERS[recipe.optimizer](electra_param_groups_lrd(model, lr, recipe.weight_decay,
                                                                           ELECTRA_LAYER_DECAY), lr, recipe)

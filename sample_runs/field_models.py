@@ -312,6 +312,14 @@
   untied head, x0-mixing block scalars, logits soft-capped by 30 · tanh(· / 30)) trained by two
   optimizers: `torch.optim.Muon` on the blocks' matrices and Adam (β (0.8, 0.95), eps 1e-10) on the
   embedding, the head and the scalars, with Muon's momentum warmed up 0.85 → 0.95; on the character corpus.
+- `DeepLabV3`, `DeepLabBackbone`, `DeepLabBottleneck`, `ASPP`, `DeepLabHead`, `FCNHead`,
+  `deeplab_criterion`, `deeplab_params_to_optimize`, `deeplab_confusion_matrix`, `deeplab_evaluate`:
+  torchvision's DeepLabV3 with an auxiliary FCN head as references/segmentation/train.py trains it,
+  written here, small: a Bottleneck ResNet with `replace_stride_with_dilation` (output stride 8), an
+  ASPP head (1 × 1, atrous 3 × 3 at three rates, image pooling; projected, dropout), an FCN head on
+  layer3, both upsampled bilinearly to the input; a dict {"out", "aux"}; cross-entropy with
+  `ignore_index=255` on out + 0.5 × aux; mean IoU from a confusion matrix that skips the void label;
+  on VOC-like generated colour shapes with a void band on every boundary (`data.voc_shapes`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -327,8 +335,8 @@ the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` befor
 `perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
 twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hypernetwork` before
 the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth, `sngan` and
-`electra_ft` before the twenty-seventh, `muon_gpt` before the twenty-eighth (benchmarks/detection.py
-`NEVER_SEEN_ARCHS`).
+`electra_ft` before the twenty-seventh, `muon_gpt` and `deeplab` before the twenty-eighth
+(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -346,6 +354,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from .data import (CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, NERF_SCENE, POINT_MASS, RING,
                    MEL_SPEECH, SERIES, SPEECH, SPIRAL, TABLE, TAGGING, TAGS, TOPICS, WAVEFORMS, rk4_step, spiral_trajectory)
@@ -388,6 +397,9 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "MuonGPT", "MuonGPTBlock", "MuonGPTAttention", "MuonGPTMLP", "MuonGPTRotary", "MuonGPTLinear",
            "muon_gpt_norm", "muon_gpt_optimizers", "muon_gpt_momentum", "MUON_GPT_MUON_LR", "MUON_GPT_EMBED_LR", "MUON_GPT_HEAD_LR",
            "MUON_GPT_SCALAR_LR", "MUON_GPT_BETAS", "MUON_GPT_EPS", "MUON_GPT_MOMENTUM",
+           "DeepLabV3", "DeepLabBackbone", "DeepLabBottleneck", "ASPP", "ASPPConv", "ASPPPooling", "DeepLabHead",
+           "FCNHead", "deeplab_criterion", "deeplab_params_to_optimize", "deeplab_confusion_matrix", "deeplab_scores",
+           "deeplab_evaluate", "DEEPLAB_CLASSES", "DEEPLAB_VOID", "DEEPLAB_RATES", "DEEPLAB_AUX_WEIGHT", "DEEPLAB_AUX_LR",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
            "KAN", "KANLinear", "kan_b_splines", "kan_uniform_grid", "KAN_GRID_SIZE", "KAN_SPLINE_ORDER",
@@ -5887,6 +5899,225 @@ def muon_gpt_momentum(step: int, warmup: int) -> float:
     frac = min(step / warmup, 1.0)
     start, end = MUON_GPT_MOMENTUM
     return (1 - frac) * start + frac * end
+DEEPLAB_CLASSES = 5
+"""The VOC-like toy's classes: background 0 and four shapes (`data.VOC_SHAPES`); void pixels are 255."""
+DEEPLAB_VOID = 255
+"""torchvision's segmentation `criterion`'s `ignore_index` (VOC's boundary band)."""
+DEEPLAB_RATES = (1, 2, 3)
+"""The ASPP's atrous rates: torchvision's `DeepLabHead` takes (12, 24, 36) at output stride 8 on
+VOC's 480-pixel crops, ~60-pixel feature maps (a fifth to three fifths of the map's width); the
+40-pixel crops here give 5 × 5 features at output stride 8, so the same fractions are 1, 2, 3 (at 12
+every 3 × 3 tap but the centre reads padding)."""
+DEEPLAB_AUX_WEIGHT = 0.5
+"""torchvision's `criterion`: `losses["out"] + 0.5 * losses["aux"]`."""
+DEEPLAB_AUX_LR = 10.0
+"""train.py's `params_to_optimize`: the aux classifier's group at `lr * 10`."""
+
+
+class DeepLabBottleneck(nn.Module):
+    """torchvision's ResNet `Bottleneck` (1 × 1, 3 × 3 with stride and dilation, 1 × 1 at ×4
+    width, each followed by BatchNorm; the identity or a strided 1 × 1 + BN downsample)."""
+
+    expansion = 4
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None,
+                 dilation: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=dilation, dilation=dilation, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, planes * self.expansion, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * self.expansion)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        return self.relu(self.bn3(self.conv3(out)) + identity)
+
+
+class DeepLabBackbone(nn.Module):
+    """torchvision's `resnet50(replace_stride_with_dilation=[False, True, True])` under an
+    `IntermediateLayerGetter(return_layers={"layer4": "out", "layer3": "aux"})`, small: (1, 1, 2, 2)
+    Bottlenecks a stage (two in the dilated stages: a stage's first block keeps the previous
+    dilation, as torchvision's, so one block would leave layer3 undilated), widths (8, 16, 32, 64) × 4;
+    the 7 × 7 stride-2 stem and the max-pool, layer2 at stride 2, layer3 and layer4 dilated (2, 4)
+    instead of strided: output stride 8. Init as
+    torchvision's ResNet (Kaiming normal, fan_out, on the convs; BN weight 1, bias 0)."""
+
+    def __init__(self, widths: tuple[int, ...] = (8, 16, 32, 64), blocks: tuple[int, ...] = (1, 1, 2, 2),
+                 replace_stride_with_dilation: tuple[bool, bool, bool] = (False, True, True)) -> None:
+        super().__init__()
+        self.inplanes, self.dilation = 16, 1
+        self.conv1 = nn.Conv2d(3, self.inplanes, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(self.inplanes)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.layer1 = self._make_layer(widths[0], blocks[0], stride=1)
+        self.layer2 = self._make_layer(widths[1], blocks[1], stride=2, dilate=replace_stride_with_dilation[0])
+        self.layer3 = self._make_layer(widths[2], blocks[2], stride=2, dilate=replace_stride_with_dilation[1])
+        self.layer4 = self._make_layer(widths[3], blocks[3], stride=2, dilate=replace_stride_with_dilation[2])
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.constant_(m.weight, 1)
+                nn.init.constant_(m.bias, 0)
+
+    def _make_layer(self, planes: int, blocks: int, stride: int, dilate: bool = False) -> nn.Sequential:
+        """torchvision's `_make_layer`: a dilated stage keeps stride 1 and multiplies the dilation by
+        the stride it dropped; its first block takes the previous dilation, the others the new one."""
+        previous_dilation = self.dilation
+        if dilate:
+            self.dilation *= stride
+            stride = 1
+        downsample = None
+        if stride != 1 or self.inplanes != planes * DeepLabBottleneck.expansion:
+            downsample = nn.Sequential(nn.Conv2d(self.inplanes, planes * DeepLabBottleneck.expansion, 1, stride=stride,
+                                                 bias=False), nn.BatchNorm2d(planes * DeepLabBottleneck.expansion))
+        layers = [DeepLabBottleneck(self.inplanes, planes, stride, downsample, previous_dilation)]
+        self.inplanes = planes * DeepLabBottleneck.expansion
+        layers += [DeepLabBottleneck(self.inplanes, planes, dilation=self.dilation) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        aux = self.layer3(self.layer2(self.layer1(x)))
+        return {"out": self.layer4(aux), "aux": aux}
+
+
+class ASPPConv(nn.Sequential):
+    def __init__(self, cin: int, cout: int, dilation: int) -> None:
+        super().__init__(nn.Conv2d(cin, cout, 3, padding=dilation, dilation=dilation, bias=False),
+                         nn.BatchNorm2d(cout), nn.ReLU())
+
+
+class ASPPPooling(nn.Sequential):
+    """The image-pooling branch: global average pool, 1 × 1 conv, BN, ReLU, bilinearly upsampled
+    back to the feature map (align_corners=False)."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__(nn.AdaptiveAvgPool2d(1), nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size = x.shape[-2:]
+        for module in self:
+            x = module(x)
+        return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
+
+
+class ASPP(nn.Module):
+    """torchvision's `ASPP`: a 1 × 1 conv branch, one atrous 3 × 3 branch a rate, the image-pooling
+    branch, concatenated and projected by 1 × 1 conv + BN + ReLU + Dropout(0.5)."""
+
+    def __init__(self, cin: int, rates: tuple[int, ...], cout: int = 64) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Sequential(nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()),
+                                    *(ASPPConv(cin, cout, rate) for rate in rates), ASPPPooling(cin, cout)])
+        self.project = nn.Sequential(nn.Conv2d(len(self.convs) * cout, cout, 1, bias=False), nn.BatchNorm2d(cout),
+                                     nn.ReLU(), nn.Dropout(0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.project(torch.cat([conv(x) for conv in self.convs], dim=1))
+
+
+class DeepLabHead(nn.Sequential):
+    """torchvision's `DeepLabHead`: ASPP, 3 × 3 conv + BN + ReLU, a 1 × 1 conv to the classes."""
+
+    def __init__(self, cin: int, classes: int, rates: tuple[int, ...] = DEEPLAB_RATES, width: int = 64) -> None:
+        super().__init__(ASPP(cin, rates, width), nn.Conv2d(width, width, 3, padding=1, bias=False),
+                         nn.BatchNorm2d(width), nn.ReLU(), nn.Conv2d(width, classes, 1))
+
+
+class FCNHead(nn.Sequential):
+    """torchvision's `FCNHead` (the aux classifier): 3 × 3 conv to a quarter of the channels, BN,
+    ReLU, Dropout(0.1), a 1 × 1 conv to the classes."""
+
+    def __init__(self, cin: int, classes: int) -> None:
+        inter = cin // 4
+        super().__init__(nn.Conv2d(cin, inter, 3, padding=1, bias=False), nn.BatchNorm2d(inter), nn.ReLU(),
+                         nn.Dropout(0.1), nn.Conv2d(inter, classes, 1))
+
+
+class DeepLabV3(nn.Module):
+    """torchvision's `DeepLabV3` (`_SimpleSegmentationModel`) with `aux_loss=True`: the backbone's
+    "out" features through the DeepLab head, its "aux" (layer3) features through the FCN head, each
+    upsampled bilinearly (align_corners=False) to the input's size; returns the dict {"out", "aux"}
+    of (B, classes, H, W) logits."""
+
+    def __init__(self, classes: int = DEEPLAB_CLASSES) -> None:
+        super().__init__()
+        self.backbone = DeepLabBackbone()
+        self.classifier = DeepLabHead(self.backbone.layer4[-1].conv3.out_channels, classes)
+        self.aux_classifier = FCNHead(self.backbone.layer3[-1].conv3.out_channels, classes)
+        self.units = ["backbone.conv1", "backbone.bn1", "backbone.layer1", "backbone.layer2", "backbone.layer3",
+                      "backbone.layer4", "classifier", "aux_classifier"]
+        self.hidden = ["backbone.layer1", "backbone.layer2", "backbone.layer3", "backbone.layer4"]
+        self.exposed = ["classifier.4", "aux_classifier.4"]  # every other conv is followed by a BatchNorm
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        size = x.shape[-2:]
+        features = self.backbone(x)
+        result = {}
+        for name, head in (("out", self.classifier), ("aux", self.aux_classifier)):
+            result[name] = F.interpolate(head(features[name]), size=size, mode="bilinear", align_corners=False)
+        return result
+
+
+def deeplab_criterion(inputs: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+    """references/segmentation/train.py's `criterion`: cross-entropy (ignore_index 255) on each
+    output, `out` + 0.5 × `aux`."""
+    losses = {name: F.cross_entropy(x, target, ignore_index=DEEPLAB_VOID) for name, x in inputs.items()}
+    if len(losses) == 1:
+        return losses["out"]
+    return losses["out"] + DEEPLAB_AUX_WEIGHT * losses["aux"]
+
+
+def deeplab_params_to_optimize(model: DeepLabV3, lr: float, weight_decay: float) -> list[dict]:
+    """train.py's `params_to_optimize` (backbone, classifier, aux_classifier at lr × 10; the
+    optimizer's weight decay on every parameter: no norm exemption in the segmentation reference),
+    split one group a unit (the same SGD updates: SGD's step is per parameter) so that a unit's lr
+    can be changed, each group tagged with its unit."""
+    return [{"params": [p for p in model.get_submodule(unit).parameters() if p.requires_grad],
+             "lr": lr * (DEEPLAB_AUX_LR if unit == "aux_classifier" else 1.0), "weight_decay": weight_decay,
+             "layer": unit} for unit in model.units]
+
+
+def deeplab_confusion_matrix(target: torch.Tensor, prediction: torch.Tensor, classes: int) -> torch.Tensor:
+    """torchvision's `utils.ConfusionMatrix.update`: rows the true class, columns the predicted,
+    pixels whose target is outside [0, classes) (void, 255) skipped."""
+    a, b = target.flatten(), prediction.flatten()
+    k = (a >= 0) & (a < classes)
+    return torch.bincount(classes * a[k] + b[k], minlength=classes ** 2).reshape(classes, classes)
+
+
+def deeplab_scores(confusion: torch.Tensor) -> tuple[float, float]:
+    """`ConfusionMatrix.compute`: (global pixel accuracy, mean IoU over the classes)."""
+    h = confusion.double()
+    diag = torch.diag(h)
+    iu = diag / (h.sum(1) + h.sum(0) - diag)
+    return float(diag.sum() / h.sum()), float(iu.mean())
+
+
+def deeplab_evaluate(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, batch: int = 100) -> dict[str, float]:
+    """train.py's `evaluate`: eval mode, no gradient, `model(image)["out"].argmax(1)` into the
+    confusion matrix over the held-out images; their pixel accuracy and mean IoU."""
+    was_training = model.training
+    model.eval()
+    classes = None
+    confusion = None
+    with torch.no_grad():
+        for start in range(0, len(images), batch):
+            out = model(images[start:start + batch])["out"]
+            classes = out.shape[1]
+            part = deeplab_confusion_matrix(targets[start:start + batch], out.argmax(1), classes)
+            confusion = part if confusion is None else confusion + part
+    model.train(was_training)
+    accuracy, miou = deeplab_scores(confusion)
+    return {"val_miou": miou, "val_pixel_accuracy": accuracy}
 
 
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
@@ -5896,7 +6127,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
-               "sngan", "electra_ft", "muon_gpt")
+               "sngan", "electra_ft", "muon_gpt", "deeplab")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -5973,6 +6204,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "sngan": lambda vocab: SNGAN(),
     "electra_ft": lambda vocab: ElectraClassifier(classes=vocab),
     "muon_gpt": lambda vocab: MuonGPT(vocab),
+    "deeplab": lambda vocab: DeepLabV3(classes=vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

@@ -150,7 +150,10 @@ def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Te
 
 def _float32(output):
     """The model's output in float32; a tuple (logits and an auxiliary loss, a VAE's reconstruction
-    logits, mu and logvar) element by element, integer elements (a CTC model's lengths) as they are."""
+    logits, mu and logvar) element by element, integer elements (a CTC model's lengths) as they are;
+    a dict (torchvision's segmentation models' {"out", "aux"}) value by value."""
+    if isinstance(output, dict):
+        return {key: _float32(value) for key, value in output.items()}
     if isinstance(output, tuple):
         return tuple(o.float() if o.is_floating_point() else o for o in output)
     return output.float()

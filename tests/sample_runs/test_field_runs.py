@@ -51,7 +51,7 @@ def test_catalogue_looks_like_the_field():
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
-                                       "electra_ft", "muon_gpt"}
+                                       "electra_ft", "muon_gpt", "deeplab"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -3621,3 +3621,152 @@ def test_muon_gpt_healthy_run_learns_and_records_both_optimizers(tmp_path):
     io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("name")
     assert io.loc["input", "kind"] == "index" and io.loc["target", "shape"] == "16x32"
     assert {"optimizer_stepped.optimizer_0", "optimizer_stepped.optimizer_1"} <= set(by_name)
+def test_deeplab_dilated_backbone_aspp_and_aux_heads_return_a_dict_at_the_input_size():
+    from sample_runs.field_models import ASPP, ASPPPooling, DEEPLAB_RATES, DeepLabV3
+
+    torch.manual_seed(0)
+    model = build_field_model("deeplab", 5)
+    assert isinstance(model, DeepLabV3)
+    x = torch.randn(2, 3, 40, 40)
+    out = model(x)
+    assert set(out) == {"out", "aux"} and out["out"].shape == out["aux"].shape == (2, 5, 40, 40)
+    assert model(torch.randn(2, 3, 48, 48))["out"].shape == (2, 5, 48, 48)  # fully convolutional
+    features = model.backbone(x)
+    assert features["out"].shape[-2:] == features["aux"].shape[-2:] == (5, 5)  # output stride 8
+    dilations = [[block.conv2.dilation[0] for block in model.backbone.get_submodule(f"layer{i}")] for i in (1, 2, 3, 4)]
+    assert dilations == [[1], [1], [1, 2], [2, 4]]  # replace_stride_with_dilation=[False, True, True]
+    assert model.backbone.layer3[0].conv2.stride == model.backbone.layer4[0].conv2.stride == (1, 1)
+    aspp = model.classifier[0]
+    assert isinstance(aspp, ASPP) and isinstance(aspp.convs[-1], ASPPPooling)
+    assert [c[0].dilation[0] for c in aspp.convs[1:-1]] == list(DEEPLAB_RATES) and aspp.convs[0][0].kernel_size == (1, 1)
+    assert isinstance(aspp.project[-1], torch.nn.Dropout) and aspp.project[-1].p == 0.5
+    # the upsampling is F.interpolate(bilinear, align_corners=False) of the heads' own logits
+    model.eval()
+    with torch.no_grad():
+        low = model.classifier(model.backbone(x)["out"])
+        expected = torch.nn.functional.interpolate(low, size=(40, 40), mode="bilinear", align_corners=False)
+        assert torch.allclose(model(x)["out"], expected, atol=1e-6)
+    owned = [id(p) for u in model.units for p in model.get_submodule(u).parameters()]
+    assert len(owned) == len(set(owned)) == len(list(model.parameters()))
+    assert model.hidden == [f"backbone.layer{i}" for i in (1, 2, 3, 4)]
+    assert all(isinstance(model.get_submodule(e), torch.nn.Conv2d) for e in model.exposed)
+
+
+def test_deeplab_criterion_ignores_void_pixels_and_weighs_aux_by_a_half():
+    from sample_runs.field_models import deeplab_criterion
+
+    torch.manual_seed(0)
+    out, aux = torch.randn(2, 5, 6, 6), torch.randn(2, 5, 6, 6)
+    target = torch.randint(0, 5, (2, 6, 6))
+    target[:, 0] = 255
+    keep = target != 255
+
+    def plain(logits):  # the mean NLL over the labelled pixels only
+        logp = logits.log_softmax(1).permute(0, 2, 3, 1)[keep]
+        return -logp.gather(1, target[keep][:, None]).mean()
+
+    loss = deeplab_criterion({"out": out, "aux": aux}, target)
+    assert loss == pytest.approx(float(plain(out) + 0.5 * plain(aux)), rel=1e-5)
+    assert deeplab_criterion({"out": out}, target) == pytest.approx(float(plain(out)), rel=1e-5)
+    changed = out.clone()
+    changed[:, :, 0] = 100.0 * torch.randn(2, 5, 6)  # void pixels' logits do not count
+    assert deeplab_criterion({"out": changed, "aux": aux}, target) == pytest.approx(float(loss), rel=1e-5)
+
+
+def test_deeplab_param_groups_put_the_aux_classifier_at_ten_times_the_lr_and_the_schedule_warms_up_then_decays():
+    from sample_runs.field import DEEPLAB_LR, OPTIMIZERS
+    from sample_runs.field_models import deeplab_params_to_optimize
+
+    model = build_field_model("deeplab", 5)
+    recipe = RECIPES["deeplab"]
+    assert recipe.lr == DEEPLAB_LR == 0.02 and recipe.weight_decay == 1e-4 and recipe.clip is None
+    groups = deeplab_params_to_optimize(model, 0.02, 1e-4)
+    assert [g["layer"] for g in groups] == model.units
+    for g in groups:
+        assert g["lr"] == pytest.approx(0.2 if g["layer"] == "aux_classifier" else 0.02)
+        assert g["weight_decay"] == 1e-4  # train.py: decay on every parameter, norms included
+    ids = [id(p) for g in groups for p in g["params"]]
+    assert len(ids) == len(set(ids)) == len(list(model.parameters()))
+    optimizer = OPTIMIZERS[recipe.optimizer](groups, 0.02, recipe)
+    assert isinstance(optimizer, torch.optim.SGD) and optimizer.defaults["momentum"] == 0.9
+    assert not optimizer.defaults["nesterov"]
+    # train.py's SequentialLR([LinearLR(start_factor=0.01, total_iters=W), PolynomialLR(total_iters=N - W, power=0.9)])
+    schedule = _schedule(recipe, 150)
+    reference = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    warm = torch.optim.lr_scheduler.LinearLR(reference, start_factor=0.01, total_iters=recipe.warmup)
+    poly = torch.optim.lr_scheduler.PolynomialLR(reference, total_iters=150 - recipe.warmup, power=0.9)
+    sequential = torch.optim.lr_scheduler.SequentialLR(reference, [warm, poly], milestones=[recipe.warmup])
+    factors = []
+    for _ in range(150):
+        factors.append(reference.param_groups[0]["lr"])
+        reference.step()
+        sequential.step()
+    assert [schedule(s) for s in range(150)] == pytest.approx(factors, rel=1e-6, abs=1e-9)
+    assert schedule(0) == pytest.approx(0.01) and schedule(15) == 1.0 and 0 < schedule(149) < 0.02
+    assert LEFT_OUT["deeplab"] == ("adam_state",)
+    families = {s.family for s in SCENARIOS.values() if s.arch == "deeplab"}
+    assert families == set(FIELD_FAMILIES) - {"adam_state"}
+    spike = faults.LrSpike(t0=0, layer="backbone.layer3", factor=30.0)
+    spike.before_step(0, model, optimizer)
+    assert [g["layer"] for g in optimizer.param_groups if g["lr"] > 0.2] == ["backbone.layer3"]
+
+
+def test_deeplab_confusion_matrix_miou_matches_a_plain_reference_and_skips_void():
+    from sample_runs.field_models import deeplab_confusion_matrix, deeplab_scores
+
+    generator = torch.Generator().manual_seed(0)
+    target = torch.randint(0, 5, (4, 12, 12), generator=generator)
+    target[:, :2] = 255
+    prediction = torch.where(torch.rand(4, 12, 12, generator=generator) < 0.6, target.clamp(max=4),
+                             torch.randint(0, 5, (4, 12, 12), generator=generator))
+    accuracy, miou = deeplab_scores(deeplab_confusion_matrix(target, prediction, 5))
+    keep = target != 255
+    t, p = target[keep].tolist(), prediction[keep].tolist()
+    ious = []
+    for c in range(5):
+        both = sum(a == c and b == c for a, b in zip(t, p))
+        either = sum(a == c or b == c for a, b in zip(t, p))
+        ious.append(both / either)
+    assert miou == pytest.approx(sum(ious) / 5) and accuracy == pytest.approx(sum(a == b for a, b in zip(t, p)) / len(t))
+
+
+def test_deeplab_data_has_void_bands_on_boundaries_and_the_train_preset_crops_and_flips():
+    from sample_runs.data import VOC_SHAPES, voc_shapes, voc_train_sampler
+    from sample_runs.field import _data
+
+    data = voc_shapes(200, 0)
+    assert data.x.shape == (200, 3, 48, 48) and data.y.dtype == torch.int64
+    assert torch.equal(data.y, voc_shapes(200, 0).y) and not torch.equal(data.y, voc_shapes(200, 1).y)
+    assert set(data.y.unique().tolist()) == {0, 1, 2, 3, 4, 255}
+    assert 0.03 < float((data.y == 255).float().mean()) < 0.2
+    # no two different labels touch (4-neighbours): every boundary is void
+    for a, b in ((data.y[:, 1:], data.y[:, :-1]), (data.y[:, :, 1:], data.y[:, :, :-1])):
+        touching = (a != b) & (a != 255) & (b != 255)
+        assert not touching.any()
+    assert abs(float(data.x.mean())) < 1.0  # ImageNet-normalised
+    draw, eval_draw, classes, chance = _data("deeplab", RECIPES["deeplab"], 0, 1)
+    x, y = draw()
+    assert classes == 5 and x.shape == (16, 3, VOC_SHAPES.crop, VOC_SHAPES.crop) and y.shape == (16, 40, 40)
+    held_x, held_y = eval_draw()
+    assert held_x.shape == (100, 3, 48, 48) and held_y.shape == (100, 48, 48)
+    assert 0.5 < chance < 1.5 * math.log(5)
+    # the train preset: each image a horizontal flip or not, then a 40-pixel crop of the 48-pixel image
+    small = type(data)(data.x[:8], data.y[:8])
+    x, y = voc_train_sampler(small, 8, 3)()
+    for image, label in zip(x, y):
+        found = any(torch.equal(label, source[t:t + 40, l:l + 40])
+                    for source in (*small.y, *small.y.flip(-1)) for t in range(9) for l in range(9))
+        assert found
+
+
+def test_deeplab_healthy_run_learns_and_records_its_segmentation_metrics(tmp_path):
+    truth = make("healthy-deeplab-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[:10]) > 1.5 and _mean(loss[-10:]) < 0.6
+    miou = by_name["val_miou"]
+    assert len(miou) == 6 and miou[0] < 0.1 and miou[-1] > 0.35 and by_name["val_pixel_accuracy"][-1] > 0.85
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)]
+    assert len(io) >= 2
