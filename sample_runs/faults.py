@@ -270,8 +270,9 @@ class LabelShuffle(Fault):
 @dataclass
 class MislabeledBatch(Fault):
     """Healthy-run noise: the `length` batches from t0 carry wrong labels, giving a loss spike that
-    recovers. Class indices move to another class (an ignored index, -100, stays ignored); float
-    targets in [0, 1] (click labels, pixels to reconstruct) are flipped to 1 − y."""
+    recovers. Class indices move to another class; an index outside 0 … classes − 1 is an ignored
+    one and stays (-100, VOC's void 255: round 28's deeplab had its void band moved onto classes);
+    float targets in [0, 1] (click labels, pixels to reconstruct) are flipped to 1 − y."""
 
     length: int = 2
     classes: int = 10
@@ -280,5 +281,6 @@ class MislabeledBatch(Fault):
         if self.t0 <= step < self.t0 + self.length:
             if y.is_floating_point():
                 return x, 1 - y
-            return x, torch.where(y < 0, y, (y + 1 + step % (self.classes - 1)) % self.classes)
+            ignored = (y < 0) | (y >= self.classes)
+            return x, torch.where(ignored, y, (y + 1 + step % (self.classes - 1)) % self.classes)
         return x, y

@@ -3770,3 +3770,12 @@ def test_deeplab_healthy_run_learns_and_records_its_segmentation_metrics(tmp_pat
     stats = read_stats(tmp_path / "run")
     io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)]
     assert len(io) >= 2
+
+
+def test_mislabelled_batch_moves_classes_and_leaves_ignored_indices_alone():
+    labels = torch.tensor([[0, 4, 255, 2], [-100, 1, 3, 255]])
+    spike = faults.MislabeledBatch(t0=5, classes=5).batch(5, None, labels)[1]
+    ignored = (labels == 255) | (labels == -100)
+    assert torch.equal(spike[ignored], labels[ignored])  # VOC's void and torch's -100 stay ignored
+    assert (spike[~ignored] != labels[~ignored]).all() and spike[~ignored].max() < 5
+    assert torch.equal(faults.MislabeledBatch(t0=5, classes=5).batch(4, None, labels)[1], labels)
