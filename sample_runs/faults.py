@@ -5,6 +5,7 @@ and is then consulted by the loop at every step. Each class states what it break
 """
 from __future__ import annotations
 
+from collections import ChainMap
 from dataclasses import dataclass, field
 
 import torch
@@ -13,6 +14,7 @@ from torch import nn
 
 __all__ = [
     "Fault",
+    "Optimizers",
     "NoFault",
     "LrSpike",
     "WeightScale",
@@ -54,6 +56,16 @@ class Fault:
 
     def loss_scale(self, step: int) -> float:
         return 1.0
+
+
+class Optimizers:
+    """What a fault's `before_step` reads of "the optimizer" in a loop with several (a GAN's two,
+    Muon beside Adam): every param group (a group's lr, found by its `layer` tag) and every
+    parameter's state."""
+
+    def __init__(self, *optimizers: torch.optim.Optimizer) -> None:
+        self.param_groups = [group for optimizer in optimizers for group in optimizer.param_groups]
+        self.state = ChainMap(*(optimizer.state for optimizer in optimizers))
 
 
 NoFault = Fault

@@ -11,14 +11,13 @@ loss first goes non-finite, as a user's NaN check would, through the framework's
 from __future__ import annotations
 
 import tempfile
-from collections import ChainMap
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from .faults import Fault
+from .faults import Fault, Optimizers
 from .training import Outcome, TrainingDiverged
 
 __all__ = ["train_hf_trainer", "train_lightning", "train_lightning_wgan"]
@@ -201,15 +200,6 @@ def train_lightning(run_dir: Path | None, model: nn.Module, optimizer: torch.opt
     return outcome
 
 
-class _Optimizers:
-    """What a fault's `before_step` reads of "the optimizer" in a loop with several: every param
-    group (a group's lr, found by its `layer` tag) and every parameter's state."""
-
-    def __init__(self, *optimizers: torch.optim.Optimizer) -> None:
-        self.param_groups = [group for optimizer in optimizers for group in optimizer.param_groups]
-        self.state = ChainMap(*(optimizer.state for optimizer in optimizers))
-
-
 def train_lightning_wgan(run_dir: Path | None, model: nn.Module, optimizers: tuple[torch.optim.Optimizer, ...],
                          train_batches, held_out: torch.Tensor, *, directions: torch.Tensor, fault: Fault,
                          lr_at: Callable[[int], float], n_critic: int, batch: int, noise: int, penalty: float,
@@ -234,7 +224,7 @@ def train_lightning_wgan(run_dir: Path | None, model: nn.Module, optimizers: tup
 
     fault.install(model)
     outcome = Outcome()
-    both = _Optimizers(*optimizers)
+    both = Optimizers(*optimizers)
     for group in both.param_groups:
         group.setdefault("base_lr", group["lr"])
     draws = torch.Generator().manual_seed(seed + 3)

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .faults import Fault
+from .faults import Fault, Optimizers
 
 __all__ = ["Outcome", "TrainingDiverged", "train", "train_field", "train_sam", "train_ppo", "train_pix2pix", "train_sngan", "train_muon_gpt", "train_sac", "ContinuousReplayBuffer", "train_policy_gradient", "train_dqn", "ReplayBuffer", "first_nonfinite", "broke_after", "broke_against",
            "stalled_against", "token_cross_entropy"]
@@ -819,13 +819,11 @@ def train_pix2pix(
     every step. `optimizers` is (G's, D's); `lr_at(step)` the schedule's factor on each group's
     `base_lr`; `fault.before_step` sees both optimizers, `fault.zero_grad` / `fault.take_step`
     decide every `zero_grad` / `step` call; `bf16` runs the forwards under CPU bf16 autocast."""
-    from .framework_loops import _Optimizers
-
     fault = fault or Fault()
     fault.install(model)
     outcome = Outcome()
     opt_g, opt_d = optimizers
-    both = _Optimizers(opt_g, opt_d)
+    both = Optimizers(opt_g, opt_d)
     net_g, net_d = model.netG, model.netD
     gan = lambda logits, real: F.binary_cross_entropy_with_logits(  # noqa: E731 - pix2pix's GANLoss('vanilla')
         logits.float(), torch.full_like(logits.float(), float(real)))
@@ -903,13 +901,12 @@ def train_sngan(
     `fault.zero_grad` / `fault.take_step` decide every `zero_grad` / `step` call; `bf16` runs the
     forwards and losses under CPU bf16 autocast."""
     from .field_models import sliced_wasserstein, sngan_hinge_d_loss, sngan_hinge_g_loss
-    from .framework_loops import _Optimizers
 
     fault = fault or Fault()
     fault.install(model)
     outcome = Outcome()
     opt_g, opt_d = optimizers
-    both = _Optimizers(opt_g, opt_d)
+    both = Optimizers(opt_g, opt_d)
     net_g, net_d = model.generator, model.discriminator
     draws = torch.Generator().manual_seed(seed + 3)
     fixed_z = torch.randn(len(held_out), net_g.latent, generator=torch.Generator().manual_seed(seed + 4))
@@ -995,13 +992,11 @@ def train_muon_gpt(
     `train_field`); `fault.batch` every micro-batch; `fault.take_step` / `fault.zero_grad` decide the
     steps and the zeroing; `bf16` runs forward and loss under CPU bf16 autocast. The recorded `loss`
     is the step's mean micro-batch loss. `run_dir=None` trains without recording."""
-    from .framework_loops import _Optimizers
-
     fault = fault or Fault()
     fault.install(model)
     outcome = Outcome()
     adam, muon = optimizers
-    both = _Optimizers(adam, muon)
+    both = Optimizers(adam, muon)
 
     def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -1131,7 +1126,6 @@ def train_sac(
     import copy
 
     from .field_models import squashed_gaussian
-    from .framework_loops import _Optimizers
 
     fault = fault or Fault()
     critic_target = copy.deepcopy(model.critic).requires_grad_(False)  # pranz24's hard_update at the start
@@ -1141,7 +1135,7 @@ def train_sac(
     rng = np.random.default_rng(seed + 2)
     memory = ContinuousReplayBuffer(capacity, observations, actions)
     policy_optim, critic_optim, alpha_optim = optimizers
-    every = _Optimizers(*optimizers)
+    every = Optimizers(*optimizers)
     target_entropy = -float(actions)
     temperature = torch.tensor(alpha)
     updates, total_numsteps, last = 0, 0, None

@@ -3541,7 +3541,7 @@ def test_muon_gpt_zero_inits_its_output_projections_and_head_and_is_causal_soft_
 def test_muon_gpt_steps_muon_on_the_blocks_matrices_and_adam_on_the_rest_with_their_schedules(tmp_path):
     from sample_runs.field import MUON_GPT_COOLDOWN_FRAC, MUON_GPT_MOMENTUM_WARMUP, _data
     from sample_runs.field_models import muon_gpt_momentum, muon_gpt_optimizers
-    from sample_runs.framework_loops import _Optimizers
+    from sample_runs.faults import Optimizers
     from sample_runs.training import train_muon_gpt
 
     recipe = RECIPES["muon_gpt"]
@@ -3575,7 +3575,7 @@ def test_muon_gpt_steps_muon_on_the_blocks_matrices_and_adam_on_the_rest_with_th
     assert muon_gpt_momentum(32, 32) == muon_gpt_momentum(149, 32) == pytest.approx(0.95)
     assert MUON_GPT_MOMENTUM_WARMUP == 32
 
-    both = _Optimizers(adam, muon)  # what a fault sees of the two
+    both = Optimizers(adam, muon)  # what a fault sees of the two
     spike = faults.LrSpike(t0=0, layer="blocks.2", factor=30.0)
     before = [g["lr"] for g in both.param_groups]
     spike.before_step(0, model, both)
@@ -3604,7 +3604,7 @@ def test_muon_gpt_steps_muon_on_the_blocks_matrices_and_adam_on_the_rest_with_th
     assert len(by_name["val_loss"]) == 2 and all(p.grad is None for p in model.parameters())  # set_to_none
     # the Adam state fault zeroes Adam's second moments; Muon's momentum buffers stay
     zeroing = faults.AdamStateZeroed(t0=3, layer="")
-    zeroing.before_step(3, model, _Optimizers(adam, muon))
+    zeroing.before_step(3, model, Optimizers(adam, muon))
     assert all(not adam.state[p]["exp_avg_sq"].any() for g in adam.param_groups for p in g["params"])
     assert all(muon.state[p]["momentum_buffer"].any() for g in muon.param_groups for p in g["params"])
 
