@@ -208,7 +208,7 @@ def _training_facts(data) -> list[Fact]:
                               f"{fmt_number(loss.iloc[:n].median())} → {fmt_number(loss.iloc[-n:].median())}"))
     lr = data.lr.present() if data.lr is not None else np.zeros(0)
     if len(lr):
-        facts.append(Fact("Learning rate", fmt_number(lr[0]) if len(np.unique(lr)) == 1
+        facts.append(Fact(_lr_label(data.manifest), fmt_number(lr[0]) if len(np.unique(lr)) == 1
                           else f"{fmt_number(lr[0])} → {fmt_number(lr[-1])}"))
     if data.median_update_ratio is not None:
         facts.append(Fact("Median update / parameter ratio", f"{fmt_number(data.median_update_ratio)} (≈1e-3 is typical)"))
@@ -224,6 +224,18 @@ def _event_before_onset(analysis) -> str:
 
 
 # --- data helpers ----------------------------------------------------------------------------
+
+def _lr_label(manifest: object) -> str:
+    """The recorded `lr` is the first param group's: say whose when the groups' lrs differ (Muon
+    beside Adam, an aux head at lr ×10), so that an embedding's lr is not read as the run's."""
+    groups = [group for optimizer in _mapping(_mapping(manifest).get("optimizers")).values()
+              for group in _records(_mapping(optimizer).get("param_groups"))]
+    if len({str(group.get("lr")) for group in groups}) < 2:
+        return "Learning rate"
+    params = groups[0].get("params")
+    first = f" (`{_name(params[0])}`…)" if isinstance(params, list) and params else ""
+    return f"Learning rate, first of {len(groups)} param groups{first}"
+
 
 def _mapping(value: object) -> dict:
     """A manifest field that should be a JSON object; anything else (a hostile or broken

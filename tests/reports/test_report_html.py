@@ -1,4 +1,5 @@
 import base64
+import json
 import re
 
 import pytest
@@ -123,3 +124,16 @@ def test_a_finite_divergence_says_what_judged_it_before_and_after_the_onset(run_
     # Without the shift (an older analysis) the sentence stands alone.
     bare = replace(analysis, first_nonfinite=None)
     assert build_page(bare).headline.endswith("the run stayed finite while diverging.")
+
+
+def test_learning_rate_fact_says_whose_when_the_param_groups_lrs_differ(tmp_path):
+    run_dir = write_run(tmp_path / "run", kind="healthy")
+    manifest_path = run_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    group = manifest["optimizers"]["optimizer"]["param_groups"][0]
+    manifest["optimizers"]["optimizer"]["param_groups"] = [
+        {**group, "params": group["params"][:2]}, {**group, "lr": 0.5, "params": group["params"][2:]}]
+    manifest_path.write_text(json.dumps(manifest))
+    html = render_html(build_page(healthy_analysis(run_dir)))
+    assert "Learning rate, first of 2 param groups (`conv1.weight`…)</dt><dd>0.05" in html
+    assert "Learning rate</dt>" not in html
