@@ -106,7 +106,10 @@ def diagnose(ev: Evidence, thresholds: Thresholds | None = None,
     # Without tensor statistics most detectors saw nothing: health is not claimed then.
     if len(ev.table) and not any(f.severity in (ERROR, WARNING) for f in found):
         judged = {"judged_by": ev.outcome.judged_by} if ev.outcome.judged_by else {}  # a reward, not the loss
-        found.append(finding("healthy", None, [], {"loss_improvement": ev.outcome.improvement, **judged},
+        # `learns` None: no single training loss, nor a metric with enough points, says whether it
+        # learns (a GAN's two losses, a loop that passes no loss): health from the tensors alone.
+        found.append(finding("healthy", None, [], {"loss_improvement": ev.outcome.improvement,
+                                                   "learns": ev.outcome.learns, **judged},
                              "nothing to fix", NOTE))
     return found
 

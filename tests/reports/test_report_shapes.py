@@ -47,6 +47,20 @@ def test_run_without_tensor_statistics_is_not_called_healthy(tmp_path):
     assert not text.startswith("Healthy") and "lacks the statistics" in text and "incomplete" in text
 
 
+def test_a_healthy_run_that_records_no_loss_says_its_outcome_was_not_judged(tmp_path):
+    from postmortem import analyze
+    from reports.page import headline
+
+    with_loss = write_run(tmp_path / "with_loss", kind="healthy", steps=60)
+    assert "Nothing recorded says whether it learns" not in headline(analyze(with_loss))
+    without = write_run(tmp_path / "without", kind="healthy", steps=60)
+    _drop("scalars")(without)  # no loss, no metric: only the tensors speak
+    analysis = analyze(without)
+    assert next(f for f in analysis.findings if f.label == "healthy").evidence["learns"] is None
+    text = headline(analysis)
+    assert text.startswith("Healthy:") and "Nothing recorded says whether it learns" in text
+
+
 def test_a_verdict_on_a_run_read_with_warnings_says_the_record_is_incomplete(tmp_path):
     from postmortem import analyze
     from reports.page import headline
