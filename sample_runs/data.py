@@ -141,6 +141,14 @@ __all__ = [
     "PointMassSpec",
     "POINT_MASS",
     "PointMass",
+    "PointReachSpec",
+    "POINT_REACH",
+    "PointReach",
+    "point_reach_controller",
+    "point_reach_trajectories",
+    "discount_cumsum",
+    "point_reach_state_stats",
+    "decision_transformer_sampler",
 ]
 
 
@@ -1965,3 +1973,152 @@ def voc_train_sampler(data: Dataset, batch_size: int, seed: int):
                 torch.stack([lab[t:t + crop, l:l + crop] for lab, (t, l) in zip(y, tops)]))
 
     return transformed
+
+
+@dataclass(frozen=True)
+class PointReachSpec:
+    """The Decision Transformer's environment and offline dataset (a gym-free toy in numpy, written
+    here): a point mass on a plane (a double integrator) pushed towards a goal. The state is
+    (x, y, vx, vy, gx, gy); the action a force in [−1, 1]² (clipped); each step v ← `damping` · v +
+    `dt` · `force` · a, then p ← p + `dt` · v; the reward is −‖p − g‖ after the step; the episode
+    terminates (done) once the point is within `reach` of its goal, else is cut at `max_steps`
+    (variable lengths). Start and goal uniform in ±`start`. The dataset, one for every seed as a
+    D4RL file is, is `episodes` trajectories of a noisy scripted policy of mixed quality
+    (`point_reach_trajectories`: D4RL's "medium-replay" is a replay buffer of a policy from poor to
+    medium); `held_out` more from another generator for a held-out action MSE. Returns are scaled by
+    `scale` (the gym experiment's 1000 for returns in the thousands); the context is `context`
+    timesteps (K, the experiment's 20); `max_ep_len` sizes the timestep embedding."""
+
+    state_dim: int = 6
+    act_dim: int = 2
+    max_steps: int = 60
+    dt: float = 0.1
+    force: float = 3.0
+    damping: float = 0.9
+    start: float = 1.0
+    reach: float = 0.1
+    episodes: int = 400
+    held_out: int = 64
+    context: int = 20
+    scale: float = 10.0
+    max_ep_len: int = 64
+    action_pad: float = -10.0
+    """The gym experiment's `get_batch` pads actions with −10 (states and returns with 0)."""
+
+
+POINT_REACH = PointReachSpec()
+
+
+class PointReach:
+    """`envs` point masses stepped together (numpy, float64): `reset()` draws starts and goals from
+    this env's own generator; `step(actions)` returns the float32 states, each env's reward and
+    whether it is done (reached its goal). A done env keeps stepping; its caller stops counting."""
+
+    def __init__(self, seed: int, envs: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.envs = envs
+        self.state = np.zeros((envs, POINT_REACH.state_dim))
+
+    def reset(self) -> np.ndarray:
+        spec = POINT_REACH
+        point, goal = (self.rng.uniform(-spec.start, spec.start, (self.envs, 2)) for _ in range(2))
+        self.state = np.concatenate([point, np.zeros((self.envs, 2)), goal], 1)
+        return self.state.astype(np.float32)
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        spec = POINT_REACH
+        point, velocity, goal = self.state[:, :2], self.state[:, 2:4], self.state[:, 4:]
+        velocity = spec.damping * velocity + spec.dt * spec.force * np.clip(actions, -1.0, 1.0)
+        point = point + spec.dt * velocity
+        self.state = np.concatenate([point, velocity, goal], 1)
+        distance = np.linalg.norm(point - goal, axis=1)
+        return self.state.astype(np.float32), -distance, distance < spec.reach
+
+
+def point_reach_controller(states: np.ndarray) -> np.ndarray:
+    """The scripted policy's clean action: a PD push towards the goal, clipped to [−1, 1]²."""
+    return np.clip(2.0 * (states[:, 4:] - states[:, :2]) - 0.6 * states[:, 2:4], -1.0, 1.0)
+
+
+def point_reach_trajectories(n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """`n` trajectories (D4RL's keys: `observations`, `actions`, `rewards`, `dones`) of the noisy
+    scripted policy, each episode its own skill u ~ U(0, 1): the PD action with Gaussian noise of
+    std 0.05 + 0.45 (1 − u), replaced by a uniformly random action with probability 0.5 (1 − u) each
+    step; from this seed's own generator (episodes in batches of 32)."""
+    spec, rng, out = POINT_REACH, np.random.default_rng(seed), []
+    while len(out) < n:
+        env = PointReach(int(rng.integers(2 ** 31)), 32)
+        states, skill = env.reset(), rng.uniform(0, 1, 32)
+        alive, length = np.ones(32, dtype=bool), np.zeros(32, dtype=int)
+        record = {k: [] for k in ("observations", "actions", "rewards", "dones")}
+        for _ in range(spec.max_steps):
+            action = point_reach_controller(states) + rng.normal(0, 1, (32, 2)) * (0.05 + 0.45 * (1 - skill))[:, None]
+            random = rng.uniform(0, 1, 32) < 0.5 * (1 - skill)
+            action = np.clip(np.where(random[:, None], rng.uniform(-1, 1, (32, 2)), action), -1.0, 1.0)
+            record["observations"].append(states)
+            record["actions"].append(action.astype(np.float32))
+            states, reward, done = env.step(action)
+            record["rewards"].append(reward.astype(np.float32))
+            record["dones"].append(done)
+            length += alive
+            alive &= ~done
+            if not alive.any():
+                break
+        for i in range(32):
+            out.append({k: np.stack([step[i] for step in v])[: length[i]] for k, v in record.items()})
+    return out[:n]
+
+
+def discount_cumsum(x: np.ndarray, gamma: float = 1.0) -> np.ndarray:
+    """The gym experiment's returns-to-go: y[t] = Σ_{t' ≥ t} γ^(t' − t) x[t']."""
+    out = np.zeros_like(x)
+    out[-1] = x[-1]
+    for t in reversed(range(len(x) - 1)):
+        out[t] = x[t] + gamma * out[t + 1]
+    return out
+
+
+def point_reach_state_stats(trajectories: list[dict[str, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The dataset's state mean and std (+ 1e-6), as experiment.py normalises states."""
+    states = np.concatenate([t["observations"] for t in trajectories], 0)
+    return states.mean(0), states.std(0) + 1e-6
+
+
+def decision_transformer_sampler(trajectories: list[dict[str, np.ndarray]], batch_size: int, seed: int,
+                                 state_mean: np.ndarray, state_std: np.ndarray):
+    """`draw()` of experiment.py's `get_batch`: `batch_size` trajectories drawn with probability ∝
+    their length (with replacement), each a random start `si` and up to K steps from it; left-padded
+    to K (states 0 before normalisation, actions −10, returns-to-go 0, timesteps 0; the attention
+    mask 0 there, 1 on the steps), states normalised by the dataset's mean and std, returns-to-go
+    (γ = 1) divided by `scale`, timesteps clipped to `max_ep_len` − 1 (int64). Returns (the dict
+    batch the model reads, the target actions (B, K, act_dim)), as `action_target = clone(actions)`.
+    Its own generator."""
+    spec, rng = POINT_REACH, np.random.default_rng(seed)
+    lengths = np.array([len(t["rewards"]) for t in trajectories])
+    p_sample = lengths / lengths.sum()
+    rtgs = [discount_cumsum(t["rewards"]) for t in trajectories]
+    K = spec.context
+
+    def draw() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        states, actions, rtg, timesteps, mask = [], [], [], [], []
+        for i in rng.choice(len(trajectories), size=batch_size, replace=True, p=p_sample):
+            traj = trajectories[i]
+            si = int(rng.integers(0, len(traj["rewards"])))
+            s, a = traj["observations"][si:si + K], traj["actions"][si:si + K]
+            tlen = len(s)
+            pad = K - tlen
+            states.append(np.concatenate([np.zeros((pad, spec.state_dim)), s]))
+            actions.append(np.concatenate([np.full((pad, spec.act_dim), spec.action_pad), a]))
+            rtg.append(np.concatenate([np.zeros(pad), rtgs[i][si:si + tlen]]) / spec.scale)
+            steps = np.minimum(np.arange(si, si + tlen), spec.max_ep_len - 1)
+            timesteps.append(np.concatenate([np.zeros(pad, dtype=np.int64), steps]))
+            mask.append(np.concatenate([np.zeros(pad, dtype=np.int64), np.ones(tlen, dtype=np.int64)]))
+        actions_t = torch.tensor(np.stack(actions), dtype=torch.float32)
+        batch = {"states": torch.tensor((np.stack(states) - state_mean) / state_std, dtype=torch.float32),
+                 "actions": actions_t,
+                 "returns_to_go": torch.tensor(np.stack(rtg), dtype=torch.float32)[..., None],
+                 "timesteps": torch.tensor(np.stack(timesteps), dtype=torch.int64),
+                 "attention_mask": torch.tensor(np.stack(mask), dtype=torch.int64)}
+        return batch, actions_t.clone()
+
+    return draw

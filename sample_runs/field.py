@@ -28,7 +28,7 @@ capsule network, a Soft Actor-Critic agent steering points to goals, a masked au
 RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conformer, a
 graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
 hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECTRA-style text
-classifier and torchvision's DeepLabV3 (`field_models`),
+classifier, torchvision's DeepLabV3 and Hugging Face's DecisionTransformerModel (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -187,6 +187,10 @@ from .data import (
     VOC_SHAPES,
     voc_shapes,
     voc_train_sampler,
+    POINT_REACH,
+    decision_transformer_sampler,
+    point_reach_state_stats,
+    point_reach_trajectories,
     signal_pixels,
     skipgram_sampler,
     t5_collate,
@@ -240,6 +244,9 @@ from .field_models import (
     deeplab_criterion,
     deeplab_evaluate,
     deeplab_params_to_optimize,
+    dt_action_loss,
+    dt_random_return,
+    dt_rollouts,
     detection_iou,
     distillation_loss,
     fcos_loss,
@@ -338,6 +345,7 @@ class Recipe:
     √(w/(s + 1))); no warm-up is a warm-up of 1 step: the Conformer's) or
     `stable_decay` (modded-nanogpt's `get_lr`: 1, then linear to 0.1 over the last
     `MUON_GPT_COOLDOWN_FRAC` of the steps) or
+    `dt_warmup` (kzl/decision-transformer's LambdaLR: min((step + 1) / warmup, 1), then constant) or
     `constant` (Stable-Baselines3's default)."""
     bf16: bool = False
     """Trained under CPU bf16 autocast (timm's `--amp` with bf16)."""
@@ -485,6 +493,9 @@ fine-tunes a pre-trained encoder where this one starts from its seeded init (no 
 downloaded): at 3e-4 healthy seed 0 stayed at chance, first/last 10-step means 1.386 -> 1.382 (val
 accuracy 0.26); at 1e-3 1.386 -> 0.050, 1.388 -> 0.047, 1.387 -> 0.081 (seeds 0-2, val accuracy 1.0),
 and lr_too_high's ×100 (0.1) 9.03 -> 1.386 (chance, val accuracy 0.27, seed 0)."""
+
+DT_LR = 1e-4
+"""The Decision Transformer's lr: the gym experiment's `--learning_rate` 1e-4."""
 
 MUON_GPT_COOLDOWN_FRAC = 0.4
 """The share of the run over which modded-nanogpt's lr cools down (`cooldown_frac`, its Jan 2025
@@ -708,6 +719,12 @@ RECIPES = {
     # steps, then PolynomialLR (power 0.9) per iteration over the rest. Batch DEEPLAB_BATCH.
     "deeplab": Recipe(lr=DEEPLAB_LR, weight_decay=1e-4, batch=DEEPLAB_BATCH, clip=None, warmup=15,
                       optimizer="momentum_sgd", schedule="warmup_poly"),
+    # kzl/decision-transformer's gym experiment.py: AdamW(model.parameters(), lr 1e-4, weight_decay
+    # 1e-4) over every parameter (the model's `decay_everything`; one group a unit here, the same
+    # updates, so that an lr spike can hit one unit), LambdaLR min((step + 1) / warmup_steps, 1) (its
+    # 10 000 warm-up steps of 100 000, the same 10 % of 150), clip_grad_norm_ 0.25, batch 64.
+    "decision_transformer": Recipe(lr=DT_LR, weight_decay=1e-4, batch=64, clip=0.25, warmup=15,
+                                   schedule="dt_warmup"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -770,7 +787,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "tabnet": tabnet_loss, "gat": torch.nn.functional.nll_loss, "set_transformer": torch.nn.functional.l1_loss,
           "conformer": conformer_ctc_loss, "neural_process": cnp_nll, "dit": dit_loss,
           "sae": sae_loss, "electra_ft": torch.nn.functional.cross_entropy,
-          "deeplab": deeplab_criterion}
+          "deeplab": deeplab_criterion, "decision_transformer": dt_action_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -877,6 +894,8 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
     if recipe.schedule == "linear_warmup":  # transformers' get_linear_schedule_with_warmup (0 at step 0)
         return lambda step: step / recipe.warmup if step < recipe.warmup else \
             max(0.0, (steps - step) / (steps - recipe.warmup))
+    if recipe.schedule == "dt_warmup":  # experiment.py's LambdaLR(lambda steps: min((steps + 1) / warmup_steps, 1))
+        return lambda step: min((step + 1) / max(recipe.warmup, 1), 1.0)
     if recipe.schedule == "stable_decay":  # modded-nanogpt's get_lr: 1, then linear to 0.1 over the cooldown
         def stable_decay(step: int) -> float:
             x = step / steps
@@ -1018,7 +1037,8 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "reinforce", "wgan_gp", "swin", "dqn", "distil", "byol", "realnvp", "kws", "vqvae", "nbeats", "triplet",
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
-                "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab")
+                "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab",
+                "decision_transformer")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier: its dict batch is int64 `input_ids` and `attention_mask`) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1043,7 +1063,10 @@ Neural Process's its context points (x and y) and target x's (their target y's l
 KAN's its flattened pixels, the hypernetwork CNN's its pixels, the SAE's its activation vectors
 (also its reconstruction's target), the SN-GAN's the real digits its discriminator reads (every
 real micro-batch of the step), DeepLab's its normalised colour images (their label maps, void 255
-included, left as they are); word2vec and the BiLSTM-CRF read
+included, left as they are), the Decision Transformer's the float keys of its dict batch: its
+normalised `states`, its `actions` (the −10 padding included) and its scaled `returns_to_go` (a
+corrupted record of the offline dataset; its int64 `timesteps` and `attention_mask` left as they
+are, and its target actions, the batch's `y`, too); word2vec and the BiLSTM-CRF read
 word IDs."""
 
 
@@ -1305,6 +1328,13 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         # chance: every pixel at the class marginal, for out and aux alike (out + 0.5 · aux)
         return (voc_train_sampler(train, micro, seed), batch_sampler(held, 100, seed + 1), DEEPLAB_CLASSES,
                 1.5 * float(-(share * share.log()).sum()))
+    if arch == "decision_transformer":  # experiment.py's get_batch over the offline dataset (one for every seed)
+        train, held, (mean, std) = _dt_dataset()
+        actions = np.concatenate([t["actions"] for t in train], 0)
+        # chance: every action predicted as the dataset's mean action (the loss's MSE over steps and dims)
+        return (decision_transformer_sampler(train, micro, seed, mean, std),
+                decision_transformer_sampler(held, 256, seed + 1, mean, std), POINT_REACH.act_dim,
+                float(((actions - actions.mean(0)) ** 2).mean()))
     if arch == "ddpm":  # DDPM's data scaling
         x = 2 * x - 1
         return images_sampler(x[:1500], micro, seed), images_sampler(x[1500:], 128, seed + 1), 10, 1.0
@@ -1675,6 +1705,7 @@ EVAL_METRICS = {
                                                                digits("image").y[1500:])},
     "electra_ft": lambda model: {"val_accuracy": electra_accuracy(model, electra_collate(*_electra_held_out()))},
     "deeplab": lambda model: deeplab_evaluate(model, _deeplab_held_out().x, _deeplab_held_out().y),
+    "decision_transformer": lambda model: {"eval_return": float(dt_rollouts(model, *_dt_dataset()[2]).mean())},
 }
 """Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
 
@@ -1708,6 +1739,14 @@ def _deeplab_held_out() -> Dataset:
     flip: train.py's eval preset at the images' own size): `val_loss` reads two batches of 100, the
     confusion matrix all of them."""
     return voc_shapes(VOC_SHAPES.held_out, 1000)
+
+
+@lru_cache(maxsize=1)
+def _dt_dataset() -> tuple[list, list, tuple[np.ndarray, np.ndarray]]:
+    """The Decision Transformer's offline dataset (one for every seed, as a D4RL file is), its
+    held-out trajectories (the `val_loss` sampler's) and the training states' mean and std."""
+    train = point_reach_trajectories(POINT_REACH.episodes, 0)
+    return train, point_reach_trajectories(POINT_REACH.held_out, 1000), point_reach_state_stats(train)
 
 
 @lru_cache(maxsize=1)

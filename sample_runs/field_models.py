@@ -320,6 +320,13 @@
   layer3, both upsampled bilinearly to the input; a dict {"out", "aux"}; cross-entropy with
   `ignore_index=255` on out + 0.5 × aux; mean IoU from a confusion matrix that skips the void label;
   on VOC-like generated colour shapes with a void band on every boundary (`data.voc_shapes`).
+- `DecisionTransformer`, `dt_action_loss`, `dt_rollouts`: offline RL as sequence modelling, Hugging
+  Face's `DecisionTransformerModel` from a small `DecisionTransformerConfig` (no download: a GPT-2
+  over interleaved (return-to-go, state, action) tokens with timestep embeddings, a tanh action head)
+  as kzl/decision-transformer's gym experiment trains it: the MSE of the predicted actions where the
+  attention mask is 1, on left-padded K-step windows of a generated "medium-replay"-like dataset of a
+  point mass reaching a goal (`data.point_reach_trajectories`); evaluated by rolling it out
+  conditioned on a target return.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -335,8 +342,8 @@ the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` befor
 `perceiver` and `wavenet` before the twenty-first, `set_transformer` and `conformer` before the
 twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hypernetwork` before
 the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth, `sngan` and
-`electra_ft` before the twenty-seventh, `muon_gpt` and `deeplab` before the twenty-eighth
-(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`electra_ft` before the twenty-seventh, `muon_gpt` and `deeplab` before the twenty-eighth,
+`decision_transformer` before the twenty-ninth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -356,8 +363,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .data import (CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, NERF_SCENE, POINT_MASS, RING,
-                   MEL_SPEECH, SERIES, SPEECH, SPIRAL, TABLE, TAGGING, TAGS, TOPICS, WAVEFORMS, rk4_step, spiral_trajectory)
+from .data import (CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, NERF_SCENE, POINT_MASS,
+                   POINT_REACH, RING, MEL_SPEECH, SERIES, SPEECH, SPIRAL, TABLE, TAGGING, TAGS, TOPICS, WAVEFORMS,
+                   PointReach, rk4_step, spiral_trajectory)
 from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
@@ -400,6 +408,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "DeepLabV3", "DeepLabBackbone", "DeepLabBottleneck", "ASPP", "ASPPConv", "ASPPPooling", "DeepLabHead",
            "FCNHead", "deeplab_criterion", "deeplab_params_to_optimize", "deeplab_confusion_matrix", "deeplab_scores",
            "deeplab_evaluate", "DEEPLAB_CLASSES", "DEEPLAB_VOID", "DEEPLAB_RATES", "DEEPLAB_AUX_WEIGHT", "DEEPLAB_AUX_LR",
+           "DecisionTransformer", "dt_action_loss", "dt_rollouts", "dt_random_return", "DT_TARGET_RETURN",
+           "DT_EVAL_EPISODES",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
            "KAN", "KANLinear", "kan_b_splines", "kan_uniform_grid", "KAN_GRID_SIZE", "KAN_SPLINE_ORDER",
@@ -6120,6 +6130,119 @@ def deeplab_evaluate(model: nn.Module, images: torch.Tensor, targets: torch.Tens
     return {"val_miou": miou, "val_pixel_accuracy": accuracy}
 
 
+# ---- decision_transformer: Hugging Face's DecisionTransformerModel, as kzl/decision-transformer's gym experiment trains it
+
+
+DT_TARGET_RETURN = -5.0
+"""The return the evaluation rollouts are conditioned on (the gym experiment's `env_targets`, e.g.
+hopper's 3600, near its datasets' best): the clean scripted controller's median return on this task
+(−5.1; the offline data's median −10, its best decile above −3.2; uniformly random forces −81)."""
+DT_EVAL_EPISODES = 16
+"""Episodes each evaluation rolls out (the experiment's `num_eval_episodes` 100), the same starts every time."""
+
+
+class DecisionTransformer(nn.Module):
+    """Hugging Face's `DecisionTransformerModel` from a small `DecisionTransformerConfig` (built, not
+    downloaded; its GPT-2 `encoder` with ReLU MLPs and dropout 0.1, `embed_timestep` / `embed_return`
+    / `embed_state` / `embed_action`, `embed_ln`, `predict_action` with tanh, HF's GPT-2 init), as
+    `dt`. `forward(batch)` takes the dict batch of `decision_transformer_sampler` and returns the
+    (B, K, act_dim) predicted actions with the attention mask (int64) for `dt_action_loss`; the
+    state and return heads are computed by the model and unused, as the experiment's action-only
+    loss leaves them (and the encoder's `wte`, which no call reads)."""
+
+    def __init__(self, state_dim: int = POINT_REACH.state_dim, act_dim: int = POINT_REACH.act_dim,
+                 hidden: int = 64, layers: int = 3, heads: int = 1, max_ep_len: int = POINT_REACH.max_ep_len,
+                 dropout: float = 0.1) -> None:
+        super().__init__()
+        from transformers import DecisionTransformerConfig, DecisionTransformerModel
+
+        config = DecisionTransformerConfig(state_dim=state_dim, act_dim=act_dim, hidden_size=hidden, n_layer=layers,
+                                           n_head=heads, n_inner=4 * hidden, activation_function="relu",
+                                           max_ep_len=max_ep_len, action_tanh=True, resid_pdrop=dropout,
+                                           embd_pdrop=dropout, attn_pdrop=dropout, bos_token_id=None,
+                                           eos_token_id=None)
+        self.dt = DecisionTransformerModel(config)
+        blocks = [f"dt.encoder.h.{i}" for i in range(layers)]
+        self.units = ["dt.embed_state", "dt.embed_action", "dt.embed_return", "dt.embed_timestep", "dt.embed_ln",
+                      "dt.encoder.wte", "dt.encoder.wpe", *blocks, "dt.encoder.ln_f", "dt.predict_return",
+                      "dt.predict_state", "dt.predict_action"]
+        self.hidden = blocks
+        # predict_action's Linear (a tanh after it, no norm); the last block's fused q/k/v (attention
+        # logits and values scale with it). Every other layer's output meets embed_ln, a block's
+        # ln_1 / ln_2 or ln_f on its way to the action.
+        self.exposed = ["dt.predict_action.0", f"{blocks[-1]}.attn.c_attn"]
+        self.decay_everything = True  # experiment.py's AdamW(model.parameters(), weight_decay=1e-4)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.dt(states=batch["states"], actions=batch["actions"], returns_to_go=batch["returns_to_go"],
+                      timesteps=batch["timesteps"], attention_mask=batch["attention_mask"])
+        return out.action_preds, batch["attention_mask"]
+
+
+def dt_action_loss(output: tuple[torch.Tensor, torch.Tensor], action_target: torch.Tensor) -> torch.Tensor:
+    """`SequenceTrainer.train_step`'s loss: the predicted and target actions reshaped to
+    (B · K, act_dim), kept where `attention_mask > 0`, their mean squared error."""
+    action_preds, attention_mask = output
+    act_dim = action_preds.shape[2]
+    keep = attention_mask.reshape(-1) > 0
+    return torch.mean((action_preds.reshape(-1, act_dim)[keep] - action_target.reshape(-1, act_dim)[keep]) ** 2)
+
+
+def dt_rollouts(model: nn.Module, state_mean: np.ndarray, state_std: np.ndarray, episodes: int = DT_EVAL_EPISODES,
+                target_return: float = DT_TARGET_RETURN, seed: int = 2_000) -> np.ndarray:
+    """experiment.py's `evaluate_episode_rtg` for `episodes` episodes at once (eval mode, no
+    gradient): each step the model reads the last K normalised states, actions (the new step's
+    a zero), returns-to-go (the target, less each reward / `scale` as it comes: mode "normal") and
+    timesteps, left-padded as `get_action` pads (zeros, mask 0), and its last predicted action is
+    taken; an episode's return stops counting once it is done. Returns each episode's return."""
+    spec, K = POINT_REACH, POINT_REACH.context
+    env = PointReach(seed, episodes)
+    state = env.reset()
+    mean, std = torch.tensor(state_mean, dtype=torch.float32), torch.tensor(state_std, dtype=torch.float32)
+    states = ((torch.from_numpy(state) - mean) / std)[:, None]
+    actions = torch.zeros(episodes, 0, spec.act_dim)
+    rtg = torch.full((episodes, 1, 1), target_return / spec.scale)
+    timesteps = torch.zeros(episodes, 1, dtype=torch.int64)
+    alive, returns = np.ones(episodes, dtype=bool), np.zeros(episodes)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for t in range(spec.max_steps):
+            actions = torch.cat([actions, torch.zeros(episodes, 1, spec.act_dim)], 1)
+            length = min(K, states.shape[1])
+            pad = K - length
+            batch = {"states": torch.cat([torch.zeros(episodes, pad, spec.state_dim), states[:, -length:]], 1),
+                     "actions": torch.cat([torch.zeros(episodes, pad, spec.act_dim), actions[:, -length:]], 1),
+                     "returns_to_go": torch.cat([torch.zeros(episodes, pad, 1), rtg[:, -length:]], 1),
+                     "timesteps": torch.cat([torch.zeros(episodes, pad, dtype=torch.int64), timesteps[:, -length:]], 1),
+                     "attention_mask": torch.cat([torch.zeros(episodes, pad, dtype=torch.int64),
+                                                  torch.ones(episodes, length, dtype=torch.int64)], 1)}
+            action = model(batch)[0][:, -1].float()
+            actions[:, -1] = action
+            state, reward, done = env.step(action.numpy().astype(np.float64))
+            returns += reward * alive
+            alive &= ~done
+            if not alive.any():
+                break
+            states = torch.cat([states, ((torch.from_numpy(state) - mean) / std)[:, None]], 1)
+            rtg = torch.cat([rtg, rtg[:, -1:] - torch.from_numpy(reward.astype(np.float32))[:, None, None] / spec.scale], 1)
+            timesteps = torch.cat([timesteps, torch.full((episodes, 1), min(t + 1, spec.max_ep_len - 1))], 1)
+    model.train(was_training)
+    return returns
+
+
+def dt_random_return(episodes: int = DT_EVAL_EPISODES, seed: int = 2_000) -> float:
+    """The mean return of uniformly random forces on the evaluation's starts (chance for the return)."""
+    env, rng = PointReach(seed, episodes), np.random.default_rng(seed + 1)
+    env.reset()
+    alive, returns = np.ones(episodes, dtype=bool), np.zeros(episodes)
+    for _ in range(POINT_REACH.max_steps):
+        _, reward, done = env.step(rng.uniform(-1, 1, (episodes, POINT_REACH.act_dim)))
+        returns += reward * alive
+        alive &= ~done
+    return float(returns.mean())
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
@@ -6127,7 +6250,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
-               "sngan", "electra_ft", "muon_gpt", "deeplab")
+               "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -6205,6 +6328,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "electra_ft": lambda vocab: ElectraClassifier(classes=vocab),
     "muon_gpt": lambda vocab: MuonGPT(vocab),
     "deeplab": lambda vocab: DeepLabV3(classes=vocab),
+    "decision_transformer": lambda vocab: DecisionTransformer(),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

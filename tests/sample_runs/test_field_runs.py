@@ -51,7 +51,7 @@ def test_catalogue_looks_like_the_field():
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
-                                       "electra_ft", "muon_gpt", "deeplab"}
+                                       "electra_ft", "muon_gpt", "deeplab", "decision_transformer"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -3779,3 +3779,112 @@ def test_mislabelled_batch_moves_classes_and_leaves_ignored_indices_alone():
     assert torch.equal(spike[ignored], labels[ignored])  # VOC's void and torch's -100 stay ignored
     assert (spike[~ignored] != labels[~ignored]).all() and spike[~ignored].max() < 5
     assert torch.equal(faults.MislabeledBatch(t0=5, classes=5).batch(4, None, labels)[1], labels)
+
+
+def test_decision_transformer_is_hugging_faces_model_and_predicts_tanh_actions_for_every_step():
+    from transformers import DecisionTransformerModel
+
+    from sample_runs.data import POINT_REACH
+    model = build_field_model("decision_transformer", POINT_REACH.act_dim)
+    assert isinstance(model.dt, DecisionTransformerModel)
+    config = model.dt.config
+    assert (config.hidden_size, config.n_layer, config.n_head, config.action_tanh) == (64, 3, 1, True)
+    assert isinstance(model.dt.predict_action[1], torch.nn.Tanh)
+    assert model.hidden == ["dt.encoder.h.0", "dt.encoder.h.1", "dt.encoder.h.2"]
+    assert model.exposed == ["dt.predict_action.0", "dt.encoder.h.2.attn.c_attn"]
+    B, K = 3, POINT_REACH.context
+    mask = torch.ones(B, K, dtype=torch.int64)
+    mask[0, :5] = 0
+    batch = {"states": torch.randn(B, K, 6), "actions": torch.randn(B, K, 2).clamp(-1, 1),
+             "returns_to_go": torch.randn(B, K, 1), "timesteps": torch.arange(K).expand(B, K).clone(),
+             "attention_mask": mask}
+    model.eval()
+    actions, returned_mask = model(batch)
+    assert actions.shape == (B, K, 2) and actions.abs().max() < 1 and returned_mask is mask
+    # causal over (R, s, a) tokens: the action at t reads nothing of steps after t, nor a_t itself
+    later = {**batch, "states": batch["states"].clone(), "actions": batch["actions"].clone()}
+    later["states"][:, 10:] += 5.0
+    later["actions"][:, 9:] += 1.0
+    assert torch.allclose(model(later)[0][:, :10], actions[:, :10], atol=1e-6)
+    assert not torch.allclose(model(later)[0][:, 10:], actions[:, 10:])
+    # left padding is masked: what sits in the padded steps does not change the others
+    padded = {**batch, "states": batch["states"].clone()}
+    padded["states"][0, :5] = 100.0
+    assert torch.allclose(model(padded)[0][0, 5:], actions[0, 5:], atol=1e-5)
+
+
+def test_decision_transformer_loss_is_the_masked_action_mse_and_the_schedule_warms_up():
+    from sample_runs.field_models import dt_action_loss
+    torch.manual_seed(0)
+    preds, target = torch.randn(4, 20, 2), torch.randn(4, 20, 2)
+    mask = (torch.rand(4, 20) > 0.3).long()
+    plain = sum(((preds[b, t] - target[b, t]) ** 2).sum() for b in range(4) for t in range(20) if mask[b, t]) \
+        / (2 * int(mask.sum()))
+    assert float(dt_action_loss((preds, mask), target)) == pytest.approx(float(plain), rel=1e-5)
+    target[mask == 0] = 1e6  # padded targets (the -10 padding) never count
+    assert float(dt_action_loss((preds, mask), target)) == pytest.approx(float(plain), rel=1e-5)
+    recipe = RECIPES["decision_transformer"]
+    assert (recipe.lr, recipe.weight_decay, recipe.batch, recipe.clip, recipe.optimizer) == (1e-4, 1e-4, 64, 0.25, "adamw")
+    schedule = _schedule(recipe, 150)
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.AdamW([param], lr=1.0)
+    reference = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda steps: min((steps + 1) / recipe.warmup, 1))
+    for step in range(150):  # experiment.py: the scheduler steps after each train step
+        assert schedule(step) == pytest.approx(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        reference.step()
+    model = build_field_model("decision_transformer", 2)
+    groups = _param_groups(model, recipe, 1e-4)
+    assert all(g["weight_decay"] == 1e-4 for g in groups)  # AdamW(model.parameters()): every parameter decays
+    assert {g["layer"] for g in groups} == set(model.units)
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    assert not any(f in LEFT_OUT.get("decision_transformer", ()) for f in FIELD_FAMILIES)
+
+
+def test_decision_transformer_batches_pad_left_normalise_states_and_carry_returns_to_go():
+    from sample_runs.data import (POINT_REACH, decision_transformer_sampler, discount_cumsum,
+                                  point_reach_state_stats, point_reach_trajectories)
+    from sample_runs.field import _data
+    assert np.allclose(discount_cumsum(np.array([1.0, 2.0, 3.0])), [6.0, 5.0, 3.0])
+    trajectories = point_reach_trajectories(64, 3)
+    lengths = [len(t["rewards"]) for t in trajectories]
+    assert len(set(lengths)) > 5 and max(lengths) <= POINT_REACH.max_steps  # variable lengths, reached goals end early
+    returns = [float(t["rewards"].sum()) for t in trajectories]
+    assert max(returns) - min(returns) > 10  # mixed quality
+    mean, std = point_reach_state_stats(trajectories)
+    states = np.concatenate([t["observations"] for t in trajectories])
+    assert np.allclose(mean, states.mean(0)) and np.allclose(std, states.std(0) + 1e-6)
+    short = [t for t in trajectories if len(t["rewards"]) < 5][:1] or [{k: v[:3] for k, v in trajectories[0].items()}]
+    x, y = decision_transformer_sampler(short, 8, 0, mean, std)()
+    K, tlen = POINT_REACH.context, len(short[0]["rewards"])
+    assert x["timesteps"].dtype == torch.int64 and x["attention_mask"].dtype == torch.int64
+    for b in range(8):
+        valid = int(x["attention_mask"][b].sum())
+        assert x["attention_mask"][b, : K - valid].sum() == 0 and x["attention_mask"][b, K - valid:].all()
+        si = tlen - valid  # windows run to the trajectory's end: the start is where they began
+        assert torch.equal(x["timesteps"][b, K - valid:], torch.arange(si, si + valid))
+        assert (x["actions"][b, : K - valid] == -10).all() and torch.equal(y[b], x["actions"][b])
+        assert torch.allclose(x["states"][b, : K - valid], torch.tensor(-mean / std, dtype=torch.float32).expand(K - valid, -1))
+        assert torch.allclose(x["states"][b, K - valid:] * torch.tensor(std, dtype=torch.float32)
+                              + torch.tensor(mean, dtype=torch.float32), torch.tensor(short[0]["observations"][si:]), atol=1e-5)
+        rtg = discount_cumsum(short[0]["rewards"])[si:] / POINT_REACH.scale
+        assert torch.allclose(x["returns_to_go"][b, K - valid:, 0], torch.tensor(rtg, dtype=torch.float32), atol=1e-6)
+    draw, eval_draw, classes, chance = _data("decision_transformer", RECIPES["decision_transformer"], 0, 1)
+    x, y = draw()
+    assert x["states"].shape == (64, K, 6) and y.shape == (64, K, 2) and classes == 2
+    assert 0.2 < chance < 0.5  # the dataset's action variance: predicting the mean action
+
+
+def test_decision_transformer_healthy_run_learns_and_records_its_return(tmp_path):
+    from sample_runs.field_models import dt_random_return
+    truth = make("healthy-decision_transformer-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[-10:]) < 0.8 * _mean(loss[:10])
+    returns = by_name["eval_return"]
+    assert len(returns) == 6 and returns[0] < -50 and returns[-1] > -15 and dt_random_return() < -50
+    assert by_name["val_loss"][-1] < by_name["val_loss"][0]
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)]
+    assert len(io) >= 2
