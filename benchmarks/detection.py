@@ -75,7 +75,7 @@ SECTION = "## Detection"
 BENIGN_LABELS = {"healthy", "loss_spike_recovered", "recovered_incident"}
 DEFAULT = "default"
 GENERATED_FILE = ".generated.json"
-NEVER_SEEN_ARCHS = ("muon_gpt", "deeplab")
+NEVER_SEEN_ARCHS = ("decision_transformer",)
 """Model families added to the zoo before the detectors' last changes and never analysed while any
 detector changed: the headline's runs."""
 INFORMED_DEFAULTS = {
@@ -131,6 +131,8 @@ INFORMED_DEFAULTS = {
     "dit": "never-seen round 25, scored once in session 23 at 6926bf2; failures read in session 23 (lead)",
     "sae": "never-seen round 26, scored once in session 24 at 4abb47e; failures read in sessions 24-25 (lead)",
     "sngan, electra_ft": "never-seen round 27, scored once in session 26 at f935512; failures read in session 26 "
+                         "(lead)",
+    "muon_gpt, deeplab": "never-seen round 28, scored once in session 27 at a17d81a; failures read in session 27 "
                          "(lead)",
 }
 """Which families informed the defaults, and since when."""
