@@ -34,6 +34,10 @@ __all__ = [
     "VocShapesSpec",
     "voc_shapes",
     "voc_train_sampler",
+    "ETT_LIKE",
+    "EttLikeSpec",
+    "ett_like_series",
+    "ett_like_windows",
     "sort_batch_sampler",
     "SORT",
     "GRAPH",
@@ -2122,3 +2126,70 @@ def decision_transformer_sampler(trajectories: list[dict[str, np.ndarray]], batc
         return batch, actions_t.clone()
 
     return draw
+
+
+@dataclass(frozen=True)
+class EttLikeSpec:
+    """PatchTST's data, an ETTh1-like toy (generated, no download): `channels` hourly series of
+    `length` steps, each a level, a linear trend, a daily (24-step) season of two harmonics and a
+    weekly (168-step) one, of amplitudes and phases drawn per channel, two to three level shifts at
+    random hours, and AR(1) noise (φ 0.7); the last channel (ETT's "OT") also reads 0.3 × the mean of
+    the others. Split chronologically as ETT's `Dataset_ETT_hour` does: the first `train` share of
+    the hours trains, the rest is held out, its windows' look-back reaching `lookback` steps back
+    into the training part (`border1s[1] = border2s[0] − seq_len`); every value standardised by a
+    `StandardScaler` (per-channel mean and std, ddof 0) fitted on the training part only. A window
+    is `lookback` steps (B, L, C) → the next `horizon` (B, H, C)."""
+
+    channels: int = 7
+    length: int = 3000
+    train: float = 0.7
+    lookback: int = 96
+    horizon: int = 24
+    noise: float = 0.3
+
+    @property
+    def border(self) -> int:
+        return int(self.train * self.length)
+
+
+ETT_LIKE = EttLikeSpec()
+
+
+@lru_cache(maxsize=1)
+def ett_like_series() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(standardised (length, channels) float32 values, the scaler's mean, its std), the same for
+    every seed (one recorded dataset, as ETTh1 is); mean and std from the training hours only."""
+    spec, rng = ETT_LIKE, np.random.default_rng(2029)
+    t = np.arange(spec.length)[:, None].astype(np.float64)
+    c = spec.channels
+    level = rng.uniform(-5, 15, (1, c))
+    trend = rng.uniform(-2, 2, (1, c)) * t / spec.length
+    daily = (rng.uniform(0.5, 3.0, (1, c)) * np.sin(2 * np.pi * t / 24 + rng.uniform(0, 2 * np.pi, (1, c)))
+             + rng.uniform(0.1, 1.0, (1, c)) * np.sin(4 * np.pi * t / 24 + rng.uniform(0, 2 * np.pi, (1, c))))
+    weekly = rng.uniform(0.3, 2.0, (1, c)) * np.sin(2 * np.pi * t / 168 + rng.uniform(0, 2 * np.pi, (1, c)))
+    shifts = np.zeros((spec.length, c))
+    for j in range(c):
+        for hour in rng.integers(200, spec.length - 200, int(rng.integers(2, 4))):
+            shifts[hour:, j] += rng.normal(0, 1.0)
+    noise = np.zeros((spec.length, c))
+    innovations = rng.normal(0, spec.noise, (spec.length, c))
+    for i in range(1, spec.length):
+        noise[i] = 0.7 * noise[i - 1] + innovations[i]
+    values = level + trend + daily + weekly + shifts + noise
+    values[:, -1] += 0.3 * values[:, :-1].mean(1)
+    train = values[: spec.border]
+    mean, std = train.mean(0), train.std(0)
+    scaled = (values - mean) / std
+    return (torch.from_numpy(scaled.astype(np.float32)), torch.from_numpy(mean.astype(np.float32)),
+            torch.from_numpy(std.astype(np.float32)))
+
+
+def ett_like_windows(held_out: bool = False) -> Dataset:
+    """Every window of the split (`Dataset_ETT_hour.__getitem__`: s_begin = index, look-back
+    [s_begin, s_begin + L), target the next H steps): x (N, L, C), y (N, H, C), standardised."""
+    spec, (values, _, _) = ETT_LIKE, ett_like_series()
+    part = values[spec.border - spec.lookback:] if held_out else values[: spec.border]
+    starts = torch.arange(len(part) - spec.lookback - spec.horizon + 1)
+    x = part[starts[:, None] + torch.arange(spec.lookback)]
+    y = part[starts[:, None] + spec.lookback + torch.arange(spec.horizon)]
+    return Dataset(x, y)

@@ -28,7 +28,7 @@ capsule network, a Soft Actor-Critic agent steering points to goals, a masked au
 RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conformer, a
 graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
 hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECTRA-style text
-classifier, torchvision's DeepLabV3 and Hugging Face's DecisionTransformerModel (`field_models`),
+classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel and PatchTST (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -95,7 +95,9 @@ depth, linear warm-up and decay, clip 1.0; gradient checkpointing on every encod
 the cross-entropy of a synthetic marker task, DeepLabV3 by the plain loop with torchvision's
 references/segmentation/train.py recipe (SGD momentum 0.9, weight decay 1e-4, the aux classifier's
 group at lr ×10, linear warm-up then `PolynomialLR` power 0.9 per iteration) on its `criterion`
-(cross-entropy ignoring the void label 255, out + 0.5 × aux) of VOC-like shapes. Faults
+(cross-entropy ignoring the void label 255, out + 0.5 × aux) of VOC-like shapes, PatchTST by the
+plain loop with yuqinie98/PatchTST's supervised recipe (Adam, `OneCycleLR` with `pct_start` 0.3 per
+step, no clipping) on the MSE of standardised forecasts of an ETTh1-like series. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -191,6 +193,8 @@ from .data import (
     decision_transformer_sampler,
     point_reach_state_stats,
     point_reach_trajectories,
+    ETT_LIKE,
+    ett_like_windows,
     signal_pixels,
     skipgram_sampler,
     t5_collate,
@@ -247,6 +251,7 @@ from .field_models import (
     dt_action_loss,
     dt_random_return,
     dt_rollouts,
+    patchtst_evaluate,
     detection_iou,
     distillation_loss,
     fcos_loss,
@@ -487,6 +492,18 @@ width 64, rates `DEEPLAB_RATES`, 48-pixel images and 40-pixel crops, no `RandomR
 `DEEPLAB_BATCH`, a 15-step warm-up (train.py's `--lr-warmup-epochs` defaults to 0)."""
 DEEPLAB_BATCH = 16
 """DeepLab's batch (train.py's 4 images a GPU on 8 GPUs, 32; half here, for a 2-core CPU)."""
+PATCHTST_LR = 1e-3
+"""PatchTST's OneCycle peak lr: 10× its ETTh1 script's 1e-4, which trains 100 epochs (~6700 steps)
+where a run here has 150. Measured on the healthy loop (unrecorded, seeds 0-2, first/last 10-step
+loss means): at 1e-4 1.352 -> 0.805, 1.259 -> 0.700, 1.545 -> 0.874 (held-out MSE 1.25 -> 0.70 at
+step 125, still falling); at 1e-3 1.332 -> 0.200, 1.237 -> 0.205, 1.520 -> 0.200 (held-out MSE
+1.25 / 1.16 / 1.39 -> 0.143 / 0.145 / 0.145)."""
+PATCHTST_BATCH = 32
+"""PatchTST's batch: a quarter of its ETTh1 script's 128 windows (× 7 channels: 224 sequences a
+step), for a 2-core CPU (at 128 a 150-step run took ~28 s)."""
+PATCHTST_WARMUP = 45
+"""PatchTST's rising phase: its scripts' `--pct_start 0.3` of `STEPS` (`OneCycleLR`'s last rising
+step `float(pct_start · total_steps) − 1` = 44), as the Perceiver's."""
 ELECTRA_LR = 1e-3
 """The ELECTRA classifier's peak lr: 3.3× configure_finetuning.py's 3e-4 for ELECTRA-small, which
 fine-tunes a pre-trained encoder where this one starts from its seeded init (no checkpoint can be
@@ -725,6 +742,13 @@ RECIPES = {
     # 10 000 warm-up steps of 100 000, the same 10 % of 150), clip_grad_norm_ 0.25, batch 64.
     "decision_transformer": Recipe(lr=DT_LR, weight_decay=1e-4, batch=64, clip=0.25, warmup=15,
                                    schedule="dt_warmup"),
+    # yuqinie98/PatchTST's exp_main.py: `optim.Adam(model.parameters(), lr)` (no weight decay), MSE,
+    # no clipping, `lradj="TST"`: `OneCycleLR(max_lr=lr, pct_start=0.3)` stepped every batch (its
+    # defaults: div 25, final div 1e4, cos, `cycle_momentum` β1 0.95 -> 0.85 -> 0.95); batch PATCHTST_BATCH
+    # (its ETTh1 script's 128 / 4). Split one group pair a unit (both at weight decay 0: the same Adam updates)
+    # so that an lr spike can hit one encoder layer. lr PATCHTST_LR, the departure.
+    "patchtst": Recipe(lr=PATCHTST_LR, weight_decay=0.0, batch=PATCHTST_BATCH, clip=None, betas=(ONE_CYCLE_MOMENTUM[1], 0.999),
+                       warmup=PATCHTST_WARMUP, optimizer="adam", schedule="one_cycle"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -787,15 +811,17 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "tabnet": tabnet_loss, "gat": torch.nn.functional.nll_loss, "set_transformer": torch.nn.functional.l1_loss,
           "conformer": conformer_ctc_loss, "neural_process": cnp_nll, "dit": dit_loss,
           "sae": sae_loss, "electra_ft": torch.nn.functional.cross_entropy,
-          "deeplab": deeplab_criterion, "decision_transformer": dt_action_loss}
+          "deeplab": deeplab_criterion, "decision_transformer": dt_action_loss,
+          "patchtst": torch.nn.functional.mse_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
 TIED = {"mamba": ("embedding",), "bert_mlm": ("mlm.bert.embeddings",), "t5": ("shared",),
-        "dit": ("model.t_embedder", "model.y_embedder"), "sae": ("pre_bias",)}
+        "dit": ("model.t_embedder", "model.y_embedder"), "sae": ("pre_bias",),
+        "patchtst": ("revin",)}
 """Units whose weight is also the head's (no gradient lost when a later block is detached), beyond GPT's
 `wte`; or that reach the head around the blocks (the DiT's timestep and label embedders: c feeds its
-final layer's adaLN directly)."""
+final layer's adaLN directly; PatchTST's RevIN affine: its denorm acts on the head's forecast)."""
 
 
 @dataclass(frozen=True)
@@ -1038,7 +1064,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab",
-                "decision_transformer")
+                "decision_transformer", "patchtst")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier: its dict batch is int64 `input_ids` and `attention_mask`) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1066,7 +1092,10 @@ real micro-batch of the step), DeepLab's its normalised colour images (their lab
 included, left as they are), the Decision Transformer's the float keys of its dict batch: its
 normalised `states`, its `actions` (the −10 padding included) and its scaled `returns_to_go` (a
 corrupted record of the offline dataset; its int64 `timesteps` and `attention_mask` left as they
-are, and its target actions, the batch's `y`, too); word2vec and the BiLSTM-CRF read
+are, and its target actions, the batch's `y`, too), PatchTST's its standardised look-back windows
+(their futures, the targets, left as they are: RevIN normalises each window by its own statistics, so a ×1e3 window is
+normalised away on the way in, and its forecast is denormalised by them ×1e3 on the way out);
+word2vec and the BiLSTM-CRF read
 word IDs."""
 
 
@@ -1335,6 +1364,11 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         return (decision_transformer_sampler(train, micro, seed, mean, std),
                 decision_transformer_sampler(held, 256, seed + 1, mean, std), POINT_REACH.act_dim,
                 float(((actions - actions.mean(0)) ** 2).mean()))
+    if arch == "patchtst":  # ETTh1-like windows: a shuffled training loader, the held-out part for val
+        train, held = ett_like_windows(), ett_like_windows(held_out=True)
+        # chance: the MSE of the training targets' per-channel mean (their variance: ~1, standardised)
+        return (batch_sampler(train, micro, seed), batch_sampler(held, 256, seed + 1), ETT_LIKE.horizon,
+                float(((train.y - train.y.mean((0, 1))) ** 2).mean()))
     if arch == "ddpm":  # DDPM's data scaling
         x = 2 * x - 1
         return images_sampler(x[:1500], micro, seed), images_sampler(x[1500:], 128, seed + 1), 10, 1.0
@@ -1706,6 +1740,7 @@ EVAL_METRICS = {
     "electra_ft": lambda model: {"val_accuracy": electra_accuracy(model, electra_collate(*_electra_held_out()))},
     "deeplab": lambda model: deeplab_evaluate(model, _deeplab_held_out().x, _deeplab_held_out().y),
     "decision_transformer": lambda model: {"eval_return": float(dt_rollouts(model, *_dt_dataset()[2]).mean())},
+    "patchtst": lambda model: patchtst_evaluate(model, *_patchtst_held_out()),
 }
 """Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
 
@@ -1731,6 +1766,14 @@ def _held_out_smape(model: nn.Module) -> float:
     x, y = forecast_windows_sampler(SERIES.series, 0, held_out=True)()
     with torch.no_grad():
         return float(smape_2_loss(model(x), y))
+
+
+@lru_cache(maxsize=1)
+def _patchtst_held_out() -> tuple[torch.Tensor, torch.Tensor]:
+    """PatchTST's held-out windows, all of them (the original's `test` over its loader): `val_mse` and
+    `val_mae` read every one, `val_loss` two batches of 256."""
+    held = ett_like_windows(held_out=True)
+    return held.x, held.y
 
 
 @lru_cache(maxsize=1)

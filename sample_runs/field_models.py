@@ -327,6 +327,14 @@
   attention mask is 1, on left-padded K-step windows of a generated "medium-replay"-like dataset of a
   point mass reaching a goal (`data.point_reach_trajectories`); evaluated by rolling it out
   conditioned on a target return.
+- `PatchTST`, `RevIN`, `PatchTSTPatchify`, `PatchTSTEncoder`, `PatchTSTEncoderLayer`, `PatchTSTAttention`,
+  `PatchTSTHead`, `patchtst_evaluate`: Nie et al.'s PatchTST (yuqinie98/PatchTST's supervised model,
+  in its Hugging Face port's layout), written here at ETTh1's script's sizes: RevIN (per-sample,
+  per-channel statistics over the look-back, a learnable affine, the forecast denormalised),
+  channel independence (each channel a sequence through shared weights), overlapping patches
+  (16, stride 8, the end padded by repeating the last value), a linear patch embedding, learned
+  positions, a post-norm Transformer encoder with BatchNorm and residual attention, a flatten head
+  to the horizon; MSE on an ETTh1-like generated multivariate series (`data.ett_like_series`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -343,7 +351,8 @@ the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` befor
 twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hypernetwork` before
 the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth, `sngan` and
 `electra_ft` before the twenty-seventh, `muon_gpt` and `deeplab` before the twenty-eighth,
-`decision_transformer` before the twenty-ninth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+`decision_transformer` before the twenty-ninth, `patchtst` before the thirtieth
+(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -363,9 +372,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .data import (CAPTIONS, CARTPOLE, CLICKS, DENSITY, GRAPH, KNOWLEDGE_GRAPH, MLM, NERF_SCENE, POINT_MASS,
-                   POINT_REACH, RING, MEL_SPEECH, SERIES, SPEECH, SPIRAL, TABLE, TAGGING, TAGS, TOPICS, WAVEFORMS,
-                   PointReach, rk4_step, spiral_trajectory)
+from .data import (CAPTIONS, CARTPOLE, CLICKS, DENSITY, ETT_LIKE, GRAPH, KNOWLEDGE_GRAPH, MLM, NERF_SCENE,
+                   POINT_MASS, POINT_REACH, RING, MEL_SPEECH, SERIES, SPEECH, SPIRAL, TABLE, TAGGING, TAGS, TOPICS,
+                   WAVEFORMS, PointReach, rk4_step, spiral_trajectory)
 from .models import TinyGPT
 
 __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer", "TCN", "Llama", "ConvAutoencoder",
@@ -410,6 +419,9 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "deeplab_evaluate", "DEEPLAB_CLASSES", "DEEPLAB_VOID", "DEEPLAB_RATES", "DEEPLAB_AUX_WEIGHT", "DEEPLAB_AUX_LR",
            "DecisionTransformer", "dt_action_loss", "dt_rollouts", "dt_random_return", "DT_TARGET_RETURN",
            "DT_EVAL_EPISODES",
+           "PatchTST", "RevIN", "PatchTSTPatchify", "PatchTSTPositionalEncoding", "PatchTSTBatchNorm", "PatchTSTAttention",
+           "PatchTSTEncoderLayer", "PatchTSTEncoder", "PatchTSTHead", "patchtst_evaluate", "PATCHTST_PATCH_LEN",
+           "PATCHTST_STRIDE",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
            "KAN", "KANLinear", "kan_b_splines", "kan_uniform_grid", "KAN_GRID_SIZE", "KAN_SPLINE_ORDER",
@@ -6241,6 +6253,214 @@ def dt_random_return(episodes: int = DT_EVAL_EPISODES, seed: int = 2_000) -> flo
         returns += reward * alive
         alive &= ~done
     return float(returns.mean())
+PATCHTST_PATCH_LEN = 16
+"""PatchTST's patch length (its scripts' `--patch_len 16`)."""
+PATCHTST_STRIDE = 8
+"""PatchTST's stride between patches (its scripts' `--stride 8`): patches overlap by half."""
+
+
+class RevIN(nn.Module):
+    """Kim et al.'s reversible instance normalisation as PatchTST's `layers/RevIN.py` writes it:
+    `forward(x, "norm")` takes each sample's per-channel mean and std (biased, + `eps` under the
+    root) over the look-back, detached, keeps them, normalises and applies the learnable affine
+    (`affine_weight`, `affine_bias`, one a channel); `forward(x, "denorm")` undoes the affine
+    (÷ (weight + eps²)) and the statistics on the forecast. `subtract_last` off (the scripts'
+    default): the centre is the mean, not the last value. x is (B, L, C)."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True) -> None:
+        super().__init__()
+        self.eps, self.affine = eps, affine
+        if affine:
+            self.affine_weight = nn.Parameter(torch.ones(num_features))
+            self.affine_bias = nn.Parameter(torch.zeros(num_features))
+        self.mean: torch.Tensor | None = None
+        self.stdev: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor, mode: str) -> torch.Tensor:
+        if mode == "norm":
+            self.mean = x.mean(1, keepdim=True).detach()
+            self.stdev = torch.sqrt(x.var(1, keepdim=True, unbiased=False) + self.eps).detach()
+            x = (x - self.mean) / self.stdev
+            return x * self.affine_weight + self.affine_bias if self.affine else x
+        if mode == "denorm":
+            if self.affine:
+                x = (x - self.affine_bias) / (self.affine_weight + self.eps * self.eps)
+            return x * self.stdev + self.mean
+        raise ValueError(f"RevIN mode {mode!r}")
+
+
+class PatchTSTPatchify(nn.Module):
+    """`padding_patch="end"`: `nn.ReplicationPad1d((0, stride))` repeats each channel's last value
+    `stride` times, then `unfold(-1, patch_len, stride)`: (B, C, L) → (B, C, patches, patch_len),
+    patches = (L − patch_len) / stride + 2."""
+
+    def __init__(self, patch_len: int = PATCHTST_PATCH_LEN, stride: int = PATCHTST_STRIDE) -> None:
+        super().__init__()
+        self.patch_len, self.stride = patch_len, stride
+        self.pad = nn.ReplicationPad1d((0, stride))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.pad(z).unfold(-1, self.patch_len, self.stride)
+
+
+class PatchTSTPositionalEncoding(nn.Module):
+    """The original's `positional_encoding("zeros", learn_pe=True, ...)`: a learned (patches, d_model)
+    table initialised uniform in ±0.02, added to the patch embeddings before the residual dropout."""
+
+    def __init__(self, patches: int, d_model: int, dropout: float) -> None:
+        super().__init__()
+        self.position_enc = nn.Parameter(torch.empty(patches, d_model).uniform_(-0.02, 0.02))
+        self.positional_dropout = nn.Dropout(dropout)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return self.positional_dropout(u + self.position_enc)
+
+
+class PatchTSTBatchNorm(nn.Module):
+    """`norm="BatchNorm"`: `Transpose(1, 2)`, `nn.BatchNorm1d(d_model)`, `Transpose(1, 2)`: each
+    feature normalised over every (sample × channel) sequence and every patch of the batch."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.batchnorm = nn.BatchNorm1d(d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.batchnorm(x.transpose(1, 2)).transpose(1, 2)
+
+
+class PatchTSTAttention(nn.Module):
+    """The original's `_MultiheadAttention` with `_ScaledDotProductAttention` and `res_attention=True`:
+    q, k, v projections with biases, scores q·kᵀ × head_dim^−½ plus the previous layer's scores
+    (`prev`, before their softmax), softmax, attention dropout, `to_out` (Linear, dropout); returns
+    the output and this layer's scores for the next. (Its scale is an `nn.Parameter` with
+    `requires_grad=False` where `lsa` is off: a constant here.)"""
+
+    def __init__(self, d_model: int, heads: int, attn_dropout: float = 0.0, proj_dropout: float = 0.0) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, d_model // heads
+        self.W_Q = nn.Linear(d_model, d_model)
+        self.W_K = nn.Linear(d_model, d_model)
+        self.W_V = nn.Linear(d_model, d_model)
+        self.attn_dropout = nn.Dropout(attn_dropout)
+        self.to_out = nn.Sequential(nn.Linear(d_model, d_model), nn.Dropout(proj_dropout))
+        self.scale = self.head_dim ** -0.5
+
+    def forward(self, x: torch.Tensor, prev: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        bs, n, _ = x.shape
+        q = self.W_Q(x).view(bs, n, self.heads, self.head_dim).transpose(1, 2)
+        k = self.W_K(x).view(bs, n, self.heads, self.head_dim).permute(0, 2, 3, 1)
+        v = self.W_V(x).view(bs, n, self.heads, self.head_dim).transpose(1, 2)
+        scores = torch.matmul(q, k) * self.scale
+        if prev is not None:
+            scores = scores + prev
+        weights = self.attn_dropout(F.softmax(scores, dim=-1))
+        out = torch.matmul(weights, v).transpose(1, 2).reshape(bs, n, self.heads * self.head_dim)
+        return self.to_out(out), scores
+
+
+class PatchTSTEncoderLayer(nn.Module):
+    """The original's `TSTEncoderLayer`, post-norm (`pre_norm=False`): x + dropout(attention(x)) →
+    BatchNorm, then x + dropout(ff(x)) → BatchNorm, ff = Linear(d, d_ff) → GELU → dropout → Linear(d_ff, d)."""
+
+    def __init__(self, d_model: int, heads: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.self_attn = PatchTSTAttention(d_model, heads, proj_dropout=dropout)
+        self.dropout_attn = nn.Dropout(dropout)
+        self.norm_attn = PatchTSTBatchNorm(d_model)
+        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        self.dropout_ffn = nn.Dropout(dropout)
+        self.norm_ffn = PatchTSTBatchNorm(d_model)
+
+    def forward(self, src: torch.Tensor, prev: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        attended, scores = self.self_attn(src, prev)
+        src = self.norm_attn(src + self.dropout_attn(attended))
+        src = self.norm_ffn(src + self.dropout_ffn(self.ff(src)))
+        return src, scores
+
+
+class PatchTSTEncoder(nn.Module):
+    """The original's `TSTiEncoder` ("i": channel-independent) in the Hugging Face port's layout:
+    `embedder` (W_P, Linear(patch_len, d_model)) of every patch, `positional_encoder`, `layers`
+    (residual attention: each layer's scores passed to the next)."""
+
+    def __init__(self, patches: int, patch_len: int, d_model: int, heads: int, d_ff: int, layers: int,
+                 dropout: float) -> None:
+        super().__init__()
+        self.embedder = nn.Linear(patch_len, d_model)
+        self.positional_encoder = PatchTSTPositionalEncoding(patches, d_model, dropout)
+        self.layers = nn.ModuleList(PatchTSTEncoderLayer(d_model, heads, d_ff, dropout) for _ in range(layers))
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        """(B, C, patches, patch_len) → (B, C, patches, d_model), each channel its own sequence."""
+        bs, channels = patches.shape[:2]
+        x = self.embedder(patches)
+        u = self.positional_encoder(x.reshape(bs * channels, *x.shape[2:]))
+        scores = None
+        for layer in self.layers:
+            u, scores = layer(u, scores)
+        return u.reshape(bs, channels, *u.shape[1:])
+
+
+class PatchTSTHead(nn.Module):
+    """The original's `Flatten_Head` (`individual=False`): each channel's (d_model × patches)
+    features, d_model-major as `Flatten(start_dim=-2)` reads them, through one shared
+    `projection` Linear to the horizon, then `head_dropout` (0, its scripts' default)."""
+
+    def __init__(self, features: int, horizon: int, head_dropout: float = 0.0) -> None:
+        super().__init__()
+        self.projection = nn.Linear(features, horizon)
+        self.dropout = nn.Dropout(head_dropout)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.projection(z.transpose(-1, -2).flatten(-2)))
+
+
+class PatchTST(nn.Module):
+    """Nie et al.'s PatchTST, supervised (yuqinie98/PatchTST's `PatchTST_backbone`, names after the
+    Hugging Face port where the original's are flat): (B, L, C) look-back → RevIN norm → (B, C, L)
+    → end-padded overlapping patches → channel-independent Transformer encoder (shared weights, each
+    channel a sequence of patches) → flatten head → (B, C, H) → (B, H, C) → RevIN denorm. ETTh1's
+    script's sizes: d_model 16, 4 heads, 3 layers, d_ff 128, dropout 0.3, head dropout 0.
+
+    Units: the RevIN affine, the patch embedding, the positions, each encoder layer, the head;
+    hidden: the encoder layers; exposed: the head's projection (the forecast before denorm, no
+    normalisation after it: behind the post-norm BatchNorms a scaled embedding or ff is normalised).
+    RevIN's affine reaches the forecast around the blocks (its denorm: `field.TIED`)."""
+
+    def __init__(self, channels: int, lookback: int, horizon: int, patch_len: int = PATCHTST_PATCH_LEN,
+                 stride: int = PATCHTST_STRIDE, d_model: int = 16, heads: int = 4, d_ff: int = 128, layers: int = 3,
+                 dropout: float = 0.3) -> None:
+        super().__init__()
+        patches = (lookback - patch_len) // stride + 1 + 1  # + 1: padding_patch="end"
+        self.revin = RevIN(channels)
+        self.patchify = PatchTSTPatchify(patch_len, stride)
+        self.encoder = PatchTSTEncoder(patches, patch_len, d_model, heads, d_ff, layers, dropout)
+        self.head = PatchTSTHead(d_model * patches, horizon)
+        self.patches = patches
+        self.units = ["revin", "encoder.embedder", "encoder.positional_encoder",
+                      *(f"encoder.layers.{i}" for i in range(layers)), "head"]
+        self.hidden = [f"encoder.layers.{i}" for i in range(layers)]
+        self.exposed = ["head.projection"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.revin(x, "norm").permute(0, 2, 1)
+        z = self.head(self.encoder(self.patchify(z)))
+        return self.revin(z.permute(0, 2, 1), "denorm")
+
+
+def patchtst_evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 256) -> dict[str, float]:
+    """The original's `test` metrics on the standardised held-out windows: MSE and MAE over every
+    window, step and channel (eval mode, no gradient)."""
+    was_training = model.training
+    model.eval()
+    squared, absolute = 0.0, 0.0
+    with torch.no_grad():
+        for start in range(0, len(x), batch):
+            error = model(x[start:start + batch]).float() - y[start:start + batch]
+            squared += float((error ** 2).sum())
+            absolute += float(error.abs().sum())
+    model.train(was_training)
+    return {"val_mse": squared / y.numel(), "val_mae": absolute / y.numel()}
 
 
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
@@ -6250,7 +6470,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
-               "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer")
+               "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -6329,6 +6549,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "muon_gpt": lambda vocab: MuonGPT(vocab),
     "deeplab": lambda vocab: DeepLabV3(classes=vocab),
     "decision_transformer": lambda vocab: DecisionTransformer(),
+    "patchtst": lambda vocab: PatchTST(ETT_LIKE.channels, ETT_LIKE.lookback, ETT_LIKE.horizon),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

@@ -51,7 +51,7 @@ def test_catalogue_looks_like_the_field():
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
-                                       "electra_ft", "muon_gpt", "deeplab", "decision_transformer"}
+                                       "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -3888,3 +3888,165 @@ def test_decision_transformer_healthy_run_learns_and_records_its_return(tmp_path
     stats = read_stats(tmp_path / "run")
     io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)]
     assert len(io) >= 2
+def test_patchtst_revin_normalises_each_window_and_its_denorm_undoes_it():
+    from sample_runs.field_models import RevIN
+
+    torch.manual_seed(0)
+    x = 3 * torch.randn(4, 96, 7) + torch.arange(7.0) * 10
+    revin = RevIN(7)
+    z = revin(x, "norm")
+    assert torch.allclose(z.mean(1), torch.zeros(4, 7), atol=1e-5)
+    assert torch.allclose(z.std(1, unbiased=False), torch.ones(4, 7), atol=1e-4)
+    assert torch.allclose(revin(z, "denorm"), x, atol=1e-4)  # the round trip, at the affine's init
+    with torch.no_grad():
+        revin.affine_weight.copy_(torch.rand(7) + 0.5)
+        revin.affine_bias.copy_(torch.randn(7))
+    z = revin(x, "norm")
+    plain = (x - x.mean(1, keepdim=True)) / torch.sqrt(x.var(1, keepdim=True, unbiased=False) + 1e-5)
+    assert torch.allclose(z, plain * revin.affine_weight + revin.affine_bias, atol=1e-5)
+    assert torch.allclose(revin(z, "denorm"), x, atol=1e-4)  # the affine undone, then the statistics
+    assert not revin.mean.requires_grad and not revin.stdev.requires_grad  # detached, as the original's
+    # the forecast of a window scaled and shifted is the forecast scaled and shifted (eval mode):
+    # what a x1e3 batch does to PatchTST (normalised away going in, multiplied coming out)
+    model = build_field_model("patchtst", 24).eval()
+    with torch.no_grad():
+        assert torch.allclose(model(1e3 * x + 5), 1e3 * model(x) + 5, rtol=1e-3, atol=1e-1)
+
+
+def test_patchtst_patches_pad_the_end_with_the_last_value_and_its_channels_never_mix():
+    from sample_runs.field_models import PATCHTST_PATCH_LEN, PATCHTST_STRIDE, PatchTST, PatchTSTPatchify
+
+    torch.manual_seed(0)
+    z = torch.randn(2, 7, 96)
+    patches = PatchTSTPatchify()(z)
+    assert PATCHTST_PATCH_LEN == 16 and PATCHTST_STRIDE == 8
+    assert patches.shape == (2, 7, 12, 16)  # (96 - 16) / 8 + 1 = 11, + 1 for padding_patch="end"
+    for p in range(11):
+        assert torch.equal(patches[:, :, p], z[:, :, 8 * p: 8 * p + 16])
+    assert torch.equal(patches[:, :, 11, :8], z[:, :, 88:])
+    assert torch.equal(patches[:, :, 11, 8:], z[:, :, -1:].expand(2, 7, 8))  # the last value repeated
+    model = build_field_model("patchtst", 24)
+    assert isinstance(model, PatchTST) and model.patches == 12
+    x = torch.randn(3, 96, 7)
+    assert model(x).shape == (3, 24, 7)
+    model.eval()  # (training-mode BatchNorm normalises over every channel of the batch)
+    with torch.no_grad():
+        out = model(x)
+        changed = x.clone()
+        changed[:, :, 3] = 10 * torch.randn(3, 96)
+        moved = model(changed)
+        keep = [c for c in range(7) if c != 3]
+        assert torch.allclose(moved[:, :, keep], out[:, :, keep], atol=1e-6) and not torch.allclose(moved[..., 3], out[..., 3])
+        order = torch.randperm(7)  # shared weights: permuting the channels permutes the forecasts
+        assert torch.allclose(model(x[:, :, order]), out[:, :, order], atol=1e-5)
+    # units partition the parameters in forward order; hidden the encoder layers; exposed the head
+    owned = [id(p) for u in model.units for p in model.get_submodule(u).parameters()]
+    assert len(owned) == len(set(owned)) == len(list(model.parameters()))
+    assert model.units[0] == "revin" and model.units[-1] == "head"
+    assert model.hidden == ["encoder.layers.0", "encoder.layers.1", "encoder.layers.2"]
+    assert model.exposed == ["head.projection"] and model.head.projection.in_features == 16 * 12
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)]
+    assert len(norms) == 6 and not any(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
+
+
+def test_patchtst_attention_adds_the_previous_layers_scores_and_the_loss_is_a_plain_mse():
+    from sample_runs.field import LOSSES
+    from sample_runs.field_models import PatchTSTAttention
+
+    torch.manual_seed(0)
+    attention = PatchTSTAttention(16, 4).eval()
+    x, prev = torch.randn(5, 12, 16), torch.randn(5, 4, 12, 12)
+    out, scores = attention(x, prev)
+
+    def heads(t):
+        return t.view(5, 12, 4, 4).transpose(1, 2)
+
+    q, k, v = heads(attention.W_Q(x)), heads(attention.W_K(x)), heads(attention.W_V(x))
+    expected_scores = q @ k.transpose(-1, -2) / 2.0 + prev  # head_dim 4: scale 1/2
+    mixed = (expected_scores.softmax(-1) @ v).transpose(1, 2).reshape(5, 12, 16)
+    assert torch.allclose(scores, expected_scores, atol=1e-5)
+    assert torch.allclose(out, attention.to_out(mixed), atol=1e-5)
+    model = build_field_model("patchtst", 24)  # residual attention: each layer gets its predecessor's scores
+    seen = []
+    for layer in model.encoder.layers:
+        layer.self_attn.register_forward_hook(lambda m, args, output: seen.append(args[1] is None))
+    model(torch.randn(2, 96, 7))
+    assert seen == [True, False, False]
+    forecast, target = torch.randn(4, 24, 7), torch.randn(4, 24, 7)
+    assert float(LOSSES["patchtst"](forecast, target)) == pytest.approx(float(((forecast - target) ** 2).mean()), rel=1e-6)
+
+
+def test_patchtst_recipe_is_adam_under_torchs_one_cycle_per_step():
+    from sample_runs.field import ONE_CYCLE_MOMENTUM, OPTIMIZERS, PATCHTST_WARMUP, _one_cycle_momentum
+
+    recipe = RECIPES["patchtst"]
+    assert recipe.optimizer == "adam" and recipe.weight_decay == 0.0 and recipe.clip is None
+    assert recipe.schedule == "one_cycle" and PATCHTST_WARMUP == 45 and recipe.betas[0] == ONE_CYCLE_MOMENTUM[1]
+    model = build_field_model("patchtst", 24)
+    groups = _param_groups(model, recipe, 1.0)
+    assert {g["layer"] for g in groups} == set(model.units) and all(g["weight_decay"] == 0.0 for g in groups)
+    optimizer = OPTIMIZERS[recipe.optimizer](groups, 1.0, recipe)
+    assert type(optimizer) is torch.optim.Adam
+    for warmup in (PATCHTST_WARMUP, 0):  # exp_main's OneCycleLR(pct_start=0.3), and lr_too_high's no warm-up
+        schedule = _schedule(type(recipe)(**{**recipe.__dict__, "warmup": warmup}), 150)
+        reference = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        one_cycle = torch.optim.lr_scheduler.OneCycleLR(reference, max_lr=1.0, total_steps=150,
+                                                        pct_start=max(warmup, 1e-9) / 150)
+        ours = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1.0, betas=recipe.betas)
+        momentum = _one_cycle_momentum(ours, warmup, 150)
+        for step in range(150):
+            if warmup:
+                assert schedule(step) == pytest.approx(reference.param_groups[0]["lr"], rel=1e-9, abs=1e-12)
+                assert ours.param_groups[0]["betas"][0] == pytest.approx(reference.param_groups[0]["betas"][0])
+            reference.step()
+            one_cycle.step()
+            momentum()
+        assert schedule(149) == pytest.approx(1 / 25 / 1e4)
+    assert not LEFT_OUT.get("patchtst")
+    assert {s.family for s in SCENARIOS.values() if s.arch == "patchtst"} == set(FIELD_FAMILIES)
+    spike = faults.LrSpike(t0=0, layer="encoder.layers.1", factor=30.0)
+    spike.before_step(0, model, optimizer)
+    assert {g["layer"] for g in optimizer.param_groups if g["lr"] > 1.0} == {"encoder.layers.1"}
+
+
+def test_patchtst_data_is_split_in_time_and_scaled_by_the_training_part_only():
+    from sample_runs.data import ETT_LIKE, ett_like_series, ett_like_windows
+    from sample_runs.field import _data
+
+    values, mean, std = ett_like_series()
+    border, length = ETT_LIKE.border, ETT_LIKE.length
+    assert values.shape == (length, 7) and border == 2100
+    assert torch.allclose(values[:border].mean(0), torch.zeros(7), atol=1e-4)
+    assert torch.allclose(values[:border].std(0, unbiased=False), torch.ones(7), atol=1e-4)
+    assert float((values[border:].mean(0) - values[:border].mean(0)).abs().max()) > 0.1  # not refitted on it
+    raw = values * std + mean  # what the scaler saw
+    assert torch.allclose(raw[:border].mean(0), mean, rtol=1e-4, atol=1e-3)
+    train, held = ett_like_windows(), ett_like_windows(held_out=True)
+    assert train.x.shape == (2100 - 96 - 24 + 1, 96, 7) and train.y.shape == (1981, 24, 7)
+    assert held.x.shape == (900 - 24 + 1, 96, 7)
+    assert torch.equal(train.x[5], values[5:101]) and torch.equal(train.y[5], values[101:125])
+    assert torch.equal(held.x[0], values[border - 96:border]) and torch.equal(held.y[0], values[border:border + 24])
+    assert int(torch.nonzero(train.y.flatten(0, 1).sum(1) == values[2099].sum())[-1]) == 1981 * 24 - 1  # no future
+    draw, eval_draw, horizon, chance = _data("patchtst", RECIPES["patchtst"], 0, 1)
+    x, y = draw()
+    assert horizon == 24 and x.shape == (32, 96, 7) and y.shape == (32, 24, 7) and x.dtype == y.dtype == torch.float32
+    assert eval_draw()[0].shape == (256, 96, 7) and 0.9 < chance < 1.1
+
+
+def test_patchtst_healthy_run_learns_and_records_its_forecast_metrics(tmp_path):
+    from sample_runs.field import PATCHTST_LR
+
+    truth = make("healthy-patchtst-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[:10]) > 1.0 and _mean(loss[-10:]) < 0.3 * _mean(loss[:10])
+    mse, mae = by_name["val_mse"], by_name["val_mae"]
+    assert len(mse) == len(mae) == 6 and mse[-1] < 0.3 * mse[0] and mae[-1] < mae[0]
+    assert by_name["lr"] == pytest.approx([PATCHTST_LR * _schedule(RECIPES["patchtst"], 150)(s) for s in range(150)])
+    beta1 = by_name["hp.optimizer.0.beta1"]
+    assert max(beta1) == pytest.approx(0.95) and min(beta1) == pytest.approx(0.85)
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("role")
+    assert io.loc["input", "shape"] == "32x96x7" and io.loc["target", "shape"] == "32x24x7"
+    assert io.loc["input", "kind"] == io.loc["target", "kind"] == "float"
