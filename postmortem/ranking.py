@@ -180,13 +180,16 @@ def diverging(breaks: list[TensorBreak], scalars: pd.DataFrame, *, stayed_finite
         # from zero and grow for hundreds of steps by design, and activations count through
         # what they do to the rest: none of them decides on its own.
         settled = b.fit.onset_step >= b.fit.first_step + th.settle_steps
-        if (curve is not None and b.role == "grad" and _loss_unmoved(curve, b.fit.onset_step, th)
+        gradual = b.role == "grad" or (b.role == "param" and not _sharp_measured(b, th))
+        if (curve is not None and gradual and _loss_unmoved(curve, b.fit.onset_step, th)
                 and not (nonfinite_at is not None and nonfinite_at < b.fit.onset_step + th.felt_steps)):
             # One tensor's gradient growing while the loss keeps falling is a branch waking up (a
             # residual branch behind ConvNeXt's layer scale 1e-6 passes its block ×1e-6 of the
             # gradient until gamma grows), not a runaway: the loss (or the global grad norm, a
-            # scalar) must feel it. Accumulating gradients are a running sum whose growth is the
-            # story before the loss feels it, hence the flag.
+            # scalar) must feel it. So must a parameter that grew by no measured jump and no fast
+            # growth (a zero-initialised BatchNorm bias ×190 over 130 steps of a OneCycle warm-up,
+            # ×1.02 a step: round 30's patchtst). Accumulating gradients are a running sum whose
+            # growth is the story before the loss feels it, hence the flag.
             continue
         if b.fit.diverges and b.role in ("scalar", "grad") and (settled or _sharp_measured(b, th)):
             # A slow climb from the first step is a model starting to learn (gradients of a

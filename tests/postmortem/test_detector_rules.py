@@ -840,6 +840,21 @@ def test_a_parameter_still_growing_from_a_near_zero_init_is_no_divergence():
     assert diverging([bias], loss, stayed_finite=True) == []
 
 
+def test_a_parameter_that_grows_with_no_jump_while_the_loss_falls_is_no_divergence():
+    # Round 30's patchtst: a zero-initialised BatchNorm bias grew ×190 over a OneCycle warm-up,
+    # ×1.02 a step with no step over ×1.2, fitted as a ×34 break, while the loss kept falling.
+    creeping = TensorBreak("param", "encoder.layers.1.norm_ffn.batchnorm.bias", None,
+                           replace(_break("param", "x", 18).fit, jump=34.0, step_jump=1.19, growth_per_step=1.02))
+    steps = np.arange(60)
+    falling = pd.DataFrame({"step": steps, "name": "loss", "value": 1.4 * 0.99 ** steps})
+    assert diverging([creeping], falling, stayed_finite=True, loss_must_feel=True) == []
+    felt = falling.assign(value=np.where(steps >= 22, 3.0, falling["value"]))  # the loss rose 4 steps later
+    assert diverging([creeping], felt, stayed_finite=True, loss_must_feel=True) == [creeping]
+    # A parameter that jumped in one step counts whatever the loss did next (a bad restore).
+    jumped = _break("param", "head.weight", 18)
+    assert diverging([jumped], falling, stayed_finite=True, loss_must_feel=True) == [jumped]
+
+
 def test_recovered_incident():
     found = recovered_incident(LossSpike(STEPS, np.full(N, 1.0), _incident(recovered=True)), TH.outcome)
     assert found[0].step == 60 and found[0].severity == "warning"
