@@ -28,7 +28,7 @@ capsule network, a Soft Actor-Critic agent steering points to goals, a masked au
 RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conformer, a
 graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
 hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECTRA-style text
-classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel and PatchTST (`field_models`),
+classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST and a timm ResNet (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -97,7 +97,11 @@ references/segmentation/train.py recipe (SGD momentum 0.9, weight decay 1e-4, th
 group at lr ×10, linear warm-up then `PolynomialLR` power 0.9 per iteration) on its `criterion`
 (cross-entropy ignoring the void label 255, out + 0.5 × aux) of VOC-like shapes, PatchTST by the
 plain loop with yuqinie98/PatchTST's supervised recipe (Adam, `OneCycleLR` with `pct_start` 0.3 per
-step, no clipping) on the MSE of standardised forecasts of an ETTh1-like series. Faults
+step, no clipping) on the MSE of standardised forecasts of an ETTh1-like series, the timm ResNet by
+the plain loop with rwightman/pytorch-image-models' train.py recipe (timm's `Mixup` to soft
+label-smoothed targets per batch, `SoftTargetCrossEntropy`, SGD with Nesterov momentum, weight
+decay off biases and norms, a per-update cosine schedule after a linear warm-up, a `ModelEmaV2`
+after each step, its top-1 and the EMA's evaluated) on the colour patterns. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -252,6 +256,7 @@ from .field_models import (
     dt_random_return,
     dt_rollouts,
     patchtst_evaluate,
+    timm_top1,
     detection_iou,
     distillation_loss,
     fcos_loss,
@@ -492,6 +497,22 @@ width 64, rates `DEEPLAB_RATES`, 48-pixel images and 40-pixel crops, no `RandomR
 `DEEPLAB_BATCH`, a 15-step warm-up (train.py's `--lr-warmup-epochs` defaults to 0)."""
 DEEPLAB_BATCH = 16
 """DeepLab's batch (train.py's 4 images a GPU on 8 GPUs, 32; half here, for a 2-core CPU)."""
+TIMM_MIXUP_LR = 0.1
+"""The timm ResNet's SGD lr (timm's `--lr-base` 0.1 at 256 images, here at batch `TIMM_MIXUP_BATCH`
+without the linear scaling to 0.0125 that `--lr-base-scale linear` would apply: 150 steps)."""
+TIMM_MIXUP_BATCH = 64
+"""The timm ResNet's batch."""
+TIMM_MIXUP_WARMUP = 10
+"""The timm ResNet's warm-up updates (`--warmup-epochs`, in updates: `CosineLRScheduler` stepped
+per update, `t_in_epochs=False`)."""
+TIMM_WARMUP_LR_RATIO = 1e-5 / TIMM_MIXUP_LR
+"""timm's `--warmup-lr` 1e-5 as a factor on the recipe's lr (the schedule is a factor on each
+group's base lr)."""
+TIMM_EMA_DECAY = 0.99
+"""The timm ResNet's `ModelEmaV2` decay (timm's `--model-ema-decay` 0.9998 averages over ~5000
+updates; 0.99 over ~100, for a 150-step run)."""
+TIMM_MIXUP_OFF = None
+"""The step from which mixup is off (timm's `--mixup-off-epoch`; its default 0: never off)."""
 PATCHTST_LR = 1e-3
 """PatchTST's OneCycle peak lr: 10× its ETTh1 script's 1e-4, which trains 100 epochs (~6700 steps)
 where a run here has 150. Measured on the healthy loop (unrecorded, seeds 0-2, first/last 10-step
@@ -749,6 +770,15 @@ RECIPES = {
     # so that an lr spike can hit one encoder layer. lr PATCHTST_LR, the departure.
     "patchtst": Recipe(lr=PATCHTST_LR, weight_decay=0.0, batch=PATCHTST_BATCH, clip=None, betas=(ONE_CYCLE_MOMENTUM[1], 0.999),
                        warmup=PATCHTST_WARMUP, optimizer="adam", schedule="one_cycle"),
+    # rwightman/pytorch-image-models' train.py: `--opt sgd` (momentum 0.9, Nesterov: timm's
+    # optimizer factory's "sgd" is Nesterov), `--weight-decay 5e-5` through
+    # `param_groups_weight_decay` (no decay on 1-d parameters and biases: the zoo's `_param_groups`
+    # rule), here one decay / no-decay pair a unit (the same SGD updates) so that an lr spike can hit
+    # one block; `--sched cosine` stepped per update (`CosineLRScheduler`, `t_in_epochs=False`) after
+    # a linear warm-up from `--warmup-lr` 1e-5, to lr-min 0; no clipping (`--clip-grad` None);
+    # `Mixup` (mixup 0.8, cutmix 1.0, switch 0.5, smoothing 0.1) in `_train`, a `ModelEmaV2` there too.
+    "timm_mixup": Recipe(lr=TIMM_MIXUP_LR, weight_decay=5e-5, batch=TIMM_MIXUP_BATCH, clip=None,
+                         warmup=TIMM_MIXUP_WARMUP, optimizer="sgd", schedule="timm_cosine"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -812,7 +842,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "conformer": conformer_ctc_loss, "neural_process": cnp_nll, "dit": dit_loss,
           "sae": sae_loss, "electra_ft": torch.nn.functional.cross_entropy,
           "deeplab": deeplab_criterion, "decision_transformer": dt_action_loss,
-          "patchtst": torch.nn.functional.mse_loss}
+          "patchtst": torch.nn.functional.mse_loss, "timm_mixup": soft_target_cross_entropy}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -948,6 +978,9 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
         return lambda step: 0.9 ** (step // TABNET_LR_STEP)
     if recipe.schedule == "exp_x0.8":  # torch's ExponentialLR(gamma=0.8), stepped once an epoch
         return lambda step: 0.8 ** (step // KAN_EPOCH_STEPS)
+    if recipe.schedule == "timm_cosine":  # timm's CosineLRScheduler per update: warm-up from warmup_lr, cosine to 0
+        return lambda step: TIMM_WARMUP_LR_RATIO + (1 - TIMM_WARMUP_LR_RATIO) * step / recipe.warmup \
+            if step < recipe.warmup else 0.5 * (1 + math.cos(math.pi * step / steps))
     if recipe.schedule == "one_cycle":  # torch's OneCycleLR (cos), as a factor on max_lr
         return lambda step: _one_cycle(step, recipe.warmup, steps, 1 / ONE_CYCLE_DIV, 1.0,
                                        1 / (ONE_CYCLE_DIV * ONE_CYCLE_FINAL_DIV))
@@ -1064,7 +1097,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab",
-                "decision_transformer", "patchtst")
+                "decision_transformer", "patchtst", "timm_mixup")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier: its dict batch is int64 `input_ids` and `attention_mask`) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1094,7 +1127,9 @@ normalised `states`, its `actions` (the −10 padding included) and its scaled `
 corrupted record of the offline dataset; its int64 `timesteps` and `attention_mask` left as they
 are, and its target actions, the batch's `y`, too), PatchTST's its standardised look-back windows
 (their futures, the targets, left as they are: RevIN normalises each window by its own statistics, so a ×1e3 window is
-normalised away on the way in, and its forecast is denormalised by them ×1e3 on the way out);
+normalised away on the way in, and its forecast is denormalised by them ×1e3 on the way out), the
+timm ResNet's its standardised colour patterns (the fault corrupts the loader's batch, before the
+loop's `Mixup` blends it with its flip: a ×1e3 or NaN image reaches its partner's row too);
 word2vec and the BiLSTM-CRF read
 word IDs."""
 
@@ -1165,6 +1200,8 @@ LEFT_OUT = {
     "neural_process": ("healthy_spike",),
     # train.py's SGD keeps no Adam moments to corrupt.
     "deeplab": ("adam_state",),
+    # timm's SGD (Nesterov momentum) keeps no Adam moments to corrupt.
+    "timm_mixup": ("adam_state",),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -1718,7 +1755,7 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "nerf": _nerf_data, "capsnet": _capsule_digits_data, "sac": _point_mass_data,
              "mae": _masked_digits_data, "wavenet": _waveform_data,
              "set_transformer": _max_set_data, "conformer": _mel_speech_data,
-             "neural_process": _gp_curves_data}
+             "neural_process": _gp_curves_data, "timm_mixup": _pattern_data}
 """(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
@@ -1741,6 +1778,7 @@ EVAL_METRICS = {
     "deeplab": lambda model: deeplab_evaluate(model, _deeplab_held_out().x, _deeplab_held_out().y),
     "decision_transformer": lambda model: {"eval_return": float(dt_rollouts(model, *_dt_dataset()[2]).mean())},
     "patchtst": lambda model: patchtst_evaluate(model, *_patchtst_held_out()),
+    "timm_mixup": lambda model: {"val_top1": timm_top1(model, pattern_images().x[1600:], pattern_images().y[1600:])},
 }
 """Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
 
@@ -1979,6 +2017,12 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     if arch == "efficientnet":  # timm's train.py: model_ema.update(model) after each optimizer step
         ema = ModelEmaV2(model, MODEL_EMA_DECAY)
         after_step = lambda: ema.update(model)  # noqa: E731
+    eval_metrics = (lambda: EVAL_METRICS[arch](model)) if arch in EVAL_METRICS else None
+    if arch == "timm_mixup":  # timm's train.py: model_ema.update after each step; validate() on the model and the EMA
+        ema = ModelEmaV2(model, TIMM_EMA_DECAY)
+        after_step = lambda: ema.update(model)  # noqa: E731
+        eval_metrics = lambda: {**EVAL_METRICS[arch](model), "val_top1_ema": timm_top1(  # noqa: E731
+            ema.module, pattern_images().x[1600:], pattern_images().y[1600:])}
     if recipe.schedule == "one_cycle":  # OneCycleLR's cycle_momentum, stepped with the scheduler
         after_step = _one_cycle_momentum(optimizer, options["warmup"], STEPS)
     teacher = distillation_teacher(seed) if arch == "distil" else None
@@ -2061,9 +2105,12 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                               eval_draw=eval_draw, eval_every=EVAL_EVERY.get(arch, 25),
                               loss_fn=LOSSES.get(arch, token_cross_entropy), config=config,
                               recorder_options=recorder_options, after_step=after_step,
-                              mix=mixup_cutmix(classes, seed) if arch == "swin" else None,
+                              mix=mixup_cutmix(classes, seed) if arch == "swin" else
+                              mixup_cutmix(classes, seed, off_from=None if TIMM_MIXUP_OFF is None else
+                                           TIMM_MIXUP_OFF * options["accumulation"])
+                              if arch == "timm_mixup" else None,
                               teacher=teacher, scaler=scaler,
-                              eval_metrics=(lambda: EVAL_METRICS[arch](model)) if arch in EVAL_METRICS else None,
+                              eval_metrics=eval_metrics,
                               labels_to_model=arch in ("capsnet", "dit"))
     # Parameters outside every unit's module (the classifier's `pos`) sit before the first block.
     units = [*(n for n, _ in model.named_parameters()

@@ -335,6 +335,14 @@
   (16, stride 8, the end padded by repeating the last value), a linear patch embedding, learned
   positions, a post-norm Transformer encoder with BatchNorm and residual attention, a flatten head
   to the horizon; MSE on an ETTh1-like generated multivariate series (`data.ett_like_series`).
+- `TimmResNet`, `TimmBasicBlock`, `timm_top1`: a small ResNet in timm's `resnet.py` layout (a flat
+  stem `conv1` / `bn1` / `act1`, stages `layer1`–`layer3` of `BasicBlock`s with a 1×1 conv + BN
+  `downsample` where the shape changes, `global_pool`, `fc`), timm's `init_weights` (convs
+  Kaiming-normal fan-out, BN 1 and 0, `zero_init_last`: each block's `bn2.weight` at 0, so every
+  block starts as its shortcut), trained as rwightman/pytorch-image-models' `train.py` trains it:
+  timm's `Mixup` (`mixup_cutmix`) to soft targets with label smoothing and `SoftTargetCrossEntropy`,
+  SGD with Nesterov momentum, weight decay off biases and norms, a per-update cosine schedule with
+  a linear warm-up, a `ModelEmaV2`; on the 16×16 colour patterns (`data.pattern_images`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -351,7 +359,8 @@ the eighteenth, `sac` and `mae` before the nineteenth, `rwkv` and `tabnet` befor
 twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hypernetwork` before
 the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth, `sngan` and
 `electra_ft` before the twenty-seventh, `muon_gpt` and `deeplab` before the twenty-eighth,
-`decision_transformer` before the twenty-ninth, `patchtst` before the thirtieth
+`decision_transformer` before the twenty-ninth, `patchtst` before the thirtieth, `timm_mixup`
+before the thirty-first
 (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
@@ -420,7 +429,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "DecisionTransformer", "dt_action_loss", "dt_rollouts", "dt_random_return", "DT_TARGET_RETURN",
            "DT_EVAL_EPISODES",
            "PatchTST", "RevIN", "PatchTSTPatchify", "PatchTSTPositionalEncoding", "PatchTSTBatchNorm", "PatchTSTAttention",
-           "PatchTSTEncoderLayer", "PatchTSTEncoder", "PatchTSTHead", "patchtst_evaluate", "PATCHTST_PATCH_LEN",
+           "PatchTSTEncoderLayer", "PatchTSTEncoder", "PatchTSTHead", "patchtst_evaluate", "TimmResNet",
+           "TimmBasicBlock", "timm_top1", "PATCHTST_PATCH_LEN",
            "PATCHTST_STRIDE",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
@@ -2036,18 +2046,25 @@ def swin_classifier(classes: int, image: int = 8, channels: int = 1) -> nn.Modul
 
 
 def mixup_cutmix(classes: int, seed: int, *, mixup_alpha: float = 0.8, cutmix_alpha: float = 1.0,
-                 smoothing: float = 0.1):
+                 smoothing: float = 0.1, off_from: int | None = None):
     """timm's `Mixup` as the loop calls it on each training batch: with probability ½ mixup (the
     batch blended with its flip by λ ~ Beta(0.8, 0.8)), else cutmix (a box of area 1 − λ,
     λ ~ Beta(1, 1), pasted from the flip, λ corrected to the box's real area); targets become
-    λ·y + (1 − λ)·y_flip of label-smoothed one-hots. Returns `mix(x, y) -> (x, soft y)`."""
+    λ·y + (1 − λ)·y_flip of label-smoothed one-hots. Returns `mix(x, y) -> (x, soft y)`.
+    `off_from`: after that many calls (a micro-batch a call) the batch is left as it is and its
+    targets are the smoothed one-hots (timm's `mixup_enabled = False` after `--mixup-off-epoch`: λ = 1)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)  # timm draws λ and the box with numpy too
+    calls = 0
 
     def mix(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        nonlocal calls
+        calls += 1
         off, on = smoothing / classes, 1 - smoothing + smoothing / classes
         one_hot = torch.full((len(y), classes), off).scatter_(1, y.unsqueeze(1), on)
+        if off_from is not None and calls > off_from:
+            return x, one_hot
         if rng.random() < 0.5:
             lam = float(rng.beta(mixup_alpha, mixup_alpha))
             x = lam * x + (1 - lam) * x.flip(0)
@@ -6463,6 +6480,86 @@ def patchtst_evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch:
     return {"val_mse": squared / y.numel(), "val_mae": absolute / y.numel()}
 
 
+class TimmBasicBlock(nn.Module):
+    """timm's `BasicBlock` (expansion 1, no SE, drop-block or drop-path): conv1 3×3 (the stride) →
+    bn1 → act1 → conv2 3×3 → bn2, plus the shortcut (`downsample`: 1×1 conv + BN where the shape
+    changes), then act2. `zero_init_last` sets bn2's weight to 0: the block starts as its shortcut."""
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.act1 = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.act2 = nn.ReLU(inplace=True)
+        self.downsample = None
+        if stride != 1 or inplanes != planes:
+            self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes, 1, stride=stride, bias=False),
+                                            nn.BatchNorm2d(planes))
+
+    def zero_init_last(self) -> None:
+        nn.init.zeros_(self.bn2.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        x = self.bn2(self.conv2(self.act1(self.bn1(self.conv1(x)))))
+        return self.act2(x + shortcut)
+
+
+class TimmResNet(nn.Module):
+    """timm's `ResNet` layout, small for 16×16 colour patterns: a flat stem (`conv1` 3×3 stride 1,
+    `bn1`, `act1`; timm's default 7×7 stride-2 conv and max-pool would leave 4×4 maps), stages
+    `layer1`–`layer3` of `blocks` `TimmBasicBlock`s each at `widths` (strides 1, 2, 2), global
+    average pooling (`global_pool`), `fc`. timm's `init_weights`: every conv Kaiming-normal
+    (fan-out, ReLU), BN at 1 and 0, the `fc` at torch's default, then `zero_init_last` on every block."""
+
+    def __init__(self, classes: int = 4, widths: tuple[int, ...] = (16, 32, 64), blocks: int = 1,
+                 channels: int = 3) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, widths[0], 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(widths[0])
+        self.act1 = nn.ReLU(inplace=True)
+        inplanes, names = widths[0], []
+        for i, planes in enumerate(widths):
+            stage = []
+            for j in range(blocks):
+                stage.append(TimmBasicBlock(inplanes, planes, stride=(1 if i == 0 else 2) if j == 0 else 1))
+                inplanes = planes
+                names.append(f"layer{i + 1}.{j}")
+            setattr(self, f"layer{i + 1}", nn.Sequential(*stage))
+        self.stages = len(widths)
+        self.global_pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(inplanes, classes)
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+        for module in self.modules():
+            if hasattr(module, "zero_init_last"):
+                module.zero_init_last()
+        self.units = ["conv1", "bn1", *names, "fc"]
+        self.hidden = names
+        # The logits: every conv meets a BatchNorm next (the stem's, each block's bn1 / bn2 / downsample's).
+        self.exposed = ["fc"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act1(self.bn1(self.conv1(x)))
+        for i in range(self.stages):
+            x = getattr(self, f"layer{i + 1}")(x)
+        return self.fc(self.global_pool(x).flatten(1))
+
+
+def timm_top1(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """timm's `validate` top-1 (%) over held-out images, in eval mode without gradient (its
+    `accuracy(output, target, topk=(1,))`), the model's mode restored after."""
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        top1 = 100.0 * float((model(x).argmax(1) == y).float().mean())
+    model.train(was_training)
+    return top1
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
@@ -6470,7 +6567,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
-               "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst")
+               "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst", "timm_mixup")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -6550,6 +6647,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "deeplab": lambda vocab: DeepLabV3(classes=vocab),
     "decision_transformer": lambda vocab: DecisionTransformer(),
     "patchtst": lambda vocab: PatchTST(ETT_LIKE.channels, ETT_LIKE.lookback, ETT_LIKE.horizon),
+    "timm_mixup": lambda vocab: TimmResNet(classes=vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

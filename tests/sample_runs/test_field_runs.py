@@ -51,7 +51,8 @@ def test_catalogue_looks_like_the_field():
                                        "neural_ode", "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet",
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
-                                       "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst"}
+                                       "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst",
+                                       "timm_mixup"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -4050,3 +4051,131 @@ def test_patchtst_healthy_run_learns_and_records_its_forecast_metrics(tmp_path):
     io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("role")
     assert io.loc["input", "shape"] == "32x96x7" and io.loc["target", "shape"] == "32x24x7"
     assert io.loc["input", "kind"] == io.loc["target", "kind"] == "float"
+
+
+def _reference_mixup(x, y, classes, lam, box, smoothing=0.1):
+    """timm's `mixup_target` and its batch-mode blend written plainly: label-smoothed one-hots
+    (off = ε / K, on = 1 − ε + ε / K), λ · row i + (1 − λ) · row B − 1 − i; mixup blends the
+    images by λ, cutmix pastes the flip's box (top, bottom, left, right) and λ is 1 − the box's area."""
+    batch = len(y)
+    targets = torch.empty(batch, classes)
+    mixed = x.clone()
+    for i in range(batch):
+        j = batch - 1 - i
+        a, b = torch.full((classes,), smoothing / classes), torch.full((classes,), smoothing / classes)
+        a[y[i]] = 1 - smoothing + smoothing / classes
+        b[y[j]] = 1 - smoothing + smoothing / classes
+        if box is None:
+            mixed[i] = lam * x[i] + (1 - lam) * x[j]
+        else:
+            top, bottom, left, right = box
+            mixed[i, :, top:bottom, left:right] = x[j, :, top:bottom, left:right]
+        targets[i] = lam * a + (1 - lam) * b
+    return mixed, targets
+
+
+def test_timm_mixup_soft_targets_match_a_plain_reference_and_the_loss_is_soft_target_cross_entropy():
+    from sample_runs.field import LOSSES
+
+    classes, x, y = PATTERNS.classes, torch.randn(8, 3, 16, 16), torch.tensor([0, 1, 2, 3, 0, 1, 2, 2])
+    mix, rng = mixup_cutmix(classes, 3), np.random.default_rng(3)  # the same numpy draws, in timm's order
+    kinds = set()
+    for _ in range(12):
+        mixed, soft = mix(x, y)
+        if rng.random() < 0.5:  # switch prob 0.5: mixup, λ ~ Beta(0.8, 0.8)
+            lam, box = float(rng.beta(0.8, 0.8)), None
+        else:  # cutmix, λ ~ Beta(1, 1), the box's side √(1 − λ) of the image's, centred at a uniform pixel
+            lam = float(rng.beta(1.0, 1.0))
+            cut = int(16 * math.sqrt(1 - lam))
+            cy, cx = int(rng.integers(16)), int(rng.integers(16))
+            box = (max(cy - cut // 2, 0), min(cy + cut // 2, 16), max(cx - cut // 2, 0), min(cx + cut // 2, 16))
+            lam = 1 - (box[1] - box[0]) * (box[3] - box[2]) / 256  # corrected to the clipped box's area
+        kinds.add(box is None)
+        want_x, want_y = _reference_mixup(x, y, classes, lam, box)
+        assert torch.allclose(mixed, want_x, atol=1e-6) and torch.allclose(soft, want_y, atol=1e-6)
+        assert torch.allclose(soft.sum(1), torch.ones(8))
+        assert soft.min() >= 0.1 / classes - 1e-6  # smoothing 0.1 folded in
+        assert float(soft[0, y[0]] - soft[0, y[-1]]) == pytest.approx((2 * lam - 1) * (1 - 0.1), abs=1e-6)
+    assert kinds == {True, False}  # both mixup and cutmix were drawn
+    off = mixup_cutmix(classes, 3, off_from=1)
+    off(x, y)
+    plain, smoothed = off(x, y)  # after mixup_off: the batch as it is, smoothed one-hots
+    assert torch.equal(plain, x) and torch.allclose(smoothed.max(1).values, torch.full((8,), 0.925))
+    logits = torch.randn(8, classes)
+    _, soft = mix(x, y)
+    assert float(LOSSES["timm_mixup"](logits, soft)) == pytest.approx(
+        float(-(soft * torch.log_softmax(logits, 1)).sum(1).mean()), rel=1e-6)
+    assert float(LOSSES["timm_mixup"](logits, y)) == pytest.approx(
+        float(torch.nn.functional.cross_entropy(logits, y)), rel=1e-6)  # validate(): plain CE on hard labels
+
+
+def test_timm_mixup_resnet_zero_inits_each_blocks_last_norm_and_decays_no_bias_or_norm():
+    from sample_runs.field import TIMM_MIXUP_LR, TIMM_WARMUP_LR_RATIO
+    from sample_runs.field_models import TimmBasicBlock
+
+    model = build_field_model("timm_mixup", PATTERNS.classes)
+    blocks = [m for m in model.modules() if isinstance(m, TimmBasicBlock)]
+    assert len(blocks) == 3 and all(torch.equal(b.bn2.weight, torch.zeros_like(b.bn2.weight)) for b in blocks)
+    assert all(torch.equal(b.bn1.weight, torch.ones_like(b.bn1.weight)) for b in blocks)
+    block, x = blocks[0], torch.randn(2, 16, 16, 16)  # zero_init_last: the block starts as its shortcut
+    assert torch.allclose(block.eval()(x), torch.relu(x))
+    assert model(torch.randn(5, 3, 16, 16)).shape == (5, PATTERNS.classes)
+    assert model.units == ["conv1", "bn1", "layer1.0", "layer2.0", "layer3.0", "fc"] and model.exposed == ["fc"]
+    recipe = RECIPES["timm_mixup"]
+    groups = _param_groups(model, recipe, TIMM_MIXUP_LR)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for g in groups if g["weight_decay"] > 0 for p in g["params"]}
+    assert recipe.weight_decay == 5e-5 and all(g["weight_decay"] in (0.0, 5e-5) for g in groups)
+    # timm's param_groups_weight_decay: no decay where ndim <= 1 or the name ends in .bias
+    assert decayed == {n for n, p in model.named_parameters() if p.ndim > 1 and not n.endswith(".bias")}
+    assert {"layer1.0.bn2.weight", "fc.bias", "bn1.weight"}.isdisjoint(decayed) and "fc.weight" in decayed
+    assert {g["layer"] for g in groups} == set(model.units)  # one group (pair) a unit: an lr spike hits one block
+    from sample_runs.field import OPTIMIZERS
+
+    optimizer = OPTIMIZERS[recipe.optimizer](groups, TIMM_MIXUP_LR, recipe)
+    assert optimizer.defaults["nesterov"] and optimizer.defaults["momentum"] == 0.9
+    factor = _schedule(recipe, 150)  # timm's CosineLRScheduler per update: warm-up from 1e-5, then cosine
+    assert TIMM_MIXUP_LR * factor(0) == pytest.approx(1e-5)
+    assert factor(5) == pytest.approx(TIMM_WARMUP_LR_RATIO + (1 - TIMM_WARMUP_LR_RATIO) * 5 / recipe.warmup)
+    assert factor(75) == pytest.approx(0.5) and factor(149) == pytest.approx(0.5 * (1 + math.cos(math.pi * 149 / 150)))
+    assert LEFT_OUT["timm_mixup"] == ("adam_state",)
+
+
+def test_timm_mixup_ema_moves_every_float_entry_towards_the_model_after_each_step():
+    from sample_runs.field import TIMM_EMA_DECAY
+    from sample_runs.field_models import ModelEmaV2
+
+    model = build_field_model("timm_mixup", PATTERNS.classes)
+    ema = ModelEmaV2(model, TIMM_EMA_DECAY)
+    start = {k: v.clone() for k, v in ema.module.state_dict().items()}
+    model(torch.randn(16, 3, 16, 16)).sum().backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5)
+    ema.update(model)
+    for key, value in ema.module.state_dict().items():
+        now = model.state_dict()[key]
+        if value.is_floating_point():
+            assert torch.allclose(value, TIMM_EMA_DECAY * start[key] + (1 - TIMM_EMA_DECAY) * now, atol=1e-6), key
+        else:
+            assert torch.equal(value, now)  # num_batches_tracked copied
+    assert not ema.module.training and not any(p.requires_grad for p in ema.module.parameters())
+
+
+def test_timm_mixup_healthy_run_learns_and_records_soft_targets_and_both_top1s(tmp_path):
+    from sample_runs.field import TIMM_MIXUP_LR
+
+    truth = make("healthy-timm_mixup-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[-10:]) < 0.8 * _mean(loss[:10])
+    top1, ema = by_name["val_top1"], by_name["val_top1_ema"]
+    assert len(top1) == len(ema) == 6 and top1[0] == ema[0] and top1[-1] > 80 and ema[-1] > top1[0]
+    assert by_name["lr"] == pytest.approx([TIMM_MIXUP_LR * _schedule(RECIPES["timm_mixup"], 150)(s)
+                                           for s in range(150)])
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("role")
+    assert io.loc["input", "shape"] == "64x3x16x16" and io.loc["target", "shape"] == "64x4"
+    assert io.loc["input", "kind"] == io.loc["target", "kind"] == "float"  # soft targets after Mixup
+    assert "layer3.0.bn2.weight" in set(stats["name"])
