@@ -2164,7 +2164,7 @@ def test_tabnet_masks_by_sparsemax_normalises_ghost_batches_updates_its_prior_an
 
 
 def test_perceiver_encodes_positions_cross_attends_its_latents_and_its_healthy_run_learns(tmp_path):
-    from sample_runs.field import ONE_CYCLE_MOMENTUM, PERCEIVER_LR, PERCEIVER_WARMUP, _one_cycle_momentum
+    from sample_runs.field import ONE_CYCLE_MOMENTUM, PERCEIVER_LR, PERCEIVER_WARMUP
     from sample_runs.field_models import (GEGLU, PERCEIVER_FREQ_BANDS, PERCEIVER_MAX_FREQ, PerceiverAttention,
                                           perceiver_fourier_encode)
 
@@ -2233,21 +2233,7 @@ def test_perceiver_encodes_positions_cross_attends_its_latents_and_its_healthy_r
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
 
     for warmup in (PERCEIVER_WARMUP, 0):  # torch's OneCycleLR, and the lr_too_high family's no warm-up
-        schedule = _schedule(type(recipe)(**{**recipe.__dict__, "warmup": warmup}), 150)
-        p = torch.nn.Parameter(torch.zeros(1))
-        reference = torch.optim.AdamW([p], lr=1.0)
-        one_cycle = torch.optim.lr_scheduler.OneCycleLR(reference, max_lr=1.0, total_steps=150,
-                                                        pct_start=max(warmup, 1e-9) / 150)
-        ours = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0, betas=recipe.betas)
-        momentum = _one_cycle_momentum(ours, warmup, 150)
-        for step in range(150):
-            if warmup:
-                assert schedule(step) == pytest.approx(reference.param_groups[0]["lr"], rel=1e-9, abs=1e-12)
-                assert ours.param_groups[0]["betas"][0] == pytest.approx(reference.param_groups[0]["betas"][0])
-            reference.step()
-            one_cycle.step()
-            momentum()
-        assert schedule(149) == pytest.approx(1 / 25 / 1e4)
+        schedule = _assert_one_cycle_as_torchs(recipe, warmup, torch.optim.AdamW)
         assert schedule(0) == (pytest.approx(1 / 25) if warmup else 1.0)
     assert _schedule(recipe, 150)(PERCEIVER_WARMUP - 1) == 1.0 and recipe.betas[0] == ONE_CYCLE_MOMENTUM[1]
 
@@ -3977,8 +3963,30 @@ def test_patchtst_attention_adds_the_previous_layers_scores_and_the_loss_is_a_pl
     assert float(LOSSES["patchtst"](forecast, target)) == pytest.approx(float(((forecast - target) ** 2).mean()), rel=1e-6)
 
 
+def _assert_one_cycle_as_torchs(recipe, warmup: int, optimizer_class):
+    """The recipe's `one_cycle` schedule (lr factor) and β1 cycling step by step against torch's
+    OneCycleLR over 150 steps (warm-up 0: no rise, as lr_too_high); returns the schedule."""
+    from sample_runs.field import _one_cycle_momentum
+
+    schedule = _schedule(type(recipe)(**{**recipe.__dict__, "warmup": warmup}), 150)
+    reference = optimizer_class([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    one_cycle = torch.optim.lr_scheduler.OneCycleLR(reference, max_lr=1.0, total_steps=150,
+                                                    pct_start=max(warmup, 1e-9) / 150)
+    ours = optimizer_class([torch.nn.Parameter(torch.zeros(1))], lr=1.0, betas=recipe.betas)
+    momentum = _one_cycle_momentum(ours, warmup, 150)
+    for step in range(150):
+        if warmup:
+            assert schedule(step) == pytest.approx(reference.param_groups[0]["lr"], rel=1e-9, abs=1e-12)
+            assert ours.param_groups[0]["betas"][0] == pytest.approx(reference.param_groups[0]["betas"][0])
+        reference.step()
+        one_cycle.step()
+        momentum()
+    assert schedule(149) == pytest.approx(1 / 25 / 1e4)
+    return schedule
+
+
 def test_patchtst_recipe_is_adam_under_torchs_one_cycle_per_step():
-    from sample_runs.field import ONE_CYCLE_MOMENTUM, OPTIMIZERS, PATCHTST_WARMUP, _one_cycle_momentum
+    from sample_runs.field import ONE_CYCLE_MOMENTUM, OPTIMIZERS, PATCHTST_WARMUP
 
     recipe = RECIPES["patchtst"]
     assert recipe.optimizer == "adam" and recipe.weight_decay == 0.0 and recipe.clip is None
@@ -3989,20 +3997,7 @@ def test_patchtst_recipe_is_adam_under_torchs_one_cycle_per_step():
     optimizer = OPTIMIZERS[recipe.optimizer](groups, 1.0, recipe)
     assert type(optimizer) is torch.optim.Adam
     for warmup in (PATCHTST_WARMUP, 0):  # exp_main's OneCycleLR(pct_start=0.3), and lr_too_high's no warm-up
-        schedule = _schedule(type(recipe)(**{**recipe.__dict__, "warmup": warmup}), 150)
-        reference = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-        one_cycle = torch.optim.lr_scheduler.OneCycleLR(reference, max_lr=1.0, total_steps=150,
-                                                        pct_start=max(warmup, 1e-9) / 150)
-        ours = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1.0, betas=recipe.betas)
-        momentum = _one_cycle_momentum(ours, warmup, 150)
-        for step in range(150):
-            if warmup:
-                assert schedule(step) == pytest.approx(reference.param_groups[0]["lr"], rel=1e-9, abs=1e-12)
-                assert ours.param_groups[0]["betas"][0] == pytest.approx(reference.param_groups[0]["betas"][0])
-            reference.step()
-            one_cycle.step()
-            momentum()
-        assert schedule(149) == pytest.approx(1 / 25 / 1e4)
+        _assert_one_cycle_as_torchs(recipe, warmup, torch.optim.Adam)
     assert not LEFT_OUT.get("patchtst")
     assert {s.family for s in SCENARIOS.values() if s.arch == "patchtst"} == set(FIELD_FAMILIES)
     spike = faults.LrSpike(t0=0, layer="encoder.layers.1", factor=30.0)
