@@ -153,7 +153,7 @@ def _verdict_sentences(analysis) -> str:
                 f"{incident.step} over {steps} recorded steps.")
         labels = [label for label in labels if label != "recovered_incident"]
     healthy = next((f for f in analysis.findings if f.label == "healthy"), None)
-    if healthy is not None and "learns" in healthy.evidence and healthy.evidence["learns"] is None:
+    if healthy is not None and healthy.evidence.get("learns", False) is None:  # a hand-built analysis may lack it
         text += (" Nothing recorded says whether it learns (no single training loss, no outcome"
                  " metric with enough points): judged from its tensors alone.")
     return text + (f" Also noted: {', '.join(clean(label) for label in labels)}." if labels else "")
