@@ -62,10 +62,11 @@ def loss_curve(scalars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 AGENT_OUTCOMES = ("reward", "return")
 """Words of an agent's outcome, its reward or episodic return (CleanRL's `episodic_return`)."""
-HIGHER_IS_BETTER = ("acc", "f1", "auc", "score", "bleu", *AGENT_OUTCOMES, "iou", "dice", "hits", "mrr", "recall",
-                    "precision", "ndcg")
-"""Words of a metric that rises as a run learns: accuracies and scores, an agent's reward, the
-ranking metrics of retrieval, recommenders and link prediction (PyKEEN's `hits_at_10`, MRR)."""
+HIGHER_IS_BETTER = ("acc", "top1", "top5", "top_1", "top_5", "f1", "auc", "score", "bleu", *AGENT_OUTCOMES, "iou",
+                    "dice", "hits", "mrr", "recall", "precision", "ndcg")
+"""Words of a metric that rises as a run learns: accuracies (timm's train.py logs them as `top1`
+and `top5`) and scores, an agent's reward, the ranking metrics of retrieval, recommenders and
+link prediction (PyKEEN's `hits_at_10`, MRR)."""
 LOWER_IS_BETTER = ("distance", "wasserstein", "fid", "perplexity", "error", "mean_rank", "mape", "mae", "mse")
 """Words of a metric that falls as a run learns, besides evaluation losses: a generator's
 distance to the data (sliced Wasserstein, FID), a language model's perplexity, an error rate,

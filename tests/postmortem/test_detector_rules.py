@@ -906,6 +906,7 @@ def test_metric_names_say_their_direction():
                                           "perplexity")] == [True, True, True, False, False, False]
     assert [metric_direction(n) for n in ("hits_at_10", "val_mrr", "recall@20", "ndcg", "mean_rank", "val_smape",
                                           "val_rmse")] == [True, True, True, True, False, False, False]
+    assert [metric_direction(n) for n in ("top1", "val_top5", "eval_top_1")] == [True] * 3  # timm's train.py names
     assert [metric_direction(n) for n in ("loss", "loss_d", "grad_norm", "lr", "clip_coef", "epoch",
                                           "codebook_perplexity")] == [None] * 7
 
