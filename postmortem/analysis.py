@@ -172,7 +172,10 @@ def _spike_causes(ev: Evidence, thresholds: Thresholds) -> dict[str, list[Findin
     at_spike = replace(ev, recovered=True, onset=Onset(step=step, interval=(step, step), series="scalar loss",
                                                        growth_per_step=None, doubling_steps=None, jump=None,
                                                        lead_steps=None))
-    return {label: REGISTRY[label].run(at_spike, thresholds) for label in CAUSES}
+    causes = {label: REGISTRY[label].run(at_spike, thresholds) for label in CAUSES}
+    # A batch out of range away from the spike is a warning of its own (the rule, with no onset).
+    causes["batch_out_of_range"] = causes["batch_out_of_range"] or REGISTRY["batch_out_of_range"].run(ev, thresholds)
+    return causes
 
 
 def _caused(ev: Evidence, onset: Onset, first: FirstNonfinite | None, thresholds: Thresholds,

@@ -135,7 +135,8 @@ def _verdict_sentences(analysis) -> str:
             parts.append("No non-finite value was recorded: the run stayed finite while diverging"
                          + _finite_shift(analysis) + ".")
         return " ".join(parts)
-    labels = [f.label for f in analysis.significant if f.label != "healthy"]
+    noted = [f for f in analysis.significant if f.label != "healthy"]
+    labels = [f.label for f in noted]
     if analysis.verdict == "not_learning":
         return "Not learning: " + ", ".join(clean(label) for label in labels) + "." if labels \
             else "Not learning."
@@ -151,12 +152,19 @@ def _verdict_sentences(analysis) -> str:
     if incident is not None:
         text = (f"Healthy, recovered: the run came back on its own from an incident at step "
                 f"{incident.step} over {steps} recorded steps.")
-        labels = [label for label in labels if label != "recovered_incident"]
+        noted = [f for f in noted if f.label != "recovered_incident"]
     healthy = next((f for f in analysis.findings if f.label == "healthy"), None)
     if healthy is not None and healthy.evidence.get("learns", False) is None:  # a hand-built analysis may lack it
         text += (" Nothing recorded says whether it learns (no single training loss, no outcome"
                  " metric with enough points): judged from its tensors alone.")
-    return text + (f" Also noted: {', '.join(clean(label) for label in labels)}." if labels else "")
+    return text + (f" Also noted: {', '.join(_noted(f) for f in noted)}." if noted else "")
+
+
+def _noted(f) -> str:
+    """A warning beside a healthy verdict, with where it was seen: `batch out of range (step 72, `input`)`."""
+    where = [fmt_step(f.step)] if f.step is not None else []
+    where += [_name(t) for t in f.tensors[:1]]
+    return clean(f.label) + (f" ({', '.join(where)})" if where else "")
 
 
 def key_facts(analysis) -> list[Fact]:

@@ -8,11 +8,11 @@ from ..findings import Finding
 from .base import ERROR, NOTE, Evidence, Outcome, finding, register, role
 from .thresholds import InputThresholds
 
-__all__ = ["InputFeatures", "InputSeries", "NonfiniteBatches", "nonfinite_input", "unscaled_inputs"]
+__all__ = ["InputFeatures", "InputSeries", "NOT_FEATURES", "NonfiniteBatches", "nonfinite_input", "unscaled_inputs"]
 
 # Integer tensors (token IDs, class labels) and masks are indices, not features: their size
 # says nothing about scaling (CONTRACT-11: the recorder's `kind` column).
-_NOT_FEATURES = ("index", "mask")
+NOT_FEATURES = ("index", "mask")
 
 @dataclass(frozen=True)
 class NonfiniteBatches:
@@ -64,7 +64,7 @@ def _input_features(ev: Evidence) -> InputFeatures:
 
 @register("unscaled_inputs", "inputs", _input_features)
 def unscaled_inputs(features: InputFeatures, th: InputThresholds) -> list[Finding]:
-    big = [s for s in features.inputs if s.kind not in _NOT_FEATURES
+    big = [s for s in features.inputs if s.kind not in NOT_FEATURES
            and (s.max_abs >= th.unscaled_max_abs or abs(s.mean) >= th.unscaled_abs_mean)]
     if not big:
         return []

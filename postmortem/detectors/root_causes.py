@@ -9,13 +9,14 @@ see only the explosion that follows a cause (an lr raised ×30 shows in the loss
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..findings import Finding
 from ..ranking import healthy_range, out_of_range
 from .base import ERROR, WARNING, Evidence, finding, register
+from .inputs import NOT_FEATURES
 from .thresholds import RootCauseThresholds
 
 __all__ = [
@@ -62,6 +63,7 @@ class OnsetWindow:
     states: dict[tuple[str, str], Series]  # (parameter, state key) → norm
     batches: dict[str, Series]  # input/target max |x| (NaN where a batch held NaN/inf)
     severity: str  # error in a run that diverged, warning in one that came back
+    batch_kinds: dict[str, str] = field(default_factory=dict)  # input/target name → "float", "index", "mask"
 
     def lookback(self, th: RootCauseThresholds) -> tuple[int, int]:
         return max(self.first_step + 1, self.onset - th.lookback), self.onset + th.window
@@ -99,13 +101,14 @@ def onset_window(ev: Evidence) -> OnsetWindow:
             if isinstance(group, dict) and isinstance(group.get("params"), list):
                 groups[f"{opt}.{g}"] = [str(p) for p in group["params"]]
     batches = {**_series(ev, "input"), **_series(ev, "target")}
+    kinds = {name: kind for (role, name), kind in ev.table.input_kinds.items() if role in ("input", "target")}
     onset = ev.onset.step if ev.onset is not None else None
     # Tensors: the widest lookback any variant searches, plus the history a jump is measured on.
     near = (onset - _TENSOR_REACH, onset + _TENSOR_REACH) if onset is not None else (0, -1)
     return OnsetWindow(
         onset, int(ev.table.step.min()) if len(ev.table.step) else 0,
         hp, groups, _series(ev, "param", near), _series(ev, "update", near), _series(ev, "grad", near),
-        _series(ev, "state", near, by_key=True), batches, WARNING if ev.recovered else ERROR)
+        _series(ev, "state", near, by_key=True), batches, WARNING if ev.recovered else ERROR, kinds)
 
 
 # Optimizer states that accumulate squares (Adam/AdamW/NAdam/RAdam, AMSGrad, RMSprop, Adagrad, Adadelta).
@@ -305,7 +308,9 @@ def _jump_over_history(series: Series, step: int) -> float | None:
 def batches_out_of_range(window: OnsetWindow, th: RootCauseThresholds) -> list[tuple[int, str]]:
     """(step, name) of every input or target batch in the run whose max |x| is ×k outside the
     range of every batch before it (`out_of_range`, read at once over the whole series: a
-    100 000-step run's batches are not re-read per step)."""
+    100 000-step run's batches are not re-read per step). Indices and masks only above it: a
+    batch of class IDs without the ignore index 255 is no fault (round 28's deeplab, its
+    `healthy_spike` batches of labels 0–4), an ID ×10 above every ID before it is."""
     found = []
     for name, batch in window.batches.items():
         usable = np.isfinite(batch.values) & (batch.values > 0)
@@ -316,6 +321,8 @@ def batches_out_of_range(window: OnsetWindow, th: RootCauseThresholds) -> list[t
         low, high, seen = np.r_[np.inf, low[:-1]], np.r_[-np.inf, high[:-1]], np.r_[0, seen[:-1]]
         with np.errstate(invalid="ignore"):
             outside = out_of_range(batch.values, (low, high), th.batch_range_factor)
+            if window.batch_kinds.get(name) in NOT_FEATURES:
+                outside &= batch.values > high
         hits = np.flatnonzero(np.isfinite(batch.values) & (seen >= 3) & outside)
         found += [(int(batch.steps[i]), name) for i in hits]
     return sorted(found)
@@ -324,21 +331,29 @@ def batches_out_of_range(window: OnsetWindow, th: RootCauseThresholds) -> list[t
 @register("batch_out_of_range", "root_causes", onset_window)
 def batch_out_of_range(window: OnsetWindow, th: RootCauseThresholds) -> list[Finding]:
     """An input or target batch at the onset (±window) whose max |x| is ×k outside the range of
-    every batch before it (non-finite batches are nonfinite_input's)."""
-    if window.onset is None:
+    every batch before it (non-finite batches are nonfinite_input's). In a run with no incident
+    the first such batch is a warning of its own: the training loss did not feel it, but a
+    batch ×1e3 that train-mode BatchNorm normalises away still enters its running statistics
+    (round 31, batch_scale-timm_mixup: held-out top-1 at chance behind a training loss equal to
+    its twin's)."""
+    found = batches_out_of_range(window, th)
+    if window.onset is not None:
+        found = [(step, name) for step, name in found if window.onset - th.window <= step <= window.onset + th.window]
+    if not found:
         return []
-    near = [(step, name) for step, name in batches_out_of_range(window, th)
-            if window.onset - th.window <= step <= window.onset + th.window]
-    if not near:
-        return []
-    step, name = near[0]
+    step, name = found[0]
     batch = window.batches[name]
     now, (lo, hi) = batch.at(step), healthy_range(batch.before(step))
+    unfelt = window.onset is None
     return [finding(
         "batch_out_of_range", step, [name],
-        {"max_abs": now, "healthy_range": [lo, hi], "factor": now / hi if now > hi else now / lo},
+        {"max_abs": now, "healthy_range": [lo, hi], "factor": now / hi if now > hi else now / lo,
+         "batches_out_of_range": len(found) if unfelt else 1, "loss_felt_it": not unfelt},
         f"the batch `{name}` at step {step} had max |x| {now:.3g}, outside {lo:.3g}–{hi:.3g} of every "
-        "batch before it: find that batch in the data pipeline (a unit change, a corrupt record); "
+        "batch before it" + (f" ({len(found)} such batches)" if unfelt and len(found) > 1 else "")
+        + (": the training loss did not feel it, but normalisation layers' running statistics and "
+           "held-out metrics may (check them after that step); " if unfelt else ": ")
+        + "find that batch in the data pipeline (a unit change, a corrupt record); "
         "validate or clip the range of each batch before the forward pass",
-        window.severity,
+        WARNING if unfelt else window.severity,
     )]

@@ -716,6 +716,31 @@ def test_batch_out_of_range():
     assert found[0].step == 60 and found[0].tensors == ["input"]
     assert batch_out_of_range(_window(onset=60, batches={"input": Series(STEPS, _noisy(3.0, 4))}),
                               TH.root_causes) == []
+    # Away from the onset it is no cause of that incident.
+    assert batch_out_of_range(_window(onset=90, batches={"input": Series(STEPS, batch)}), TH.root_causes) == []
+
+
+def test_a_batch_out_of_range_in_a_run_with_no_incident_is_a_warning_of_its_own():
+    batch = _noisy(3.0, 4)
+    batch[[60, 75]] *= 1e3
+    found = batch_out_of_range(_window(onset=None, batches={"input": Series(STEPS, batch)}), TH.root_causes)
+    assert [(f.step, f.tensors, f.severity) for f in found] == [(int(STEPS[60]), ["input"], "warning")]
+    assert found[0].evidence["loss_felt_it"] is False and found[0].evidence["batches_out_of_range"] == 1
+    assert "running statistics" in found[0].fix  # what a batch the loss did not feel may still have broken
+    assert batch_out_of_range(_window(onset=None, batches={"input": Series(STEPS, _noisy(3.0, 4))}),
+                              TH.root_causes) == []
+
+
+def test_an_index_batch_is_out_of_range_only_above_every_id_before_it():
+    labels = np.full(len(STEPS), 255.0)  # class maps with the ignore index 255 in every batch...
+    labels[60] = 4.0  # ...but one: no fault
+    window = _window(onset=None, batches={"target": Series(STEPS, labels)}, batch_kinds={"target": "index"})
+    assert batches_out_of_range(window, TH.root_causes) == []
+    labels[70] = 1e5  # an ID ×10 above every one before it
+    assert batches_out_of_range(window, TH.root_causes) == [(int(STEPS[70]), "target")]
+    # The same values as float features: ×64 below the range is out of it.
+    floats = _window(onset=None, batches={"target": Series(STEPS, labels)}, batch_kinds={"target": "float"})
+    assert batches_out_of_range(floats, TH.root_causes) == [(int(STEPS[60]), "target"), (int(STEPS[70]), "target")]
 
 
 def test_batches_out_of_range_over_the_whole_run():

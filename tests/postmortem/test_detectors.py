@@ -457,6 +457,16 @@ def test_a_finite_run_whose_loss_rose_after_an_lr_change_and_came_back_recovered
     plain, _ = _labels(tmp_path / "plain", _layers(), spiked)
     spike = next(f for f in plain.findings if f.label == "recovered_incident")
     assert (spike.severity, spike.evidence["causes"]) == ("note", [])
+    # A batch out of range that the loss never felt is a warning of its own, beside a healthy
+    # verdict; with a spike elsewhere it is still named at its own step.
+    unfelt, labels = _labels(tmp_path / "unfelt", stats, loss)
+    assert unfelt.verdict == "healthy" and unfelt.onset is None
+    warned = next(f for f in unfelt.findings if f.label == "batch_out_of_range")
+    assert (warned.step, warned.severity, warned.evidence["loss_felt_it"]) == (at, "warning", False)
+    elsewhere = loss.copy()
+    elsewhere[at + 20] *= 400
+    both, _ = _labels(tmp_path / "both", stats, elsewhere)
+    assert [(f.step, f.severity) for f in both.findings if f.label == "batch_out_of_range"] == [(at, "warning")]
 
 
 def test_a_finite_run_whose_loss_a_batch_out_of_range_spiked_for_good_diverged_there(tmp_path):

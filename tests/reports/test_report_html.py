@@ -112,6 +112,19 @@ def test_notes_are_shown_apart_and_never_in_the_headline(run_dirs):
     assert "no_gradient" not in render_markdown(analysis)
 
 
+def test_a_warning_beside_a_healthy_verdict_says_where_it_was_seen(run_dirs):
+    from dataclasses import replace
+
+    from postmortem import Finding
+
+    warning = Finding("batch_out_of_range", 72, ["<b>input</b>"], {"loss_felt_it": False},
+                      "the batch at step 72 had max |x| 4.19e+03", "warning")
+    analysis = healthy_analysis(run_dirs["healthy"])
+    page = build_page(replace(analysis, findings=[*analysis.findings, warning]))
+    assert page.headline.startswith("Healthy") and "Also noted: batch_out_of_range (step 72, <b>input</b>)." in page.headline
+    assert "Also noted: batch_out_of_range (step 72, &lt;b&gt;input&lt;/b&gt;)." in render_html(page)
+
+
 def test_a_finite_divergence_says_what_judged_it_before_and_after_the_onset(run_dirs):
     from dataclasses import replace
 
