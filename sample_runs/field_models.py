@@ -6687,7 +6687,10 @@ def agp_prune(model: nn.Module, step: int, current: list[float]) -> float | None
     (the weights already masked are not ranked again), so the amount for s_t after s_{t−Δt} is
     (s_t − s_{t−Δt}) / (1 − s_{t−Δt}); `current` holds s_{t−Δt} (one float, updated). The first
     event (s_i = 0) prunes nothing but installs the reparametrisation (`weight_orig`,
-    `weight_mask`, the pre-hook) on every prunable module. Returns s_t, or None off the events."""
+    `weight_mask`, the pre-hook) on every prunable module. torch ranks each module's `weight` as
+    it is: once pruned, the tensor its pre-hook computed at the last forward (in the loop, which
+    prunes at the top of a step, the previous step's forward: one optimizer update stale), as
+    every loop that calls `prune` between steps ranks it. Returns s_t, or None off the events."""
     from torch.nn.utils import prune
 
     target = agp_sparsity(step)
