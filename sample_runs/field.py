@@ -28,7 +28,8 @@ capsule network, a Soft Actor-Critic agent steering points to goals, a masked au
 RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conformer, a
 graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
 hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECTRA-style text
-classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST and a timm ResNet (`field_models`),
+classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST, a timm ResNet and a VGG pruned
+gradually (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -101,7 +102,10 @@ step, no clipping) on the MSE of standardised forecasts of an ETTh1-like series,
 the plain loop with rwightman/pytorch-image-models' train.py recipe (timm's `Mixup` to soft
 label-smoothed targets per batch, `SoftTargetCrossEntropy`, SGD with Nesterov momentum, weight
 decay off biases and norms, a per-update cosine schedule after a linear warm-up, a `ModelEmaV2`
-after each step, its top-1 and the EMA's evaluated) on the colour patterns. Faults
+after each step, its top-1 and the EMA's evaluated) on the colour patterns, the pruned VGG by the
+plain loop with Distiller's AGP recipe (SGD momentum 0.9, weight decay on every parameter, ×0.1
+steps; Zhu & Gupta's cubic sparsity schedule to 87.5 % by `torch.nn.utils.prune.global_unstructured`
+every 5 steps from 20 % to 70 % of the run, `before_step`) on the digits. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -257,6 +261,8 @@ from .field_models import (
     dt_rollouts,
     patchtst_evaluate,
     timm_top1,
+    agp_prune,
+    global_sparsity,
     detection_iou,
     distillation_loss,
     fcos_loss,
@@ -513,6 +519,12 @@ TIMM_EMA_DECAY = 0.99
 updates; 0.99 over ~100, for a 150-step run)."""
 TIMM_MIXUP_OFF = None
 """The step from which mixup is off (timm's `--mixup-off-epoch`; its default 0: never off)."""
+AGP_LR = 0.1
+"""The pruned VGG's SGD lr: Distiller's compress_classifier.py CIFAR runs' `--lr 0.1` (its AGP
+examples' commands), kept."""
+AGP_BATCH = 64
+"""The pruned VGG's batch (compress_classifier.py's `-b` 128 at CIFAR's 50k images; half here, for a
+2-core CPU and 1600 training patterns)."""
 PATCHTST_LR = 1e-3
 """PatchTST's OneCycle peak lr: 10× its ETTh1 script's 1e-4, which trains 100 epochs (~6700 steps)
 where a run here has 150. Measured on the healthy loop (unrecorded, seeds 0-2, first/last 10-step
@@ -779,6 +791,13 @@ RECIPES = {
     # `Mixup` (mixup 0.8, cutmix 1.0, switch 0.5, smoothing 0.1) in `_train`, a `ModelEmaV2` there too.
     "timm_mixup": Recipe(lr=TIMM_MIXUP_LR, weight_decay=5e-5, batch=TIMM_MIXUP_BATCH, clip=None,
                          warmup=TIMM_MIXUP_WARMUP, optimizer="sgd", schedule="timm_cosine"),
+    # IntelLabs/distiller's compress_classifier.py as its AGP examples run it: `torch.optim.SGD(
+    # model.parameters(), lr, momentum=0.9, weight_decay=1e-4)` (no Nesterov; decay on every
+    # parameter: the model's `decay_everything`, one group a unit, the same updates), no clipping,
+    # no warm-up, the lr ×0.1 at 50 % and 75 % of the run (a MultiStepLR; the zoo's `step`, as the
+    # DenseNet's); the pruning events (`field_models.agp_prune`) in `_train`, by `before_step`.
+    "gradual_pruning": Recipe(lr=AGP_LR, weight_decay=1e-4, batch=AGP_BATCH, clip=None, warmup=0,
+                              optimizer="momentum_sgd", schedule="step"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -1097,7 +1116,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab",
-                "decision_transformer", "patchtst", "timm_mixup")
+                "decision_transformer", "patchtst", "timm_mixup", "gradual_pruning")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier: its dict batch is int64 `input_ids` and `attention_mask`) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1129,7 +1148,8 @@ are, and its target actions, the batch's `y`, too), PatchTST's its standardised 
 (their futures, the targets, left as they are: RevIN normalises each window by its own statistics, so a ×1e3 window is
 normalised away on the way in, and its forecast is denormalised by them ×1e3 on the way out), the
 timm ResNet's its standardised colour patterns (the fault corrupts the loader's batch, before the
-loop's `Mixup` blends it with its flip: a ×1e3 or NaN image reaches its partner's row too);
+loop's `Mixup` blends it with its flip: a ×1e3 or NaN image reaches its partner's row too), the
+pruned VGG's its standardised digits;
 word2vec and the BiLSTM-CRF read
 word IDs."""
 
@@ -1202,6 +1222,8 @@ LEFT_OUT = {
     "deeplab": ("adam_state",),
     # timm's SGD (Nesterov momentum) keeps no Adam moments to corrupt.
     "timm_mixup": ("adam_state",),
+    # Distiller's SGD (momentum 0.9) keeps no Adam moments to corrupt.
+    "gradual_pruning": ("adam_state",),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -1537,6 +1559,23 @@ def _pattern_data(micro: int, seed: int):
         math.log(PATTERNS.classes)
 
 
+@lru_cache(maxsize=1)
+def _standardised_digits() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(train x, train y, held-out x, held-out y) of the digits as (N, 1, 8, 8) images, the first
+    1500 for training, standardised by their mean and std (Distiller's loaders' `Normalize`)."""
+    rows = digits("rows")
+    x = rows.x.unsqueeze(1)
+    x = (x - x[:1500].mean()) / x[:1500].std()
+    return x[:1500], rows.y[:1500], x[1500:], rows.y[1500:]
+
+
+def _standardised_digits_data(micro: int, seed: int):
+    """The pruned VGG's digits (`_standardised_digits`); chance: ln 10."""
+    train_x, train_y, held_x, held_y = _standardised_digits()
+    return batch_sampler(Dataset(train_x, train_y), micro, seed), batch_sampler(Dataset(held_x, held_y), 128, seed + 1), \
+        10, math.log(10)
+
+
 def _poisson_data(micro: int, seed: int):
     """Collocation and boundary points of DeepXDE's Poisson problem, held-out points for its
     `val_loss`; chance: the l2 relative error of u ≡ 0, 1."""
@@ -1755,7 +1794,8 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "nerf": _nerf_data, "capsnet": _capsule_digits_data, "sac": _point_mass_data,
              "mae": _masked_digits_data, "wavenet": _waveform_data,
              "set_transformer": _max_set_data, "conformer": _mel_speech_data,
-             "neural_process": _gp_curves_data, "timm_mixup": _pattern_data}
+             "neural_process": _gp_curves_data, "timm_mixup": _pattern_data,
+             "gradual_pruning": _standardised_digits_data}
 """(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
@@ -1779,6 +1819,9 @@ EVAL_METRICS = {
     "decision_transformer": lambda model: {"eval_return": float(dt_rollouts(model, *_dt_dataset()[2]).mean())},
     "patchtst": lambda model: patchtst_evaluate(model, *_patchtst_held_out()),
     "timm_mixup": lambda model: {"val_top1": timm_top1(model, pattern_images().x[1600:], pattern_images().y[1600:])},
+    # Distiller's validate() top-1 and the sparsity its scheduler logs (`distiller.weights_sparsity_summary`'s total).
+    "gradual_pruning": lambda model: {"val_top1": timm_top1(model, *_standardised_digits()[2:]),
+                                      "sparsity": global_sparsity(model)},
 }
 """Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
 
@@ -2025,6 +2068,10 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
             ema.module, pattern_images().x[1600:], pattern_images().y[1600:])}
     if recipe.schedule == "one_cycle":  # OneCycleLR's cycle_momentum, stepped with the scheduler
         after_step = _one_cycle_momentum(optimizer, options["warmup"], STEPS)
+    before_step = None
+    if arch == "gradual_pruning":  # Zhu & Gupta's AGP by torch.nn.utils.prune, every AGP_EVERY steps, in the loop
+        reached = [0.0]
+        before_step = lambda step: agp_prune(model, step, reached)  # noqa: E731
     teacher = distillation_teacher(seed) if arch == "distil" else None
     if arch == "byol":  # the target network: projections in the loss, an EMA of the online weights after each step
         teacher = byol_target(model)
@@ -2111,7 +2158,7 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                               if arch == "timm_mixup" else None,
                               teacher=teacher, scaler=scaler,
                               eval_metrics=eval_metrics,
-                              labels_to_model=arch in ("capsnet", "dit"))
+                              labels_to_model=arch in ("capsnet", "dit"), before_step=before_step)
     # Parameters outside every unit's module (the classifier's `pos`) sit before the first block.
     units = [*(n for n, _ in model.named_parameters()
                if not any(n.startswith(u + ".") for u in model.units) and n not in getattr(model, "loose", ())),

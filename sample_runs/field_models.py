@@ -343,6 +343,17 @@
   timm's `Mixup` (`mixup_cutmix`) to soft targets with label smoothing and `SoftTargetCrossEntropy`,
   SGD with Nesterov momentum, weight decay off biases and norms, a per-update cosine schedule with
   a linear warm-up, a `ModelEmaV2`; on the 16×16 colour patterns (`data.pattern_images`).
+- `AGPVGG`, `agp_sparsity`, `agp_prune`, `prunable`, `global_sparsity`: gradual magnitude pruning
+  during training (Zhu & Gupta 2017, "To prune, or not to prune": the cubic schedule
+  s_t = s_f + (s_i − s_f)(1 − (t − t0)/(n Δt))³ applied every Δt steps from t0 to t0 + n Δt) as it
+  is run with PyTorch's own `torch.nn.utils.prune` (`prune.global_unstructured` with
+  `L1Unstructured` over every conv's and the classifier's `weight`, each pruned module then
+  holding a `weight_orig` Parameter, a `weight_mask` buffer and a forward pre-hook that recomputes
+  `weight`; the PyTorch pruning tutorial's global example, Distiller's AGP) on a small VGG in
+  Distiller's `vgg_cifar` layout (`features`: 3×3 conv + BN + ReLU and 2×2 max-pools, a linear
+  `classifier`, Distiller's `_initialize_weights`), trained as Distiller's `compress_classifier.py`
+  trains its AGP examples (SGD momentum 0.9, weight decay on every parameter, a step schedule) on
+  the 8×8 digits (`data.digits`, standardised).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -360,7 +371,7 @@ twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hy
 the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth, `sngan` and
 `electra_ft` before the twenty-seventh, `muon_gpt` and `deeplab` before the twenty-eighth,
 `decision_transformer` before the twenty-ninth, `patchtst` before the thirtieth, `timm_mixup`
-before the thirty-first
+before the thirty-first, `gradual_pruning` before the thirty-second
 (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
@@ -430,7 +441,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "DT_EVAL_EPISODES",
            "PatchTST", "RevIN", "PatchTSTPatchify", "PatchTSTPositionalEncoding", "PatchTSTBatchNorm", "PatchTSTAttention",
            "PatchTSTEncoderLayer", "PatchTSTEncoder", "PatchTSTHead", "patchtst_evaluate", "TimmResNet",
-           "TimmBasicBlock", "timm_top1", "PATCHTST_PATCH_LEN",
+           "TimmBasicBlock", "timm_top1", "AGPVGG", "agp_sparsity", "agp_prune", "prunable", "global_sparsity",
+           "AGP_START", "AGP_EVERY", "AGP_EVENTS", "AGP_INITIAL_SPARSITY", "AGP_FINAL_SPARSITY", "PATCHTST_PATCH_LEN",
            "PATCHTST_STRIDE",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
@@ -6560,6 +6572,137 @@ def timm_top1(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return top1
 
 
+AGP_START = 30
+"""Zhu & Gupta's t0 for the pruning (their "starting step"): 20 % of a 150-step run."""
+AGP_EVERY = 5
+"""Their Δt, steps between pruning events (the paper's 100-1000 of a run of tens of thousands)."""
+AGP_EVENTS = 15
+"""Their n: the last pruning event at t0 + n Δt = step 105, 70 % of a 150-step run."""
+AGP_INITIAL_SPARSITY = 0.0
+"""Their s_i (Distiller's `initial_sparsity`; the AGP examples' 0.05 for some layers, 0 here)."""
+AGP_FINAL_SPARSITY = 0.875
+"""Their s_f: 87.5 %, the paper's Table 1 and 2 level for most of its models."""
+
+
+class AGPVGG(nn.Module):
+    """A small VGG in Distiller's `distiller/models/cifar10/vgg_cifar.py` layout (torchvision's
+    `make_layers` with batch norm: `features` is one flat `nn.Sequential` of 3×3 convs (with
+    bias, padding 1) each followed by a `BatchNorm2d` and a ReLU, and 2×2 max-pools at `'M'`;
+    then `x.view(x.size(0), -1)` and one `nn.Linear` `classifier`), sized for the 8×8 digits:
+    `cfg` (16, M, 32, M, 64, M) pools them to 1×1×64 as vgg_cifar's five pools take 32×32 CIFAR
+    to 1×1×512. Distiller's `_initialize_weights`: convs Kaiming-normal (fan-out, ReLU) with bias
+    0, BN 1 and 0, the linear layer N(0, 0.01) with bias 0. 23 824 prunable weights.
+
+    What the faults hit, once pruned (every fault's t0, 40-100, comes after the first event at step
+    30): the module's only Parameter is then `weight_orig` (the same tensor object as the `weight`
+    it was: `prune` re-registers it, so the optimizer's groups and momentum keep it), and its
+    `weight` a plain tensor recomputed as `weight_orig * weight_mask` by the forward pre-hook.
+    `WeightScale` multiplies the module's parameters whose names start with "weight": `weight_orig`,
+    as a bad checkpoint merge or re-init of the state dict would (its keys are `weight_orig` and
+    `weight_mask`); the effective weight is scaled alike, its masked entries stay 0. At the events
+    after t0 the global ranking then sees that layer ×100-300 and prunes the others instead (what a
+    real run would do with such a layer). `LrSpike` raises the lr of a conv's group: it holds
+    `weight_orig` (gradient 0 on masked entries, ∂L/∂weight · mask) and the bias. `DetachedLayer`
+    hooks a conv's output; pruning goes on upstream of it on weights that no longer learn.
+    `MissingStep` leaves the pruning events in place (the loop calls them, not the optimizer).
+
+    Not the 16×16 colour patterns the other CNNs read: measured on the healthy loop (unrecorded,
+    seeds 0-2), every VGG from widths (4, 8, 16) to (16, 32, 64, 64) fits them to a loss of
+    0.001-0.01 by step 30, before the first pruning event, and 87.5 % sparsity leaves it there
+    (widths (8, 16, 32, 32): the last 10 losses 0.001-0.004, no event moves the loss by more than
+    0.01); only at widths (4, 8, 16) did the events show, as jumps from 0.002 to 0.5. On the
+    digits the loss is 0.05-0.15 when pruning starts; the heavy early events lift its 5-step means
+    (healthy seed 0: 0.04 at steps 50-54, 0.14-0.16 over 60-69) and it recovers (0.03 by 90), while
+    step by step the events sit within the batch noise (docs/benchmarks.md, round 32).
+
+    Its units are the convs, the norms and the classifier, each module its own (the flat
+    `features.<i>` names); `hidden` the convs (an lr spike or a detach hits one); `exposed` the
+    classifier: every conv meets a BatchNorm next. `prunable(model)` lists what `agp_prune` prunes:
+    every conv's and the classifier's `weight`."""
+
+    cfg = (16, "M", 32, "M", 64, "M")
+
+    def __init__(self, classes: int = 10, channels: int = 1, image: int = 8) -> None:
+        super().__init__()
+        layers, inplanes, side = [], channels, image
+        for v in self.cfg:
+            if v == "M":
+                layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
+                side //= 2
+            else:
+                layers += [nn.Conv2d(inplanes, v, kernel_size=3, padding=1), nn.BatchNorm2d(v), nn.ReLU(inplace=True)]
+                inplanes = v
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(inplanes * side * side, classes)
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+                nn.init.constant_(module.bias, 0)
+            elif isinstance(module, nn.BatchNorm2d):
+                nn.init.constant_(module.weight, 1)
+                nn.init.constant_(module.bias, 0)
+            elif isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, 0, 0.01)
+                nn.init.constant_(module.bias, 0)
+        convs = [f"features.{i}" for i, m in enumerate(self.features) if isinstance(m, nn.Conv2d)]
+        norms = [f"features.{i}" for i, m in enumerate(self.features) if isinstance(m, nn.BatchNorm2d)]
+        self.units = [name for pair in zip(convs, norms) for name in pair] + ["classifier"]
+        self.hidden = convs
+        self.exposed = ["classifier"]
+        # Distiller's compress_classifier.py: torch.optim.SGD(model.parameters(), ..., weight_decay=args.weight_decay)
+        self.decay_everything = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.features(x)
+        return self.classifier(x.view(x.size(0), -1))
+
+
+def prunable(model: nn.Module) -> list[tuple[nn.Module, str]]:
+    """`parameters_to_prune` as the PyTorch pruning tutorial's global example builds it: (module,
+    "weight") of every conv and linear layer (biases and norms are left dense)."""
+    return [(m, "weight") for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+
+
+def agp_sparsity(step: int, start: int = AGP_START, every: int = AGP_EVERY, events: int = AGP_EVENTS,
+                 initial: float = AGP_INITIAL_SPARSITY, final: float = AGP_FINAL_SPARSITY) -> float | None:
+    """Zhu & Gupta's target sparsity s_t = s_f + (s_i − s_f)(1 − (t − t0)/(n Δt))³ at a pruning
+    step (t ∈ {t0, t0 + Δt, …, t0 + n Δt}), None at every other step (Distiller's
+    `AutomatedGradualPruner`, its `PruningPolicy` fired at `starting_epoch`, every `frequency`
+    until `ending_epoch`)."""
+    if step < start or step > start + events * every or (step - start) % every:
+        return None
+    return final + (initial - final) * (1 - (step - start) / (events * every)) ** 3
+
+
+def global_sparsity(model: nn.Module) -> float:
+    """The share of zeros over every prunable weight as the model computes it (`weight` =
+    `weight_orig` × `weight_mask` once pruned): the tutorial's "Global sparsity"."""
+    weights = [getattr(m, name) for m, name in prunable(model)]
+    return float(sum(int((w == 0).sum()) for w in weights) / sum(w.numel() for w in weights))
+
+
+def agp_prune(model: nn.Module, step: int, current: list[float]) -> float | None:
+    """One AGP event at `step`, if it is one: the target sparsity s_t reached by
+    `prune.global_unstructured(prunable(model), pruning_method=prune.L1Unstructured, amount=...)`.
+    torch's `PruningContainer` takes a float `amount` as the share of the entries still unpruned
+    (the weights already masked are not ranked again), so the amount for s_t after s_{t−Δt} is
+    (s_t − s_{t−Δt}) / (1 − s_{t−Δt}); `current` holds s_{t−Δt} (one float, updated). The first
+    event (s_i = 0) prunes nothing but installs the reparametrisation (`weight_orig`,
+    `weight_mask`, the pre-hook) on every prunable module. torch ranks each module's `weight` as
+    it is: once pruned, the tensor its pre-hook computed at the last forward (in the loop, which
+    prunes at the top of a step, the previous step's forward: one optimizer update stale), as
+    every loop that calls `prune` between steps ranks it. Returns s_t, or None off the events."""
+    from torch.nn.utils import prune
+
+    target = agp_sparsity(step)
+    if target is None:
+        return None
+    amount = max(0.0, (target - current[0]) / (1 - current[0]))
+    prune.global_unstructured(prunable(model), pruning_method=prune.L1Unstructured, amount=amount)
+    current[0] = target
+    return target
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
@@ -6567,7 +6710,8 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "bilstm_crf", "pixelcnn", "neural_ode",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
-               "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst", "timm_mixup")
+               "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst", "timm_mixup",
+               "gradual_pruning")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -6648,6 +6792,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "decision_transformer": lambda vocab: DecisionTransformer(),
     "patchtst": lambda vocab: PatchTST(ETT_LIKE.channels, ETT_LIKE.lookback, ETT_LIKE.horizon),
     "timm_mixup": lambda vocab: TimmResNet(classes=vocab),
+    "gradual_pruning": lambda vocab: AGPVGG(classes=vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

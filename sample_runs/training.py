@@ -210,6 +210,7 @@ def train_field(
     scaler: torch.amp.GradScaler | None = None,
     eval_metrics: Callable[[], dict[str, float]] | None = None,
     labels_to_model: bool = False,
+    before_step: Callable[[int], None] | None = None,
 ) -> Outcome:
     """nanoGPT's loop: schedule → `accumulation` micro-batches of forward/backward (loss / accum),
     clip → `optimizer.step()` → `zero_grad(set_to_none=True)` → `rec.step`, an eval loop every
@@ -238,6 +239,9 @@ def train_field(
     the micro-batches. `labels_to_model`: the training forward is `model(x, y)` (a CapsNet's
     decoder masked by the true class, as XifengGuo/CapsNet-Pytorch's `model(x, y)`), so a batch
     with wrong labels reaches the model too; the eval loop's forward gets no labels (its `test`).
+    `before_step(step)` runs at the top of each step, after the schedule set the lr and before the
+    fault's `before_step`, whether or not the step will call `optimizer.step()` (a pruning
+    scheduler's event: `torch.nn.utils.prune` called by the loop, not by the optimizer).
     `run_dir=None` trains without recording (the losses only).
     """
     fault = fault or Fault()
@@ -271,6 +275,8 @@ def train_field(
                     extra.update(eval_metrics())
                 for group in optimizer.param_groups:
                     group["lr"] = group["base_lr"] * lr_at(step)
+                if before_step is not None:
+                    before_step(step)
                 fault.before_step(step, model, optimizer)
                 total, parts = 0.0, {}
                 for _ in range(accumulation):

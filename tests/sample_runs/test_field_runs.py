@@ -52,7 +52,7 @@ def test_catalogue_looks_like_the_field():
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
                                        "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst",
-                                       "timm_mixup"}
+                                       "timm_mixup", "gradual_pruning"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -4174,3 +4174,135 @@ def test_timm_mixup_healthy_run_learns_and_records_soft_targets_and_both_top1s(t
     assert io.loc["input", "shape"] == "64x3x16x16" and io.loc["target", "shape"] == "64x4"
     assert io.loc["input", "kind"] == io.loc["target", "kind"] == "float"  # soft targets after Mixup
     assert "layer3.0.bn2.weight" in set(stats["name"])
+
+
+def _reference_global_l1_masks(weights, masks, target, previous):
+    """Global magnitude pruning by hand: of every entry still unpruned (mask 1) across the layers,
+    the smallest |w| are masked, (target − previous) / (1 − previous) of them (`previous` the last
+    event's target; ties cannot occur in floats)."""
+    flat_w = torch.cat([w.flatten() for w in weights])
+    flat_m = torch.cat([m.flatten() for m in masks])
+    to_prune = round((target - previous) / (1 - previous) * int(flat_m.sum()))
+    alive = flat_m.nonzero().flatten()
+    order = alive[flat_w[alive].abs().argsort()]
+    flat_m = flat_m.clone()
+    flat_m[order[:to_prune]] = 0
+    out, start = [], 0
+    for w in weights:
+        out.append(flat_m[start:start + w.numel()].view_as(w))
+        start += w.numel()
+    return out
+
+
+def test_gradual_pruning_follows_zhu_and_guptas_cubic_schedule_by_torch_prune_global_l1():
+    from torch.nn.utils import prune
+
+    from sample_runs.field_models import (AGP_EVENTS, AGP_EVERY, AGP_FINAL_SPARSITY, AGP_START, agp_prune,
+                                          agp_sparsity, global_sparsity, prunable)
+
+    assert (AGP_START, AGP_EVERY, AGP_EVENTS, AGP_FINAL_SPARSITY) == (30, 5, 15, 0.875)
+    events = [t for t in range(150) if agp_sparsity(t) is not None]
+    assert events == list(range(30, 106, 5))  # every Δt from t0 to t0 + n Δt: 20 % to 70 % of the run
+    for t in events:  # s_t = s_f + (s_i − s_f)(1 − (t − t0)/(n Δt))³, s_i = 0
+        assert agp_sparsity(t) == pytest.approx(0.875 + (0 - 0.875) * (1 - (t - 30) / 75) ** 3)
+    assert agp_sparsity(30) == 0 and agp_sparsity(105) == pytest.approx(0.875)
+    torch.manual_seed(0)
+    model = build_field_model("gradual_pruning", 10)
+    before = {id(m): m.weight for m, _ in prunable(model)}
+    assert sum(m.weight.numel() for m, _ in prunable(model)) == 23824
+    reached, previous = [0.0], None
+    for t in events:
+        with torch.no_grad():  # the weights move between events, as training moves them
+            for m, _ in prunable(model):
+                getattr(m, "weight_orig", m.weight).add_(0.01 * torch.randn_like(m.weight))
+        masks = [getattr(m, "weight_mask", torch.ones_like(m.weight)).clone() for m, _ in prunable(model)]
+        weights = [getattr(m, "weight_orig", m.weight).detach() * mask for (m, _), mask in zip(prunable(model), masks)]
+        args = (masks, agp_sparsity(t), reached[0])
+        stale = _reference_global_l1_masks([m.weight.detach() for m, _ in prunable(model)], *args)
+        if t > 30:  # torch ranks `weight` as the pre-hook last computed it: stale until a forward
+            assert any(not torch.equal(a, b) for a, b in zip(stale, _reference_global_l1_masks(weights, *args)))
+        model(torch.randn(2, 1, 8, 8))  # the step's forward (the loop prunes after the last one)
+        want = _reference_global_l1_masks(weights, *args)
+        assert agp_prune(model, t, reached) == pytest.approx(agp_sparsity(t))
+        for (m, _), mask in zip(prunable(model), want):
+            assert torch.equal(m.weight_mask, mask)
+            assert prune.is_pruned(m) and isinstance(m.weight_orig, torch.nn.Parameter)
+            assert m.weight_orig is before[id(m)]  # the same Parameter: the optimizer keeps it
+            assert "weight" not in dict(m.named_parameters()) and "weight_mask" in dict(m.named_buffers())
+            model(torch.randn(2, 1, 8, 8))  # the forward pre-hook recomputes weight
+            assert torch.equal(m.weight, m.weight_orig * m.weight_mask)
+        assert global_sparsity(model) == pytest.approx(agp_sparsity(t), abs=1e-4)
+        if previous is not None:  # a pruned entry stays pruned
+            assert all(bool((old >= new).all()) for old, new in zip(previous, (m.weight_mask for m, _ in prunable(model))))
+        previous = [m.weight_mask.clone() for m, _ in prunable(model)]
+    assert agp_prune(model, 106, reached) is None and reached == [pytest.approx(0.875)]
+
+
+def test_gradual_pruning_vgg_is_distillers_vgg_cifar_and_its_recipe_compress_classifiers():
+    from sample_runs.field import AGP_LR, OPTIMIZERS
+    from sample_runs.field_models import AGPVGG
+
+    model = build_field_model("gradual_pruning", 10)
+    assert isinstance(model, AGPVGG) and model(torch.randn(3, 1, 8, 8)).shape == (3, 10)
+    kinds = [type(m).__name__ for m in model.features]
+    assert kinds == ["Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d"] * 3
+    assert model.units == ["features.0", "features.1", "features.4", "features.5", "features.8", "features.9",
+                           "classifier"]
+    assert model.hidden == ["features.0", "features.4", "features.8"] and model.exposed == ["classifier"]
+    assert all(not m.bias.detach().any() for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
+    assert float(model.classifier.weight.detach().std()) == pytest.approx(0.01, rel=0.2)  # N(0, 0.01)
+    recipe = RECIPES["gradual_pruning"]
+    groups = _param_groups(model, recipe, AGP_LR)
+    assert {g["layer"] for g in groups} == set(model.units)
+    assert all(g["weight_decay"] == 1e-4 for g in groups)  # SGD(model.parameters(), weight_decay=1e-4): every parameter
+    optimizer = OPTIMIZERS[recipe.optimizer](groups, AGP_LR, recipe)
+    assert optimizer.defaults["momentum"] == 0.9 and not optimizer.defaults["nesterov"]
+    assert recipe.clip is None and AGP_LR == 0.1
+    factor = _schedule(recipe, 150)
+    assert [factor(s) for s in (0, 74, 75, 111, 112, 149)] == pytest.approx([1, 1, 0.1, 0.1, 0.01, 0.01])  # ×0.1 at 75, 112
+    assert LEFT_OUT["gradual_pruning"] == ("adam_state",)
+
+
+def test_gradual_pruning_faults_hit_weight_orig_and_pruning_runs_without_optimizer_steps():
+    from sample_runs.field_models import agp_prune
+
+    model = build_field_model("gradual_pruning", 10)
+    reached = [0.0]
+    for t in (30, 35, 40):
+        agp_prune(model, t, reached)
+    orig, mask = model.classifier.weight_orig.detach().clone(), model.classifier.weight_mask.clone()
+    faults.WeightScale(t0=41, layer="classifier", factor=100.0).before_step(41, model, None)
+    assert torch.allclose(model.classifier.weight_orig, 100 * orig) and torch.equal(model.classifier.weight_mask, mask)
+    model(torch.randn(2, 1, 8, 8))
+    assert torch.allclose(model.classifier.weight, 100 * orig * mask)  # the effective weight, its zeros kept
+    # The loop's pruning events run whether or not the step calls optimizer.step() (MissingStep).
+    seen, tiny = [], torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(tiny.parameters(), lr=0.1)
+    draw = lambda: (torch.randn(8, 4), torch.randint(0, 2, (8,)))  # noqa: E731
+    train_field(None, tiny, optimizer, draw, steps=5, lr_at=lambda s: 1.0, fault=faults.MissingStep(t0=0),
+                before_step=seen.append)
+    assert seen == [0, 1, 2, 3, 4]
+
+
+def test_gradual_pruning_healthy_run_learns_through_the_pruning_events_and_records_weight_orig(tmp_path):
+    from sample_runs.field import AGP_LR
+
+    truth = make("healthy-gradual_pruning-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[-10:]) < 0.8 * _mean(loss[:10])
+    assert by_name["sparsity"] == pytest.approx([0, 0, 0.427, 0.786, 0.873, 0.875], abs=2e-3)  # steps 0, 25, ..., 125
+    assert by_name["val_top1"][-1] > 85 and by_name["val_top1"][0] < 20
+    assert by_name["lr"] == pytest.approx([AGP_LR * _schedule(RECIPES["gradual_pruning"], 150)(s) for s in range(150)])
+    stats = read_stats(tmp_path / "run")
+    params = stats[stats["role"] == "param"]
+    for conv in ("features.0", "features.4", "features.8", "classifier"):
+        # The same Parameter, named weight until the first event (step 30), weight_orig after it.
+        assert set(params[params["name"] == f"{conv}.weight"]["step"]) == set(range(30))
+        assert set(params[params["name"] == f"{conv}.weight_orig"]["step"]) == set(range(30, 150))
+    grads = stats[(stats["role"] == "grad") & (stats["name"] == "features.8.weight_orig")].set_index("step")["zero_frac"]
+    assert grads[30] == 0 and grads[149] > 0.85  # ∂L/∂weight_orig = ∂L/∂weight · mask: masked entries get 0
+    events = ds.dataset(str(tmp_path / "run" / "events"), format="parquet").to_table().to_pandas()
+    changed = events[events["kind"] == "model_changed"]
+    assert list(changed["step"]) == [30] and "added classifier.weight_orig" in changed["message"].iloc[0]
