@@ -28,8 +28,8 @@ capsule network, a Soft Actor-Critic agent steering points to goals, a masked au
 RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conformer, a
 graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
 hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECTRA-style text
-classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST, a timm ResNet and a VGG pruned
-gradually (`field_models`),
+classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST, a timm ResNet, a VGG pruned
+gradually and a quantization-aware MobileNetV2 (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -105,7 +105,12 @@ decay off biases and norms, a per-update cosine schedule after a linear warm-up,
 after each step, its top-1 and the EMA's evaluated) on the colour patterns, the pruned VGG by the
 plain loop with Distiller's AGP recipe (SGD momentum 0.9, weight decay on every parameter, ×0.1
 steps; Zhu & Gupta's cubic sparsity schedule to 87.5 % by `torch.nn.utils.prune.global_unstructured`
-every 5 steps from 20 % to 70 % of the run, `before_step`) on the digits. Faults
+every 5 steps from 20 % to 70 % of the run, `before_step`) on the digits, the quantization-aware
+MobileNetV2 by the plain loop with pytorch/vision's references/classification/train_quantization.py
+recipe (eager-mode `prepare_qat` after `fuse_model(is_qat=True)`, the qnnpack QAT qconfig, SGD
+momentum 0.9 with weight decay 1e-4 on every parameter, cross-entropy, `disable_observer` and
+`freeze_bn_stats` at epoch boundaries by `before_eval`, the fake-quant model's and an int8 `convert`ed copy's top-1
+each epoch) on the colour patterns, from a float model trained in-process first. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -263,6 +268,11 @@ from .field_models import (
     timm_top1,
     agp_prune,
     global_sparsity,
+    QAT_BACKEND,
+    QatMobileNetV2,
+    qat_int8_top1,
+    qat_prepare,
+    qat_top1,
     detection_iou,
     distillation_loss,
     fcos_loss,
@@ -525,6 +535,32 @@ examples' commands), kept."""
 AGP_BATCH = 64
 """The pruned VGG's batch (compress_classifier.py's `-b` 128 at CIFAR's 50k images; half here, for a
 2-core CPU and 1600 training patterns)."""
+QAT_LR = 5e-3
+"""The QAT MobileNetV2's SGD lr: 50× train_quantization.py's `--lr` 1e-4, which fine-tunes for ~10
+ImageNet epochs (tens of thousands of steps) where a run here has 150, from a float model trained
+in-process (`qat_float_base`: no pretrained weights can be downloaded). Measured on the healthy
+loop, unrecorded, seeds 0-2, first/last 10-step loss means: 0.227 -> 0.028, 0.188 -> 0.012, 0.186 ->
+0.004, the int8 copy's top-1 93-98 % after the first epoch, 100 % by the end. At the reference's
+1e-4 the loss fell 0.238 -> 0.127, 0.191 -> 0.133, 0.205 -> 0.107, but with every lr at 0 it fell
+0.238 -> 0.185 too (seed 0: the BN statistics and observers settling on the fused model, then the
+BN freeze), so 1e-4 would leave the healthy check telling little learning from calibration. At 1e-2 seed 1
+ended 0.185 -> 0.276 (top-1 26 % at step 105, after the BN freeze); QAT from scratch (lr 0.05, no
+float model) stalled or diverged once BN statistics froze at step 60 (1.38 -> 1.39 / 2.54)."""
+QAT_BATCH = 32
+"""The QAT MobileNetV2's batch (train_quantization.py's `--batch-size` 32 a GPU)."""
+QAT_FLOAT_LR = 0.045
+"""The float MobileNetV2's SGD lr before QAT (torchvision's classification recipe for it)."""
+QAT_FLOAT_STEPS = 40
+"""Steps of the float model's training before the recorded QAT run (`qat_float_base`)."""
+QAT_EPOCH_STEPS = 15
+"""Steps of one QAT "epoch": the reference's README says QAT converges in about 10 epochs; a run
+here is 10 of 15 steps (480 of the 1600 training patterns each, not a pass over them)."""
+QAT_OBSERVER_EPOCHS = 4
+"""train_quantization.py's `--num-observer-update-epochs`: after the epoch whose index is ≥ 4 ends
+(from step 5 × `QAT_EPOCH_STEPS`, 75), `model.apply(disable_observer)`: scales and zero points frozen."""
+QAT_BN_EPOCHS = 3
+"""train_quantization.py's `--num-batch-norm-update-epochs`: after the epoch whose index is ≥ 3 ends
+(from step 60), `model.apply(freeze_bn_stats)`: the fused BNs normalise by their running statistics."""
 PATCHTST_LR = 1e-3
 """PatchTST's OneCycle peak lr: 10× its ETTh1 script's 1e-4, which trains 100 epochs (~6700 steps)
 where a run here has 150. Measured on the healthy loop (unrecorded, seeds 0-2, first/last 10-step
@@ -798,6 +834,13 @@ RECIPES = {
     # DenseNet's); the pruning events (`field_models.agp_prune`) in `_train`, by `before_step`.
     "gradual_pruning": Recipe(lr=AGP_LR, weight_decay=1e-4, batch=AGP_BATCH, clip=None, warmup=0,
                               optimizer="momentum_sgd", schedule="step"),
+    # pytorch/vision's references/classification/train_quantization.py: SGD(model.parameters(),
+    # momentum 0.9, weight decay 1e-4: every parameter, `decay_everything`), here one group a unit (the
+    # same SGD updates) so that an lr spike can hit one block; `StepLR(step_size=30, gamma=0.1)` per
+    # epoch, which never fires in the 10 epochs QAT takes (`QAT_EPOCH_STEPS`): a constant lr, no
+    # warm-up; no clipping (`--clip-grad-norm` None); `nn.CrossEntropyLoss()`. lr QAT_LR, the departure.
+    "qat": Recipe(lr=QAT_LR, weight_decay=1e-4, batch=QAT_BATCH, clip=None, warmup=0,
+                  optimizer="momentum_sgd", schedule="constant"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -861,7 +904,8 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "conformer": conformer_ctc_loss, "neural_process": cnp_nll, "dit": dit_loss,
           "sae": sae_loss, "electra_ft": torch.nn.functional.cross_entropy,
           "deeplab": deeplab_criterion, "decision_transformer": dt_action_loss,
-          "patchtst": torch.nn.functional.mse_loss, "timm_mixup": soft_target_cross_entropy}
+          "patchtst": torch.nn.functional.mse_loss, "timm_mixup": soft_target_cross_entropy,
+          "qat": torch.nn.functional.cross_entropy}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -1116,7 +1160,8 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "sam", "ppo", "detector", "efficientnet", "pinn", "maml", "pix2pix", "pixelcnn", "neural_ode", "nerf",
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab",
-                "decision_transformer", "patchtst", "timm_mixup", "gradual_pruning")
+                "decision_transformer", "patchtst", "timm_mixup", "gradual_pruning",
+                "qat")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier: its dict batch is int64 `input_ids` and `attention_mask`) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1150,6 +1195,9 @@ normalised away on the way in, and its forecast is denormalised by them ×1e3 on
 timm ResNet's its standardised colour patterns (the fault corrupts the loader's batch, before the
 loop's `Mixup` blends it with its flip: a ×1e3 or NaN image reaches its partner's row too), the
 pruned VGG's its standardised digits;
+QAT MobileNetV2's its standardised colour patterns (fake-quantized by its `QuantStub` on the way
+in: a ×1e3 batch widens the input observer's moving range while observers run, and is clamped to
+the frozen range once they are disabled);
 word2vec and the BiLSTM-CRF read
 word IDs."""
 
@@ -1224,6 +1272,10 @@ LEFT_OUT = {
     "timm_mixup": ("adam_state",),
     # Distiller's SGD (momentum 0.9) keeps no Adam moments to corrupt.
     "gradual_pruning": ("adam_state",),
+    # train_quantization.py's SGD keeps no Adam moments to corrupt; it has no autocast, and eager-mode
+    # fake quantization takes float32 only (under CPU bf16 autocast the first fake-quant after a conv
+    # raises "expected scalar type Float but found BFloat16").
+    "qat": ("adam_state", "healthy_bf16"),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -1795,7 +1847,7 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "mae": _masked_digits_data, "wavenet": _waveform_data,
              "set_transformer": _max_set_data, "conformer": _mel_speech_data,
              "neural_process": _gp_curves_data, "timm_mixup": _pattern_data,
-             "gradual_pruning": _standardised_digits_data}
+             "gradual_pruning": _standardised_digits_data, "qat": _pattern_data}
 """(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
@@ -1822,13 +1874,20 @@ EVAL_METRICS = {
     # Distiller's validate() top-1 and the sparsity its scheduler logs (`distiller.weights_sparsity_summary`'s total).
     "gradual_pruning": lambda model: {"val_top1": timm_top1(model, *_standardised_digits()[2:]),
                                       "sparsity": global_sparsity(model)},
+    # train_quantization.py's two evaluations each epoch: the QAT (fake-quant) model, then an int8 copy.
+    "qat": lambda model: {"val_top1": qat_top1(model, pattern_images().x[1600:], pattern_images().y[1600:]),
+                          "val_top1_int8": qat_int8_top1(model, pattern_images().x[1600:],
+                                                         pattern_images().y[1600:], QAT_BACKEND)},
 }
 """Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
 
 
-EVAL_EVERY = {"triplet": 1, "pinn": 1, "maml": 1, "nerf": 1, "neural_process": 1}
+EVAL_EVERY = {"triplet": 1, "pinn": 1, "maml": 1, "nerf": 1, "neural_process": 1, "qat": QAT_EPOCH_STEPS}
 """Steps between evaluations where not 25: a family judged on a held-out metric
-(`OUTCOME_METRICS`) evaluates every step."""
+(`OUTCOME_METRICS`) evaluates every step; the QAT model once an epoch, after it (from step 15, never
+before training: an eval-mode forward of the untrained model, its fused BNs on their initial running
+statistics, sets every activation observer's first range; at step 0 it stalled seed 0's healthy run,
+1.39 -> 1.40), as train_quantization.py."""
 
 
 def _held_out_accuracy(model: nn.Module) -> float:
@@ -1943,6 +2002,43 @@ def distillation_teacher(seed: int) -> nn.Module:
     return teacher.requires_grad_(False).eval()
 
 
+def qat_epoch_boundary(model: nn.Module, step: int) -> None:
+    """What train_quantization.py does after each epoch, at the top of the step that begins the
+    next (every `QAT_EPOCH_STEPS`): under `inference_mode`, `model.apply(disable_observer)` once the
+    ended epoch's index is ≥ `QAT_OBSERVER_EPOCHS`, `model.apply(freeze_bn_stats)` once it is ≥
+    `QAT_BN_EPOCHS` (re-applied every epoch after, as the reference does)."""
+    ended = step // QAT_EPOCH_STEPS - 1
+    if step % QAT_EPOCH_STEPS or ended < 0:
+        return
+    with torch.inference_mode():
+        if ended >= QAT_OBSERVER_EPOCHS:
+            model.apply(torch.ao.quantization.disable_observer)
+        if ended >= QAT_BN_EPOCHS:
+            model.apply(torch.ao.nn.intrinsic.qat.freeze_bn_stats)
+
+
+@lru_cache(maxsize=None)
+def qat_float_base(seed: int) -> dict[str, torch.Tensor]:
+    """The state dict of the QAT run's float model: a `QatMobileNetV2` (unfused, no observers)
+    trained by torchvision's float MobileNetV2 recipe (references/classification/train.py's
+    `--lr 0.045 --wd 0.00004`, SGD momentum 0.9; no schedule in so few steps) on batches of
+    `QAT_BATCH` training patterns for `QAT_FLOAT_STEPS` steps (its own generator, the global RNG
+    untouched), as train_quantization.py "always start[s] from a pre-trained fp32 reference model"."""
+    images = pattern_images()
+    x, y = images.x[:1600], images.y[:1600]
+    with torch.random.fork_rng():
+        torch.manual_seed(30_000 + seed)
+        base = QatMobileNetV2(classes=PATTERNS.classes)
+        optimizer = torch.optim.SGD(base.parameters(), lr=QAT_FLOAT_LR, momentum=0.9, weight_decay=4e-5)
+        order = torch.Generator().manual_seed(30_000 + seed)
+        for _ in range(QAT_FLOAT_STEPS):
+            index = torch.randint(0, len(y), (QAT_BATCH,), generator=order)
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(base(x[index]), y[index]).backward()
+            optimizer.step()
+    return {name: value.detach().clone() for name, value in base.state_dict().items()}
+
+
 @lru_cache(maxsize=None)
 def lora_base(seed: int) -> dict[str, torch.Tensor]:
     """The state dict of the LoRA model's base: the `gpt` model pretrained by AdamW (lr 3e-3,
@@ -2027,6 +2123,10 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     torch.manual_seed(seed)
     draw, eval_draw, classes, chance = _data(arch, recipe, seed, options["accumulation"])
     model = build_field_model(arch, classes)
+    if arch == "qat":  # train_quantization.py: the pretrained float model, then fuse_model / qconfig / prepare_qat
+        model = QatMobileNetV2(classes=classes)
+        model.load_state_dict(qat_float_base(seed))
+        model = qat_prepare(model)
     if arch == "lora":  # loralib's recipe: the pretrained checkpoint first, strict=False (no LoRA keys in it)
         model.load_state_dict(lora_base(seed), strict=False)
     lr = recipe.lr * spec.lr_factor
@@ -2066,6 +2166,9 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
         after_step = lambda: ema.update(model)  # noqa: E731
         eval_metrics = lambda: {**EVAL_METRICS[arch](model), "val_top1_ema": timm_top1(  # noqa: E731
             ema.module, pattern_images().x[1600:], pattern_images().y[1600:])}
+    before_eval = None
+    if arch == "qat":  # train_quantization.py, after each epoch: observers off, then BN statistics frozen
+        before_eval = lambda step: qat_epoch_boundary(model, step)  # noqa: E731
     if recipe.schedule == "one_cycle":  # OneCycleLR's cycle_momentum, stepped with the scheduler
         after_step = _one_cycle_momentum(optimizer, options["warmup"], STEPS)
     before_step = None
@@ -2157,8 +2260,9 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                                            TIMM_MIXUP_OFF * options["accumulation"])
                               if arch == "timm_mixup" else None,
                               teacher=teacher, scaler=scaler,
-                              eval_metrics=eval_metrics,
-                              labels_to_model=arch in ("capsnet", "dit"), before_step=before_step)
+                              eval_metrics=eval_metrics, before_step=before_step, before_eval=before_eval,
+                              eval_start=QAT_EPOCH_STEPS if arch == "qat" else 0,
+                              labels_to_model=arch in ("capsnet", "dit"))
     # Parameters outside every unit's module (the classifier's `pos`) sit before the first block.
     units = [*(n for n, _ in model.named_parameters()
                if not any(n.startswith(u + ".") for u in model.units) and n not in getattr(model, "loose", ())),

@@ -354,6 +354,18 @@
   `classifier`, Distiller's `_initialize_weights`), trained as Distiller's `compress_classifier.py`
   trains its AGP examples (SGD momentum 0.9, weight decay on every parameter, a step schedule) on
   the 8×8 digits (`data.digits`, standardised).
+- `QatMobileNetV2`, `QatInvertedResidual`, `qat_conv_bn_relu`, `qat_prepare`, `qat_top1`,
+  `qat_int8_top1`: quantization-aware training in PyTorch's eager mode (`torch.ao.quantization`), as
+  pytorch/vision's `references/classification/train_quantization.py` trains torchvision's
+  `QuantizableMobileNetV2`: a small MobileNetV2 (a ConvBNReLU stem, inverted residuals with ReLU
+  where torchvision's quantizable model replaces ReLU6, a `FloatFunctional` skip add, a 1×1
+  ConvBNReLU, global pooling, dropout 0.2 and a linear classifier, between a `QuantStub` and a
+  `DeQuantStub`), Conv-BN(-ReLU) fused by `fuse_modules_qat`, `get_default_qat_qconfig` of the
+  `qnnpack` engine (train_quantization.py's `--backend` default), `prepare_qat`; fine-tuned on the
+  16×16 colour patterns from a float model trained in-process first (`field.qat_float_base`: no
+  pretrained weights can be downloaded), its observers disabled
+  and its BatchNorm statistics frozen after a few "epochs", a top-1 of the fake-quant model and of
+  an int8 `convert`ed copy.
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -371,7 +383,7 @@ twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hy
 the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth, `sngan` and
 `electra_ft` before the twenty-seventh, `muon_gpt` and `deeplab` before the twenty-eighth,
 `decision_transformer` before the twenty-ninth, `patchtst` before the thirtieth, `timm_mixup`
-before the thirty-first, `gradual_pruning` before the thirty-second
+before the thirty-first, `gradual_pruning` and `qat` before the thirty-second
 (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
@@ -383,6 +395,7 @@ same scaling is normalised away, and the run shrugs it off).
 """
 from __future__ import annotations
 
+import copy
 import math
 from collections import OrderedDict
 from collections.abc import Callable
@@ -6703,6 +6716,144 @@ def agp_prune(model: nn.Module, step: int, current: list[float]) -> float | None
     return target
 
 
+QAT_BACKEND = "qnnpack"
+"""train_quantization.py's `--backend` default (one of `torch.backends.quantized.supported_engines`):
+the qconfig's and the int8 copy's engine."""
+
+
+def qat_conv_bn_relu(inp: int, oup: int, kernel: int = 3, stride: int = 1, groups: int = 1) -> nn.Sequential:
+    """torchvision's `Conv2dNormActivation` as its quantizable MobileNetV2 builds it: `0` a bias-free
+    conv (padding (k − 1) // 2), `1` BatchNorm, `2` ReLU (ReLU6 replaced, as `_replace_relu` does)."""
+    return nn.Sequential(nn.Conv2d(inp, oup, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+                         nn.BatchNorm2d(oup), nn.ReLU(inplace=False))
+
+
+class QatInvertedResidual(nn.Module):
+    """torchvision's `QuantizableInvertedResidual`: a 1×1 expansion ConvBNReLU (where the ratio is not
+    1), a depthwise 3×3 ConvBNReLU, a 1×1 linear projection conv + BN; the shortcut added through a
+    `FloatFunctional` (`skip_add.add`: an observed, then int8, add) where stride 1 keeps the shape."""
+
+    def __init__(self, inp: int, oup: int, stride: int, expand_ratio: int) -> None:
+        super().__init__()
+        hidden = inp * expand_ratio
+        self.use_res_connect = stride == 1 and inp == oup
+        layers: list[nn.Module] = []
+        if expand_ratio != 1:
+            layers.append(qat_conv_bn_relu(inp, hidden, kernel=1))
+        layers += [qat_conv_bn_relu(hidden, hidden, stride=stride, groups=hidden),
+                   nn.Conv2d(hidden, oup, 1, bias=False), nn.BatchNorm2d(oup)]
+        self.conv = nn.Sequential(*layers)
+        self.skip_add = torch.ao.nn.quantized.FloatFunctional()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.use_res_connect:
+            return self.skip_add.add(x, self.conv(x))
+        return self.conv(x)
+
+    def fuse_model(self, is_qat: bool) -> None:
+        """torchvision's: the projection conv fused with its BN (`conv.<i>`, `conv.<i + 1>`)."""
+        for idx in range(len(self.conv)):
+            if type(self.conv[idx]) is nn.Conv2d:
+                fuse = torch.ao.quantization.fuse_modules_qat if is_qat else torch.ao.quantization.fuse_modules
+                fuse(self.conv, [str(idx), str(idx + 1)], inplace=True)
+
+
+class QatMobileNetV2(nn.Module):
+    """torchvision's `QuantizableMobileNetV2`, small for 16×16 colour patterns: `quant`
+    (`QuantStub`), `features` (a 3×3 ConvBNReLU stem at stride 1, where MobileNetV2's stride 2
+    would leave 8×8 maps before the first block; inverted residuals at (t, c, n, s) `settings`; a
+    1×1 ConvBNReLU to `last_channel`), `adaptive_avg_pool2d`, `classifier` (Dropout 0.2, Linear),
+    `dequant` (`DeQuantStub`). torchvision's init: convs Kaiming-normal fan-out, BN 1 and 0, the
+    Linear normal(0, 0.01) with a zero bias. `fuse_model(is_qat)` fuses every ConvBNReLU (`0`,
+    `1`, `2`) and every block's projection conv + BN, as torchvision's does."""
+
+    def __init__(self, classes: int = 4, stem: int = 16,
+                 settings: tuple[tuple[int, int, int, int], ...] = ((1, 8, 1, 1), (4, 16, 2, 2), (4, 24, 2, 2)),
+                 last_channel: int = 64) -> None:
+        super().__init__()
+        self.quant = torch.ao.quantization.QuantStub()
+        features: list[nn.Module] = [qat_conv_bn_relu(3, stem)]
+        inp = stem
+        for t, c, n, s in settings:
+            for i in range(n):
+                features.append(QatInvertedResidual(inp, c, s if i == 0 else 1, t))
+                inp = c
+        features.append(qat_conv_bn_relu(inp, last_channel, kernel=1))
+        self.features = nn.Sequential(*features)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(last_channel, classes))
+        self.dequant = torch.ao.quantization.DeQuantStub()
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0, 0.01)
+                nn.init.zeros_(m.bias)
+        self.units = [f"features.{i}" for i in range(len(features))] + ["classifier"]
+        self.hidden = [f"features.{i}" for i in range(1, len(features) - 1)]  # the inverted residuals
+        # The logits: every conv meets a (fused) BatchNorm next.
+        self.exposed = ["classifier.1"]
+        # train_quantization.py's SGD(model.parameters(), weight_decay=1e-4): every parameter decays.
+        self.decay_everything = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.quant(x)
+        x = self.features(x)
+        x = nn.functional.adaptive_avg_pool2d(x, (1, 1)).reshape(x.shape[0], -1)
+        x = self.classifier(x)
+        return self.dequant(x)
+
+    def fuse_model(self, is_qat: bool) -> None:
+        fuse = torch.ao.quantization.fuse_modules_qat if is_qat else torch.ao.quantization.fuse_modules
+        for m in self.modules():
+            if type(m) is nn.Sequential and len(m) == 3 and isinstance(m[0], nn.Conv2d) \
+                    and isinstance(m[1], nn.BatchNorm2d) and isinstance(m[2], nn.ReLU):
+                fuse(m, ["0", "1", "2"], inplace=True)
+            elif type(m) is QatInvertedResidual:
+                m.fuse_model(is_qat)
+
+
+def qat_prepare(model: QatMobileNetV2, backend: str = QAT_BACKEND) -> QatMobileNetV2:
+    """train_quantization.py's eager-mode QAT preparation, in place: `fuse_model(is_qat=True)`,
+    `qconfig = get_default_qat_qconfig(backend)`, `prepare_qat`, then `enable_observer` and
+    `enable_fake_quant` on every module (its loop's first lines)."""
+    model.train()
+    model.fuse_model(is_qat=True)
+    model.qconfig = torch.ao.quantization.get_default_qat_qconfig(backend)
+    torch.ao.quantization.prepare_qat(model, inplace=True)
+    model.apply(torch.ao.quantization.enable_observer)
+    model.apply(torch.ao.quantization.enable_fake_quant)
+    return model
+
+
+def qat_top1(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """The reference's `evaluate` top-1 (%) of the fake-quant model (eval mode, no gradient; its
+    observers still observe where enabled, as the reference's do), the model's mode restored."""
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        top1 = 100.0 * float((model(x).argmax(1) == y).float().mean())
+    model.train(was_training)
+    return top1
+
+
+def qat_int8_top1(model: nn.Module, x: torch.Tensor, y: torch.Tensor, backend: str = QAT_BACKEND) -> float:
+    """The reference's quantized evaluation: `copy.deepcopy(model)`, `eval()`, `convert(inplace=True)`
+    to int8 modules, top-1 (%) on CPU under the `backend` engine (restored after)."""
+    engine = torch.backends.quantized.engine
+    torch.backends.quantized.engine = backend
+    try:
+        quantized = copy.deepcopy(model)
+        quantized.eval()
+        torch.ao.quantization.convert(quantized, inplace=True)
+        with torch.no_grad():
+            return 100.0 * float((quantized(x).argmax(1) == y).float().mean())
+    finally:
+        torch.backends.quantized.engine = engine
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
@@ -6711,7 +6862,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
                "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst", "timm_mixup",
-               "gradual_pruning")
+               "gradual_pruning", "qat")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -6793,6 +6944,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "patchtst": lambda vocab: PatchTST(ETT_LIKE.channels, ETT_LIKE.lookback, ETT_LIKE.horizon),
     "timm_mixup": lambda vocab: TimmResNet(classes=vocab),
     "gradual_pruning": lambda vocab: AGPVGG(classes=vocab),
+    "qat": lambda vocab: qat_prepare(QatMobileNetV2(classes=vocab)),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

@@ -211,6 +211,8 @@ def train_field(
     eval_metrics: Callable[[], dict[str, float]] | None = None,
     labels_to_model: bool = False,
     before_step: Callable[[int], None] | None = None,
+    before_eval: Callable[[int], None] | None = None,
+    eval_start: int = 0,
 ) -> Outcome:
     """nanoGPT's loop: schedule → `accumulation` micro-batches of forward/backward (loss / accum),
     clip → `optimizer.step()` → `zero_grad(set_to_none=True)` → `rec.step`, an eval loop every
@@ -242,6 +244,10 @@ def train_field(
     `before_step(step)` runs at the top of each step, after the schedule set the lr and before the
     fault's `before_step`, whether or not the step will call `optimizer.step()` (a pruning
     scheduler's event: `torch.nn.utils.prune` called by the loop, not by the optimizer).
+    `before_eval(step)` runs at the top of each step, before its eval loop (what a loop does at an
+    epoch's boundary: train_quantization.py's `disable_observer` and `freeze_bn_stats`).
+    `eval_start`: the first step whose top runs the eval loop (a loop that evaluates after each
+    epoch, never before training: train_quantization.py's, whose eval-mode forwards move its observers).
     `run_dir=None` trains without recording (the losses only).
     """
     fault = fault or Fault()
@@ -270,7 +276,10 @@ def train_field(
     try:
         with _recorder(run_dir, model, optimizer, config, recorder_options, scaler) as rec:
             for step in range(steps):
-                extra = {"val_loss": evaluate()} if eval_draw is not None and step % eval_every == 0 else {}
+                if before_eval is not None:
+                    before_eval(step)
+                extra = {"val_loss": evaluate()} if eval_draw is not None and step % eval_every == 0 \
+                    and step >= eval_start else {}
                 if extra and eval_metrics is not None:
                     extra.update(eval_metrics())
                 for group in optimizer.param_groups:

@@ -52,7 +52,7 @@ def test_catalogue_looks_like_the_field():
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
                                        "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst",
-                                       "timm_mixup", "gradual_pruning"}
+                                       "timm_mixup", "gradual_pruning", "qat"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -4306,3 +4306,179 @@ def test_gradual_pruning_healthy_run_learns_through_the_pruning_events_and_recor
     events = ds.dataset(str(tmp_path / "run" / "events"), format="parquet").to_table().to_pandas()
     changed = events[events["kind"] == "model_changed"]
     assert list(changed["step"]) == [30] and "added classifier.weight_orig" in changed["message"].iloc[0]
+
+
+def _reference_fake_quant(x, lo, hi, quant_min=0, quant_max=255):
+    """Affine per-tensor fake quantization written plainly, as an observer's qparams give it: the
+    range widened to hold 0, scale (hi − lo) / (quant_max − quant_min), zero point quant_min −
+    round(lo / scale) clamped into the range; x → (clamp(round(x / scale) + zp) − zp) · scale."""
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    scale = max((hi - lo) / (quant_max - quant_min), torch.finfo(torch.float32).eps)
+    zero_point = min(max(quant_min - round(lo / scale), quant_min), quant_max)
+    return (torch.clamp(torch.round(x / scale) + zero_point, quant_min, quant_max) - zero_point) * scale
+
+
+def test_qat_mobilenet_is_fused_and_prepared_as_train_quantization_py_does_and_fake_quantizes_as_a_plain_reference():
+    from torch.ao.nn import intrinsic as nni
+    from torch.ao.nn.intrinsic import qat as nniqat
+    from torch.ao.nn import qat as nnqat
+
+    from sample_runs.field_models import QAT_BACKEND, QatInvertedResidual, QatMobileNetV2, qat_prepare
+
+    assert QAT_BACKEND == "qnnpack" and QAT_BACKEND in torch.backends.quantized.supported_engines
+    torch.manual_seed(0)
+    model = build_field_model("qat", PATTERNS.classes)
+    assert type(model.features[0][0]) is nniqat.ConvBnReLU2d and type(model.features[0][1]) is nn_identity()
+    blocks = [m for m in model.modules() if isinstance(m, QatInvertedResidual)]
+    assert len(blocks) == 5 and [b.use_res_connect for b in blocks] == [False, False, True, False, True]
+    # the projection conv + BN fused, no ReLU; the BN's slot left an Identity
+    assert all(type(b.conv[-2]) is nniqat.ConvBn2d and type(b.conv[-1]) is nn_identity() for b in blocks)
+    assert type(model.classifier[1]) is nnqat.Linear and model.training
+    assert all(type(b.skip_add.activation_post_process).__name__ == "FusedMovingAvgObsFakeQuantize" for b in blocks)
+    # qnnpack's default QAT qconfig: activations affine quint8 0-255 without reduce_range, weights
+    # per-tensor symmetric qint8 (fbgemm's and x86's are per-channel, with reduce_range)
+    want = torch.ao.quantization.get_default_qat_qconfig(QAT_BACKEND)
+    weight_fq = model.features[0][0].weight_fake_quant
+    assert weight_fq.qscheme == want.weight().qscheme == torch.per_tensor_symmetric and weight_fq.dtype == torch.qint8
+    assert not model.quant.activation_post_process.activation_post_process.reduce_range
+    fq = model.quant.activation_post_process
+    assert (fq.quant_min, fq.quant_max) == (0, 255) and int(fq.observer_enabled) == int(fq.fake_quant_enabled) == 1
+    assert model.units == [f"features.{i}" for i in range(7)] + ["classifier"]
+    assert model.hidden == [f"features.{i}" for i in range(1, 6)] and model.exposed == ["classifier.1"]
+    # The input's fake quantization against the plain formula: the first batch sets the range, the
+    # next moves it by the moving average's 0.01 (MovingAverageMinMaxObserver's averaging_constant).
+    x1, x2 = 2 * torch.randn(8, 3, 16, 16), torch.randn(8, 3, 16, 16) + 1
+    model.quant(x1)
+    out = model.quant(x2)
+    lo = float(x1.min()) + 0.01 * (float(x2.min()) - float(x1.min()))
+    hi = float(x1.max()) + 0.01 * (float(x2.max()) - float(x1.max()))
+    assert float(fq.activation_post_process.min_val) == pytest.approx(lo, rel=1e-5)
+    assert torch.allclose(out, _reference_fake_quant(x2, lo, hi), atol=1e-5)
+    # Fusion keeps the float model's function: with fake quantization off, the fused QAT model in
+    # eval mode computes what the unfused float model does (BN folded by its running statistics).
+    torch.manual_seed(1)
+    float_model = QatMobileNetV2(classes=PATTERNS.classes)
+    for m in float_model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    fused = qat_prepare(copy_of(float_model))
+    fused.apply(torch.ao.quantization.disable_fake_quant)
+    images = pattern_images().x[:16]
+    with torch.no_grad():
+        assert torch.allclose(fused.eval()(images), float_model.eval()(images), atol=1e-4)
+    assert not any(isinstance(m, (nni.ConvBnReLU2d,)) for m in float_model.modules())
+
+
+def nn_identity():
+    return torch.nn.Identity
+
+
+def copy_of(module):
+    import copy
+
+    return copy.deepcopy(module)
+
+
+def test_qat_epoch_boundaries_disable_observers_after_epoch_4_and_freeze_bn_after_epoch_3():
+    from sample_runs.field import QAT_BN_EPOCHS, QAT_EPOCH_STEPS, QAT_OBSERVER_EPOCHS, qat_epoch_boundary
+
+    assert (QAT_EPOCH_STEPS, QAT_OBSERVER_EPOCHS, QAT_BN_EPOCHS) == (15, 4, 3)
+    model = build_field_model("qat", PATTERNS.classes)
+    fakes = [m for m in model.modules() if type(m).__name__ == "FusedMovingAvgObsFakeQuantize"]
+    fused = [m for m in model.modules() if hasattr(m, "freeze_bn")]
+    # the stub's, 16 fused convs' weight and output, every block's skip_add (also the 3 blocks that never
+    # add: torchvision's builds one in each), the Linear's weight and output
+    assert len(fakes) == 1 + 2 * 16 + 5 + 2 and len(fused) == 16
+
+    def state():
+        return ({int(f.observer_enabled) for f in fakes}, {int(f.fake_quant_enabled) for f in fakes},
+                {m.freeze_bn for m in fused}, {m.bn.training for m in fused})
+
+    model(pattern_images().x[:32])  # the observers have seen a batch, as 75 steps of training show them
+    for step in range(0, 60):
+        qat_epoch_boundary(model, step)
+        assert state() == ({1}, {1}, {False}, {True}), step
+    qat_epoch_boundary(model, 60)  # epoch 3 ended: BN frozen (the BNs leave training mode), observers still on
+    assert state() == ({1}, {1}, {True}, {False})
+    for step in range(61, 75):
+        qat_epoch_boundary(model, step)
+    assert state() == ({1}, {1}, {True}, {False})
+    qat_epoch_boundary(model, 75)  # epoch 4 ended: scales and zero points frozen, fake quantization stays on
+    assert state() == ({0}, {1}, {True}, {False})
+    scale = model.quant.activation_post_process.scale.clone()
+    model(100 * torch.randn(4, 3, 16, 16))
+    assert torch.equal(model.quant.activation_post_process.scale, scale)  # a wild batch moves no range now
+
+
+def test_qat_int8_copy_is_converted_and_agrees_with_the_fake_quant_model_which_stays_as_it_was():
+    from torch.ao.nn import qat as nnqat
+
+    from sample_runs.field import qat_float_base
+    from sample_runs.field_models import QatMobileNetV2, qat_int8_top1, qat_prepare, qat_top1
+
+    model = QatMobileNetV2(classes=PATTERNS.classes)
+    model.load_state_dict(qat_float_base(0))
+    model = qat_prepare(model)
+    images = pattern_images()
+    x, y = images.x[1600:], images.y[1600:]
+    with torch.no_grad():
+        for i in range(0, 1600, 64):  # let the observers see training batches, as the first steps do
+            model(images.x[i:i + 64])
+    engine = torch.backends.quantized.engine
+    fake, int8 = qat_top1(model, x, y), qat_int8_top1(model, x, y)
+    assert torch.backends.quantized.engine == engine  # the engine restored
+    assert fake > 80 and abs(fake - int8) <= 3  # the float pretraining reached > 80 %; int8 agrees
+    assert model.training and type(model.classifier[1]) is nnqat.Linear  # the model itself is not converted
+    import copy
+
+    quantized = copy.deepcopy(model).eval()
+    torch.backends.quantized.engine = "qnnpack"
+    try:
+        torch.ao.quantization.convert(quantized, inplace=True)
+    finally:
+        torch.backends.quantized.engine = engine
+    assert type(quantized.classifier[1]).__name__ == "Linear" and "quantized" in type(quantized.classifier[1]).__module__
+    assert type(quantized.features[0][0]).__name__ == "ConvReLU2d"
+
+
+def test_qat_recipe_is_train_quantization_pys_sgd_with_every_parameter_decayed_and_a_constant_lr():
+    from sample_runs.field import OPTIMIZERS, QAT_LR, _data
+
+    recipe = RECIPES["qat"]
+    model = build_field_model("qat", PATTERNS.classes)
+    groups = _param_groups(model, recipe, QAT_LR)
+    assert recipe.weight_decay == 1e-4 and all(g["weight_decay"] == 1e-4 for g in groups)  # SGD(model.parameters())
+    assert {g["layer"] for g in groups} == set(model.units) and len(groups) == len(model.units)
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    optimizer = OPTIMIZERS[recipe.optimizer](groups, QAT_LR, recipe)
+    assert optimizer.defaults["momentum"] == 0.9 and not optimizer.defaults["nesterov"]
+    assert recipe.clip is None and recipe.batch == 32 and QAT_LR == 5e-3
+    assert all(_schedule(recipe, 150)(s) == 1.0 for s in range(150))  # StepLR(30 epochs) never fires in 10
+    assert LEFT_OUT["qat"] == ("adam_state", "healthy_bf16")
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(RuntimeError, match="BFloat16"):
+        model(torch.randn(2, 3, 16, 16))  # eager fake quantization takes float32 only
+    draw, eval_draw, classes, chance = _data("qat", recipe, 0, 1)
+    assert draw()[0].shape == (32, 3, 16, 16) and eval_draw()[0].shape == (128, 3, 16, 16)  # --eval-batch-size 128
+    assert classes == PATTERNS.classes and chance == pytest.approx(math.log(PATTERNS.classes))
+
+
+def test_qat_healthy_run_learns_and_records_both_top1s_each_epoch_and_the_fused_modules(tmp_path):
+    from sample_runs.field import QAT_LR
+
+    truth = make("healthy-qat-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[-10:]) < 0.8 * _mean(loss[:10])
+    top1, int8 = by_name["val_top1"], by_name["val_top1_int8"]
+    assert len(top1) == len(int8) == len(by_name["val_loss"]) == 9  # after each epoch from the first, none at step 0
+    assert top1[-1] > 90 and int8[-1] > 90 and all(abs(a - b) <= 5 for a, b in zip(top1, int8))
+    assert by_name["lr"] == pytest.approx([QAT_LR] * 150)
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("role")
+    assert io.loc["input", "shape"] == "32x3x16x16" and io.loc["target", "shape"] == "32"
+    assert io.loc["input", "kind"] == "float" and io.loc["target", "kind"] == "index"
+    names = set(stats["name"])
+    assert {"features.0.0.weight", "features.0.0.bn.weight", "classifier.1.weight"} <= names  # the fused modules' parameters
+    assert not any("fake_quant" in n or "activation_post_process" in n for n in names)  # no observer or qparam buffer
