@@ -187,8 +187,9 @@ def _caused(ev: Evidence, onset: Onset, first: FirstNonfinite | None, thresholds
     onset = onsets.cause_onset(onset, [*onsets.root_cause_findings(ev, thresholds), *precomputed["log_of_zero"]], first)
     if first is None:
         return onsets.after_learning(ev, onset, thresholds) or onset
-    precomputed["nonfinite_input"] = REGISTRY["nonfinite_input"].run(ev, thresholds)
-    return onsets.nonfinite_input_onset(ev, onset, first, precomputed["nonfinite_input"], thresholds) or onset
+    # Dates the onset only: `diagnose` runs the rule again once the run's recovery is known.
+    inputs = REGISTRY["nonfinite_input"].run(ev, thresholds)
+    return onsets.nonfinite_input_onset(ev, onset, first, inputs, thresholds) or onset
 
 
 def _accumulated(onset: Onset | None, diverged: bool, nonfinite: bool, stale: list[Finding],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..findings import Finding
-from .base import ERROR, NOTE, Evidence, Outcome, finding, register, role
+from .base import ERROR, NOTE, WARNING, Evidence, Outcome, finding, register, role
 from .thresholds import InputThresholds
 
 __all__ = ["InputFeatures", "InputSeries", "NOT_FEATURES", "NonfiniteBatches", "nonfinite_input", "unscaled_inputs"]
@@ -17,6 +17,7 @@ NOT_FEATURES = ("index", "mask")
 @dataclass(frozen=True)
 class NonfiniteBatches:
     steps: dict[str, list[int]]  # input/target name → steps whose batch held NaN/inf
+    survived: bool = False  # the run did not stay broken (no divergence, or one it came back from) and learns
 
 def _nonfinite_batches(ev: Evidence) -> NonfiniteBatches:
     table = ev.table
@@ -26,18 +27,22 @@ def _nonfinite_batches(ev: Evidence) -> NonfiniteBatches:
         bad = table.step[rows][table.nonfinite[rows] > 0]
         if len(bad):
             steps[table.keys[index].name] = bad.tolist()
-    return NonfiniteBatches(steps)
+    return NonfiniteBatches(steps, (not ev.diverged or ev.recovered) and ev.outcome.learns is True)
 
 @register("nonfinite_input", "inputs", _nonfinite_batches)
 def nonfinite_input(batches: NonfiniteBatches, th: InputThresholds) -> list[Finding]:
+    """Batches holding NaN/inf: the cause of a run they broke (an error), a warning in one that
+    learns on regardless (round 32's batch_nan-qat: a quantization stub's clamp made the NaN batch
+    finite once its observers were frozen, and the loss fell on 0.17 → 0.004)."""
     if not batches.steps:
         return []
     ordered = sorted({s for steps in batches.steps.values() for s in steps})
     return [finding(
         "nonfinite_input", ordered[0], sorted(batches.steps),
-        {"steps_with_nonfinite_batches": ordered[:20], "batches": len(ordered)},
-        "Repair or drop the rows holding NaN/inf in the data pipeline (check "
+        {"steps_with_nonfinite_batches": ordered[:20], "batches": len(ordered), "run_survived": batches.survived},
+        ("The run learned on regardless; repair" if batches.survived else "Repair") + " or drop the rows holding NaN/inf in the data pipeline (check "
         "torch.isnan(x).any() / torch.isinf(x).any() on each batch before the forward pass).",
+        WARNING if batches.survived else ERROR,
     )]
 
 @dataclass(frozen=True)

@@ -210,8 +210,11 @@ def test_loss_spikes_are_ten_times_the_recent_level():
 
 def test_nonfinite_input():
     found = nonfinite_input(NonfiniteBatches({"input": [70, 71]}), TH.inputs)
-    assert found[0].step == 70 and found[0].tensors == ["input"]
+    assert found[0].step == 70 and found[0].tensors == ["input"] and found[0].severity == "error"
     assert nonfinite_input(NonfiniteBatches({}), TH.inputs) == []
+    # A run that learned on regardless (the batch made finite downstream): a warning, not a verdict.
+    survived = nonfinite_input(NonfiniteBatches({"input": [70]}, survived=True), TH.inputs)
+    assert survived[0].severity == "warning" and survived[0].evidence["run_survived"]
 
 
 def test_unscaled_inputs_skip_index_inputs_and_are_notes_in_a_run_that_learns():
@@ -680,6 +683,30 @@ def test_weights_changed_outside_the_optimizer():
     # Its group's lr raised at that step explains the update: that is hyperparameter_changed's.
     lr = _window(onset=62, hyperparameters={"hp.opt.0.lr": _lr_series(60, factor=1e4)}, **_param_case(60))
     assert weights_changed_outside_optimizer(lr, TH.root_causes) == []
+
+
+def test_sgds_momentum_buffer_explains_an_update_that_outlived_its_gradients_jump():
+    # Gradients ×300 at 58-59, back down by 60: SGD's buffer still carries them, so the step at 60
+    # (×110, the weights ×2.1) follows the buffer, not the gradient of that step.
+    norm, update, grad, buffer = _noisy(5.0, 1, 0.001), _noisy(0.05, 2), _noisy(1.0, 3), _noisy(1.0, 4)
+    norm[60:] *= 2.1
+    update[60] = 5.5
+    grad[58:60] *= 300
+    buffer[58:] *= 300
+    case = dict(params={"fc1.weight": Series(STEPS, norm)}, updates={"fc1.weight": Series(STEPS, update)},
+                grads={"fc1.weight": Series(STEPS, grad)})
+    assert weights_changed_outside_optimizer(_window(onset=62, **case), TH.root_causes)[0].step == 60  # unexplained
+    states = {("fc1.weight", "momentum_buffer"): Series(STEPS, buffer)}
+    assert weights_changed_outside_optimizer(_window(onset=62, states=states, **case), TH.root_causes) == []
+    # Adam's first moment explains nothing (its step is divided by the second moment's root)...
+    adam = {**states, ("fc1.weight", "exp_avg"): Series(STEPS, buffer)}
+    del adam["fc1.weight", "momentum_buffer"]
+    found = weights_changed_outside_optimizer(_window(onset=62, states=adam, **case), TH.root_causes)
+    assert found[0].step == 60
+    # ...nor a buffer of an optimizer whose group has an eps (Muon's step is orthogonalised).
+    muon = _window(onset=62, states=states, hyperparameters={"hp.opt.0.eps": Series(STEPS, np.full(len(STEPS), 1e-7))},
+                   **case)
+    assert weights_changed_outside_optimizer(muon, TH.root_causes)[0].step == 60
 
 
 def test_a_reset_second_moment_explains_its_tensors_update_jump():

@@ -306,6 +306,13 @@ def test_nonfinite_input(tmp_path):
     analysis, labels = _labels(tmp_path, stats, _loss("learning"))
     assert "nonfinite_input" in labels
     assert analysis.first_nonfinite.step == at and analysis.first_nonfinite.role == "input"
+    # The loss stayed finite and fell: the run learned on, the NaN batch is a warning beside a healthy verdict.
+    cause = next(f for f in analysis.findings if f.label == "nonfinite_input")
+    assert analysis.verdict == "healthy" and cause.severity == "warning"
+    # The same batch in a run that does not learn explains it.
+    flat, _ = _labels(tmp_path / "flat", stats, _loss("flat"))
+    assert flat.verdict == "not_learning"
+    assert next(f for f in flat.findings if f.label == "nonfinite_input").severity == "error"
 
 
 @pytest.mark.parametrize("t0", [37, 81])
