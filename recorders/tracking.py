@@ -20,6 +20,8 @@ from torch import nn
 from torch.nn.modules.module import (register_module_module_registration_hook,
                                      register_module_parameter_registration_hook)
 from torch.nn.parameter import is_lazy
+from torch.ao.quantization import FakeQuantizeBase
+from torch.ao.quantization.observer import ObserverBase
 from torch.nn.utils import parametrize
 
 from .failures import MeasureFailures
@@ -168,11 +170,20 @@ def _unwrapped(name: str) -> str:
     return ".".join(part for part in name.split(".") if part != "_orig_mod")
 
 
+# Quantization-aware training's plumbing (prepare_qat): fake quantizers and observers hang under
+# the layers they quantize and return those layers' own tensors, rounded.
+_QUANTIZATION_PLUMBING = (FakeQuantizeBase, ObserverBase)
+
+
 def _is_leaf(module: nn.Module) -> bool:
     """A module whose output is an activation of its own: no children, or none but the
-    `parametrizations` of a parametrized weight (spectral_norm, weight_norm, orthogonal)."""
+    `parametrizations` of a parametrized weight (spectral_norm, weight_norm, orthogonal) and
+    the fake quantizers and observers of quantization-aware training (a QAT `Linear` holds its
+    `weight_fake_quant`; round 32's qat: its classifier went unrecorded), which are no leaves."""
+    if isinstance(module, _QUANTIZATION_PLUMBING):
+        return False
     kept = getattr(module, "parametrizations", None) if parametrize.is_parametrized(module) else None
-    return all(child is kept for child in module.children())
+    return all(child is kept or isinstance(child, _QUANTIZATION_PLUMBING) for child in module.children())
 
 
 class ModelTracker:

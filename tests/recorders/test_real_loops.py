@@ -335,6 +335,34 @@ def test_a_parametrized_layer_records_its_output_not_its_parametrization(tmp_pat
     assert "0.parametrizations.weight.original" in set(stats[stats.role == "grad"].name)
 
 
+def test_a_quantization_aware_model_records_its_layers_outputs_not_its_fake_quantizers(tmp_path):
+    """prepare_qat hangs a weight fake quantizer under each quantized layer and an output one
+    under each quantized module: the layer is still the leaf (its output, fake-quantized, is the
+    activation); the quantizers and their observers are not recorded (pytorch/vision's
+    train_quantization.py; round 32's qat left its classifier unrecorded)."""
+    from torch.ao import quantization as tq
+
+    torch.manual_seed(0)
+    model = nn.Sequential(tq.QuantStub(), nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2), tq.DeQuantStub())
+    model.qconfig = tq.get_default_qat_qconfig("qnnpack")
+    model = tq.prepare_qat(model.train())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    outputs = []
+    model[3].register_forward_hook(lambda m, i, o: outputs.append(o.detach().abs().max().item()))
+    with Recorder(tmp_path / "run", model, opt) as rec:
+        for _ in range(3):
+            loss = model(torch.randn(5, 4)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step(loss=loss)
+    stats = read_table(tmp_path / "run", "stats")
+    acts = set(stats[stats.role == "activation"].name)
+    assert {"1", "3"} <= acts and not any("fake_quant" in n or "activation_post_process" in n for n in acts)
+    np.testing.assert_allclose(rows(stats, "activation", "3").max_abs.to_numpy(), outputs, rtol=1e-5)
+    assert {"1.weight", "3.weight"} <= set(stats[stats.role == "grad"].name)
+
+
 class _Checkpointed(nn.Module):
     """Two blocks, each through torch.utils.checkpoint in training mode (HF's
     gradient_checkpointing_enable): a backward runs each block's forward again."""
