@@ -806,7 +806,8 @@ NOTES = """Notes on the method rows:
 - postmortem's findings of severity `note` are not counted (benign on any run)."""
 
 
-PROTOCOL = """Twenty-six rounds, each: add never-seen model families to the zoo (field fault menu, healthy
+PROTOCOL = """Rounds (the first twenty-six listed here; round 27 on in docs/benchmarks.md's "## Detection
+round N: scored once" sections), each: add never-seen model families to the zoo (field fault menu, healthy
 variants, truths from fault-free twins), commit them and generate their runs without analysing
 them; change detectors by reading the failures of the families already seen; then score once,
 the never-seen families' scores being the headline, and change nothing after reading them.
