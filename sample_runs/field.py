@@ -114,7 +114,7 @@ each epoch) on the colour patterns, from a float model trained in-process first,
 classifier (one layer group shared by all four applications, factorised embeddings) by the plain
 loop with google-research/albert's run_classifier.py / HF run_glue.py recipe (AdamW eps 1e-6,
 weight decay 0.01 off biases and LayerNorms, linear warm-up over 10 % then linear decay to 0, clip
-1.0, batch 32; lr ×20-33) on the marker task in run_glue's dict batches, `labels` popped. Faults
+1.0, batch 32; lr ×20-100) on the marker task in run_glue's dict batches, `labels` popped. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
