@@ -29,7 +29,7 @@ RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conf
 graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
 hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECTRA-style text
 classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST, a timm ResNet, a VGG pruned
-gradually and a quantization-aware MobileNetV2 (`field_models`),
+gradually, a quantization-aware MobileNetV2 and Hugging Face's ALBERT (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -110,7 +110,11 @@ MobileNetV2 by the plain loop with pytorch/vision's references/classification/tr
 recipe (eager-mode `prepare_qat` after `fuse_model(is_qat=True)`, the qnnpack QAT qconfig, SGD
 momentum 0.9 with weight decay 1e-4 on every parameter, cross-entropy, `disable_observer` and
 `freeze_bn_stats` at epoch boundaries by `before_eval`, the fake-quant model's and an int8 `convert`ed copy's top-1
-each epoch) on the colour patterns, from a float model trained in-process first. Faults
+each epoch) on the colour patterns, from a float model trained in-process first, the ALBERT
+classifier (one layer group shared by all four applications, factorised embeddings) by the plain
+loop with google-research/albert's run_classifier.py / HF run_glue.py recipe (AdamW eps 1e-6,
+weight decay 0.01 off biases and LayerNorms, linear warm-up over 10 % then linear decay to 0, clip
+1.0, batch 32; lr ×20-100) on the marker task in run_glue's dict batches, `labels` popped. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -254,6 +258,8 @@ from .field_models import (
     electra_param_groups_lrd,
     electra_rows,
     electra_sampler,
+    albert_collate,
+    albert_sampler,
     MUON_GPT_MUON_LR,
     muon_gpt_momentum,
     muon_gpt_optimizers,
@@ -580,6 +586,14 @@ downloaded): at 3e-4 healthy seed 0 stayed at chance, first/last 10-step means 1
 accuracy 0.26); at 1e-3 1.386 -> 0.050, 1.388 -> 0.047, 1.387 -> 0.081 (seeds 0-2, val accuracy 1.0),
 and lr_too_high's ×100 (0.1) 9.03 -> 1.386 (chance, val accuracy 0.27, seed 0)."""
 
+ALBERT_LR = 1e-3
+"""ALBERT's peak lr: the ALBERT paper's GLUE fine-tuning lrs are 1e-5 to 5e-5 (its appendix A.4, by
+task) for a pre-trained albert-base; this one starts from its seeded init (no checkpoint can be
+downloaded), so ×20-100, as `ELECTRA_LR` for the same task. Measured on the healthy loop
+(unrecorded, seeds 0-2, first/last 10-step loss means): 1.385 -> 0.301, 1.395 -> 0.247, 1.389 ->
+0.316, val accuracy 0.23-0.26 at step 0, 1.0 at step 125 (4 applications of the shared layer;
+with 6: 1.385 -> 0.127, 1.395 -> 0.148, 1.389 -> 0.296, ~1.4× the time a run)."""
+
 DT_LR = 1e-4
 """The Decision Transformer's lr: the gym experiment's `--learning_rate` 1e-4."""
 
@@ -791,6 +805,18 @@ RECIPES = {
     # over 10 % of the steps then linear decay to 0, clip 1.0, batch 32. lr ELECTRA_LR, the departure.
     "electra_ft": Recipe(lr=ELECTRA_LR, weight_decay=0.01, batch=32, clip=1.0, warmup=15, optimizer="electra_adamw",
                          schedule="linear_warmup"),
+    # google-research/albert's run_classifier.py (optimization.create_optimizer(optimizer="adamw"):
+    # AdamWeightDecayOptimizer, betas (0.9, 0.999), eps 1e-6, weight decay 0.01 except "LayerNorm",
+    # "layer_norm" and "bias"; warm-up then polynomial decay power 1 to 0; clip_by_global_norm 1.0),
+    # HF's run_glue.py the same through the Trainer (AdamW, linear schedule with warm-up,
+    # max_grad_norm 1.0, no decay on biases and LayerNorm weights): warm-up 10 % (the paper's
+    # SST-2 1256 of 20935 steps, ~6 %; MNLI 1000 of 10000), batch 32 (SST-2's; MNLI 128). torch's
+    # AdamW is bias-corrected where TF's AdamWeightDecayOptimizer is not (HF's is). Embeddings
+    # decay (they are neither LayerNorm nor bias), as `_param_groups` gives matrices decay. The
+    # shared layer group is one unit: one group pair, as its parameters are one set. lr ALBERT_LR,
+    # the departure.
+    "albert": Recipe(lr=ALBERT_LR, weight_decay=0.01, batch=32, clip=1.0, warmup=15, optimizer="electra_adamw",
+                     schedule="linear_warmup"),
     # KellerJordan/modded-nanogpt's train_gpt.py: Muon (lr 0.05, Nesterov momentum warmed up 0.85 ->
     # 0.95, 5 Newton-Schulz steps, no weight decay) on the blocks' matrices and Adam (betas (0.8, 0.95),
     # eps 1e-10; embed 0.6, head 0.008, scalars 0.04) on the rest (`muon_gpt_optimizers`, built in
@@ -904,7 +930,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "conformer": conformer_ctc_loss, "neural_process": cnp_nll, "dit": dit_loss,
           "sae": sae_loss, "electra_ft": torch.nn.functional.cross_entropy,
           "deeplab": deeplab_criterion, "decision_transformer": dt_action_loss,
-          "patchtst": torch.nn.functional.mse_loss, "timm_mixup": soft_target_cross_entropy,
+          "patchtst": torch.nn.functional.mse_loss, "timm_mixup": soft_target_cross_entropy, "albert": torch.nn.functional.cross_entropy,
           "qat": torch.nn.functional.cross_entropy}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
@@ -1163,7 +1189,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "decision_transformer", "patchtst", "timm_mixup", "gradual_pruning",
                 "qat")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
-ELECTRA classifier: its dict batch is int64 `input_ids` and `attention_mask`) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
+ELECTRA classifier and ALBERT: their dict batches are int64 `input_ids`, `attention_mask` (and ALBERT's `token_type_ids`)) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
 corrupted buffer), the WGAN's the real points its critic reads, the student's the images its
 teacher reads too, the flow's its points, the keyword spotter's its waveforms, the VQ-VAE's its
@@ -1460,6 +1486,11 @@ def _data(arch: str, recipe: Recipe, seed: int, accumulation: int):
         (train, train_y), (held, held_y) = electra_rows(8192, seed), _electra_held_out()
         share = torch.bincount(train_y).double() / len(train_y)
         return (electra_sampler(train, train_y, micro, seed), electra_sampler(held, held_y, 256, seed + 1), 4,
+                float(-(share * share.log()).sum()))
+    if arch == "albert":  # the marker task's rows as run_glue's dict batches; the electra_ft rows and held-out set
+        (train, train_y), (held, held_y) = electra_rows(8192, seed), _electra_held_out()
+        share = torch.bincount(train_y).double() / len(train_y)
+        return (albert_sampler(train, train_y, micro, seed), albert_sampler(held, held_y, 256, seed + 1), 4,
                 float(-(share * share.log()).sum()))
     if arch == "deeplab":  # VOC-like shapes: train.py's train preset on the training images, the held-out ones whole
         train, held = voc_shapes(VOC_SHAPES.train, seed), _deeplab_held_out()
@@ -1867,6 +1898,7 @@ EVAL_METRICS = {
     "capsnet": lambda model: {"val_accuracy": capsule_accuracy(model, digits("image").x[1500:],
                                                                digits("image").y[1500:])},
     "electra_ft": lambda model: {"val_accuracy": electra_accuracy(model, electra_collate(*_electra_held_out()))},
+    "albert": lambda model: {"val_accuracy": electra_accuracy(model, _albert_held_out_batch())},
     "deeplab": lambda model: deeplab_evaluate(model, _deeplab_held_out().x, _deeplab_held_out().y),
     "decision_transformer": lambda model: {"eval_return": float(dt_rollouts(model, *_dt_dataset()[2]).mean())},
     "patchtst": lambda model: patchtst_evaluate(model, *_patchtst_held_out()),
@@ -1937,6 +1969,12 @@ def _electra_held_out() -> tuple[list[list[int]], torch.Tensor]:
     """The marker task's held-out rows (512, one set for every seed, as a GLUE dev set is): `val_loss`
     reads them in two batches of 256 (the eval sampler's epoch), `val_accuracy` all at once."""
     return electra_rows(512, 1000)
+
+
+def _albert_held_out_batch() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The marker task's 512 held-out rows as one run_glue batch, `labels` popped: (inputs, labels)."""
+    batch = albert_collate(*_electra_held_out())
+    return batch, batch.pop("labels")
 
 
 @lru_cache(maxsize=1)

@@ -366,6 +366,11 @@
   pretrained weights can be downloaded), its observers disabled
   and its BatchNorm statistics frozen after a few "epochs", a top-1 of the fake-quant model and of
   an int8 `convert`ed copy.
+- `albert_classifier`, `albert_collate`, `albert_sampler`: Hugging Face's
+  `AlbertForSequenceClassification` from a small `AlbertConfig` (factorised embeddings E 32 < H 64,
+  one `AlbertLayer` shared by all 4 applications a forward), fine-tuned as google-research/albert's
+  run_classifier.py and HF's run_glue.py do it, on the marker-token task in run_glue's dict batches
+  (`input_ids`, `token_type_ids`, `attention_mask`, `labels`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -383,8 +388,8 @@ twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hy
 the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth, `sngan` and
 `electra_ft` before the twenty-seventh, `muon_gpt` and `deeplab` before the twenty-eighth,
 `decision_transformer` before the twenty-ninth, `patchtst` before the thirtieth, `timm_mixup`
-before the thirty-first, `gradual_pruning` and `qat` before the thirty-second
-(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+before the thirty-first, `gradual_pruning` and `qat` before the thirty-second, `albert` before the
+thirty-third (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -454,7 +459,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "DT_EVAL_EPISODES",
            "PatchTST", "RevIN", "PatchTSTPatchify", "PatchTSTPositionalEncoding", "PatchTSTBatchNorm", "PatchTSTAttention",
            "PatchTSTEncoderLayer", "PatchTSTEncoder", "PatchTSTHead", "patchtst_evaluate", "TimmResNet",
-           "TimmBasicBlock", "timm_top1", "AGPVGG", "agp_sparsity", "agp_prune", "prunable", "global_sparsity",
+           "TimmBasicBlock", "timm_top1", "albert_classifier", "albert_collate", "albert_sampler", "ALBERT_EMBEDDING",
+           "ALBERT_HIDDEN", "ALBERT_LAYERS", "AGPVGG", "agp_sparsity", "agp_prune", "prunable", "global_sparsity",
            "AGP_START", "AGP_EVERY", "AGP_EVENTS", "AGP_INITIAL_SPARSITY", "AGP_FINAL_SPARSITY", "PATCHTST_PATCH_LEN",
            "PATCHTST_STRIDE",
                       "ConformerCTC", "ConformerBlock", "ConformerConvModule", "ConformerFeedForward", "ConformerSelfAttention",
@@ -5803,6 +5809,91 @@ def electra_accuracy(model: nn.Module, batch: tuple[dict[str, torch.Tensor], tor
     return accuracy
 
 
+ALBERT_EMBEDDING = 32
+"""The factorised embedding width E (`AlbertConfig.embedding_size`; albert-base's 128 under H 768)."""
+ALBERT_HIDDEN = 64
+"""The hidden width H (`hidden_size`; albert-base's 768), 4 heads of 16, feed-forward 4H = 256."""
+ALBERT_LAYERS = 4
+"""`num_hidden_layers`: the one layer group applied this many times a forward (albert-base's 12)."""
+
+
+def albert_classifier(classes: int = ELECTRA_CLASSES, vocab: int = ELECTRA_VOCAB, embedding: int = ALBERT_EMBEDDING,
+                      hidden: int = ALBERT_HIDDEN, layers: int = ALBERT_LAYERS, heads: int = 4,
+                      positions: int = ELECTRA_POSITIONS) -> nn.Module:
+    """Hugging Face's `AlbertForSequenceClassification` built from a small `AlbertConfig` (no
+    download): ALBERT (Lan et al. 2020, google-research/albert) with its two parameter reductions,
+    a factorised embedding (word, position and token-type embeddings of width E =
+    `ALBERT_EMBEDDING`, then `albert.encoder.embedding_hidden_mapping_in` E → H) and cross-layer
+    sharing: `num_hidden_groups=1`, `inner_group_num=1` (the paper's all-shared setting,
+    albert-base-v2's config): ONE `AlbertLayer` in `albert.encoder.albert_layer_groups.0`, whose
+    modules (attention query/key/value/dense and LayerNorm, ffn, ffn_output,
+    full_layer_layer_norm) are called `ALBERT_LAYERS` times in each forward
+    (`AlbertTransformer.forward`'s loop over `num_hidden_layers`, every index mapped to group 0).
+    albert-base-v2's other settings kept: `gelu_new`, no hidden or attention dropout (v2's 0),
+    classifier dropout 0.1, post-LN, a tanh pooler over [CLS], init normal 0.02
+    (`AlbertPreTrainedModel._init_weights`) from the run's seed: no pre-trained checkpoint can be
+    downloaded here (a departure: the fine-tune starts from that seeded init). H 64, 4 heads,
+    feed-forward 4H, E 32, 4 applications (albert-base: 768 / 12 / 3072, E 128, 12).
+
+    The model is `AlbertClassifier`, the HF class itself with one change: `forward(batch)` takes
+    run_glue's dict batch as the Trainer unpacks it into the model (`input_ids`,
+    `token_type_ids`, `attention_mask`, int64; the collator's `labels` popped by the loop,
+    `albert_sampler`) and returns the (B, classes) logits (HF's loss for `num_labels` > 1 is the
+    cross-entropy the loop computes). Every parameter and module keeps HF's name.
+
+    `units` (forward order): the embeddings, the E → H projection, the shared layer group, the
+    pooler, the classifier; `hidden` the projection and the shared group (the group is the whole
+    depth of the encoder: a detach of its output cuts it at each of its applications); `exposed`:
+    the shared query projection (softmax follows; a weight scale there acts at all
+    `ALBERT_LAYERS` applications), the pooler (tanh), the classifier."""
+    from transformers import AlbertConfig, AlbertForSequenceClassification
+
+    class AlbertClassifier(AlbertForSequenceClassification):
+        def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            return super().forward(**batch).logits
+
+    config = AlbertConfig(vocab_size=vocab, embedding_size=embedding, hidden_size=hidden, num_hidden_layers=layers,
+                          num_hidden_groups=1, inner_group_num=1, num_attention_heads=heads,
+                          intermediate_size=4 * hidden, hidden_act="gelu_new", hidden_dropout_prob=0.0,
+                          attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.1,
+                          max_position_embeddings=positions, type_vocab_size=2, initializer_range=0.02,
+                          pad_token_id=ELECTRA_PAD, num_labels=classes)
+    model = AlbertClassifier(config)
+    model.units = ["albert.embeddings", "albert.encoder.embedding_hidden_mapping_in",
+                   "albert.encoder.albert_layer_groups.0", "albert.pooler", "classifier"]
+    model.hidden = model.units[1:3]
+    model.exposed = ["albert.encoder.albert_layer_groups.0.albert_layers.0.attention.query", "albert.pooler",
+                     "classifier"]
+    return model
+
+
+def albert_collate(rows: list[list[int]], labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    """run_glue's batch for ALBERT: `DataCollatorWithPadding` over the tokenizer's rows
+    (`electra_collate`'s padded `input_ids` and `attention_mask`, the one-segment
+    `token_type_ids` of zeros that ALBERT's tokenizer returns) and the dataset's `labels`."""
+    inputs, labels = electra_collate(rows, labels)
+    return {"input_ids": inputs["input_ids"], "token_type_ids": torch.zeros_like(inputs["input_ids"]),
+            "attention_mask": inputs["attention_mask"], "labels": labels}
+
+
+def albert_sampler(rows: list[list[int]], labels: torch.Tensor, batch_size: int, seed: int):
+    """`draw()` giving a shuffled batch as `electra_sampler` does, collated by `albert_collate`
+    into one dict, whose `labels` the loop pops (`labels = inputs.pop("labels")`, as the Trainer's
+    label smoother and custom `compute_loss` loops do): (the model's inputs, the labels)."""
+    generator = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+
+    def draw() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        nonlocal order
+        if len(order) < batch_size:
+            order = torch.randperm(len(rows), generator=generator).tolist()
+        chosen, order = order[:batch_size], order[batch_size:]
+        batch = albert_collate([rows[i] for i in chosen], labels[chosen])
+        return batch, batch.pop("labels")
+
+    return draw
+
+
 MUON_GPT_MUON_LR = 0.05
 """modded-nanogpt's Muon lr, against which its Adam groups' lrs are set (`muon_gpt_optimizers`)."""
 MUON_GPT_EMBED_LR = 0.6
@@ -6862,7 +6953,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
                "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst", "timm_mixup",
-               "gradual_pruning", "qat")
+               "gradual_pruning", "qat", "albert")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -6945,6 +7036,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "timm_mixup": lambda vocab: TimmResNet(classes=vocab),
     "gradual_pruning": lambda vocab: AGPVGG(classes=vocab),
     "qat": lambda vocab: qat_prepare(QatMobileNetV2(classes=vocab)),
+    "albert": lambda vocab: albert_classifier(classes=vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

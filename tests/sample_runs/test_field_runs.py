@@ -52,7 +52,7 @@ def test_catalogue_looks_like_the_field():
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
                                        "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst",
-                                       "timm_mixup", "gradual_pruning", "qat"}
+                                       "timm_mixup", "gradual_pruning", "qat", "albert"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -4482,3 +4482,161 @@ def test_qat_healthy_run_learns_and_records_both_top1s_each_epoch_and_the_fused_
     names = set(stats["name"])
     assert {"features.0.0.weight", "features.0.0.bn.weight", "classifier.1.weight"} <= names  # the fused modules' parameters
     assert not any("fake_quant" in n or "activation_post_process" in n for n in names)  # no observer or qparam buffer
+
+
+def _albert_batch(rows=16, seed=3):
+    from sample_runs.field_models import albert_collate, electra_rows
+
+    batch = albert_collate(*electra_rows(rows, seed))
+    return batch, batch.pop("labels")
+
+
+def test_albert_is_hf_albert_with_factorised_embeddings_and_one_layer_applied_num_hidden_layers_times():
+    from transformers import AlbertForSequenceClassification
+
+    from sample_runs.field_models import ALBERT_EMBEDDING, ALBERT_HIDDEN, ALBERT_LAYERS
+
+    torch.manual_seed(0)
+    model = build_field_model("albert", 4)
+    config = model.config
+    assert isinstance(model, AlbertForSequenceClassification) and model.training
+    assert (config.embedding_size, config.hidden_size, config.num_hidden_layers) == (ALBERT_EMBEDDING, ALBERT_HIDDEN,
+                                                                                      ALBERT_LAYERS) == (32, 64, 4)
+    assert config.num_hidden_groups == config.inner_group_num == 1 and config.embedding_size < config.hidden_size
+    assert config.hidden_dropout_prob == config.attention_probs_dropout_prob == 0.0  # albert-v2's
+    assert config.classifier_dropout_prob == 0.1 and config.hidden_act == "gelu_new" and config.num_labels == 4
+    assert model.albert.embeddings.word_embeddings.weight.shape == (40, 32)
+    assert model.albert.encoder.embedding_hidden_mapping_in.weight.shape == (64, 32)
+    assert len(model.albert.encoder.albert_layer_groups) == 1
+    assert len(model.albert.encoder.albert_layer_groups[0].albert_layers) == 1
+    # One layer's parameters, not four: every name under the encoder belongs to group 0, layer 0.
+    names = [n for n, _ in model.named_parameters() if n.startswith("albert.encoder.albert_layer_groups")]
+    assert names and all(n.startswith("albert.encoder.albert_layer_groups.0.albert_layers.0.") for n in names)
+    assert model.units == ["albert.embeddings", "albert.encoder.embedding_hidden_mapping_in",
+                           "albert.encoder.albert_layer_groups.0", "albert.pooler", "classifier"]
+    assert model.hidden == model.units[1:3]
+    x, y = _albert_batch()
+    layer = model.albert.encoder.albert_layer_groups[0].albert_layers[0]
+    calls = []
+    layer.attention.query.register_forward_hook(lambda *_: calls.append("query"))
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+        assert calls == ["query"] * 4  # the same module, called num_hidden_layers times a forward
+        # The plain reference: the projection, then the one layer applied 4 times, the pooler on [CLS].
+        dtype = torch.float32
+        mask = (1.0 - x["attention_mask"][:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+        h = model.albert.encoder.embedding_hidden_mapping_in(
+            model.albert.embeddings(input_ids=x["input_ids"], token_type_ids=x["token_type_ids"]))
+        for _ in range(4):
+            h = layer(h, mask)
+        pooled = torch.tanh(model.albert.pooler(h[:, 0]))
+        assert torch.allclose(logits, model.classifier(pooled), atol=1e-5)
+    assert logits.shape == (16, 4)
+
+
+def test_albert_shared_layer_gradient_is_the_sum_over_its_applications_against_an_unshared_copy():
+    import copy
+
+    torch.manual_seed(0)
+    model = build_field_model("albert", 4).eval()  # no classifier dropout: the same logits twice
+    x, y = _albert_batch()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    layer = model.albert.encoder.albert_layer_groups[0].albert_layers[0]
+    # The plain reference: four independent copies of the layer, one per application, their
+    # gradients summed, equal the shared layer's gradient.
+    copies = [copy.deepcopy(layer) for _ in range(4)]
+    for c in copies:
+        c.zero_grad(set_to_none=True)
+    dtype = torch.float32
+    mask = (1.0 - x["attention_mask"][:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+    h = model.albert.encoder.embedding_hidden_mapping_in(
+        model.albert.embeddings(input_ids=x["input_ids"], token_type_ids=x["token_type_ids"]))
+    for c in copies:
+        h = c(h, mask)
+    logits = model.classifier(torch.tanh(model.albert.pooler(h[:, 0])))
+    torch.nn.functional.cross_entropy(logits, y).backward()
+    for name, param in layer.named_parameters():
+        summed = sum(dict(c.named_parameters())[name].grad for c in copies)
+        assert torch.allclose(param.grad, summed, atol=1e-6, rtol=1e-4), name
+    per_application = [dict(c.named_parameters())["attention.dense.weight"].grad.norm() for c in copies]
+    assert min(per_application) > 0  # every application contributes
+
+
+def test_albert_detach_of_the_shared_group_cuts_every_application_so_nothing_before_the_pooler_learns():
+    torch.manual_seed(0)
+    model = build_field_model("albert", 4)
+    detach = faults.DetachedLayer(t0=0, layer=model.hidden[-1])
+    assert model.hidden[-1] == "albert.encoder.albert_layer_groups.0"
+    detach.install(model)
+    detach.before_step(0, model, None)
+    x, y = _albert_batch()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    for name, param in model.named_parameters():
+        if name.startswith(("albert.pooler", "classifier")):
+            assert param.grad is not None and param.grad.abs().sum() > 0, name
+        else:
+            assert param.grad is None, name  # the group's own parameters too: its last output is detached
+
+
+def test_albert_data_is_run_glues_dict_batch_and_its_recipe_is_albert_run_classifier_adamw():
+    from sample_runs.field import ALBERT_LR, OPTIMIZERS, _data
+    from sample_runs.field_models import ELECTRA_PAD
+
+    recipe = RECIPES["albert"]
+    draw, eval_draw, classes, chance = _data("albert", recipe, 0, 1)
+    batch, y = draw()
+    assert classes == 4 and chance == pytest.approx(math.log(4), abs=0.01)
+    assert list(batch) == ["input_ids", "token_type_ids", "attention_mask"]  # `labels` popped by the loop
+    assert all(v.dtype == torch.int64 and v.shape == batch["input_ids"].shape for v in batch.values())
+    assert batch["input_ids"].shape[0] == 32 and y.shape == (32,) and y.dtype == torch.int64
+    assert (batch["token_type_ids"] == 0).all()  # one segment
+    assert ((batch["input_ids"] == ELECTRA_PAD) == (batch["attention_mask"] == 0)).all()
+    assert eval_draw()[0]["input_ids"].shape[0] == 256
+    model = build_field_model("albert", classes)
+    assert not LEFT_OUT.get("albert")
+    families = {s.family for s in SCENARIOS.values() if s.arch == "albert"}
+    assert families == set(FIELD_FAMILIES) - {"batch_scale", "batch_nan"}  # token IDs: no float batch
+    # run_classifier.py's AdamW: eps 1e-6, decay 0.01 off biases and LayerNorms, warm-up 10 %, linear decay, clip 1.0
+    assert recipe.lr == ALBERT_LR == 1e-3 and recipe.weight_decay == 0.01 and recipe.clip == 1.0
+    assert recipe.batch == 32 and recipe.warmup == 15 and recipe.betas == (0.9, 0.999)
+    schedule = _schedule(recipe, 150)
+    assert schedule(0) == 0.0 and schedule(15) == 1.0 and schedule(149) == pytest.approx(1 / 135)
+    groups = _param_groups(model, recipe, ALBERT_LR)
+    assert [g["layer"] for g in groups] == [u for u in model.units for _ in range(2)]
+    norm_and_bias = {id(p) for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n
+                     or "layer_norm" in n}
+    assert norm_and_bias == {id(p) for g in groups if g["weight_decay"] == 0.0 for p in g["params"]}
+    assert all(g["weight_decay"] == 0.01 for g in groups if g["weight_decay"])
+    assert model.albert.embeddings.word_embeddings.weight in [p for g in groups if g["weight_decay"] for p in g["params"]]
+    optimizer = OPTIMIZERS[recipe.optimizer](groups, ALBERT_LR, recipe)
+    assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["eps"] == 1e-6
+    spike = faults.LrSpike(t0=0, layer="albert.encoder.albert_layer_groups.0", factor=30.0)
+    before = [g["lr"] for g in optimizer.param_groups]
+    spike.before_step(0, model, optimizer)
+    raised = [g["layer"] for g, lr in zip(optimizer.param_groups, before) if g["lr"] != lr]
+    assert raised == ["albert.encoder.albert_layer_groups.0"] * 2  # the whole shared depth at once
+
+
+def test_albert_healthy_run_learns_and_records_the_shared_layer_once_pooling_its_applications(tmp_path):
+    truth = make("healthy-albert-s0", tmp_path / "run")
+    by_name = _scalars_by_name(tmp_path / "run")
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[:10]) > 1.3 and _mean(loss[-10:]) < 0.8 * _mean(loss[:10])
+    assert by_name["val_accuracy"][0] < 0.4 and by_name["val_accuracy"][-1] > 0.9
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("name")
+    assert {"input.input_ids", "input.token_type_ids", "input.attention_mask"} <= set(io.index)
+    assert not any("labels" in n for n in io.index)
+    assert (io.loc[["input.input_ids", "input.token_type_ids", "input.attention_mask"], "kind"] == "index").all()
+    shape = io.loc["input.input_ids", "shape"]
+    tokens = math.prod(int(d) for d in shape.split("x"))
+    act = stats[(stats["role"] == "activation") & (stats["step"] == 0)].set_index("name")
+    query = "albert.encoder.albert_layer_groups.0.albert_layers.0.attention.query"
+    # One row a step for the shared query, pooling its 4 applications: 4 × tokens × H values.
+    assert act.loc[query, "numel"] == 4 * tokens * 64
+    assert act.loc["albert.encoder.embedding_hidden_mapping_in", "numel"] == tokens * 64  # called once
+    params = stats[(stats["role"] == "param") & (stats["step"] == 0)]
+    assert (params["name"] == f"{query}.weight").sum() == 1
+    assert not any(".albert_layers.1." in n or "albert_layer_groups.1" in n for n in stats["name"])
