@@ -1298,9 +1298,10 @@ LEFT_OUT = {
     # fake quantization takes float32 only (under CPU bf16 autocast the first fake-quant after a conv
     # raises "expected scalar type Float but found BFloat16").
     "qat": ("adam_state", "healthy_bf16"),
-    # The tutorial has no autocast, and its Anderson solver sizes its buffers by the input's dtype:
-    # under CPU bf16 autocast the injection is bfloat16 and the bordered system's
-    # `torch.linalg.solve` raises ("lu_cpu" not implemented for 'BFloat16'), on the first forward.
+    # The tutorial has no autocast, and its Anderson solver sizes its buffers by its start's dtype:
+    # under CPU bf16 autocast the forward solve runs (float32 buffers), but the gradient reaching z*
+    # is bfloat16, and the backward hook's adjoint solve raises in the bordered system's
+    # `torch.linalg.solve` ("lu_cpu" not implemented for 'BFloat16'), on the first backward.
     "deq": ("healthy_bf16",),
 }
 """Fault families an architecture's loop cannot express honestly."""
