@@ -29,7 +29,8 @@ RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conf
 graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
 hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECTRA-style text
 classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST, a timm ResNet, a VGG pruned
-gradually, a quantization-aware MobileNetV2 and Hugging Face's ALBERT (`field_models`),
+gradually, a quantization-aware MobileNetV2, Hugging Face's ALBERT and a Deep Equilibrium model
+(`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -114,7 +115,11 @@ each epoch) on the colour patterns, from a float model trained in-process first,
 classifier (one layer group shared by all four applications, factorised embeddings) by the plain
 loop with google-research/albert's run_classifier.py / HF run_glue.py recipe (AdamW eps 1e-6,
 weight decay 0.01 off biases and LayerNorms, linear warm-up over 10 % then linear decay to 0, clip
-1.0, batch 32; lr ×20-100) on the marker task in run_glue's dict batches, `labels` popped. Faults
+1.0, batch 32; lr ×20-100) on the marker task in run_glue's dict batches, `labels` popped,
+the Deep Equilibrium model by the plain loop with the "Deep Implicit Layers" tutorial's chapter-4 recipe
+(its `DEQFixedPoint`: Anderson acceleration to the cell's fixed point under `no_grad`, the
+implicit backward by a `register_hook` on z*; Adam at 1e-3, `CosineAnnealingLR` per step, no
+clipping, cross-entropy; its top-1 each eval) on the 8×8 digits. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -567,6 +572,16 @@ QAT_OBSERVER_EPOCHS = 4
 QAT_BN_EPOCHS = 3
 """train_quantization.py's `--num-batch-norm-update-epochs`: after the epoch whose index is ≥ 3 ends
 (from step 60), `model.apply(freeze_bn_stats)`: the fused BNs normalise by their running statistics."""
+DEQ_LR = 1e-3
+"""The DEQ's Adam lr: the "Deep Implicit Layers" tutorial's (chapter 4, `optim.Adam(model.parameters(),
+lr=1e-3)`), as it is. Measured on the healthy loop (unrecorded, seeds 0-2, first/last 10-step loss
+means): 2.120 -> 0.373, 2.229 -> 0.380, 2.161 -> 0.339; held-out top-1 88.6 / 88.9 / 88.9 % at the
+last eval (step 125); 10-12 s a run on one thread. The forward solver meets its tolerance in ~12-16
+iterations; the backward's adjoint solve never does (relative residual ~0.05 at its 23rd mixing
+step: every backward runs to `max_iter`)."""
+DEQ_BATCH = 32
+"""The DEQ's batch: the tutorial's `DataLoader(..., batch_size=100)` cut to 32 for a 2-core CPU
+(each step runs up to 25 cell calls forward and 23 vector-Jacobian products backward)."""
 PATCHTST_LR = 1e-3
 """PatchTST's OneCycle peak lr: 10× its ETTh1 script's 1e-4, which trains 100 epochs (~6700 steps)
 where a run here has 150. Measured on the healthy loop (unrecorded, seeds 0-2, first/last 10-step
@@ -867,6 +882,13 @@ RECIPES = {
     # warm-up; no clipping (`--clip-grad-norm` None); `nn.CrossEntropyLoss()`. lr QAT_LR, the departure.
     "qat": Recipe(lr=QAT_LR, weight_decay=1e-4, batch=QAT_BATCH, clip=None, warmup=0,
                   optimizer="momentum_sgd", schedule="constant"),
+    # The "Deep Implicit Layers" tutorial, chapter 4: `optim.Adam(model.parameters(), lr=1e-3)` (no
+    # weight decay), `CosineAnnealingLR(opt, max_epochs * len(train_loader), eta_min=1e-6)` stepped
+    # after every batch (here to 0 over the run: 1e-6 is 0.1 % of the lr), no warm-up, no clipping,
+    # `nn.CrossEntropyLoss()`; one group pair a unit (the same Adam updates) so that an lr spike can
+    # hit the stem or the DEQ cell.
+    "deq": Recipe(lr=DEQ_LR, weight_decay=0.0, batch=DEQ_BATCH, clip=None, warmup=0,
+                  optimizer="adam", schedule="annealing"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -931,7 +953,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "sae": sae_loss, "electra_ft": torch.nn.functional.cross_entropy,
           "deeplab": deeplab_criterion, "decision_transformer": dt_action_loss,
           "patchtst": torch.nn.functional.mse_loss, "timm_mixup": soft_target_cross_entropy, "albert": torch.nn.functional.cross_entropy,
-          "qat": torch.nn.functional.cross_entropy}
+          "qat": torch.nn.functional.cross_entropy, "deq": torch.nn.functional.cross_entropy}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -1187,7 +1209,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab",
                 "decision_transformer", "patchtst", "timm_mixup", "gradual_pruning",
-                "qat")
+                "qat", "deq")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier and ALBERT: their dict batches are int64 `input_ids`, `attention_mask` (and ALBERT's `token_type_ids`)) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1223,7 +1245,8 @@ loop's `Mixup` blends it with its flip: a ×1e3 or NaN image reaches its partner
 pruned VGG's its standardised digits;
 QAT MobileNetV2's its standardised colour patterns (fake-quantized by its `QuantStub` on the way
 in: a ×1e3 batch widens the input observer's moving range while observers run, and is clamped to
-the frozen range once they are disabled);
+the frozen range once they are disabled), the DEQ's its digits in [0, 1] (through the stem conv
+and a train-mode BatchNorm into the injection x that every one of the solver's cell calls adds);
 word2vec and the BiLSTM-CRF read
 word IDs."""
 
@@ -1302,6 +1325,11 @@ LEFT_OUT = {
     # fake quantization takes float32 only (under CPU bf16 autocast the first fake-quant after a conv
     # raises "expected scalar type Float but found BFloat16").
     "qat": ("adam_state", "healthy_bf16"),
+    # The tutorial has no autocast, and its Anderson solver sizes its buffers by its start's dtype:
+    # under CPU bf16 autocast the forward solve runs (float32 buffers), but the gradient reaching z*
+    # is bfloat16, and the backward hook's adjoint solve raises in the bordered system's
+    # `torch.linalg.solve` ("lu_cpu" not implemented for 'BFloat16'), on the first backward.
+    "deq": ("healthy_bf16",),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -1659,6 +1687,22 @@ def _standardised_digits_data(micro: int, seed: int):
         10, math.log(10)
 
 
+@lru_cache(maxsize=1)
+def _deq_digits() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(train x, train y, held-out x, held-out y) of the DEQ's digits: (N, 1, 8, 8) images in [0, 1]
+    (the tutorial's loaders apply `ToTensor()` alone), the first 1500 for training."""
+    rows = digits("rows")
+    x = rows.x.unsqueeze(1)
+    return x[:1500], rows.y[:1500], x[1500:], rows.y[1500:]
+
+
+def _deq_digits_data(micro: int, seed: int):
+    """The DEQ's digits (`_deq_digits`); chance: ln 10."""
+    train_x, train_y, held_x, held_y = _deq_digits()
+    return batch_sampler(Dataset(train_x, train_y), micro, seed), batch_sampler(Dataset(held_x, held_y), 128, seed + 1), \
+        10, math.log(10)
+
+
 def _poisson_data(micro: int, seed: int):
     """Collocation and boundary points of DeepXDE's Poisson problem, held-out points for its
     `val_loss`; chance: the l2 relative error of u ≡ 0, 1."""
@@ -1878,7 +1922,8 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "mae": _masked_digits_data, "wavenet": _waveform_data,
              "set_transformer": _max_set_data, "conformer": _mel_speech_data,
              "neural_process": _gp_curves_data, "timm_mixup": _pattern_data,
-             "gradual_pruning": _standardised_digits_data, "qat": _pattern_data}
+             "gradual_pruning": _standardised_digits_data, "qat": _pattern_data,
+             "deq": _deq_digits_data}
 """(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
@@ -1906,6 +1951,8 @@ EVAL_METRICS = {
     # Distiller's validate() top-1 and the sparsity its scheduler logs (`distiller.weights_sparsity_summary`'s total).
     "gradual_pruning": lambda model: {"val_top1": timm_top1(model, *_standardised_digits()[2:]),
                                       "sparsity": global_sparsity(model)},
+    # The tutorial's `epoch(test_loader, model)`: top-1 of the eval-mode DEQ (the solver runs; no hook without grad).
+    "deq": lambda model: {"val_top1": timm_top1(model, *_deq_digits()[2:])},
     # train_quantization.py's two evaluations each epoch: the QAT (fake-quant) model, then an int8 copy.
     "qat": lambda model: {"val_top1": qat_top1(model, pattern_images().x[1600:], pattern_images().y[1600:]),
                           "val_top1_int8": qat_int8_top1(model, pattern_images().x[1600:],

@@ -371,6 +371,16 @@
   one `AlbertLayer` shared by all 4 applications a forward), fine-tuned as google-research/albert's
   run_classifier.py and HF's run_glue.py do it, on the marker-token task in run_glue's dict batches
   (`input_ids`, `token_type_ids`, `attention_mask`, `labels`).
+- `DEQClassifier`, `DEQFixedPoint`, `DEQResNetLayer`, `deq_anderson`: a Deep Equilibrium model
+  (Bai, Kolter & Koltun 2019) as the NeurIPS 2020 "Deep Implicit Layers" tutorial's chapter 4 builds
+  and trains it (its CIFAR-10 model, small for the 8×8 digits): a stem conv + BatchNorm gives the
+  injection x, one cell f(z, x) (the tutorial's `ResNetLayer`: conv → ReLU → GroupNorm, x + conv →
+  GroupNorm, z + that → ReLU → GroupNorm, convs N(0, 0.01)) is driven to its fixed point z* = f(z*, x) by
+  Anderson acceleration under `torch.no_grad()` (m 5, λ 1e-4, tol 1e-2, at most 25 iterations), then
+  f is applied once more with autograd on and the gradient through z* is the implicit one: a
+  `register_hook` on z* solves the adjoint fixed point g = (∂f/∂z*)ᵀ g + grad with the same
+  solver; BatchNorm, 2×2 average pooling, a linear head; Adam and a cosine schedule as the
+  tutorial trains it; on the 8×8 digits (`data.digits`, [0, 1] as `ToTensor` leaves them).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -388,8 +398,8 @@ twenty-second, `gat` and `neural_process` before the twenty-third, `kan` and `hy
 the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth, `sngan` and
 `electra_ft` before the twenty-seventh, `muon_gpt` and `deeplab` before the twenty-eighth,
 `decision_transformer` before the twenty-ninth, `patchtst` before the thirtieth, `timm_mixup`
-before the thirty-first, `gradual_pruning` and `qat` before the thirty-second, `albert` before the
-thirty-third (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+before the thirty-first, `gradual_pruning` and `qat` before the thirty-second, `albert` and `deq`
+before the thirty-third (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -459,6 +469,7 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "DT_EVAL_EPISODES",
            "PatchTST", "RevIN", "PatchTSTPatchify", "PatchTSTPositionalEncoding", "PatchTSTBatchNorm", "PatchTSTAttention",
            "PatchTSTEncoderLayer", "PatchTSTEncoder", "PatchTSTHead", "patchtst_evaluate", "TimmResNet",
+           "DEQClassifier", "DEQFixedPoint", "DEQResNetLayer", "deq_anderson",
            "TimmBasicBlock", "timm_top1", "albert_classifier", "albert_collate", "albert_sampler", "ALBERT_EMBEDDING",
            "ALBERT_HIDDEN", "ALBERT_LAYERS", "AGPVGG", "agp_sparsity", "agp_prune", "prunable", "global_sparsity",
            "AGP_START", "AGP_EVERY", "AGP_EVENTS", "AGP_INITIAL_SPARSITY", "AGP_FINAL_SPARSITY", "PATCHTST_PATCH_LEN",
@@ -6945,6 +6956,130 @@ def qat_int8_top1(model: nn.Module, x: torch.Tensor, y: torch.Tensor, backend: s
         torch.backends.quantized.engine = engine
 
 
+def deq_anderson(f: Callable[[torch.Tensor], torch.Tensor], x0: torch.Tensor, m: int = 5, lam: float = 1e-4,
+                 max_iter: int = 25, tol: float = 1e-2, beta: float = 1.0) -> tuple[torch.Tensor, list[float]]:
+    """The "Deep Implicit Layers" tutorial's `anderson` (chapter 4): Anderson acceleration of the
+    fixed-point iteration z ← f(z) from `x0`, a memory of `m` iterates, the least-squares mixing
+    weights α from the bordered system [[0, 1ᵀ], [1, GGᵀ + λI]] (G the last residuals), β-damped;
+    stops when ‖f(z) − z‖ / (1e-5 + ‖f(z)‖) < `tol` or after `max_iter` − 2 mixing steps (the two
+    plain iterations that seed the memory first). Returns (z, the relative residual of each mixing
+    step). `torch.linalg.solve` where the tutorial's torch 1.x called `torch.solve`."""
+    bsz = x0.shape[0]
+    d = x0[0].numel()
+    X = torch.zeros(bsz, m, d, dtype=x0.dtype, device=x0.device)
+    F_ = torch.zeros(bsz, m, d, dtype=x0.dtype, device=x0.device)
+    X[:, 0], F_[:, 0] = x0.reshape(bsz, -1), f(x0).reshape(bsz, -1)
+    X[:, 1], F_[:, 1] = F_[:, 0], f(F_[:, 0].view_as(x0)).reshape(bsz, -1)
+    H = torch.zeros(bsz, m + 1, m + 1, dtype=x0.dtype, device=x0.device)
+    H[:, 0, 1:] = H[:, 1:, 0] = 1
+    y = torch.zeros(bsz, m + 1, 1, dtype=x0.dtype, device=x0.device)
+    y[:, 0] = 1
+    res: list[float] = []
+    k = 1
+    for k in range(2, max_iter):
+        n = min(k, m)
+        G = F_[:, :n] - X[:, :n]
+        H[:, 1:n + 1, 1:n + 1] = torch.bmm(G, G.transpose(1, 2)) + lam * torch.eye(
+            n, dtype=x0.dtype, device=x0.device)[None]
+        alpha = torch.linalg.solve(H[:, :n + 1, :n + 1], y[:, :n + 1])[:, 1:n + 1, 0]  # (bsz, n)
+        X[:, k % m] = beta * (alpha[:, None] @ F_[:, :n])[:, 0] + (1 - beta) * (alpha[:, None] @ X[:, :n])[:, 0]
+        F_[:, k % m] = f(X[:, k % m].view_as(x0)).reshape(bsz, -1)
+        res.append((F_[:, k % m] - X[:, k % m]).norm().item() / (1e-5 + F_[:, k % m].norm().item()))
+        if res[-1] < tol:
+            break
+    return X[:, k % m].view_as(x0), res
+
+
+class DEQResNetLayer(nn.Module):
+    """The tutorial's `ResNetLayer`, the DEQ's cell f(z, x): y = norm1(relu(conv1(z))), then
+    norm3(relu(z + norm2(x + conv2(y)))); both convs 3×3 without bias, initialised N(0, 0.01) (so f
+    starts close to a function of x alone: a contraction the solver converges on)."""
+
+    def __init__(self, n_channels: int, n_inner_channels: int, kernel_size: int = 3, num_groups: int = 8) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(n_channels, n_inner_channels, kernel_size, padding=kernel_size // 2, bias=False)
+        self.conv2 = nn.Conv2d(n_inner_channels, n_channels, kernel_size, padding=kernel_size // 2, bias=False)
+        self.norm1 = nn.GroupNorm(num_groups, n_inner_channels)
+        self.norm2 = nn.GroupNorm(num_groups, n_channels)
+        self.norm3 = nn.GroupNorm(num_groups, n_channels)
+        self.conv1.weight.data.normal_(0, 0.01)
+        self.conv2.weight.data.normal_(0, 0.01)
+
+    def forward(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm1(F.relu(self.conv1(z)))
+        return self.norm3(F.relu(z + self.norm2(x + self.conv2(y))))
+
+
+class DEQFixedPoint(nn.Module):
+    """The tutorial's `DEQFixedPoint`: the forward solver (`deq_anderson`) from z = 0 under
+    `torch.no_grad()`, then z = f(z*, x) once with autograd on (re-engaging the tape), and the
+    implicit backward: f0 = f(z0, x) at a detached copy z0 of z*, and a `register_hook` on z that
+    replaces the incoming gradient by the solution g of g = (∂f0/∂z0)ᵀ g + grad (the same solver on
+    `autograd.grad(f0, z0, g, retain_graph=True)`), what the implicit function theorem gives for
+    dL/dz*. The hook is registered only where z takes gradients (`z.requires_grad`: an eval under
+    `no_grad` has no tape to hook; the tutorial's eval ran with autograd on, locuslab/deq's guards
+    it by `self.training` the same way). `forward_res` / `backward_res`: the solvers' relative
+    residuals of the last call (the tutorial keeps them; its notebook plots them)."""
+
+    def __init__(self, f: nn.Module, solver: Callable = deq_anderson, **kwargs) -> None:
+        super().__init__()
+        self.f = f
+        self.solver = solver
+        self.kwargs = kwargs
+        self.forward_res: list[float] = []
+        self.backward_res: list[float] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # compute forward pass and re-engage autograd tape
+        with torch.no_grad():
+            z, self.forward_res = self.solver(lambda z: self.f(z, x), torch.zeros_like(x), **self.kwargs)
+        z = self.f(z, x)
+        if not z.requires_grad:
+            return z
+        # set up Jacobian vector product (without additional forward calls)
+        z0 = z.clone().detach().requires_grad_()
+        f0 = self.f(z0, x)
+
+        def backward_hook(grad: torch.Tensor) -> torch.Tensor:
+            g, self.backward_res = self.solver(
+                lambda y: torch.autograd.grad(f0, z0, y, retain_graph=True)[0] + grad, grad, **self.kwargs)
+            return g
+
+        z.register_hook(backward_hook)
+        return z
+
+
+class DEQClassifier(nn.Module):
+    """The tutorial's chapter-4 CIFAR-10 DEQ (`nn.Sequential(Conv2d(3, 48, 3, padding 1, bias),
+    BatchNorm2d, DEQFixedPoint(ResNetLayer(48, 64), anderson, tol=1e-2, max_iter=25, m=5),
+    BatchNorm2d, AvgPool2d(8, 8), Flatten, Linear(48·4·4, 10))`), small for 1×8×8 digits and a
+    2-core CPU: `channels` 8 and `inner` 16 where the tutorial has 48 and 64, `groups` 4 GroupNorm
+    groups where it has 8 (2 channels a group, 4 in the inner norm), 2×2 pooling to the tutorial's
+    4×4 map. Named children in the Sequential's order: `conv`, `bn_in`, `deq` (its cell `deq.f`),
+    `bn_out`, `pool`, `fc`."""
+
+    def __init__(self, classes: int = 10, in_channels: int = 1, channels: int = 8, inner: int = 16,
+                 groups: int = 4, pool: int = 2, side: int = 8, tol: float = 1e-2, max_iter: int = 25,
+                 m: int = 5) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, channels, 3, bias=True, padding=1)
+        self.bn_in = nn.BatchNorm2d(channels)
+        self.deq = DEQFixedPoint(DEQResNetLayer(channels, inner, kernel_size=3, num_groups=groups),
+                                 deq_anderson, tol=tol, max_iter=max_iter, m=m)
+        self.bn_out = nn.BatchNorm2d(channels)
+        self.pool = nn.AvgPool2d(pool, pool)
+        self.fc = nn.Linear(channels * (side // pool) ** 2, classes)
+        self.units = ["conv", "bn_in", "deq", "bn_out", "fc"]
+        self.hidden = ["conv", "deq"]
+        # The cell's conv2 adds to the injection x before norm2 (scaled, it drowns x); conv1 meets a
+        # ReLU then GroupNorm (scale-free), the stem conv a BatchNorm; the head reads the loss directly.
+        self.exposed = ["deq.f.conv2", "fc"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.deq(self.bn_in(self.conv(x)))
+        return self.fc(self.pool(self.bn_out(z)).flatten(1))
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
@@ -6953,7 +7088,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
                "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst", "timm_mixup",
-               "gradual_pruning", "qat", "albert")
+               "gradual_pruning", "qat", "albert", "deq")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -7037,6 +7172,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "gradual_pruning": lambda vocab: AGPVGG(classes=vocab),
     "qat": lambda vocab: qat_prepare(QatMobileNetV2(classes=vocab)),
     "albert": lambda vocab: albert_classifier(classes=vocab),
+    "deq": lambda vocab: DEQClassifier(classes=vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its
