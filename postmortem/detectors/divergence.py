@@ -99,6 +99,8 @@ class Incident:
     gradients_died_after: int | None = None
     """Steps after its first one by which every gradient had gone to exactly 0 for the rest of the
     run, each having been non-zero at first (None: some gradient lives on, or none ever did)."""
+    loss_improvement: float | None = None
+    """The run's relative loss decrease by its own yardstick (`Outcome.improvement`)."""
     finite_shift: dict[str, float | str] | None = None
     """Of a run that stayed finite while diverging, what judges it (`judging_curve`: the loss, or
     the outcome metric) before the onset, after it and at the end: the outcome the verdict follows."""
@@ -157,6 +159,7 @@ def _incident(ev: Evidence) -> Incident:
         nonfinite_input=next((f for f in ev.found if f.label == "nonfinite_input"), None),
         log_of_zero=next((f for f in ev.found if f.label == "log_of_zero"), None),
         inputs_unscaled=any(f.label == "unscaled_inputs" for f in ev.found) and not adaptive_optimizer(ev.scalars),
+        loss_improvement=ev.outcome.improvement,
         finite_shift=_finite_shift(ev) if first is None else None,
         gradients_died_after=_gradients_died_after(role(ev.summary, "grad")),
     )
@@ -340,14 +343,21 @@ def _erased_init(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
     lr = incident.lr
     effect = (f"after which every gradient was exactly 0 for good, {incident.gradients_died_after} step(s) into "
               "the run (the units died)" if died else "erasing the initialisation")
+    # A verdict follows the outcome: a loss that fell that far learned, whatever its first steps did
+    # (round 33's deq: Adam at ×100 its recipe's lr ended 8-14× lower than the recipe did).
+    learned = incident.loss_improvement is not None and incident.loss_improvement >= th.erased_init_still_learns
     return [finding(
         "lr_too_high", None, [],
         {"early_update_ratio_median": ratio, "within_steps": within, "cs231n_target_ratio": 1e-3, "first_lr": lr,
-         "gradients_zero_after_steps": incident.gradients_died_after if died else None},
-        f"the first {within} updates moved the weights by up to {ratio:.2g}× their norm (CS231n: ~1e-3), {effect}: "
+         "gradients_zero_after_steps": incident.gradients_died_after if died else None,
+         "loss_improvement": incident.loss_improvement},
+        f"the first {within} updates moved the weights by up to {ratio:.2g}× their norm (CS231n: ~1e-3), {effect}"
+        + (f"; the loss fell {incident.loss_improvement:.0%} regardless, but a smaller or warmed-up lr may reach lower: "
+           if learned else ": ")
         + (f"lower the learning rate ×10 (lr {lr:.3g} → {lr / 10:.3g})" if lr else "lower the learning rate ×10")
         + " or warm it up from ~0 over the first "
         "hundreds of steps; sweep 0.1, 0.01, 0.001",
+        WARNING if learned else ERROR,
     )]
 
 

@@ -54,6 +54,7 @@ class DivergenceThresholds:
     update_ratio_high: float = 1e-1  # CS231n target 1e-3 ×100: the first updates were far too big
     update_ratio_erases_init: float = 0.5  # CS231n 1e-3 ×500: an early update is half the weights (init erased in two steps)
     erases_init_within: int = 5  # ...within each weight's first 5 recorded updates (median over weights of their largest); session 9 (helper 12p): ConvNeXt at lr ×100 reads 0.40 on its first step, 6.6–7.2 within five (its blocks, behind a layer scale of 1e-6, wake up); healthy runs ≤ 0.1 over their first 20
+    erased_init_still_learns: float = 0.85  # ...yet a loss that fell ≥ 85 % (first → last quarter) learned regardless: a warning, not a verdict (session 29, on the 96 lr_too_high runs on disk, benchmarks/early_update_ratio.py: not-learning truths fell ≤ 68 %, the healthy truths it read not learning — round 33's deq ×3, round 16's byol — 88-97 %)
     from_start_steps: int = 3  # a divergence starting in the first 3 steps: the step size from the start
     precursor_steps: int = 3  # a break up to 3 steps before the earliest sharp one belongs to the same onset (an update jumping with the lr a step before the parameters follow); exploding_gradient dates only gradient breaks that close to the onset (cnn_domain_shift-s0)
 

@@ -850,6 +850,10 @@ def test_lr_too_high_in_a_run_that_stayed_finite_reads_the_first_update_against_
     assert lr_too_high(late, TH.divergence) == []
     assert lr_too_high(_incident(diverged=False, onset=None, first_update_ratio=0.7), TH.divergence) == []
     assert lr_too_high(replace(erased, inputs_unscaled=True), TH.divergence) == []  # the data's doing
+    # A loss that fell 95 % learned regardless: a warning; one that fell 60 % is still not learning well.
+    learned = lr_too_high(replace(erased, loss_improvement=0.95), TH.divergence)[0]
+    assert learned.severity == "warning" and "fell 95% regardless" in learned.fix
+    assert lr_too_high(replace(erased, loss_improvement=0.6), TH.divergence)[0].severity == "error"
 
 
 def test_lr_too_high_where_every_gradient_died_after_far_too_large_first_updates():
