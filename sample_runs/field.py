@@ -283,7 +283,6 @@ from .field_models import (
     QatMobileNetV2,
     qat_int8_top1,
     qat_prepare,
-    qat_top1,
     detection_iou,
     distillation_loss,
     fcos_loss,
@@ -1953,8 +1952,9 @@ EVAL_METRICS = {
                                       "sparsity": global_sparsity(model)},
     # The tutorial's `epoch(test_loader, model)`: top-1 of the eval-mode DEQ (the solver runs; no hook without grad).
     "deq": lambda model: {"val_top1": timm_top1(model, *_deq_digits()[2:])},
-    # train_quantization.py's two evaluations each epoch: the QAT (fake-quant) model, then an int8 copy.
-    "qat": lambda model: {"val_top1": qat_top1(model, pattern_images().x[1600:], pattern_images().y[1600:]),
+    # train_quantization.py's two evaluations each epoch: the QAT (fake-quant) model (eval mode, no
+    # gradient: its observers still observe where enabled, as the reference's do), then an int8 copy.
+    "qat": lambda model: {"val_top1": timm_top1(model, pattern_images().x[1600:], pattern_images().y[1600:]),
                           "val_top1_int8": qat_int8_top1(model, pattern_images().x[1600:],
                                                          pattern_images().y[1600:], QAT_BACKEND)},
 }

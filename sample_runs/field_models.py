@@ -354,7 +354,7 @@
   `classifier`, Distiller's `_initialize_weights`), trained as Distiller's `compress_classifier.py`
   trains its AGP examples (SGD momentum 0.9, weight decay on every parameter, a step schedule) on
   the 8×8 digits (`data.digits`, standardised).
-- `QatMobileNetV2`, `QatInvertedResidual`, `qat_conv_bn_relu`, `qat_prepare`, `qat_top1`,
+- `QatMobileNetV2`, `QatInvertedResidual`, `qat_conv_bn_relu`, `qat_prepare`,
   `qat_int8_top1`: quantization-aware training in PyTorch's eager mode (`torch.ao.quantization`), as
   pytorch/vision's `references/classification/train_quantization.py` trains torchvision's
   `QuantizableMobileNetV2`: a small MobileNetV2 (a ConvBNReLU stem, inverted residuals with ReLU
@@ -456,7 +456,7 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "sngan_hinge_g_loss", "sngan_orthogonal_init_", "SNGAN_LATENT",
            "ElectraClassifier", "ElectraEmbeddings", "ElectraEncoder", "ElectraLayer", "ElectraAttention",
            "ElectraSelfAttention", "ElectraSelfOutput", "ElectraIntermediate", "ElectraClassificationHead",
-           "electra_param_groups_lrd", "electra_rows", "electra_collate", "electra_sampler", "electra_accuracy",
+           "electra_param_groups_lrd", "electra_rows", "electra_collate", "shuffled_indices", "electra_sampler", "electra_accuracy",
            "ELECTRA_VOCAB", "ELECTRA_CLASSES", "ELECTRA_MARKERS", "ELECTRA_LENGTHS", "ELECTRA_POSITIONS",
            "ELECTRA_LAYER_DECAY", "ELECTRA_PAD", "ELECTRA_CLS", "ELECTRA_SEP",
            "MuonGPT", "MuonGPTBlock", "MuonGPTAttention", "MuonGPTMLP", "MuonGPTRotary", "MuonGPTLinear",
@@ -5601,17 +5601,29 @@ def electra_collate(rows: list[list[int]], labels: torch.Tensor) -> tuple[dict[s
     return {"input_ids": input_ids, "attention_mask": attention_mask}, labels
 
 
-def electra_sampler(rows: list[list[int]], labels: torch.Tensor, batch_size: int, seed: int):
-    """`draw()` giving a shuffled batch of `batch_size` rows (an epoch's permutation, then the
-    next: a `DataLoader(shuffle=True, drop_last=True)`), collated by `electra_collate`."""
+def shuffled_indices(count: int, batch_size: int, seed: int):
+    """`next_batch()` giving the indices of a shuffled batch of `batch_size` of `count` rows (an
+    epoch's permutation, then the next: a `DataLoader(shuffle=True, drop_last=True)`)."""
     generator = torch.Generator().manual_seed(seed)
     order: list[int] = []
 
-    def draw() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def next_batch() -> list[int]:
         nonlocal order
         if len(order) < batch_size:
-            order = torch.randperm(len(rows), generator=generator).tolist()
+            order = torch.randperm(count, generator=generator).tolist()
         chosen, order = order[:batch_size], order[batch_size:]
+        return chosen
+
+    return next_batch
+
+
+def electra_sampler(rows: list[list[int]], labels: torch.Tensor, batch_size: int, seed: int):
+    """`draw()` giving a shuffled batch of `batch_size` rows (`shuffled_indices`), collated by
+    `electra_collate`."""
+    next_batch = shuffled_indices(len(rows), batch_size, seed)
+
+    def draw() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        chosen = next_batch()
         return electra_collate([rows[i] for i in chosen], labels[chosen])
 
     return draw
@@ -5891,14 +5903,10 @@ def albert_sampler(rows: list[list[int]], labels: torch.Tensor, batch_size: int,
     """`draw()` giving a shuffled batch as `electra_sampler` does, collated by `albert_collate`
     into one dict, whose `labels` the loop pops (`labels = inputs.pop("labels")`, as the Trainer's
     label smoother and custom `compute_loss` loops do): (the model's inputs, the labels)."""
-    generator = torch.Generator().manual_seed(seed)
-    order: list[int] = []
+    next_batch = shuffled_indices(len(rows), batch_size, seed)
 
     def draw() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        nonlocal order
-        if len(order) < batch_size:
-            order = torch.randperm(len(rows), generator=generator).tolist()
-        chosen, order = order[:batch_size], order[batch_size:]
+        chosen = next_batch()
         batch = albert_collate([rows[i] for i in chosen], labels[chosen])
         return batch, batch.pop("labels")
 
@@ -6928,17 +6936,6 @@ def qat_prepare(model: QatMobileNetV2, backend: str = QAT_BACKEND) -> QatMobileN
     model.apply(torch.ao.quantization.enable_observer)
     model.apply(torch.ao.quantization.enable_fake_quant)
     return model
-
-
-def qat_top1(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    """The reference's `evaluate` top-1 (%) of the fake-quant model (eval mode, no gradient; its
-    observers still observe where enabled, as the reference's do), the model's mode restored."""
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        top1 = 100.0 * float((model(x).argmax(1) == y).float().mean())
-    model.train(was_training)
-    return top1
 
 
 def qat_int8_top1(model: nn.Module, x: torch.Tensor, y: torch.Tensor, backend: str = QAT_BACKEND) -> float:

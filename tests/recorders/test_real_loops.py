@@ -312,6 +312,18 @@ def test_a_sam_loop_records_the_base_optimizers_steps_and_state_and_the_second_p
     assert read_manifest(tmp_path / "run")["optimizers"]["optimizer"]["class"] == "SGD"
 
 
+def _three_plain_steps(tmp_path, model, opt):
+    """Three steps of the classic loop on random (5, 4) batches; the run's stats."""
+    with Recorder(tmp_path / "run", model, opt) as rec:
+        for _ in range(3):
+            loss = model(torch.randn(5, 4)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step(loss=loss)
+    return read_table(tmp_path / "run", "stats")
+
+
 def test_a_parametrized_layer_records_its_output_not_its_parametrization(tmp_path):
     """spectral_norm (torch.nn.utils.parametrizations) moves a layer's weight into a
     ParametrizationList child: the layer is still the leaf whose output is an activation; the
@@ -321,14 +333,7 @@ def test_a_parametrized_layer_records_its_output_not_its_parametrization(tmp_pat
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     outputs = []
     model[0].register_forward_hook(lambda m, i, o: outputs.append(o.detach().abs().max().item()))
-    with Recorder(tmp_path / "run", model, opt) as rec:
-        for _ in range(3):
-            loss = model(torch.randn(5, 4)).square().mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            rec.step(loss=loss)
-    stats = read_table(tmp_path / "run", "stats")
+    stats = _three_plain_steps(tmp_path, model, opt)
     acts = stats[stats.role == "activation"]
     assert set(acts.name) == {"0", "1", "2"}
     np.testing.assert_allclose(rows(stats, "activation", "0").max_abs.to_numpy(), outputs, rtol=1e-5)
@@ -349,14 +354,7 @@ def test_a_quantization_aware_model_records_its_layers_outputs_not_its_fake_quan
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     outputs = []
     model[3].register_forward_hook(lambda m, i, o: outputs.append(o.detach().abs().max().item()))
-    with Recorder(tmp_path / "run", model, opt) as rec:
-        for _ in range(3):
-            loss = model(torch.randn(5, 4)).square().mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            rec.step(loss=loss)
-    stats = read_table(tmp_path / "run", "stats")
+    stats = _three_plain_steps(tmp_path, model, opt)
     acts = set(stats[stats.role == "activation"].name)
     assert {"1", "3"} <= acts and not any("fake_quant" in n or "activation_post_process" in n for n in acts)
     np.testing.assert_allclose(rows(stats, "activation", "3").max_abs.to_numpy(), outputs, rtol=1e-5)

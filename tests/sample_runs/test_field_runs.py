@@ -34,6 +34,17 @@ def _mean(values):
     return sum(values) / len(values)
 
 
+def _healthy_recorded(name, run_dir):
+    """The scalars by name of a healthy scenario recorded into `run_dir`, once its truth is
+    healthy over 150 steps and its loss passed the zoo's healthy check (< 0.8× its start)."""
+    truth = make(name, run_dir)
+    by_name = _scalars_by_name(run_dir)
+    loss = by_name["loss"]
+    assert truth.verdict == "healthy" and len(loss) == 150
+    assert _mean(loss[-10:]) < 0.8 * _mean(loss[:10])
+    return by_name
+
+
 def _t0(truth):
     """The injection step, as the truth's notes say it."""
     return int(re.search(r"step (\d+)", truth.notes).group(1))
@@ -3864,11 +3875,7 @@ def test_decision_transformer_batches_pad_left_normalise_states_and_carry_return
 
 def test_decision_transformer_healthy_run_learns_and_records_its_return(tmp_path):
     from sample_runs.field_models import dt_random_return
-    truth = make("healthy-decision_transformer-s0", tmp_path / "run")
-    by_name = _scalars_by_name(tmp_path / "run")
-    loss = by_name["loss"]
-    assert truth.verdict == "healthy" and len(loss) == 150
-    assert _mean(loss[-10:]) < 0.8 * _mean(loss[:10])
+    by_name = _healthy_recorded("healthy-decision_transformer-s0", tmp_path / "run")
     returns = by_name["eval_return"]
     assert len(returns) == 6 and returns[0] < -50 and returns[-1] > -15 and dt_random_return() < -50
     assert by_name["val_loss"][-1] < by_name["val_loss"][0]
@@ -4160,11 +4167,7 @@ def test_timm_mixup_ema_moves_every_float_entry_towards_the_model_after_each_ste
 def test_timm_mixup_healthy_run_learns_and_records_soft_targets_and_both_top1s(tmp_path):
     from sample_runs.field import TIMM_MIXUP_LR
 
-    truth = make("healthy-timm_mixup-s0", tmp_path / "run")
-    by_name = _scalars_by_name(tmp_path / "run")
-    loss = by_name["loss"]
-    assert truth.verdict == "healthy" and len(loss) == 150
-    assert _mean(loss[-10:]) < 0.8 * _mean(loss[:10])
+    by_name = _healthy_recorded("healthy-timm_mixup-s0", tmp_path / "run")
     top1, ema = by_name["val_top1"], by_name["val_top1_ema"]
     assert len(top1) == len(ema) == 6 and top1[0] == ema[0] and top1[-1] > 80 and ema[-1] > top1[0]
     assert by_name["lr"] == pytest.approx([TIMM_MIXUP_LR * _schedule(RECIPES["timm_mixup"], 150)(s)
@@ -4287,11 +4290,7 @@ def test_gradual_pruning_faults_hit_weight_orig_and_pruning_runs_without_optimiz
 def test_gradual_pruning_healthy_run_learns_through_the_pruning_events_and_records_weight_orig(tmp_path):
     from sample_runs.field import AGP_LR
 
-    truth = make("healthy-gradual_pruning-s0", tmp_path / "run")
-    by_name = _scalars_by_name(tmp_path / "run")
-    loss = by_name["loss"]
-    assert truth.verdict == "healthy" and len(loss) == 150
-    assert _mean(loss[-10:]) < 0.8 * _mean(loss[:10])
+    by_name = _healthy_recorded("healthy-gradual_pruning-s0", tmp_path / "run")
     assert by_name["sparsity"] == pytest.approx([0, 0, 0.427, 0.786, 0.873, 0.875], abs=2e-3)  # steps 0, 25, ..., 125
     assert by_name["val_top1"][-1] > 85 and by_name["val_top1"][0] < 20
     assert by_name["lr"] == pytest.approx([AGP_LR * _schedule(RECIPES["gradual_pruning"], 150)(s) for s in range(150)])
@@ -4415,7 +4414,7 @@ def test_qat_int8_copy_is_converted_and_agrees_with_the_fake_quant_model_which_s
     from torch.ao.nn import qat as nnqat
 
     from sample_runs.field import qat_float_base
-    from sample_runs.field_models import QatMobileNetV2, qat_int8_top1, qat_prepare, qat_top1
+    from sample_runs.field_models import QatMobileNetV2, qat_int8_top1, qat_prepare, timm_top1
 
     model = QatMobileNetV2(classes=PATTERNS.classes)
     model.load_state_dict(qat_float_base(0))
@@ -4426,7 +4425,7 @@ def test_qat_int8_copy_is_converted_and_agrees_with_the_fake_quant_model_which_s
         for i in range(0, 1600, 64):  # let the observers see training batches, as the first steps do
             model(images.x[i:i + 64])
     engine = torch.backends.quantized.engine
-    fake, int8 = qat_top1(model, x, y), qat_int8_top1(model, x, y)
+    fake, int8 = timm_top1(model, x, y), qat_int8_top1(model, x, y)
     assert torch.backends.quantized.engine == engine  # the engine restored
     assert fake > 80 and abs(fake - int8) <= 3  # the float pretraining reached > 80 %; int8 agrees
     assert model.training and type(model.classifier[1]) is nnqat.Linear  # the model itself is not converted
@@ -4466,11 +4465,7 @@ def test_qat_recipe_is_train_quantization_pys_sgd_with_every_parameter_decayed_a
 def test_qat_healthy_run_learns_and_records_both_top1s_each_epoch_and_the_fused_modules(tmp_path):
     from sample_runs.field import QAT_LR
 
-    truth = make("healthy-qat-s0", tmp_path / "run")
-    by_name = _scalars_by_name(tmp_path / "run")
-    loss = by_name["loss"]
-    assert truth.verdict == "healthy" and len(loss) == 150
-    assert _mean(loss[-10:]) < 0.8 * _mean(loss[:10])
+    by_name = _healthy_recorded("healthy-qat-s0", tmp_path / "run")
     top1, int8 = by_name["val_top1"], by_name["val_top1_int8"]
     assert len(top1) == len(int8) == len(by_name["val_loss"]) == 9  # after each epoch from the first, none at step 0
     assert top1[-1] > 90 and int8[-1] > 90 and all(abs(a - b) <= 5 for a, b in zip(top1, int8))
@@ -4741,11 +4736,7 @@ def test_deq_model_is_the_tutorials_chapter_4_model_and_its_recipe_adam_with_cos
 def test_deq_healthy_run_learns_and_records_only_the_two_differentiable_cell_calls_a_step(tmp_path):
     from sample_runs.field import DEQ_LR
 
-    truth = make("healthy-deq-s0", tmp_path / "run")
-    by_name = _scalars_by_name(tmp_path / "run")
-    loss = by_name["loss"]
-    assert truth.verdict == "healthy" and len(loss) == 150
-    assert _mean(loss[-10:]) < 0.8 * _mean(loss[:10])
+    by_name = _healthy_recorded("healthy-deq-s0", tmp_path / "run")
     assert len(by_name["val_top1"]) == len(by_name["val_loss"]) == 6 and by_name["val_top1"][-1] > 80
     assert by_name["lr"] == pytest.approx([DEQ_LR * _schedule(RECIPES["deq"], 150)(s) for s in range(150)])
     stats = read_stats(tmp_path / "run")
