@@ -75,7 +75,7 @@ SECTION = "## Detection"
 BENIGN_LABELS = {"healthy", "loss_spike_recovered", "recovered_incident"}
 DEFAULT = "default"
 GENERATED_FILE = ".generated.json"
-NEVER_SEEN_ARCHS = ("albert", "deq")
+NEVER_SEEN_ARCHS = ("moco", "ddp_wrn")
 """Model families added to the zoo before the detectors' last changes and never analysed while any
 detector changed: the headline's runs."""
 INFORMED_DEFAULTS = {
@@ -140,6 +140,7 @@ INFORMED_DEFAULTS = {
     "timm_mixup": "never-seen round 31, scored once in session 28 at 44f7229; failures read in sessions 28-29 (lead)",
     "gradual_pruning, qat": "never-seen round 32, scored once in session 29 at 1971819; failures read in session 29 "
                             "(lead)",
+    "albert, deq": "never-seen round 33, scored once in session 29 at 1e40de6; failures read in session 29 (lead)",
 }
 """Which families informed the defaults, and since when."""
 
