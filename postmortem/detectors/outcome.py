@@ -12,26 +12,27 @@ from ..scalars import raised
 from .base import WARNING, Evidence, Outcome, finding, loss_curve, measure_outcome, median_difference_sigma, register
 from .thresholds import OutcomeThresholds
 
-__all__ = ["LossOutcome", "learning_stopped", "loss_came_back", "loss_plateau", "loss_rose_back", "loss_spikes",
-           "metric_came_back", "recovered_spike", "rose_back"]
+__all__ = ["LossOutcome", "knocked_back", "learning_stopped", "loss_came_back", "loss_plateau", "loss_rose_back",
+           "loss_spikes", "metric_came_back", "recovered_spike", "rose_back"]
 
 
 @dataclass(frozen=True)
 class LossOutcome:
+    steps: np.ndarray
     loss: np.ndarray  # finite training loss, step order
     outcome: Outcome
     diverged: bool  # and did not come back
 
 
 def _loss_outcome(ev: Evidence) -> LossOutcome:
-    return LossOutcome(loss_curve(ev.scalars)[1], ev.outcome, ev.diverged and not ev.recovered)
+    return LossOutcome(*loss_curve(ev.scalars), ev.outcome, ev.diverged and not ev.recovered)
 
 
 @register("loss_plateau", "outcome", _loss_outcome)
 def loss_plateau(run: LossOutcome, th: OutcomeThresholds) -> list[Finding]:
     """The training loss (and every metric passed) failed to improve by the run's own yardstick,
     or, in a run with no single training loss, the outcome metric that judges it did not."""
-    if run.diverged or run.outcome.learns is not False or rose_back(run.loss, th):
+    if run.diverged or run.outcome.learns is not False or rose_back(run.loss, th) or _knocked_back(run, th):
         return []
     if run.outcome.improvement is None:
         if run.outcome.judged_by is None:
@@ -52,11 +53,27 @@ def loss_plateau(run: LossOutcome, th: OutcomeThresholds) -> list[Finding]:
 
 @register("loss_rose_back", "outcome", _loss_outcome)
 def loss_rose_back(run: LossOutcome, th: OutcomeThresholds) -> list[Finding]:
-    """The loss fell from where it began, then climbed back over the rest of the run (`rose_back`):
-    no plateau, and the loss alone cannot say why. A loss against a moving target does it as the
-    target improves (BYOL's EMA network: 1.64 → 0.88 → 1.06 on round 16's byol, healthy by its
-    twins); so do stale gradients (their own rule judges them). A warning, never a verdict."""
-    shape = None if run.diverged or run.outcome.learns is not False else rose_back(run.loss, th)
+    """The loss fell from where it began, then climbed back over the rest of the run (`rose_back`),
+    or was knocked back by a spike it never came back from (`knocked_back`): no plateau, and the
+    loss alone cannot say why. A loss against a moving target does the first as the target
+    improves (BYOL's EMA network: 1.64 → 0.88 → 1.06 on round 16's byol, healthy by its twins);
+    so do stale gradients (their own rule judges them). A warning, never a verdict."""
+    if run.diverged or run.outcome.learns is not False:
+        return []
+    knock = _knocked_back(run, th)
+    if knock is not None:
+        i, level, last = knock
+        step = int(run.steps[i])
+        return [finding(
+            "loss_rose_back", step, [],
+            {"start": float(np.median(run.loss[:th.start_steps])), "level_before_spike": level,
+             "spike_loss": float(run.loss[i]), "last_quarter": last},
+            f"the loss learned down to {level:.3g}, spiked ×{run.loss[i] / level:.3g} at step {step} and never came "
+            f"back below ×{th.spike_recovered:g} of that level (last quarter {last:.3g}): look at the batch at step "
+            f"{step} (wrong targets, a new data domain) and at what changed there",
+            WARNING,
+        )]
+    shape = rose_back(run.loss, th)
     if shape is None:
         return []
     start, low, last = shape
@@ -67,6 +84,31 @@ def loss_rose_back(run: LossOutcome, th: OutcomeThresholds) -> list[Finding]:
         "on a fixed objective, look at the lr and the data order where the rise began",
         WARNING,
     )]
+
+
+def _knocked_back(run: LossOutcome, th: OutcomeThresholds) -> tuple[int, float, float] | None:
+    """`knocked_back` where the loss judges the run (an agent's reward, a GAN's distance does not)."""
+    return knocked_back(run.loss, th) if run.outcome.judged_by is None else None
+
+
+def knocked_back(loss: np.ndarray, th: OutcomeThresholds) -> tuple[int, float, float] | None:
+    """(index, level before, last-quarter median) of the first loss spike (`loss_spikes`) that
+    never fell back below ×2 of its recent level (`spike_recovered`), in a loss (finite, step
+    order) that learned before it by the run's own yardstick (`measure_outcome` on the losses
+    before the spike): the run learned, then lost ground at one step. The quarters read such a run
+    as a plateau when it learned fast (round 32's healthy_spike on a QAT MobileNet and a pruned
+    VGG: 0.23 → 0.018, wrong targets for two steps, ×50, then 0.10 and still falling)."""
+    if len(loss) < 2 * th.min_steps:
+        return None
+    spikes, level = loss_spikes(loss, th)
+    if not len(spikes) or spikes[0] < 2 * th.min_steps:  # quarters of 5 losses at least before it
+        return None
+    i = int(spikes[0])
+    if np.any(loss[i + 1:] < raised(level[i], th.spike_recovered)):
+        return None
+    if not measure_outcome(np.arange(i), loss[:i], {}, th).learns:
+        return None
+    return i, float(level[i]), float(np.median(loss[-max(1, len(loss) // 4):]))
 
 
 def rose_back(loss: np.ndarray, th: OutcomeThresholds) -> tuple[float, float, float] | None:

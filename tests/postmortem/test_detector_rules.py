@@ -48,6 +48,7 @@ from postmortem.detectors.outcome import (
     loss_came_back,
     loss_plateau,
     loss_rose_back,
+    knocked_back,
     loss_spikes,
     metric_came_back,
 )
@@ -112,8 +113,8 @@ def test_adaptive_optimizer_is_read_from_an_eps_hyperparameter():
 def test_loss_plateau():
     flat = 2.3 + np.random.default_rng(1).normal(0, 0.05, N)
     outcome = measure_outcome(STEPS, flat, {}, TH.outcome)
-    assert [f.label for f in loss_plateau(LossOutcome(flat, outcome, False), TH.outcome)] == ["loss_plateau"]
-    assert loss_plateau(LossOutcome(flat, LEARNS, False), TH.outcome) == []
+    assert [f.label for f in loss_plateau(LossOutcome(STEPS, flat, outcome, False), TH.outcome)] == ["loss_plateau"]
+    assert loss_plateau(LossOutcome(STEPS, flat, LEARNS, False), TH.outcome) == []
 
 
 def _fell_and_rose(end: float) -> np.ndarray:
@@ -126,16 +127,38 @@ def test_loss_rose_back_instead_of_a_plateau():
     rose = _fell_and_rose(1.1)  # back up, still below where it began: a warning, not a plateau
     outcome = measure_outcome(STEPS, rose, {}, TH.outcome)
     assert outcome.learns is False  # by the quarters, the run lost ground
-    found = loss_rose_back(LossOutcome(rose, outcome, False), TH.outcome)
+    found = loss_rose_back(LossOutcome(STEPS, rose, outcome, False), TH.outcome)
     assert [(f.label, f.severity) for f in found] == [("loss_rose_back", "warning")]
     assert found[0].evidence["start"] == pytest.approx(1.8, abs=0.05)
-    assert loss_plateau(LossOutcome(rose, outcome, False), TH.outcome) == []
+    assert loss_plateau(LossOutcome(STEPS, rose, outcome, False), TH.outcome) == []
     for end in (0.8, 2.0):  # stayed down; or climbed back above where it began (a plateau)
         loss = _fell_and_rose(end)
-        assert loss_rose_back(LossOutcome(loss, measure_outcome(STEPS, loss, {}, TH.outcome), False), TH.outcome) == []
-    above = LossOutcome(loss, measure_outcome(STEPS, loss, {}, TH.outcome), False)
+        assert loss_rose_back(LossOutcome(STEPS, loss, measure_outcome(STEPS, loss, {}, TH.outcome), False), TH.outcome) == []
+    above = LossOutcome(STEPS, loss, measure_outcome(STEPS, loss, {}, TH.outcome), False)
     assert [f.label for f in loss_plateau(above, TH.outcome)] == ["loss_plateau"]
-    assert loss_rose_back(LossOutcome(rose, outcome, True), TH.outcome) == []  # a divergence says it
+    assert loss_rose_back(LossOutcome(STEPS, rose, outcome, True), TH.outcome) == []  # a divergence says it
+
+
+def _knocked_back(spike_at: int, back_to: float) -> np.ndarray:
+    """A fast learner: 2.0 down to 0.05 by step 30, flat there, then ×30 at `spike_at` and a fall
+    to `back_to` by the end."""
+    rng = np.random.default_rng(3)
+    loss = np.concatenate([np.geomspace(2.0, 0.05, 30), np.full(spike_at - 30, 0.05)])
+    after = np.geomspace(1.5, back_to, N - spike_at)
+    return np.concatenate([loss, after]) * np.exp(rng.normal(0, 0.05, N))
+
+
+def test_a_spike_never_come_back_from_after_learning_is_no_plateau():
+    knocked = _knocked_back(70, 0.3)  # ends ×6 above where it was before the spike
+    outcome = measure_outcome(STEPS, knocked, {}, TH.outcome)
+    assert outcome.learns is False  # by the quarters, the run lost ground
+    assert loss_plateau(LossOutcome(STEPS, knocked, outcome, False), TH.outcome) == []
+    found = loss_rose_back(LossOutcome(STEPS + 5, knocked, outcome, False), TH.outcome)
+    assert [(f.label, f.severity, f.step) for f in found] == [("loss_rose_back", "warning", 75)]
+    assert found[0].evidence["level_before_spike"] == pytest.approx(0.05, rel=0.1)
+    assert knocked_back(_knocked_back(70, 0.06), TH.outcome) is None  # back below ×2 of its level: recovered
+    never_learned = np.concatenate([np.full(70, 0.05), knocked[70:]])  # the spike in a run flat until then
+    assert knocked_back(never_learned, TH.outcome) is None
 
 
 def _spiked_loss(back_after: int | None, end: float = 0.8) -> tuple[np.ndarray, np.ndarray]:
