@@ -1369,8 +1369,13 @@ LEFT_OUT = {
     # is bfloat16, and the backward hook's adjoint solve raises in the bordered system's
     # `torch.linalg.solve` ("lu_cpu" not implemented for 'BFloat16'), on the first backward.
     "deq": ("healthy_bf16",),
-    # train.py's SGD (Nesterov momentum) keeps no Adam moments to corrupt.
-    "ddp_wrn": ("adam_state",),
+    # train.py's SGD (Nesterov momentum) keeps no Adam moments to corrupt. train.py wraps the model
+    # with DistributedDataParallel's default find_unused_parameters=False: once a detach leaves the
+    # blocks before it without gradient, the reducer never finishes its reduction and the next
+    # training forward raises ("Expected to have finished reduction in the prior iteration before
+    # starting a new one ... Parameter indices which did not receive grad for rank 0: 0 1 ... 20"),
+    # even on one rank: a loud crash at t0 + 1, not a silent fault.
+    "ddp_wrn": ("adam_state", "detach"),
 }
 """Fault families an architecture's loop cannot express honestly."""
 

@@ -4806,7 +4806,23 @@ def test_ddp_wrn_recipe_is_nesterov_sgd_with_decay_on_every_parameter_and_platea
     optimizer = OPTIMIZERS[recipe.optimizer](groups, recipe.lr, recipe)
     assert optimizer.defaults["nesterov"] and optimizer.defaults["momentum"] == 0.9
     assert DDP_WRN_PLATEAU == {"mode": "min", "factor": 0.2, "patience": 0}
-    assert LEFT_OUT["ddp_wrn"] == ("adam_state",)
+    assert LEFT_OUT["ddp_wrn"] == ("adam_state", "detach")
+
+
+def test_ddp_wrn_leaves_detach_out_because_ddp_raises_on_parameters_without_gradient():
+    import torch.distributed as dist
+    from sample_runs.field_models import ddp_wrap, gloo_process_group
+
+    with gloo_process_group():
+        model = ddp_wrap(build_field_model("ddp_wrn", PATTERNS.classes))
+        fault = faults.DetachedLayer(t0=0, layer="module.block3")
+        fault.install(model)
+        fault.before_step(0, model, None)
+        x, y = torch.randn(4, 3, 16, 16), torch.tensor([0, 1, 2, 3])
+        torch.nn.functional.cross_entropy(model(x), y).backward()  # only bn1 and fc get gradients
+        with pytest.raises(RuntimeError, match="Expected to have finished reduction in the prior iteration"):
+            model(x)
+    assert not dist.is_initialized()
 
 
 def test_ddp_wrn_runs_in_a_real_gloo_group_that_is_destroyed_even_on_error_and_names_carry_module():
