@@ -119,7 +119,12 @@ weight decay 0.01 off biases and LayerNorms, linear warm-up over 10 % then linea
 the Deep Equilibrium model by the plain loop with the "Deep Implicit Layers" tutorial's chapter-4 recipe
 (its `DEQFixedPoint`: Anderson acceleration to the cell's fixed point under `no_grad`, the
 implicit backward by a `register_hook` on z*; Adam at 1e-3, `CosineAnnealingLR` per step, no
-clipping, cross-entropy; its top-1 each eval) on the 8×8 digits. Faults
+clipping, cross-entropy; its top-1 each eval) on the 8×8 digits, the Wide ResNet under
+DistributedDataParallel by the plain loop with pytorch/vision's references/classification/train.py
+recipe (a single-process gloo group, `module.`-prefixed parameters, a `DistributedSampler` with
+`set_epoch`, SGD with Nesterov momentum 0.9 and weight decay 5e-4 on every parameter,
+cross-entropy, `ReduceLROnPlateau` on the eval loss each epoch, a checkpoint saved and resumed by
+`load_state_dict` into the same objects at one epoch boundary) on the colour patterns. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -325,6 +330,10 @@ from .field_models import (
     vae_loss,
     vqvae_loss,
     word_similarity_spearman,
+    WRNEpochLoader,
+    ddp_wrap,
+    gloo_process_group,
+    wrn_evaluate,
 )
 from .models import TinyGPT
 from .nanogpt import LoopConfig, lr_at
@@ -565,6 +574,26 @@ QAT_FLOAT_STEPS = 40
 QAT_EPOCH_STEPS = 15
 """Steps of one QAT "epoch": the reference's README says QAT converges in about 10 epochs; a run
 here is 10 of 15 steps (480 of the 1600 training patterns each, not a pass over them)."""
+DDP_WRN_LR = 0.1
+"""The DDP Wide ResNet's SGD lr: the WRN paper's 0.1 (torchvision train.py's `--lr` default too), as
+it is, at batch `DDP_WRN_BATCH`; no warm-up (train.py's `--lr-warmup-epochs` 0)."""
+DDP_WRN_BATCH = 64
+"""The DDP Wide ResNet's batch a process (train.py's `-b`; the WRN paper's 128, half here for a
+2-core CPU): 1600 patterns are `DDP_WRN_EPOCH_STEPS` steps an epoch at world size 1."""
+DDP_WRN_EPOCH_STEPS = 25
+"""Steps of one epoch: the 1600 training patterns at batch 64 on one rank (6 epochs a run)."""
+DDP_WRN_PLATEAU = {"mode": "min", "factor": 0.2, "patience": 0}
+"""`torch.optim.lr_scheduler.ReduceLROnPlateau` on the epoch's eval loss: factor 0.2 (the WRN
+paper's drop factor), patience 0 (the lr drops after any epoch whose eval loss did not improve;
+its default 10 would never fire in a run of 5 evaluations),
+threshold 1e-4 relative and cooldown 0 (torch's defaults). train.py's own `--lr-scheduler` choices
+are steplr / cosineannealinglr / exponentiallr; the plateau scheduler on its evaluate()'s loss is
+the departure this family makes, stepped where train.py steps its scheduler (once an epoch)."""
+DDP_WRN_RESUME_STEP = 75
+"""The epoch boundary (after epoch 2 of 0-5, its eval and the plateau's step) at which the loop
+saves train.py's checkpoint (`model_without_ddp.state_dict()`, optimizer, lr_scheduler, epoch,
+args) with `torch.save` to a temporary file and resumes from it as `--resume` does: `torch.load`,
+then `load_state_dict` into the same model, optimizer and scheduler objects."""
 QAT_OBSERVER_EPOCHS = 4
 """train_quantization.py's `--num-observer-update-epochs`: after the epoch whose index is ≥ 4 ends
 (from step 5 × `QAT_EPOCH_STEPS`, 75), `model.apply(disable_observer)`: scales and zero points frozen."""
@@ -886,6 +915,14 @@ RECIPES = {
     # after every batch (here to 0 over the run: 1e-6 is 0.1 % of the lr), no warm-up, no clipping,
     # `nn.CrossEntropyLoss()`; one group pair a unit (the same Adam updates) so that an lr spike can
     # hit the stem or the DEQ cell.
+    # pytorch/vision's references/classification/train.py under DDP: `--opt sgd_nesterov` (SGD,
+    # momentum 0.9, Nesterov), `--wd 5e-4` (the WRN paper's) on every parameter (`--norm-weight-decay`
+    # None: `decay_everything`), here one group a unit (the same SGD updates) so that an lr spike
+    # can hit one block; no warm-up, no clipping (`--clip-grad-norm` None), `nn.CrossEntropyLoss()`
+    # (label smoothing 0); the lr factor is held at 1 and `ReduceLROnPlateau` (`DDP_WRN_PLATEAU`)
+    # moves it in `_train`, where the DDP wrap, the sampler and the checkpoint resume live too.
+    "ddp_wrn": Recipe(lr=DDP_WRN_LR, weight_decay=5e-4, batch=DDP_WRN_BATCH, clip=None, warmup=0,
+                      optimizer="sgd", schedule="constant"),
     "deq": Recipe(lr=DEQ_LR, weight_decay=0.0, batch=DEQ_BATCH, clip=None, warmup=0,
                   optimizer="adam", schedule="annealing"),
 }
@@ -952,7 +989,8 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "sae": sae_loss, "electra_ft": torch.nn.functional.cross_entropy,
           "deeplab": deeplab_criterion, "decision_transformer": dt_action_loss,
           "patchtst": torch.nn.functional.mse_loss, "timm_mixup": soft_target_cross_entropy, "albert": torch.nn.functional.cross_entropy,
-          "qat": torch.nn.functional.cross_entropy, "deq": torch.nn.functional.cross_entropy}
+          "qat": torch.nn.functional.cross_entropy, "deq": torch.nn.functional.cross_entropy,
+          "ddp_wrn": torch.nn.functional.cross_entropy}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -1208,7 +1246,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab",
                 "decision_transformer", "patchtst", "timm_mixup", "gradual_pruning",
-                "qat", "deq")
+                "qat", "deq", "ddp_wrn")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier and ALBERT: their dict batches are int64 `input_ids`, `attention_mask` (and ALBERT's `token_type_ids`)) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1245,7 +1283,9 @@ pruned VGG's its standardised digits;
 QAT MobileNetV2's its standardised colour patterns (fake-quantized by its `QuantStub` on the way
 in: a ×1e3 batch widens the input observer's moving range while observers run, and is clamped to
 the frozen range once they are disabled), the DEQ's its digits in [0, 1] (through the stem conv
-and a train-mode BatchNorm into the injection x that every one of the solver's cell calls adds);
+and a train-mode BatchNorm into the injection x that every one of the solver's cell calls adds), the DDP Wide
+ResNet's its standardised colour patterns (the batch its `DistributedSampler` loader gave, into
+the first conv, then the first block's pre-activation BatchNorm);
 word2vec and the BiLSTM-CRF read
 word IDs."""
 
@@ -1329,6 +1369,13 @@ LEFT_OUT = {
     # is bfloat16, and the backward hook's adjoint solve raises in the bordered system's
     # `torch.linalg.solve` ("lu_cpu" not implemented for 'BFloat16'), on the first backward.
     "deq": ("healthy_bf16",),
+    # train.py's SGD (Nesterov momentum) keeps no Adam moments to corrupt. train.py wraps the model
+    # with DistributedDataParallel's default find_unused_parameters=False: once a detach leaves the
+    # blocks before it without gradient, the reducer never finishes its reduction and the next
+    # training forward raises ("Expected to have finished reduction in the prior iteration before
+    # starting a new one ... Parameter indices which did not receive grad for rank 0: 0 1 ... 20"),
+    # even on one rank: a loud crash at t0 + 1, not a silent fault.
+    "ddp_wrn": ("adam_state", "detach"),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -1702,6 +1749,17 @@ def _deq_digits_data(micro: int, seed: int):
         10, math.log(10)
 
 
+def _ddp_wrn_data(micro: int, seed: int):
+    """The colour patterns for the DDP Wide ResNet (the process group must be up): the first 1600
+    through train.py's `DistributedSampler` + `DataLoader` (`WRNEpochLoader`, its shuffle seeded by
+    the run's seed); the eval loop reads the whole 400 held-out patterns each time (train.py's
+    `evaluate` over `data_loader_test`, a `SequentialSampler` shard); chance: ln(classes)."""
+    images = pattern_images()
+    held = (images.x[1600:], images.y[1600:])
+    return WRNEpochLoader(images.x[:1600], images.y[:1600], micro, seed), lambda: held, PATTERNS.classes, \
+        math.log(PATTERNS.classes)
+
+
 def _poisson_data(micro: int, seed: int):
     """Collocation and boundary points of DeepXDE's Poisson problem, held-out points for its
     `val_loss`; chance: the l2 relative error of u ≡ 0, 1."""
@@ -1922,7 +1980,7 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "set_transformer": _max_set_data, "conformer": _mel_speech_data,
              "neural_process": _gp_curves_data, "timm_mixup": _pattern_data,
              "gradual_pruning": _standardised_digits_data, "qat": _pattern_data,
-             "deq": _deq_digits_data}
+             "deq": _deq_digits_data, "ddp_wrn": _ddp_wrn_data}
 """(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
@@ -1952,6 +2010,8 @@ EVAL_METRICS = {
                                       "sparsity": global_sparsity(model)},
     # The tutorial's `epoch(test_loader, model)`: top-1 of the eval-mode DEQ (the solver runs; no hook without grad).
     "deq": lambda model: {"val_top1": timm_top1(model, *_deq_digits()[2:])},
+    # train.py's evaluate() top-1 over the held-out patterns (`_train` steps the plateau on its loss).
+    "ddp_wrn": lambda model: {"val_top1": wrn_evaluate(model, pattern_images().x[1600:], pattern_images().y[1600:])[1]},
     # train_quantization.py's two evaluations each epoch: the QAT (fake-quant) model (eval mode, no
     # gradient: its observers still observe where enabled, as the reference's do), then an int8 copy.
     "qat": lambda model: {"val_top1": timm_top1(model, pattern_images().x[1600:], pattern_images().y[1600:]),
@@ -1961,7 +2021,8 @@ EVAL_METRICS = {
 """Metrics a family's eval loop records beside `val_loss` (`train_field`'s `eval_metrics`)."""
 
 
-EVAL_EVERY = {"triplet": 1, "pinn": 1, "maml": 1, "nerf": 1, "neural_process": 1, "qat": QAT_EPOCH_STEPS}
+EVAL_EVERY = {"triplet": 1, "pinn": 1, "maml": 1, "nerf": 1, "neural_process": 1, "qat": QAT_EPOCH_STEPS,
+              "ddp_wrn": DDP_WRN_EPOCH_STEPS}
 """Steps between evaluations where not 25: a family judged on a held-out metric
 (`OUTCOME_METRICS`) evaluates every step; the QAT model once an epoch, after it (from step 15, never
 before training: an eval-mode forward of the untrained model, its fused BNs on their initial running
@@ -2194,10 +2255,55 @@ def _untrained_level(arch: str, seed: int) -> float:
     return sum(_judged(arch, _train(None, "healthy", arch, seed, {}, untrained=True)[0])[:10]) / 10
 
 
+def _ddp_wrn_epoch_hooks(model: nn.Module, optimizer: torch.optim.Optimizer, loader: WRNEpochLoader, seed: int):
+    """(before_step, eval_metrics) of the DDP Wide ResNet's epoch boundaries, as train.py's main
+    loop has them: each epoch's `evaluate` (loss and top-1 over the held-out patterns; `val_loss`,
+    the loop's, is the same loss over the same set), then `lr_scheduler.step(loss)` of a
+    `ReduceLROnPlateau` (`DDP_WRN_PLATEAU`; the new lr copied to each group's `base_lr`, from which
+    the loop's constant schedule sets it); at `DDP_WRN_RESUME_STEP` the checkpoint saved and resumed
+    (`DDP_WRN_RESUME_STEP`): `torch.save({"model": model.module.state_dict(), "optimizer": ...,
+    "lr_scheduler": ..., "epoch": ..., "args": ...})`, `torch.load(..., weights_only=False)`,
+    `model.module.load_state_dict`, `optimizer.load_state_dict` (its momentum buffers become new
+    tensors, its param groups new dicts), `lr_scheduler.load_state_dict`, the epoch resumed from
+    `checkpoint["epoch"] + 1` (the sampler's `set_epoch` continues from it)."""
+    import tempfile
+
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, **DDP_WRN_PLATEAU)
+    held_x, held_y = pattern_images().x[1600:], pattern_images().y[1600:]
+
+    def eval_metrics() -> dict[str, float]:
+        loss, top1 = wrn_evaluate(model, held_x, held_y)
+        plateau.step(loss)
+        for group in optimizer.param_groups:
+            group["base_lr"] = group["lr"]
+        return {"val_top1": top1}
+
+    def before_step(step: int) -> None:
+        if step != DDP_WRN_RESUME_STEP:
+            return
+        epoch = step // DDP_WRN_EPOCH_STEPS - 1
+        with tempfile.TemporaryDirectory(prefix="ddp_wrn-ckpt-") as tmp:
+            path = Path(tmp) / "checkpoint.pth"
+            torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
+                        "lr_scheduler": plateau.state_dict(), "epoch": epoch,
+                        "args": {"lr": DDP_WRN_LR, "batch_size": DDP_WRN_BATCH, "seed": seed}}, path)
+            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        model.module.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        plateau.load_state_dict(checkpoint["lr_scheduler"])
+        loader.start(checkpoint["epoch"] + 1)  # args.start_epoch: a fresh epoch iterator, set_epoch(3)
+
+    return before_step, eval_metrics
+
+
 def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_options: dict,
            untrained: bool = False):
     """Trains one scenario (unrecorded where `run_dir` is None); `untrained`: every lr held at 0
     (`_untrained_level`)."""
+    if arch == "ddp_wrn" and not torch.distributed.is_initialized():
+        # torchvision's init_distributed_mode, then the run, then destroy_process_group (even on error).
+        with gloo_process_group():
+            return _train(run_dir, family, arch, seed, recorder_options, untrained)
     spec = FIELD_FAMILIES[family]
     recipe = RECIPES[arch]
     rng = random.Random(f"{family}/{arch}/{seed}")
@@ -2214,6 +2320,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
         model = qat_prepare(model)
     if arch == "lora":  # loralib's recipe: the pretrained checkpoint first, strict=False (no LoRA keys in it)
         model.load_state_dict(lora_base(seed), strict=False)
+    if arch == "ddp_wrn":  # train.py: model = DistributedDataParallel(model); model_without_ddp = model.module
+        model = ddp_wrap(model)
     lr = recipe.lr * spec.lr_factor
     if arch in NETWORKS:  # one Adam per network, each with its blocks' groups
         groups = _param_groups(model, recipe, lr)
@@ -2257,6 +2365,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     if recipe.schedule == "one_cycle":  # OneCycleLR's cycle_momentum, stepped with the scheduler
         after_step = _one_cycle_momentum(optimizer, options["warmup"], STEPS)
     before_step = None
+    if arch == "ddp_wrn":
+        before_step, eval_metrics = _ddp_wrn_epoch_hooks(model, optimizer, draw, seed)
     if arch == "gradual_pruning":  # Zhu & Gupta's AGP by torch.nn.utils.prune, every AGP_EVERY steps, in the loop
         reached = [0.0]
         before_step = lambda step: agp_prune(model, step, reached)  # noqa: E731
@@ -2346,7 +2456,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                               if arch == "timm_mixup" else None,
                               teacher=teacher, scaler=scaler,
                               eval_metrics=eval_metrics, before_step=before_step, before_eval=before_eval,
-                              eval_start=QAT_EPOCH_STEPS if arch == "qat" else 0,
+                              eval_start=QAT_EPOCH_STEPS if arch == "qat" else
+                              DDP_WRN_EPOCH_STEPS if arch == "ddp_wrn" else 0,
                               labels_to_model=arch in ("capsnet", "dit"))
     # Parameters outside every unit's module (the classifier's `pos`) sit before the first block.
     units = [*(n for n, _ in model.named_parameters()

@@ -381,6 +381,19 @@
   `register_hook` on z* solves the adjoint fixed point g = (∂f/∂z*)ᵀ g + grad with the same
   solver; BatchNorm, 2×2 average pooling, a linear head; Adam and a cosine schedule as the
   tutorial trains it; on the 8×8 digits (`data.digits`, [0, 1] as `ToTensor` leaves them).
+- `WideResNetDDP`, `WRNBasicBlock`, `WRNNetworkBlock`, `wrn_evaluate`, `gloo_process_group`,
+  `ddp_wrap`, `WRNEpochLoader`: a Wide ResNet (Zagoruyko & Komodakis 2016) in
+  xternalz/WideResNet-pytorch's `wideresnet.py` layout (`conv1`, `block1`–`block3` of
+  pre-activation `BasicBlock`s: bn1 → relu1 → conv1 → bn2 → relu2 → (dropout) → conv2, a 1×1
+  `convShortcut` where the shape changes; then `bn1`, `relu`, average pooling, `fc`; its init),
+  WRN-10-2 (one block a group, widths 32 / 64 / 128 after a 16-channel stem), trained as
+  pytorch/vision's references/classification/train.py trains a model under
+  `DistributedDataParallel`: a real single-process gloo process group (`gloo_process_group`:
+  world size 1, rank 0, a `file://` rendezvous in its own temporary directory, destroyed in a
+  `finally`), the model wrapped in `DistributedDataParallel` (`ddp_wrap`: every parameter named
+  `module.…`), a `DistributedSampler` shard of the colour patterns reshuffled by `set_epoch` each
+  epoch (`WRNEpochLoader`), an evaluation each epoch (`wrn_evaluate`), and a checkpoint saved and
+  resumed into the same objects at one epoch boundary (`field._train`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -399,7 +412,7 @@ the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth,
 `electra_ft` before the twenty-seventh, `muon_gpt` and `deeplab` before the twenty-eighth,
 `decision_transformer` before the twenty-ninth, `patchtst` before the thirtieth, `timm_mixup`
 before the thirty-first, `gradual_pruning` and `qat` before the thirty-second, `albert` and `deq`
-before the thirty-third (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+before the thirty-third, `ddp_wrn` before the thirty-fourth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -470,6 +483,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "PatchTST", "RevIN", "PatchTSTPatchify", "PatchTSTPositionalEncoding", "PatchTSTBatchNorm", "PatchTSTAttention",
            "PatchTSTEncoderLayer", "PatchTSTEncoder", "PatchTSTHead", "patchtst_evaluate", "TimmResNet",
            "DEQClassifier", "DEQFixedPoint", "DEQResNetLayer", "deq_anderson",
+           "WideResNetDDP", "WRNBasicBlock", "WRNNetworkBlock", "wrn_evaluate", "gloo_process_group", "ddp_wrap",
+           "WRNEpochLoader",
            "TimmBasicBlock", "timm_top1", "albert_classifier", "albert_collate", "albert_sampler", "ALBERT_EMBEDDING",
            "ALBERT_HIDDEN", "ALBERT_LAYERS", "AGPVGG", "agp_sparsity", "agp_prune", "prunable", "global_sparsity",
            "AGP_START", "AGP_EVERY", "AGP_EVENTS", "AGP_INITIAL_SPARSITY", "AGP_FINAL_SPARSITY", "PATCHTST_PATCH_LEN",
@@ -7077,6 +7092,176 @@ class DEQClassifier(nn.Module):
         return self.fc(self.pool(self.bn_out(z)).flatten(1))
 
 
+class WRNBasicBlock(nn.Module):
+    """xternalz/WideResNet-pytorch's `BasicBlock` (wideresnet.py), pre-activation: bn1 → relu1 →
+    conv1 (the stride) → bn2 → relu2 → dropout (`drop_rate`, F.dropout) → conv2, added to the input
+    (`equalInOut`) or to the 1×1 `convShortcut` of the pre-activated input where the shape changes
+    (the repository's in-place ReLUs and its `x = relu1(bn1(x))` reuse kept)."""
+
+    def __init__(self, in_planes: int, out_planes: int, stride: int, drop_rate: float = 0.0) -> None:
+        super().__init__()
+        self.bn1 = nn.BatchNorm2d(in_planes)
+        self.relu1 = nn.ReLU(inplace=True)
+        self.conv1 = nn.Conv2d(in_planes, out_planes, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(out_planes)
+        self.relu2 = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(out_planes, out_planes, 3, stride=1, padding=1, bias=False)
+        self.droprate = drop_rate
+        self.equalInOut = in_planes == out_planes
+        self.convShortcut = None if self.equalInOut else nn.Conv2d(in_planes, out_planes, 1, stride=stride,
+                                                                   padding=0, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.equalInOut:
+            x = self.relu1(self.bn1(x))
+            out = x
+        else:
+            out = self.relu1(self.bn1(x))
+        out = self.relu2(self.bn2(self.conv1(out)))
+        if self.droprate > 0:
+            out = F.dropout(out, p=self.droprate, training=self.training)
+        out = self.conv2(out)
+        return torch.add(x if self.equalInOut else self.convShortcut(x), out)
+
+
+class WRNNetworkBlock(nn.Module):
+    """xternalz/WideResNet-pytorch's `NetworkBlock`: `nb_layers` `WRNBasicBlock`s in `self.layer`,
+    the first with the group's stride."""
+
+    def __init__(self, nb_layers: int, in_planes: int, out_planes: int, stride: int, drop_rate: float = 0.0) -> None:
+        super().__init__()
+        self.layer = nn.Sequential(*(WRNBasicBlock(in_planes if i == 0 else out_planes, out_planes,
+                                                   stride if i == 0 else 1, drop_rate) for i in range(nb_layers)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+
+class WideResNetDDP(nn.Module):
+    """xternalz/WideResNet-pytorch's `WideResNet(depth, num_classes, widen_factor, dropRate)`
+    (Zagoruyko & Komodakis 2016): `conv1` 3×3 to 16 channels, `block1`–`block3` of (depth − 4) / 6
+    pre-activation blocks at 16k / 32k / 64k channels (strides 1, 2, 2), `bn1` → `relu` → average
+    pooling over the last map → `fc`. Its init: convs N(0, √(2 / (k·k·out))) (Kaiming fan-out),
+    BatchNorm 1 / 0, the `fc` bias 0 (its weight torch's default). WRN-10-2 here (one block a group,
+    k = 2), dropout 0 (the paper's CIFAR runs without it); 16×16 inputs pool their 4×4 map where
+    the repository's 32×32 CIFAR pool 8×8."""
+
+    def __init__(self, classes: int = 4, depth: int = 10, widen_factor: int = 1, drop_rate: float = 0.0,
+                 channels: int = 3, side: int = 16) -> None:
+        super().__init__()
+        widths = [16, 16 * widen_factor, 32 * widen_factor, 64 * widen_factor]
+        assert (depth - 4) % 6 == 0
+        n = (depth - 4) // 6
+        self.conv1 = nn.Conv2d(channels, widths[0], 3, stride=1, padding=1, bias=False)
+        self.block1 = WRNNetworkBlock(n, widths[0], widths[1], 1, drop_rate)
+        self.block2 = WRNNetworkBlock(n, widths[1], widths[2], 2, drop_rate)
+        self.block3 = WRNNetworkBlock(n, widths[2], widths[3], 2, drop_rate)
+        self.bn1 = nn.BatchNorm2d(widths[3])
+        self.relu = nn.ReLU(inplace=True)
+        self.fc = nn.Linear(widths[3], classes)
+        self.nChannels = widths[3]
+        self.pooled = side // 4
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                fan = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
+                m.weight.data.normal_(0, math.sqrt(2.0 / fan))
+            elif isinstance(m, nn.BatchNorm2d):
+                m.weight.data.fill_(1)
+                m.bias.data.zero_()
+            elif isinstance(m, nn.Linear):
+                m.bias.data.zero_()
+        self.units = ["conv1", "block1", "block2", "block3", "bn1", "fc"]
+        self.hidden = ["block1", "block2", "block3"]
+        # The logits; every conv meets a BatchNorm next (the blocks' conv2 the residual add, then the
+        # next pre-activation BatchNorm).
+        self.exposed = ["fc"]
+        # torchvision's train.py with `--norm-weight-decay` None: one weight decay on every parameter.
+        self.decay_everything = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.block3(self.block2(self.block1(self.conv1(x))))
+        out = self.relu(self.bn1(out))
+        out = F.avg_pool2d(out, self.pooled)
+        return self.fc(out.view(-1, self.nChannels))
+
+
+def gloo_process_group():
+    """A context: torchvision's `utils.init_distributed_mode` for one CPU process, a real
+    `torch.distributed.init_process_group("gloo", init_method="file://…", world_size=1, rank=0)`
+    whose rendezvous file sits in its own temporary directory (runs in parallel never share one),
+    `destroy_process_group()` on the way out, an error included."""
+    import contextlib
+    import tempfile
+
+    import torch.distributed as dist
+
+    @contextlib.contextmanager
+    def group():
+        with tempfile.TemporaryDirectory(prefix="ddp_wrn-") as tmp:
+            dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", world_size=1, rank=0)
+            try:
+                yield
+            finally:
+                dist.destroy_process_group()
+
+    return group()
+
+
+def ddp_wrap(model: nn.Module) -> nn.Module:
+    """train.py's `model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])`
+    on CPU (no device ids); the wrapper's parameters and modules are the model's with a `module.`
+    prefix. The zoo's bookkeeping (`units`, `hidden`, `exposed`, `decay_everything`) is copied onto
+    the wrapper with that prefix, so that faults and truths name what the recorder sees."""
+    ddp = nn.parallel.DistributedDataParallel(model)
+    for attr in ("units", "hidden", "exposed"):
+        setattr(ddp, attr, [f"module.{name}" for name in getattr(model, attr)])
+    ddp.decay_everything = getattr(model, "decay_everything", False)
+    return ddp
+
+
+class WRNEpochLoader:
+    """train.py's data path under DDP: `DistributedSampler(dataset)` (its rank and world size from
+    the process group, shuffle with `seed`), `DataLoader(dataset, batch_size, sampler=...)`
+    (drop_last False, no workers), `train_sampler.set_epoch(epoch)` at the top of each epoch.
+    Calling it gives the next batch (x, y); `epoch` is the epoch that batch belongs to."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int) -> None:
+        from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+        dataset = TensorDataset(x, y)
+        self.sampler = DistributedSampler(dataset, shuffle=True, seed=seed)
+        self.loader = DataLoader(dataset, batch_size=batch_size, sampler=self.sampler)
+        self.epoch, self._it = 0, None
+
+    def start(self, epoch: int) -> None:
+        """Begin `epoch` afresh (train.py after `--resume`: `for epoch in range(args.start_epoch, ...)`)."""
+        self.epoch, self._it = epoch, None
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._it is None:
+            self.sampler.set_epoch(self.epoch)
+            self._it = iter(self.loader)
+        try:
+            return tuple(next(self._it))
+        except StopIteration:
+            self.epoch += 1
+            self._it = None
+            return self()
+
+
+def wrn_evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """train.py's `evaluate`: eval mode, `torch.inference_mode()`, the criterion's loss
+    (cross-entropy) and top-1 (%) over the whole held-out set; the training mode restored after."""
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        logits = model(x)
+        loss = float(F.cross_entropy(logits.float(), y))
+        top1 = 100.0 * float((logits.argmax(1) == y).float().mean())
+    model.train(was_training)
+    return loss, top1
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
@@ -7085,7 +7270,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
                "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst", "timm_mixup",
-               "gradual_pruning", "qat", "albert", "deq")
+               "gradual_pruning", "qat", "albert", "deq", "ddp_wrn")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -7170,6 +7355,8 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "qat": lambda vocab: qat_prepare(QatMobileNetV2(classes=vocab)),
     "albert": lambda vocab: albert_classifier(classes=vocab),
     "deq": lambda vocab: DEQClassifier(classes=vocab),
+    # The bare Wide ResNet: `field._train` wraps it in DistributedDataParallel inside a process group.
+    "ddp_wrn": lambda vocab: WideResNetDDP(classes=vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

@@ -63,7 +63,7 @@ def test_catalogue_looks_like_the_field():
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
                                        "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst",
-                                       "timm_mixup", "gradual_pruning", "qat", "albert", "deq"}
+                                       "timm_mixup", "gradual_pruning", "qat", "albert", "deq", "ddp_wrn"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -4750,3 +4750,173 @@ def test_deq_healthy_run_learns_and_records_only_the_two_differentiable_cell_cal
     assert cell["numel"].eq(2 * 32 * 16 * 8 * 8).all() and len(cell) == 150
     assert activations[activations["name"] == "conv"]["numel"].eq(32 * 8 * 8 * 8).all()
     assert {"deq.f.conv1.weight", "deq.f.conv2.weight", "deq.f.norm3.weight", "fc.weight"} <= set(stats["name"])
+
+
+def _wrn_block_reference(block, x):
+    """A pre-activation WRN BasicBlock by hand (F.batch_norm in train mode on copies of the running
+    statistics, F.relu, F.conv2d): the shortcut is x where the shape holds, else the 1×1 conv of the
+    pre-activated x (xternalz/WideResNet-pytorch's `equalInOut` rule)."""
+    F = torch.nn.functional
+
+    def bn(m, t):
+        return F.batch_norm(t, m.running_mean.clone(), m.running_var.clone(), m.weight, m.bias, True, m.momentum, m.eps)
+
+    pre = F.relu(bn(block.bn1, x))
+    out = F.conv2d(F.relu(bn(block.bn2, F.conv2d(pre, block.conv1.weight, stride=block.conv1.stride, padding=1))),
+                   block.conv2.weight, padding=1)
+    shortcut = x if block.convShortcut is None else F.conv2d(pre, block.convShortcut.weight,
+                                                             stride=block.convShortcut.stride)
+    return shortcut + out
+
+
+def test_ddp_wrn_is_a_pre_activation_wide_resnet_with_xternalz_names_and_init():
+    from sample_runs.field_models import WideResNetDDP, WRNBasicBlock
+
+    model = build_field_model("ddp_wrn", PATTERNS.classes)
+    assert isinstance(model, WideResNetDDP) and model.units == ["conv1", "block1", "block2", "block3", "bn1", "fc"]
+    assert model.hidden == ["block1", "block2", "block3"] and model.exposed == ["fc"] and model.decay_everything
+    blocks = [m for m in model.modules() if isinstance(m, WRNBasicBlock)]
+    assert len(blocks) == 3  # WRN-10: (10 - 4) / 6 = 1 block a group
+    assert [b.conv1.out_channels for b in blocks] == [16, 32, 64] and model.fc.in_features == 64  # k = 1
+    assert [b.convShortcut is None for b in blocks] == [True, False, False]
+    assert [b.conv1.stride for b in blocks] == [(1, 1), (2, 2), (2, 2)]
+    assert all(b.droprate == 0.0 for b in blocks)
+    assert float(model.fc.bias.detach().abs().sum()) == 0 and all(float(m.weight.detach().mean()) == 1 for m in model.modules()
+                                                         if isinstance(m, torch.nn.BatchNorm2d))
+    conv = blocks[2].conv2  # N(0, sqrt(2 / (3·3·64)))
+    assert float(conv.weight.std()) == pytest.approx(math.sqrt(2 / (9 * 64)), rel=0.05)
+    torch.manual_seed(0)
+    for block, planes in zip(blocks, (16, 16, 32)):
+        x = torch.randn(8, planes, 8, 8)
+        assert torch.allclose(block(x.clone()), _wrn_block_reference(block, x), atol=1e-5)
+    assert model(torch.randn(8, 3, 16, 16)).shape == (8, PATTERNS.classes)
+
+
+def test_ddp_wrn_recipe_is_nesterov_sgd_with_decay_on_every_parameter_and_plateau_settings():
+    from sample_runs.field import DDP_WRN_PLATEAU, OPTIMIZERS
+
+    recipe = RECIPES["ddp_wrn"]
+    assert (recipe.lr, recipe.weight_decay, recipe.batch, recipe.clip, recipe.warmup) == (0.1, 5e-4, 64, None, 0)
+    assert recipe.schedule == "constant" and _schedule(recipe, 150)(149) == 1.0
+    model = build_field_model("ddp_wrn", PATTERNS.classes)
+    groups = _param_groups(model, recipe, recipe.lr)
+    assert [g["layer"] for g in groups] == model.units  # one group a unit, every parameter decayed
+    assert all(g["weight_decay"] == 5e-4 for g in groups)
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    optimizer = OPTIMIZERS[recipe.optimizer](groups, recipe.lr, recipe)
+    assert optimizer.defaults["nesterov"] and optimizer.defaults["momentum"] == 0.9
+    assert DDP_WRN_PLATEAU == {"mode": "min", "factor": 0.2, "patience": 0}
+    assert LEFT_OUT["ddp_wrn"] == ("adam_state", "detach")
+
+
+def test_ddp_wrn_leaves_detach_out_because_ddp_raises_on_parameters_without_gradient():
+    import torch.distributed as dist
+    from sample_runs.field_models import ddp_wrap, gloo_process_group
+
+    with gloo_process_group():
+        model = ddp_wrap(build_field_model("ddp_wrn", PATTERNS.classes))
+        fault = faults.DetachedLayer(t0=0, layer="module.block3")
+        fault.install(model)
+        fault.before_step(0, model, None)
+        x, y = torch.randn(4, 3, 16, 16), torch.tensor([0, 1, 2, 3])
+        torch.nn.functional.cross_entropy(model(x), y).backward()  # only bn1 and fc get gradients
+        with pytest.raises(RuntimeError, match="Expected to have finished reduction in the prior iteration"):
+            model(x)
+    assert not dist.is_initialized()
+
+
+def test_ddp_wrn_runs_in_a_real_gloo_group_that_is_destroyed_even_on_error_and_names_carry_module():
+    import torch.distributed as dist
+    from sample_runs.field_models import ddp_wrap, gloo_process_group
+
+    assert not dist.is_initialized()
+    with gloo_process_group():
+        assert dist.is_initialized() and dist.get_backend() == "gloo"
+        assert dist.get_world_size() == 1 and dist.get_rank() == 0
+        model = ddp_wrap(build_field_model("ddp_wrn", PATTERNS.classes))
+        assert isinstance(model, torch.nn.parallel.DistributedDataParallel)
+        assert all(n.startswith("module.") for n, _ in model.named_parameters())
+        assert model.units[0] == "module.conv1" and model.hidden == ["module.block1", "module.block2", "module.block3"]
+        assert model.exposed == ["module.fc"] and model.get_submodule("module.block2") is model.module.block2
+        loss = torch.nn.functional.cross_entropy(model(torch.randn(4, 3, 16, 16)), torch.tensor([0, 1, 2, 3]))
+        loss.backward()  # through DDP's reducer (an all-reduce over one rank)
+        assert all(p.grad is not None for p in model.parameters())
+    assert not dist.is_initialized()
+    with pytest.raises(RuntimeError, match="boom"):
+        with gloo_process_group():
+            raise RuntimeError("boom")
+    assert not dist.is_initialized()
+
+
+def test_ddp_wrn_loader_is_a_distributed_sampler_shard_reshuffled_by_set_epoch():
+    from sample_runs.field_models import WRNEpochLoader, gloo_process_group
+
+    x, y = torch.arange(40.0).view(40, 1), torch.arange(40)
+    with gloo_process_group():
+        loader = WRNEpochLoader(x, y, 8, seed=3)
+        epochs = [torch.cat([loader()[1] for _ in range(5)]) for _ in range(2)]
+        assert loader.epoch == 1
+        # DistributedSampler's rule, by hand: randperm under a generator seeded seed + epoch, one rank
+        for epoch, seen in enumerate(epochs):
+            assert seen.tolist() == torch.randperm(40, generator=torch.Generator().manual_seed(3 + epoch)).tolist()
+        loader.start(1)  # a resume restarts the epoch from its first batch
+        assert loader()[1].tolist() == epochs[1][:8].tolist()
+
+
+def test_ddp_wrn_checkpoint_resume_keeps_every_value_and_replaces_the_optimizer_state_tensors():
+    from sample_runs.field import DDP_WRN_RESUME_STEP, OPTIMIZERS, _ddp_wrn_epoch_hooks
+    from sample_runs.field_models import WRNEpochLoader, ddp_wrap, gloo_process_group
+
+    torch.manual_seed(0)
+    images = pattern_images()
+    with gloo_process_group():
+        model = ddp_wrap(build_field_model("ddp_wrn", PATTERNS.classes))
+        recipe = RECIPES["ddp_wrn"]
+        optimizer = OPTIMIZERS[recipe.optimizer](_param_groups(model, recipe, recipe.lr), recipe.lr, recipe)
+        loader = WRNEpochLoader(images.x[:1600], images.y[:1600], 64, seed=0)
+        before_step, eval_metrics = _ddp_wrn_epoch_hooks(model, optimizer, loader, 0)
+        for _ in range(2):
+            x, y = loader()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        metrics = eval_metrics()
+        assert set(metrics) == {"val_top1"} and all("base_lr" in g for g in optimizer.param_groups)
+        values = {k: v.clone() for k, v in model.module.state_dict().items()}
+        buffers = {p: optimizer.state[p]["momentum_buffer"] for p in model.parameters()}
+        groups = optimizer.param_groups
+        before_step(DDP_WRN_RESUME_STEP - 1)  # not the boundary: nothing happens
+        assert all(optimizer.state[p]["momentum_buffer"] is buffers[p] for p in model.parameters())
+        before_step(DDP_WRN_RESUME_STEP)
+        assert all(torch.equal(v, model.module.state_dict()[k]) for k, v in values.items())
+        for p in model.parameters():
+            now = optimizer.state[p]["momentum_buffer"]
+            assert now is not buffers[p] and torch.equal(now, buffers[p])  # the same values, new tensors
+        assert optimizer.param_groups is not groups and [g["lr"] for g in optimizer.param_groups] == \
+            [g["lr"] for g in groups] and [g["layer"] for g in optimizer.param_groups] == model.units
+        assert loader.epoch == DDP_WRN_RESUME_STEP // 25  # checkpoint["epoch"] + 1
+
+
+def test_ddp_wrn_healthy_run_learns_with_module_names_and_lr_from_a_plain_plateau_on_val_loss(tmp_path):
+    from sample_runs.field import DDP_WRN_LR
+
+    by_name = _healthy_recorded("healthy-ddp_wrn-s1", tmp_path / "run")
+    val = by_name["val_loss"]
+    assert len(val) == len(by_name["val_top1"]) == 5 and by_name["val_top1"][-1] > 90  # after epochs 1-5
+    # ReduceLROnPlateau(factor 0.2, patience 0) by hand on the recorded val_loss (steps 25, 50, ..., 125)
+    lr, best, expected = DDP_WRN_LR, math.inf, []
+    for step in range(150):
+        if step and step % 25 == 0:
+            if val[step // 25 - 1] < best * (1 - 1e-4):
+                best = val[step // 25 - 1]
+            else:
+                lr *= 0.2
+        expected.append(lr)
+    assert by_name["lr"] == pytest.approx(expected) and min(expected) < DDP_WRN_LR  # seed 1 drops once
+    stats = read_stats(tmp_path / "run")
+    names = set(stats[stats["role"] == "param"]["name"])
+    assert names and all(n.startswith("module.") for n in names) and "module.block2.layer.0.convShortcut.weight" in names
+    state = stats[(stats["role"] == "state") & (stats["name"] == "module.fc.weight")]
+    assert set(state["key"]) == {"momentum_buffer"} and len(state) == 150  # recorded across the resume at step 75
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("role")
+    assert io.loc["input", "shape"] == "64x3x16x16" and io.loc["target", "shape"] == "64"
