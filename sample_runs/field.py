@@ -1753,7 +1753,7 @@ def _moco_data(micro: int, seed: int):
     `TwoCropsTransform`), no targets; chance: ln(1 + K), the InfoNCE of logits that do not tell the
     positive key from the K queued ones."""
     train_x, _, held_x, _ = _moco_patterns()
-    return two_views_sampler(train_x, micro, seed), two_views_sampler(held_x, 128, seed + 1), 10, \
+    return two_views_sampler(train_x, micro, seed), two_views_sampler(held_x, 128, seed + 1), PATTERNS.classes, \
         math.log(1 + MOCO_K)
 
 
