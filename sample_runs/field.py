@@ -29,8 +29,8 @@ RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conf
 graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
 hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECTRA-style text
 classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST, a timm ResNet, a VGG pruned
-gradually, a quantization-aware MobileNetV2, Hugging Face's ALBERT and a Deep Equilibrium model
-(`field_models`),
+gradually, a quantization-aware MobileNetV2, Hugging Face's ALBERT, a Deep Equilibrium model and
+MoCo v2 (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -124,7 +124,13 @@ DistributedDataParallel by the plain loop with pytorch/vision's references/class
 recipe (a single-process gloo group, `module.`-prefixed parameters, a `DistributedSampler` with
 `set_epoch`, SGD with Nesterov momentum 0.9 and weight decay 5e-4 on every parameter,
 cross-entropy, `ReduceLROnPlateau` on the eval loss each epoch, a checkpoint saved and resumed by
-`load_state_dict` into the same objects at one epoch boundary) on the colour patterns. Faults
+`load_state_dict` into the same objects at one epoch boundary) on the colour patterns,
+MoCo v2 by the plain loop with
+facebookresearch/moco's main_moco.py recipe (SGD lr 0.03, momentum 0.9, weight decay 1e-4 on every
+query-encoder parameter, cosine to 0 per step, no warm-up, no clipping; the key encoder moved by the
+momentum update and the queue of keys rolled inside the model's training forward, as builder.py does,
+no optimizer touching either; the demo's kNN top-1 each eval) on two augmented views of the colour
+patterns. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -282,6 +288,9 @@ from .field_models import (
     dt_rollouts,
     patchtst_evaluate,
     timm_top1,
+    MOCO_K,
+    moco_knn_top1,
+    moco_loss,
     agp_prune,
     global_sparsity,
     QAT_BACKEND,
@@ -607,6 +616,16 @@ means): 2.120 -> 0.373, 2.229 -> 0.380, 2.161 -> 0.339; held-out top-1 88.6 / 88
 last eval (step 125); 10-12 s a run on one thread. The forward solver meets its tolerance in ~12-16
 iterations; the backward's adjoint solve never does (relative residual ~0.05 at its 23rd mixing
 step: every backward runs to `max_iter`)."""
+MOCO_LR = 0.03
+"""MoCo's SGD lr: main_moco.py's `--lr` 0.03 at batch 256 as it is, at batch `MOCO_BATCH` (the linear
+scaling rule would give 0.0075; main_moco.py's README sets 0.03 for 8 GPUs and does not rescale it, the
+demo 0.06 at 512). Measured on the healthy loop (unrecorded, seeds 0-2, first/last 10-step loss
+means): 4.317 -> 3.106, 4.274 -> 3.287, 4.226 -> 3.029 (0.72 / 0.77 / 0.72×); kNN top-1 85.2 / 81.8 /
+84.0 % at step 0 -> 93.8 / 98.8 / 92.0 % at step 125; ~9-10 s a run on one shared thread. lr 0.1 on
+seed 0 (K 128): 4.24 -> 3.15, no better; on the digits lr 0.3 and 1.0 collapsed q to one point
+(loss back to ln(1 + K), the MLP head's ReLUs dying)."""
+MOCO_BATCH = 64
+"""MoCo's batch (main_moco.py's `-b` 256, the demo's 512; 64 here, for a 2-core CPU)."""
 DEQ_BATCH = 32
 """The DEQ's batch: the tutorial's `DataLoader(..., batch_size=100)` cut to 32 for a 2-core CPU
 (each step runs up to 25 cell calls forward and 23 vector-Jacobian products backward)."""
@@ -925,6 +944,15 @@ RECIPES = {
                       optimizer="sgd", schedule="constant"),
     "deq": Recipe(lr=DEQ_LR, weight_decay=0.0, batch=DEQ_BATCH, clip=None, warmup=0,
                   optimizer="adam", schedule="annealing"),
+    # facebookresearch/moco main_moco.py (MoCo v2: --mlp --moco-t 0.2 --aug-plus --cos):
+    # `torch.optim.SGD(model.parameters(), lr, momentum=0.9, weight_decay=1e-4)` (decay on every
+    # parameter: `decay_everything`; main_moco.py's model.parameters() also holds encoder_k's, which
+    # have requires_grad False and never a gradient, so SGD skips them: here they are in no group),
+    # `adjust_learning_rate`'s cosine to 0 (per epoch there, per step here), no warm-up, no clipping,
+    # `nn.CrossEntropyLoss()` against label 0 (`moco_loss`); one group a unit (the same SGD updates)
+    # so that an lr spike can hit one block of the query encoder.
+    "moco": Recipe(lr=MOCO_LR, weight_decay=1e-4, batch=MOCO_BATCH, clip=None, warmup=0,
+                   optimizer="momentum_sgd", schedule="annealing"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -990,7 +1018,8 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "deeplab": deeplab_criterion, "decision_transformer": dt_action_loss,
           "patchtst": torch.nn.functional.mse_loss, "timm_mixup": soft_target_cross_entropy, "albert": torch.nn.functional.cross_entropy,
           "qat": torch.nn.functional.cross_entropy, "deq": torch.nn.functional.cross_entropy,
-          "ddp_wrn": torch.nn.functional.cross_entropy}
+          "ddp_wrn": torch.nn.functional.cross_entropy,
+          "moco": moco_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -1246,7 +1275,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab",
                 "decision_transformer", "patchtst", "timm_mixup", "gradual_pruning",
-                "qat", "deq", "ddp_wrn")
+                "qat", "deq", "ddp_wrn", "moco")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier and ALBERT: their dict batches are int64 `input_ids`, `attention_mask` (and ALBERT's `token_type_ids`)) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1285,17 +1314,21 @@ in: a ×1e3 batch widens the input observer's moving range while observers run, 
 the frozen range once they are disabled), the DEQ's its digits in [0, 1] (through the stem conv
 and a train-mode BatchNorm into the injection x that every one of the solver's cell calls adds), the DDP Wide
 ResNet's its standardised colour patterns (the batch its `DistributedSampler` loader gave, into
-the first conv, then the first block's pre-activation BatchNorm);
+the first conv, then the first block's pre-activation BatchNorm),
+MoCo's its two augmented views of each standardised colour pattern (the fault corrupts the
+loader's (2B, 3, 16, 16) batch: both the queries and the keys, which the key encoder embeds and the
+queue keeps for K / B = 2 steps);
 word2vec and the BiLSTM-CRF read
 word IDs."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
-              "ppo", "sac", "mae", "sae", "sngan")
+              "ppo", "sac", "mae", "sae", "sngan", "moco")
 """Architectures trained without targets (self-supervised, generative, contrastive; an agent's
 actions are its own samples; a flow's density, TransE's triples and their corruptions, word2vec's
 word pairs and their sampled negatives; the MAE's targets are its own images' masked patches,
-mae's loop drops the labels; the SAE reconstructs its own activations; the SN-GAN is unconditional):
+mae's loop drops the labels; the SAE reconstructs its own activations; the SN-GAN is unconditional;
+MoCo's labels are the positive key's index 0, the loader's own labels dropped as main_moco.py's `_`):
 no labels to corrupt."""
 
 
@@ -1376,6 +1409,8 @@ LEFT_OUT = {
     # starting a new one ... Parameter indices which did not receive grad for rank 0: 0 1 ... 20"),
     # even on one rank: a loud crash at t0 + 1, not a silent fault.
     "ddp_wrn": ("adam_state", "detach"),
+    # main_moco.py's SGD (momentum 0.9) keeps no Adam moments to corrupt.
+    "moco": ("adam_state",),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -1760,6 +1795,27 @@ def _ddp_wrn_data(micro: int, seed: int):
         math.log(PATTERNS.classes)
 
 
+def _moco_patterns() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(train x, train y, held-out x, held-out y) of MoCo's images: the standardised 16×16 colour
+    patterns (`pattern_images`, as the timm ResNet's), the first 1600 for training (the kNN monitor's
+    feature bank, unaugmented, with their labels, as the demo's `memory_loader`) and the rest held
+    out (its `test_loader`). Not the 8×8 digits SimCLR and BYOL read: on them instance
+    discrimination against a queue barely learns in 150 steps (seed 0, K 128, lr 0.03: 4.39 -> 3.98,
+    0.91×; K 512 0.96×; Adam 1e-3 1.06×), where many near-identical digits of a class sit in the queue."""
+    images = pattern_images()
+    return images.x[:1600], images.y[:1600], images.x[1600:], images.y[1600:]
+
+
+def _moco_data(micro: int, seed: int):
+    """MoCo's two augmented views of each pattern (`two_views_sampler`, SimCLR's and BYOL's
+    augmentations: a shift of up to a pixel, a brightness scale, noise; main_moco.py's
+    `TwoCropsTransform`), no targets; chance: ln(1 + K), the InfoNCE of logits that do not tell the
+    positive key from the K queued ones."""
+    train_x, _, held_x, _ = _moco_patterns()
+    return two_views_sampler(train_x, micro, seed), two_views_sampler(held_x, 128, seed + 1), PATTERNS.classes, \
+        math.log(1 + MOCO_K)
+
+
 def _poisson_data(micro: int, seed: int):
     """Collocation and boundary points of DeepXDE's Poisson problem, held-out points for its
     `val_loss`; chance: the l2 relative error of u ≡ 0, 1."""
@@ -1980,7 +2036,8 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "set_transformer": _max_set_data, "conformer": _mel_speech_data,
              "neural_process": _gp_curves_data, "timm_mixup": _pattern_data,
              "gradual_pruning": _standardised_digits_data, "qat": _pattern_data,
-             "deq": _deq_digits_data, "ddp_wrn": _ddp_wrn_data}
+             "deq": _deq_digits_data, "ddp_wrn": _ddp_wrn_data,
+             "moco": _moco_data}
 """(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
@@ -2012,6 +2069,8 @@ EVAL_METRICS = {
     "deq": lambda model: {"val_top1": timm_top1(model, *_deq_digits()[2:])},
     # train.py's evaluate() top-1 over the held-out patterns (`_train` steps the plateau on its loss).
     "ddp_wrn": lambda model: {"val_top1": wrn_evaluate(model, pattern_images().x[1600:], pattern_images().y[1600:])[1]},
+    # The MoCo CIFAR-10 demo's kNN monitor on encoder_q: the training digits the bank, the held-out ones scored.
+    "moco": lambda model: {"val_knn_top1": moco_knn_top1(model, *_moco_patterns())},
     # train_quantization.py's two evaluations each epoch: the QAT (fake-quant) model (eval mode, no
     # gradient: its observers still observe where enabled, as the reference's do), then an int8 copy.
     "qat": lambda model: {"val_top1": timm_top1(model, pattern_images().x[1600:], pattern_images().y[1600:]),

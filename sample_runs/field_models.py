@@ -394,6 +394,19 @@
   `module.…`), a `DistributedSampler` shard of the colour patterns reshuffled by `set_epoch` each
   epoch (`WRNEpochLoader`), an evaluation each epoch (`wrn_evaluate`), and a checkpoint saved and
   resumed into the same objects at one epoch boundary (`field._train`).
+- `MoCo`, `MocoResNet`, `MocoBasicBlock`, `MocoSplitBatchNorm`, `moco_loss`, `moco_knn_top1`: MoCo v2
+  (He et al. 2020, "Momentum Contrast"; Chen et al. 2020, "Improved Baselines with Momentum
+  Contrastive Learning") as facebookresearch/moco's `moco/builder.py` builds it and `main_moco.py`
+  trains it (`--mlp --moco-t 0.2 --aug-plus --cos`), on one process as the repository's CIFAR-10
+  demo notebook (colab/moco_cifar10_demo.ipynb) runs it: a query encoder (a small torchvision-style
+  ResNet, BatchNorm everywhere, MoCo v2's 2-layer MLP head as its `fc`) and a key encoder copied from
+  it at init with `requires_grad = False`, moved only by the momentum update
+  param_k ← m·param_k + (1 − m)·param_q under `no_grad` in each training forward (m 0.99, the demo's:
+  0.999 would leave a 150-step key encoder 86 % at its init); the demo's shuffle BN (`SplitBatchNorm`,
+  the keys' batch shuffled through the key encoder and unshuffled); a `queue` buffer of K normalised
+  keys and a `queue_ptr` buffer, enqueued / dequeued each forward; InfoNCE at T 0.2 as cross-entropy
+  over [q·k, q·queue] against label 0; the demo's weighted kNN monitor on `encoder_q` (`moco_knn_top1`).
+  Two augmented views of the 16×16 colour patterns (`data.pattern_images`, `data.two_views_sampler`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -412,7 +425,7 @@ the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth,
 `electra_ft` before the twenty-seventh, `muon_gpt` and `deeplab` before the twenty-eighth,
 `decision_transformer` before the twenty-ninth, `patchtst` before the thirtieth, `timm_mixup`
 before the thirty-first, `gradual_pruning` and `qat` before the thirty-second, `albert` and `deq`
-before the thirty-third, `ddp_wrn` before the thirty-fourth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+before the thirty-third, `ddp_wrn` and `moco` before the thirty-fourth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -485,6 +498,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "DEQClassifier", "DEQFixedPoint", "DEQResNetLayer", "deq_anderson",
            "WideResNetDDP", "WRNBasicBlock", "WRNNetworkBlock", "wrn_evaluate", "gloo_process_group", "ddp_wrap",
            "WRNEpochLoader",
+           "MoCo", "MocoResNet", "MocoBasicBlock", "MocoSplitBatchNorm", "moco_loss", "moco_knn_top1",
+           "MOCO_DIM", "MOCO_K", "MOCO_M", "MOCO_T", "MOCO_BN_SPLITS",
            "TimmBasicBlock", "timm_top1", "albert_classifier", "albert_collate", "albert_sampler", "ALBERT_EMBEDDING",
            "ALBERT_HIDDEN", "ALBERT_LAYERS", "AGPVGG", "agp_sparsity", "agp_prune", "prunable", "global_sparsity",
            "AGP_START", "AGP_EVERY", "AGP_EVENTS", "AGP_INITIAL_SPARSITY", "AGP_FINAL_SPARSITY", "PATCHTST_PATCH_LEN",
@@ -7262,6 +7277,201 @@ def wrn_evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[fl
     return loss, top1
 
 
+class MocoSplitBatchNorm(nn.BatchNorm2d):
+    """The MoCo CIFAR-10 demo's `SplitBatchNorm` (facebookresearch/moco, colab/moco_cifar10_demo.ipynb):
+    in train mode the batch is normalised as `num_splits` sub-batches (the input viewed as
+    (N / S, C·S, H, W): sub-batch s holds the samples s, s + S, …), each with its own statistics, as
+    S GPUs' BatchNorms would (main_moco.py's DDP with one BatchNorm a GPU); the running statistics
+    are the splits' mean. In eval mode an ordinary BatchNorm on the running statistics."""
+
+    def __init__(self, num_features: int, num_splits: int, **kwargs) -> None:
+        super().__init__(num_features, **kwargs)
+        self.num_splits = num_splits
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        n, c, h, w = input.shape
+        if self.training or not self.track_running_stats:
+            running_mean_split = self.running_mean.repeat(self.num_splits)
+            running_var_split = self.running_var.repeat(self.num_splits)
+            outcome = F.batch_norm(input.view(-1, c * self.num_splits, h, w), running_mean_split, running_var_split,
+                                   self.weight.repeat(self.num_splits), self.bias.repeat(self.num_splits),
+                                   True, self.momentum, self.eps).view(n, c, h, w)
+            self.running_mean.data.copy_(running_mean_split.view(self.num_splits, c).mean(dim=0))
+            self.running_var.data.copy_(running_var_split.view(self.num_splits, c).mean(dim=0))
+            return outcome
+        return F.batch_norm(input, self.running_mean, self.running_var, self.weight, self.bias, False,
+                            self.momentum, self.eps)
+
+
+MOCO_BN_SPLITS = 4
+"""Sub-batches of the MoCo encoders' `MocoSplitBatchNorm` (the demo's `bn_splits` 8 at batch 512; 4
+at batch 64: 16 images a split, 4 under `healthy_accum`'s quarter batches)."""
+MOCO_DIM = 32
+"""MoCo's feature dimension (main_moco.py's `--moco-dim` 128 after 2048 ResNet-50 features; 32 after 32)."""
+MOCO_K = 128
+"""MoCo's queue length (main_moco.py's `--moco-k` 65536, 256 batches of 256; the demo's 4096, 8 of 512;
+here 2 batches of `field.MOCO_BATCH`). builder.py's queue starts as random unit vectors, easy
+negatives: until real keys fill it the loss sits far below ln(1 + K) (step 0: ~0.9 at K 128, ~1.9 at K
+512), so a queue that takes 8 batches to fill puts 8 easy steps in the yardstick's first 10. Measured
+on the healthy loop (seed 0, unrecorded, first/last 10-step loss means, lr 0.03): K 512 5.09 -> 4.91
+(0.96×), K 256 4.69 -> 3.71 (0.79×), K 128 4.28 -> 3.17 (0.74×)."""
+MOCO_M = 0.99
+"""MoCo's key-encoder momentum (main_moco.py's `--moco-m` 0.999 over ~250 000 iterations; the demo's
+0.99 for its 200-epoch CIFAR-10 run; at 0.999 a 150-step run's key encoder would move only 1 − 0.999¹⁵⁰
+= 14 % of the way from its initialisation, at 0.99 78 %)."""
+MOCO_T = 0.2
+"""MoCo v2's softmax temperature (main_moco.py's `--moco-t` 0.2 with `--mlp --aug-plus --cos`)."""
+
+
+class MocoBasicBlock(nn.Module):
+    """torchvision's `BasicBlock` (conv3×3 → BN → ReLU → conv3×3 → BN, + shortcut, ReLU), its BNs
+    `MocoSplitBatchNorm`s (the demo's `norm_layer`), a 1×1 conv + BN `downsample` where the shape changes."""
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, splits: int = MOCO_BN_SPLITS) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = MocoSplitBatchNorm(planes, splits)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
+        self.bn2 = MocoSplitBatchNorm(planes, splits)
+        self.downsample = None
+        if stride != 1 or inplanes != planes:
+            self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes, 1, stride=stride, bias=False),
+                                            MocoSplitBatchNorm(planes, splits))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+        return self.relu(out + identity)
+
+
+class MocoResNet(nn.Module):
+    """MoCo's `base_encoder` (torchvision's `resnet50(num_classes=dim)`; here a small ResNet for the
+    16×16 colour patterns as the demo's CIFAR variant: a 3×3 stride-1 `conv1` with no max-pool), `conv1` → `bn1`
+    → `relu`, `layer1` (a `MocoBasicBlock` at `width`), `layer2` (one at 2 × `width`, stride 2),
+    `avgpool`, and the `fc` that builder.py's `mlp` swaps in: `Sequential(Linear(d, d), ReLU(),
+    Linear(d, dim))` (MoCo v2's MLP head). torchvision's init: convs Kaiming-normal fan-out, BN 1 and 0."""
+
+    def __init__(self, dim: int = MOCO_DIM, width: int = 16, splits: int = MOCO_BN_SPLITS, channels: int = 3) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, width, 3, padding=1, bias=False)
+        self.bn1 = MocoSplitBatchNorm(width, splits)
+        self.relu = nn.ReLU(inplace=True)
+        self.layer1 = MocoBasicBlock(width, width, splits=splits)
+        self.layer2 = MocoBasicBlock(width, 2 * width, stride=2, splits=splits)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        features = 2 * width  # builder.py: dim_mlp = self.encoder_q.fc.weight.shape[1]
+        self.fc = nn.Sequential(nn.Linear(features, features), nn.ReLU(), nn.Linear(features, dim))
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.relu(self.bn1(self.conv1(x)))
+        x = self.layer2(self.layer1(x))
+        return self.fc(self.avgpool(x).flatten(1))
+
+
+class MoCo(nn.Module):
+    """facebookresearch/moco's `moco/builder.py` `MoCo` (v2: `mlp=True`, T 0.2), one process: a query
+    encoder `encoder_q` and a key encoder `encoder_k` built alike, `encoder_k` initialised as a copy of
+    `encoder_q` with `requires_grad = False` ("not update by gradient"), a `queue` buffer (dim × K,
+    `randn` normalised along dim) and a `queue_ptr` buffer (int64). `forward(views)` takes a
+    (2B, 3, 16, 16) batch (views i and i + B are a pair, `data.two_views_sampler`): im_q the first B,
+    im_k the other B; q = normalize(encoder_q(im_q)); under `torch.no_grad()` the momentum update
+    (each key parameter ← m·key + (1 − m)·query), the keys' batch shuffled (the demo's
+    `_batch_shuffle_single_gpu`: a randperm, undone after encoder_k), k = normalize(encoder_k(im_k));
+    logits = [q·k, q·queue] / T, (B, 1 + K); then `_dequeue_and_enqueue(k)`: k written at
+    `queue_ptr`, the pointer moved by B mod K. The loss is cross-entropy against label 0 (`moco_loss`).
+    One departure: in eval mode (the loop's `val_loss` forward) neither the momentum update nor the
+    shuffle nor the enqueue runs (builder.py has no eval; the demo's monitor reads `encoder_q` alone),
+    so held-out keys never enter the queue. The shuffle's randperm comes from the model's own generator
+    (seeded from torch's at construction), so an eval never moves the training's draws."""
+
+    def __init__(self, dim: int = MOCO_DIM, K: int = MOCO_K, m: float = MOCO_M, T: float = MOCO_T,
+                 splits: int = MOCO_BN_SPLITS, channels: int = 3) -> None:
+        super().__init__()
+        self.K, self.m, self.T = K, m, T
+        self.encoder_q = MocoResNet(dim, splits=splits, channels=channels)
+        self.encoder_k = MocoResNet(dim, splits=splits, channels=channels)
+        for param_q, param_k in zip(self.encoder_q.parameters(), self.encoder_k.parameters()):
+            param_k.data.copy_(param_q.data)  # initialize
+            param_k.requires_grad = False  # not update by gradient
+        self.register_buffer("queue", F.normalize(torch.randn(dim, K), dim=0))
+        self.register_buffer("queue_ptr", torch.zeros(1, dtype=torch.long))
+        self.shuffle_generator = torch.Generator().manual_seed(int(torch.randint(2 ** 31, (1,))))
+        self.units = ["encoder_q.conv1", "encoder_q.bn1", "encoder_q.layer1", "encoder_q.layer2", "encoder_q.fc",
+                      "encoder_k"]  # encoder_k: a unit with no param group (requires_grad False, as LoRA's base)
+        self.hidden = ["encoder_q.conv1", "encoder_q.layer1", "encoder_q.layer2"]
+        # What reaches the loss without a normalisation after it: the MLP head's layers (q is
+        # L2-normalised, which a scale of the last Linear's weight alone leaves alone; its first layer
+        # goes through a ReLU into the second, whose output mixes the scaled and unscaled parts only
+        # through the bias).
+        self.exposed = ["encoder_q.fc.0", "encoder_q.fc.2"]
+        self.decay_everything = True  # main_moco.py: SGD(model.parameters(), weight_decay=1e-4)
+
+    @torch.no_grad()
+    def _momentum_update_key_encoder(self) -> None:
+        for param_q, param_k in zip(self.encoder_q.parameters(), self.encoder_k.parameters()):
+            param_k.data = param_k.data * self.m + param_q.data * (1.0 - self.m)
+
+    @torch.no_grad()
+    def _dequeue_and_enqueue(self, keys: torch.Tensor) -> None:
+        batch_size = keys.shape[0]
+        ptr = int(self.queue_ptr)
+        assert self.K % batch_size == 0  # for simplicity
+        self.queue[:, ptr:ptr + batch_size] = keys.T
+        self.queue_ptr[0] = (ptr + batch_size) % self.K
+
+    def forward(self, views: torch.Tensor) -> torch.Tensor:
+        n = len(views) // 2
+        im_q, im_k = views[:n], views[n:]
+        q = F.normalize(self.encoder_q(im_q), dim=1)
+        with torch.no_grad():
+            if self.training:
+                self._momentum_update_key_encoder()
+                idx_shuffle = torch.randperm(n, generator=self.shuffle_generator)
+                k = self.encoder_k(im_k[idx_shuffle])
+                k = F.normalize(k, dim=1)[torch.argsort(idx_shuffle)]
+            else:
+                k = F.normalize(self.encoder_k(im_k), dim=1)
+        l_pos = torch.einsum("nc,nc->n", [q, k]).unsqueeze(-1)
+        l_neg = torch.einsum("nc,ck->nk", [q, self.queue.clone().detach()])
+        logits = torch.cat([l_pos, l_neg], dim=1) / self.T
+        if self.training:
+            self._dequeue_and_enqueue(k)
+        return logits
+
+
+def moco_loss(logits: torch.Tensor, _targets=None) -> torch.Tensor:
+    """main_moco.py's `criterion(output, target)`: cross-entropy over [positive, K negatives] with the
+    positive key at index 0 (`labels = torch.zeros(N, dtype=torch.long)`)."""
+    return F.cross_entropy(logits, torch.zeros(len(logits), dtype=torch.long, device=logits.device))
+
+
+def moco_knn_top1(model: MoCo, memory: torch.Tensor, memory_labels: torch.Tensor, x: torch.Tensor,
+                  y: torch.Tensor, k: int = 20, t: float = 0.1) -> float:
+    """The demo's kNN monitor (`test` / `knn_predict`, after Wu et al. 2018), top-1 (%): `encoder_q`
+    in eval mode without gradient embeds the unaugmented training images (the feature bank) and the
+    held-out ones, L2-normalised; each held-out image's `k` most cosine-similar bank images vote for
+    their labels with weight exp(sim / t) (the demo's k 200 of 50 000, t 0.1; here k 20 of 1 600).
+    The model's mode restored after."""
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        bank = F.normalize(model.encoder_q(memory), dim=1).T
+        feature = F.normalize(model.encoder_q(x), dim=1)
+        classes = int(memory_labels.max()) + 1
+        sim_weight, sim_indices = (feature @ bank).topk(k=k, dim=-1)
+        sim_labels = torch.gather(memory_labels.expand(len(feature), -1), dim=-1, index=sim_indices)
+        sim_weight = (sim_weight / t).exp()
+        one_hot = torch.zeros(len(feature) * k, classes).scatter(-1, sim_labels.reshape(-1, 1), 1.0)
+        scores = (one_hot.view(len(feature), k, classes) * sim_weight.unsqueeze(-1)).sum(1)
+        top1 = 100.0 * float((scores.argmax(1) == y).float().mean())
+    model.train(was_training)
+    return top1
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
@@ -7270,7 +7480,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
                "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst", "timm_mixup",
-               "gradual_pruning", "qat", "albert", "deq", "ddp_wrn")
+               "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -7357,6 +7567,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "deq": lambda vocab: DEQClassifier(classes=vocab),
     # The bare Wide ResNet: `field._train` wraps it in DistributedDataParallel inside a process group.
     "ddp_wrn": lambda vocab: WideResNetDDP(classes=vocab),
+    "moco": lambda vocab: MoCo(),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

@@ -63,7 +63,7 @@ def test_catalogue_looks_like_the_field():
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
                                        "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst",
-                                       "timm_mixup", "gradual_pruning", "qat", "albert", "deq", "ddp_wrn"}
+                                       "timm_mixup", "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -4920,3 +4920,141 @@ def test_ddp_wrn_healthy_run_learns_with_module_names_and_lr_from_a_plain_platea
     assert set(state["key"]) == {"momentum_buffer"} and len(state) == 150  # recorded across the resume at step 75
     io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)].set_index("role")
     assert io.loc["input", "shape"] == "64x3x16x16" and io.loc["target", "shape"] == "64"
+
+
+def test_moco_forward_is_builder_pys_momentum_update_keys_queue_and_logits_against_a_plain_reference():
+    from sample_runs.field_models import MoCo, moco_loss
+
+    torch.manual_seed(0)
+    model = MoCo(K=16, m=0.9, splits=1)  # one split: BatchNorm over the whole batch, blind to the shuffle
+    with torch.no_grad():
+        for p in model.encoder_q.parameters():
+            p.add_(0.05 * torch.randn_like(p))  # query and key encoders apart, as after some steps
+    views = torch.randn(16, 3, 16, 16)
+    old_k = {n: p.clone() for n, p in model.encoder_k.named_parameters()}
+    q_params = dict(model.encoder_q.named_parameters())
+    old_queue, old_ptr = model.queue.clone(), int(model.queue_ptr)
+    assert all(not p.requires_grad for p in model.encoder_k.parameters())
+    logits = model(views)
+    # the momentum update: each key parameter m * key + (1 - m) * query, before the keys are computed
+    for name, p in model.encoder_k.named_parameters():
+        assert torch.allclose(p, 0.9 * old_k[name] + 0.1 * q_params[name], atol=1e-6), name
+    q = torch.nn.functional.normalize(model.encoder_q(views[:8]), dim=1)
+    with torch.no_grad():
+        k = torch.nn.functional.normalize(model.encoder_k(views[8:]), dim=1)  # unshuffled: the same keys
+    want = torch.cat([(q * k).sum(1, keepdim=True), q @ old_queue], dim=1) / 0.2
+    assert logits.shape == (8, 17) and torch.allclose(logits, want, atol=1e-4)
+    # _dequeue_and_enqueue: the keys written at the pointer, the pointer moved by B mod K
+    assert torch.allclose(model.queue[:, old_ptr:old_ptr + 8], k.T, atol=1e-5)
+    assert torch.equal(model.queue[:, 8:], old_queue[:, 8:]) and int(model.queue_ptr) == 8
+    model(views)
+    assert int(model.queue_ptr) == 0  # wrapped around
+    assert torch.allclose(model.queue.norm(dim=0), torch.ones(16), atol=1e-5)  # every column a unit key
+    assert float(moco_loss(logits.detach())) == pytest.approx(float(-torch.log_softmax(logits.detach(), 1)[:, 0].mean()),
+                                                     rel=1e-6)
+    logits.sum().backward()  # only the query encoder gets gradients
+    assert all(p.grad is None for p in model.encoder_k.parameters())
+    assert all(p.grad is not None for p in model.encoder_q.parameters())
+    model.eval()  # the loop's val_loss forward: no momentum update, no enqueue
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        model(views)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+
+
+def test_moco_split_batchnorm_is_the_demos_per_split_statistics_and_the_shuffle_moves_the_keys_split():
+    from sample_runs.field_models import MocoSplitBatchNorm
+
+    torch.manual_seed(0)
+    bn = MocoSplitBatchNorm(3, 4)
+    with torch.no_grad():
+        bn.weight.copy_(torch.tensor([1.0, 2.0, 0.5]))
+        bn.bias.copy_(torch.tensor([0.0, 1.0, -1.0]))
+    x = 3 + 2 * torch.randn(16, 3, 4, 4)
+    out = bn(x)
+    means, variances = [], []
+    for split in range(4):  # the (N / S, C·S, H, W) view: split s holds samples s, s + S, ...
+        part = x[split::4]
+        mean, var = part.mean((0, 2, 3)), part.var((0, 2, 3), unbiased=False)
+        want = (part - mean[:, None, None]) / (var[:, None, None] + bn.eps).sqrt()
+        want = want * bn.weight[:, None, None] + bn.bias[:, None, None]
+        assert torch.allclose(out[split::4], want, atol=1e-5)
+        means.append(0.1 * mean)  # running stats start at 0 / 1, momentum 0.1
+        variances.append(0.9 + 0.1 * part.var((0, 2, 3), unbiased=True))
+    assert torch.allclose(bn.running_mean, torch.stack(means).mean(0), atol=1e-5)
+    assert torch.allclose(bn.running_var, torch.stack(variances).mean(0), atol=1e-5)
+    bn.eval()  # eval: an ordinary BatchNorm on the running statistics
+    want = (x - bn.running_mean[:, None, None]) / (bn.running_var[:, None, None] + bn.eps).sqrt()
+    assert torch.allclose(bn(x), want * bn.weight[:, None, None] + bn.bias[:, None, None], atol=1e-5)
+
+
+def test_moco_knn_monitor_is_the_demos_weighted_vote_against_a_plain_loop():
+    from sample_runs.field_models import MoCo, moco_knn_top1
+
+    torch.manual_seed(0)
+    model = MoCo()
+    memory, memory_y = torch.randn(60, 3, 16, 16), torch.randint(0, 4, (60,))
+    x, y = torch.randn(12, 3, 16, 16), torch.randint(0, 4, (12,))
+    top1 = moco_knn_top1(model, memory, memory_y, x, y, k=5, t=0.1)
+    assert model.training  # the mode restored
+    model.eval()
+    with torch.no_grad():
+        bank = torch.nn.functional.normalize(model.encoder_q(memory), dim=1)
+        feats = torch.nn.functional.normalize(model.encoder_q(x), dim=1)
+    hits = 0
+    for f, label in zip(feats, y):
+        sims = bank @ f
+        votes = torch.zeros(4)
+        for i in sims.argsort(descending=True)[:5]:
+            votes[memory_y[i]] += math.exp(float(sims[i]) / 0.1)
+        hits += int(votes.argmax() == label)
+    assert top1 == pytest.approx(100.0 * hits / 12)
+
+
+def test_moco_recipe_is_main_moco_pys_sgd_on_the_query_encoder_only_with_cosine_and_the_queue_fills_in_two_steps():
+    from sample_runs.field import MOCO_BATCH, MOCO_LR, OPTIMIZERS, _data
+    from sample_runs.field_models import MOCO_K, MOCO_M, MOCO_T
+
+    model = build_field_model("moco", 4)
+    recipe = RECIPES["moco"]
+    groups = _param_groups(model, recipe, MOCO_LR)
+    in_groups = {id(p) for g in groups for p in g["params"]}
+    assert in_groups == {id(p) for p in model.encoder_q.parameters()}  # not one key-encoder parameter
+    assert all(g["weight_decay"] == 1e-4 for g in groups)  # main_moco.py decays every parameter
+    assert {g["layer"] for g in groups} == set(model.units) - {"encoder_k"}
+    optimizer = OPTIMIZERS[recipe.optimizer](groups, MOCO_LR, recipe)
+    assert isinstance(optimizer, torch.optim.SGD) and optimizer.defaults["momentum"] == 0.9
+    assert not optimizer.defaults["nesterov"] and recipe.clip is None and recipe.warmup == 0
+    factor = _schedule(recipe, 150)  # adjust_learning_rate's cosine, per step here
+    assert factor(0) == 1.0 and factor(75) == pytest.approx(0.5) and factor(150) == pytest.approx(0.0, abs=1e-12)
+    assert (MOCO_LR, MOCO_M, MOCO_T, MOCO_K % MOCO_BATCH, MOCO_K // MOCO_BATCH) == (0.03, 0.99, 0.2, 0, 2)
+    assert model.hidden == ["encoder_q.conv1", "encoder_q.layer1", "encoder_q.layer2"]
+    assert model.exposed == ["encoder_q.fc.0", "encoder_q.fc.2"]
+    assert LEFT_OUT["moco"] == ("adam_state",)
+    draw, eval_draw, classes, chance = _data("moco", recipe, 0, 1)
+    views, targets = draw()
+    assert views.shape == (2 * MOCO_BATCH, 3, 16, 16) and targets is None and classes == 4
+    assert chance == pytest.approx(math.log(1 + MOCO_K))
+    quarter, _ = _data("moco", recipe, 0, 4)[0]()  # healthy_accum's micro-batch still divides K
+    assert len(quarter) == 2 * MOCO_BATCH // 4 and MOCO_K % (MOCO_BATCH // 4) == 0
+
+
+def test_moco_healthy_run_learns_and_records_the_key_encoder_moving_outside_the_optimizer(tmp_path):
+    from sample_runs.field import MOCO_LR
+
+    by_name = _healthy_recorded("healthy-moco-s0", tmp_path / "run")
+    knn = by_name["val_knn_top1"]
+    assert len(knn) == len(by_name["val_loss"]) == 6 and knn[-1] > 85 and knn[-1] > knn[0]
+    assert by_name["val_loss"][0] < 1.5 < by_name["val_loss"][1]  # the random queue at step 0, real keys after
+    assert by_name["lr"] == pytest.approx([MOCO_LR * _schedule(RECIPES["moco"], 150)(s) for s in range(150)])
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)]
+    assert list(io["role"]) == ["input"] and io["shape"].iloc[0] == "128x3x16x16"  # no targets
+    key = stats[stats["name"] == "encoder_k.fc.2.weight"]
+    assert set(key["role"]) == {"param", "grad", "update"}  # recorded, though in no param group
+    assert key[key["role"] == "grad"]["grad_none"].all()
+    moved = key[(key["role"] == "update") & (key["step"] > 0)]["ratio"]
+    assert len(moved) == 149 and (moved > 0).all()  # the momentum update, outside any optimizer step
+    assert not stats["name"].str.contains("queue").any()  # the queue buffers are not recorded
+    activations = stats[stats["role"] == "activation"]
+    assert not activations["name"].str.startswith("encoder_k").any()  # the key encoder runs under no_grad
