@@ -253,10 +253,14 @@ def weights_changed_outside_optimizer(window: OnsetWindow, th: RootCauseThreshol
     # The optimizer moved them, from a state something else had reset: an EMA of squares
     # falls ×β2 a step at most, so one that fell ÷1.5 was reset too, if refilled past ÷10.
     explained |= {c[1] for c in state_changes(window, replace(th, state_jump_factor=th.state_reset_explains))}
+    # A tensor no optimizer holds is moved by the loop itself, every step, by design: an EMA copy
+    # (round 34's MoCo key encoder, m·k + (1 − m)·q under no_grad), a target network. Only where
+    # the manifest lists the optimizers' parameters can that be told.
+    held = {p for params in window.groups.values() for p in params}
     hits = []
     for name, param in window.params.items():
         update, grad = window.updates.get(name), window.grads.get(name)
-        if name in explained or update is None:
+        if name in explained or update is None or (held and name not in held):
             continue
         for i in range(1, len(param.steps)):
             step = int(param.steps[i])

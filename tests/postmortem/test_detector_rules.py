@@ -706,6 +706,11 @@ def test_weights_changed_outside_the_optimizer():
     # Its group's lr raised at that step explains the update: that is hyperparameter_changed's.
     lr = _window(onset=62, hyperparameters={"hp.opt.0.lr": _lr_series(60, factor=1e4)}, **_param_case(60))
     assert weights_changed_outside_optimizer(lr, TH.root_causes) == []
+    # A tensor no optimizer holds is the loop's to move (an EMA copy, MoCo's key encoder)...
+    ema = _window(onset=62, groups={"opt.0": ["fc2.weight"]}, **_param_case(60))
+    assert weights_changed_outside_optimizer(ema, TH.root_causes) == []
+    # ...which only a manifest that lists the optimizers' parameters can say.
+    assert weights_changed_outside_optimizer(_window(onset=62, groups={}, **_param_case(60)), TH.root_causes)[0].step == 60
 
 
 def test_sgds_momentum_buffer_explains_an_update_that_outlived_its_gradients_jump():
