@@ -14,7 +14,8 @@ from .detectors import CAUSE_LABELS, NOTE, REGISTRY, Evidence, Thresholds, diagn
 from .detectors import onsets
 from .detectors import verdict as diagnoses_verdict
 from .detectors.base import judging_curve, loss_curve, main_loss, metric_curves
-from .detectors.outcome import recovered_spike
+from .detectors.divergence import weight_update_ratios
+from .detectors.outcome import objective_settled, recovered_spike
 from .detectors.root_causes import CAUSES
 from .detectors.thresholds import GradientThresholds
 from .findings import Finding, FirstNonfinite, Onset, RankedTensor
@@ -115,6 +116,10 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     tie_order = manifest_order(run.manifest)
     scaled = bool((scalars["name"] == "grad_scale").any())
     first = first_nonfinite(table, scalars, tie_order, ignore_grads=scaled)
+    recorded = (table, scalars)
+    settled = _settled(table, scalars, run.manifest, first, thresholds)
+    if settled is not None:
+        table, scalars = table.since(settled.step), scalars[scalars["step"] >= settled.step]
     advance(f"fitting {len(table.keys):,} series")
     breaks = fit_breaks(table, scalars, first.step if first else None, thresholds.breaks)
     nonfinite = nonfinite_beyond_inputs(table, scalars, ignore_grads=scaled)
@@ -157,7 +162,32 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
         summary=summarize(table, before=_healthy_until(table, onset, thresholds) if diverged else None))
     findings = diagnose(evidence, thresholds, precomputed)
     advance("ranking and writing the story")
-    return _concluded(run, evidence, findings, involved, onset, thresholds.root_causes.batch_range_factor)
+    return _concluded(run, evidence, findings, involved, onset, thresholds.root_causes.batch_range_factor,
+                      recorded, [settled.warning] if settled is not None else [])
+
+
+@dataclass(frozen=True)
+class _Settled:
+    step: int  # the analysis reads the run from here on
+    warning: str
+
+
+def _settled(table: SeriesTable, scalars: pd.DataFrame, manifest: dict, first: FirstNonfinite | None,
+             thresholds: Thresholds) -> _Settled | None:
+    """Where the objective the run trains on settled (`outcome.objective_settled`), when that is
+    after its first step and before anything went non-finite: every detector reads the run from
+    there, as if it had started there."""
+    steps, loss = loss_curve(scalars)
+    if not len(steps) or (len(table.step) and steps[0] != int(table.step.min())):
+        return None
+    index = objective_settled(loss, weight_update_ratios(table, manifest), thresholds.outcome)
+    if index is None or (first is not None and first.step <= int(steps[index])):
+        return None
+    step = int(steps[index])
+    return _Settled(step, f"the analysis starts at step {step}: the loss went from {loss[0]:.3g} to "
+                          f"{loss[index]:.3g} by then and never came back, while the weights had barely "
+                          f"moved, so its first values measured another objective (a queue or memory bank "
+                          f"still filling); steps before {step} are shown, not analysed")
 
 
 def _spike_causes(ev: Evidence, thresholds: Thresholds) -> dict[str, list[Finding]]:
@@ -215,12 +245,15 @@ def _accumulated(onset: Onset | None, diverged: bool, nonfinite: bool, stale: li
     return onset, diverged
 
 def _concluded(run: Run, ev: Evidence, findings: list[Finding], involved: list[TensorBreak], onset: Onset | None,
-               batch_range_factor: float) -> Analysis:
-    """The verdict `findings` give; for a divergence, what amplified first and the story of it."""
+               batch_range_factor: float, recorded: tuple[SeriesTable, pd.DataFrame],
+               analysis_warnings: list[str]) -> Analysis:
+    """The verdict `findings` give; for a divergence, what amplified first and the story of it.
+    The report shows the run as `recorded` (every step, also those the analysis did not read)."""
     verdict = diagnoses_verdict(findings)
     failed = verdict == "diverged"
-    first, table, scalars = ev.first_nonfinite, ev.table, ev.scalars
-    ranking = _cause_first(rank(involved, first, table, onset, batch_range_factor, manifest_order(run.manifest)), findings) if failed else []
+    first, (table, scalars) = ev.first_nonfinite, recorded
+    ranking = _cause_first(rank(involved, first, ev.table, onset, batch_range_factor, manifest_order(run.manifest)),
+                           findings) if failed else []
     chain = chain_sentences(ev, ranking, batch_range_factor) if failed else []
     onset = onset if failed else None
     data = report_data(run, onset=onset, first_nonfinite=first, ranking=ranking, findings=findings,
@@ -228,7 +261,7 @@ def _concluded(run: Run, ev: Evidence, findings: list[Finding], involved: list[T
     warnings = [*run.warnings,
                 *missing_step_warnings("tensor statistics", table.recorded_steps(), run.manifest),
                 *missing_step_warnings("scalars", scalars["step"].to_numpy(np.int64), run.manifest),
-                *unmeasured_warnings(run.manifest)]
+                *unmeasured_warnings(run.manifest), *analysis_warnings]
     return Analysis(run=run, verdict=verdict, onset=onset, first_nonfinite=first, ranking=ranking,
                     chain=chain, findings=findings, warnings=warnings, data=data)
 

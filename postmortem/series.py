@@ -116,6 +116,20 @@ class SeriesTable:
     def indices(self, role: str | None = None) -> list[int]:
         return [i for i, k in enumerate(self.keys) if role is None or k.role == role]
 
+    def since(self, step: int) -> SeriesTable:
+        """The rows from `step` on; a series with none left is dropped."""
+        keep = self.step >= step
+        counts = np.bincount(np.repeat(np.arange(len(self.keys)), np.diff(self.offsets))[keep],
+                             minlength=len(self.keys))
+        live = np.flatnonzero(counts > 0)
+        hashes, rows = self.input_hashes, self.input_rows
+        return SeriesTable(
+            [self.keys[i] for i in live], np.concatenate([[0], np.cumsum(counts[live])]), self.step[keep],
+            self.magnitude[keep], self.nonfinite[keep], self.aux[:, keep], self.numel[live],
+            hashes[hashes["step"] >= step] if len(hashes) else hashes, self.input_kinds,
+            None if self.thinned_steps is None else self.thinned_steps[self.thinned_steps >= step],
+            None if rows is None else rows[rows["step"] >= step])
+
 
 def read_series(run: Run, progress: Callable[[str], None] | None = None) -> SeriesTable:
     """Stream the stats segments once (twice for a long run, see above) and group them by series.

@@ -30,6 +30,7 @@ __all__ = [
     "lr_at",
     "lr_too_high",
     "recovered_incident",
+    "weight_update_ratios",
 ]
 
 
@@ -109,7 +110,7 @@ class Incident:
 _EARLY_READ = 64  # recorded updates read per weight for the first steps (≥ any sane erases_init_within)
 
 
-def _weight_update_ratios(table: SeriesTable, manifest: dict) -> tuple[np.ndarray, ...]:
+def weight_update_ratios(table: SeriesTable, manifest: dict) -> tuple[np.ndarray, ...]:
     """The finite update/param ratios of each weight (`is_weight`), its first ones.
     Lookup tables (`tables`) are left out: their rows start at whatever scale the model picks
     (word2vec's ±0.5/dim and zeros, whose first updates are 0.9× the rows at a healthy lr; round
@@ -130,7 +131,7 @@ def _incident(ev: Evidence) -> Incident:
     onset_step = ev.onset.step if ev.onset is not None else None
     steps, norms = grad_norm_series(ev.table, ev.scalars)
     healthy = np.isfinite(norms) & ((steps < onset_step) if onset_step is not None else True)
-    weights = _weight_update_ratios(ev.table, ev.manifest)
+    weights = weight_update_ratios(ev.table, ev.manifest)
     start = int(ev.table.step.min()) if len(ev.table.step) else None
     first = ev.first_nonfinite
     amplified = sorted((b for b in ev.breaks if b.fit.amplified and b.role != "scalar"),

@@ -12,7 +12,7 @@ from ..scalars import raised
 from .base import WARNING, Evidence, Outcome, finding, loss_curve, measure_outcome, median_difference_sigma, register
 from .thresholds import OutcomeThresholds
 
-__all__ = ["LossOutcome", "knocked_back", "learning_stopped", "loss_came_back", "loss_plateau", "loss_rose_back",
+__all__ = ["LossOutcome", "knocked_back", "objective_settled", "learning_stopped", "loss_came_back", "loss_plateau", "loss_rose_back",
            "loss_spikes", "metric_came_back", "recovered_spike", "rose_back"]
 
 
@@ -109,6 +109,31 @@ def knocked_back(loss: np.ndarray, th: OutcomeThresholds) -> tuple[int, float, f
     if not measure_outcome(np.arange(i), loss[:i], {}, th).learns:
         return None
     return i, float(level[i]), float(np.median(loss[-max(1, len(loss) // 4):]))
+
+
+def objective_settled(loss: np.ndarray, weight_update_ratios: tuple[np.ndarray, ...],
+                      th: OutcomeThresholds) -> int | None:
+    """Index of the loss (finite, step order, from the run's first step) at which the objective the
+    run trains on settled, or None: the loss rose ≥ ×1.5 (`settling_rise`) above its first value
+    within `settling_steps` and never came back within 10 % of it (`recovered_factor`) (the index
+    where it stopped rising by more than 10 % a step, within those steps), while no
+    weight had moved more than a healthy step (`settling_update_ratio`: the median over weights of
+    each one's largest update/param ratio before the rise). The model barely changed, so the loss
+    before that step measured another objective: MoCo's first keys scored against a random queue
+    (0.9, then 4.8 once the queue holds real keys, then falling as the run learns; round 34)."""
+    if not len(loss) or loss[0] <= 0 or not weight_update_ratios:
+        return None
+    for index in range(1, min(th.settling_steps, len(loss) - 1) + 1):
+        if loss[index] < th.settling_rise * loss[0]:
+            continue
+        if np.any(loss[index:] <= raised(float(loss[0]), th.recovered_factor)):
+            return None
+        while index < min(th.settling_steps, len(loss) - 1) and \
+                loss[index + 1] > raised(float(loss[index]), th.recovered_factor):
+            index += 1  # still settling (beyond 10 % a step): the queue's second half of real keys
+        moved = [float(np.max(r[:index])) for r in weight_update_ratios if len(r) >= index]
+        return index if moved and float(np.median(moved)) <= th.settling_update_ratio else None
+    return None
 
 
 def rose_back(loss: np.ndarray, th: OutcomeThresholds) -> tuple[float, float, float] | None:

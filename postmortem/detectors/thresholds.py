@@ -42,6 +42,9 @@ class OutcomeThresholds:
     recovered_within: float = 0.5  # ...within the first half of the steps after the onset (our choice, docs/diagnoses.md)
     ran_away_factor: float = 2.0  # a finite loss that ends ≥ 2× where it began ran away (Megatron-LM's "back below 2×", as spike_recovered; session 14 on round 14's word2vec at lr ×100, 4.16 → 12)
     recovered_mean_factor: float = 2.0  # ...and the mean of its last losses is back below 2× that level (Megatron-LM's "back below 2×", as spike_recovered; session 8, helper 12m, on weight_scale-mixer-s1: median 0, mean 3.4×)
+    settling_steps: int = 3  # the objective may settle over the run's first 3 steps (a queue of K = 2B keys fills in 2: MoCo, round 34)
+    settling_rise: float = 1.5  # ...if the loss rose ≥ ×1.5 above its first value by then (our choice: under accumulation MoCo's first loss pools micro-batches of a filling queue, 2.8 then 4.8, ×1.7; round 34)...
+    settling_update_ratio: float = 1e-2  # ...while the weights had moved at most 1e-2 of their norm a step (median over weights): ×10 CS231n's healthy 1e-3, ÷10 update_ratio_high's far too big; no step that small doubles a loss (round 34's MoCo 1e-4; the lr_too_high runs whose loss rose as early, 1.1-12; session 31)
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from postmortem.detectors.outcome import (
     knocked_back,
     loss_spikes,
     metric_came_back,
+    objective_settled,
 )
 from postmortem.detectors.root_causes import (
     OnsetWindow,
@@ -159,6 +160,31 @@ def test_a_spike_never_come_back_from_after_learning_is_no_plateau():
     assert knocked_back(_knocked_back(70, 0.06), TH.outcome) is None  # back below ×2 of its level: recovered
     never_learned = np.concatenate([np.full(70, 0.05), knocked[70:]])  # the spike in a run flat until then
     assert knocked_back(never_learned, TH.outcome) is None
+
+
+def _queue_filling(first: float, rise_at: int = 1) -> np.ndarray:
+    """MoCo's shape: a first loss against a random queue, 4.8 once it holds real keys (by
+    `rise_at`, 4.1 a step before), then learning down to 3.2."""
+    loss = np.concatenate([np.full(rise_at, first), [4.1, 4.8], np.geomspace(4.8, 3.2, N - rise_at - 2)])
+    return loss * np.exp(np.random.default_rng(5).normal(0, 0.01, N))
+
+
+def test_a_loss_that_rose_while_the_weights_stood_still_settles_where_it_stopped_rising():
+    still = tuple(np.full(64, 1e-4) for _ in range(6))  # every weight moved 1e-4 of its norm a step
+    assert objective_settled(_queue_filling(0.9), still, TH.outcome) == 2
+    assert objective_settled(_queue_filling(0.9, rise_at=2), still, TH.outcome) == 3
+    # The same rise after steps that moved the weights ×1 of their norm is the step size's doing.
+    moved = tuple(np.full(64, 1.0) for _ in range(6))
+    assert objective_settled(_queue_filling(0.9), moved, TH.outcome) is None
+    # A rise that came back to the first loss, one too small, one too late, one from a first loss
+    # at or below 0 (a log-likelihood), none without update ratios: no settling.
+    back = _queue_filling(0.9)
+    back[60:] = 0.95
+    assert objective_settled(back, still, TH.outcome) is None
+    assert objective_settled(_queue_filling(3.5), still, TH.outcome) is None  # 4.1 is ×1.17
+    assert objective_settled(_queue_filling(0.9, rise_at=4), still, TH.outcome) is None
+    assert objective_settled(_queue_filling(0.9) - 5.0, still, TH.outcome) is None
+    assert objective_settled(_queue_filling(0.9), (), TH.outcome) is None
 
 
 def _spiked_loss(back_after: int | None, end: float = 0.8) -> tuple[np.ndarray, np.ndarray]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -211,3 +212,49 @@ def test_gradients_carried_past_an_optimizer_step_are_stale_gradients(tmp_path):
     analysis = analyze(_per_micro_batch(tmp_path / "run", forget_zero_grad_from=60))
     stale = [f for f in analysis.findings if f.label == "stale_gradients"]
     assert len(stale) == 1 and abs(stale[0].step - 64) <= 1
+
+
+def _queue_run(path, *, prefilled: bool):
+    """MoCo's loop in miniature: queries against the momentum encoder's key of the same sample and
+    a queue of 64 negative keys, random at first (`prefilled`: the first batch's keys)."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    encoder = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+    key_encoder = copy.deepcopy(encoder).requires_grad_(False)
+    optimizer = torch.optim.SGD(encoder.parameters(), lr=0.02, momentum=0.9)
+    prototypes = torch.randn(10, 16) * 2
+
+    def views():
+        base = prototypes[torch.randint(0, 10, (32,))] + 0.5 * torch.randn(32, 16)
+        return base + 0.3 * torch.randn(32, 16), base + 0.3 * torch.randn(32, 16)
+
+    unit = torch.nn.functional.normalize
+    with torch.no_grad():
+        queue = unit(key_encoder(torch.cat([views()[1], views()[1]])), dim=1) if prefilled else \
+            unit(torch.randn(64, 16), dim=1)
+    with Recorder(path, encoder, optimizer, flush_every=25) as rec:
+        for _ in range(STEPS):
+            x_query, x_key = views()
+            query = unit(encoder(x_query), dim=1)
+            with torch.no_grad():
+                for k, q in zip(key_encoder.parameters(), encoder.parameters()):
+                    k.mul_(0.99).add_(q, alpha=0.01)
+                key = unit(key_encoder(x_key), dim=1)
+            logits = torch.cat([(query * key).sum(1, keepdim=True), query @ queue.T], 1) / 0.2
+            loss = nn.functional.cross_entropy(logits, torch.zeros(32, dtype=torch.long))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            queue = torch.cat([key, queue])[:64]
+            rec.step(loss=loss, inputs=x_query)
+
+
+def test_a_loss_that_rose_while_a_queue_filled_is_read_from_where_it_settled(tmp_path):
+    _queue_run(tmp_path / "random_queue", prefilled=False)
+    analysis = analyze(tmp_path / "random_queue")
+    assert analysis.verdict == "healthy"
+    settled = [w for w in analysis.warnings if w.startswith("the analysis starts at step 2:")]
+    assert len(settled) == 1 and settled[0] in analysis.to_json()["warnings"]
+    assert analysis.data.losses[0].steps[0] == 0  # the report still shows every step
+    _queue_run(tmp_path / "filled_queue", prefilled=True)
+    assert not any("the analysis starts" in w for w in analyze(tmp_path / "filled_queue").warnings)
