@@ -185,7 +185,7 @@ def _settled(table: SeriesTable, scalars: pd.DataFrame, manifest: dict, first: F
         return None
     step = int(steps[index])
     return _Settled(step, f"the analysis starts at step {step}: the loss went from {loss[0]:.3g} to "
-                          f"{loss[index]:.3g} by then and never came back, while the weights had barely "
+                          f"{loss[index]:.3g} by then and stayed up, while the weights had barely "
                           f"moved, so its first values measured another objective (a queue or memory bank "
                           f"still filling); steps before {step} are shown, not analysed")
 

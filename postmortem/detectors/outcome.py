@@ -115,18 +115,21 @@ def objective_settled(loss: np.ndarray, weight_update_ratios: tuple[np.ndarray, 
                       th: OutcomeThresholds) -> int | None:
     """Index of the loss (finite, step order, from the run's first step) at which the objective the
     run trains on settled, or None: the loss rose ≥ ×1.5 (`settling_rise`) above its first value
-    within `settling_steps` and never came back within 10 % of it (`recovered_factor`) (the index
-    where it stopped rising by more than 10 % a step, within those steps), while no
+    within `settling_steps` and did not come back within 10 % of it (`recovered_factor`) over the
+    `min_steps` losses that follow (the index: where it stopped rising by more than 10 % a step,
+    within those steps), while no
     weight had moved more than a healthy step (`settling_update_ratio`: the median over weights of
     each one's largest update/param ratio before the rise). The model barely changed, so the loss
     before that step measured another objective: MoCo's first keys scored against a random queue
-    (0.9, then 4.8 once the queue holds real keys, then falling as the run learns; round 34)."""
+    (0.9, then 4.8 once the queue holds real keys, then falling as the run learns, under
+    accumulation back to where its first loss, of a half-filled queue, began; round 34)."""
     if not len(loss) or loss[0] <= 0 or not weight_update_ratios:
         return None
     for index in range(1, min(th.settling_steps, len(loss) - 1) + 1):
         if loss[index] < th.settling_rise * loss[0]:
             continue
-        if np.any(loss[index:] <= raised(float(loss[0]), th.recovered_factor)):
+        if len(loss) < index + th.min_steps or \
+                np.any(loss[index:index + th.min_steps] <= raised(float(loss[0]), th.recovered_factor)):
             return None
         while index < min(th.settling_steps, len(loss) - 1) and \
                 loss[index + 1] > raised(float(loss[index]), th.recovered_factor):

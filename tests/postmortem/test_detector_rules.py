@@ -176,10 +176,12 @@ def test_a_loss_that_rose_while_the_weights_stood_still_settles_where_it_stopped
     # The same rise after steps that moved the weights ×1 of their norm is the step size's doing.
     moved = tuple(np.full(64, 1.0) for _ in range(6))
     assert objective_settled(_queue_filling(0.9), moved, TH.outcome) is None
-    # A rise that came back to the first loss, one too small, one too late, one from a first loss
+    # A rise that came back soon to the first loss, one too small, one too late, one from a first loss
     # at or below 0 (a log-likelihood), none without update ratios: no settling.
     back = _queue_filling(0.9)
-    back[60:] = 0.95
+    back[60:] = 0.95  # learned back to the first loss: the rise was still no spike
+    assert objective_settled(back, still, TH.outcome) == 2
+    back[8:] = 0.95  # back within 10 losses: a spike, not a new objective
     assert objective_settled(back, still, TH.outcome) is None
     assert objective_settled(_queue_filling(3.5), still, TH.outcome) is None  # 4.1 is ×1.17
     assert objective_settled(_queue_filling(0.9, rise_at=4), still, TH.outcome) is None
