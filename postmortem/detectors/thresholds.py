@@ -44,7 +44,7 @@ class OutcomeThresholds:
     recovered_mean_factor: float = 2.0  # ...and the mean of its last losses is back below 2× that level (Megatron-LM's "back below 2×", as spike_recovered; session 8, helper 12m, on weight_scale-mixer-s1: median 0, mean 3.4×)
     settling_steps: int = 3  # the objective may settle over the run's first 3 steps (a queue of K = 2B keys fills in 2: MoCo, round 34)
     settling_rise: float = 1.5  # ...if the loss rose ≥ ×1.5 above its first value by then (our choice: under accumulation MoCo's first loss pools micro-batches of a filling queue, 2.8 then 4.8, ×1.7; round 34)...
-    settling_update_ratio: float = 1e-2  # ...while the weights had moved at most 1e-2 of their norm a step (median over weights): ×10 CS231n's healthy 1e-3, ÷10 update_ratio_high's far too big; no step that small doubles a loss (round 34's MoCo 1e-4; the lr_too_high runs whose loss rose as early, 1.1-12; session 31)
+    settling_update_ratio: float = 1e-3  # ...while the weights had moved at most CS231n's healthy 1e-3 of their norm a step (median over weights): no step that small makes a loss ×1.5 (session 31, benchmarks/settling.py: round 34's MoCo 6.6e-5 to 1.7e-4; the lr_too_high runs whose loss rose as early 1.1e-2 to 12, MoCo's at ×100 its lr the lowest)
 
 
 @dataclass(frozen=True)

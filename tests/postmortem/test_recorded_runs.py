@@ -221,7 +221,7 @@ def _queue_run(path, *, prefilled: bool):
     torch.set_num_threads(1)
     encoder = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
     key_encoder = copy.deepcopy(encoder).requires_grad_(False)
-    optimizer = torch.optim.SGD(encoder.parameters(), lr=0.02, momentum=0.9)
+    optimizer = torch.optim.SGD(encoder.parameters(), lr=0.002, momentum=0.9)
     prototypes = torch.randn(10, 16) * 2
 
     def views():
