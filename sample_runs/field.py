@@ -29,8 +29,8 @@ RWKV language model, a TabNet, a Perceiver, a WaveNet, a Set Transformer, a Conf
 graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Network, a static
 hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECTRA-style text
 classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST, a timm ResNet, a VGG pruned
-gradually, a quantization-aware MobileNetV2, Hugging Face's ALBERT, a Deep Equilibrium model and
-MoCo v2 (`field_models`),
+gradually, a quantization-aware MobileNetV2, Hugging Face's ALBERT, a Deep Equilibrium model,
+MoCo v2 and a timm ResNet under activation checkpointing with Stochastic Weight Averaging (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -130,7 +130,11 @@ facebookresearch/moco's main_moco.py recipe (SGD lr 0.03, momentum 0.9, weight d
 query-encoder parameter, cosine to 0 per step, no warm-up, no clipping; the key encoder moved by the
 momentum update and the queue of keys rolled inside the model's training forward, as builder.py does,
 no optimizer touching either; the demo's kNN top-1 each eval) on two augmented views of the colour
-patterns. Faults
+patterns, the checkpointed ResNet with SWA by the plain loop with the `torch.optim.swa_utils`
+docstring's recipe (SGD momentum 0.9, weight decay 5e-4 on every parameter, `CosineAnnealingLR`
+stepped once an epoch until `swa_start`, then `swa_model.update_parameters(model)` and
+`SWALR(anneal_strategy="cos")` once an epoch; `update_bn` over the training loader before each
+evaluation of the averaged model; cross-entropy) on the colour patterns. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -291,6 +295,7 @@ from .field_models import (
     MOCO_K,
     moco_knn_top1,
     moco_loss,
+    swa_gc_top1,
     agp_prune,
     global_sparsity,
     QAT_BACKEND,
@@ -626,6 +631,28 @@ seed 0 (K 128): 4.24 -> 3.15, no better; on the digits lr 0.3 and 1.0 collapsed 
 (loss back to ln(1 + K), the MLP head's ReLUs dying)."""
 MOCO_BATCH = 64
 """MoCo's batch (main_moco.py's `-b` 256, the demo's 512; 64 here, for a 2-core CPU)."""
+SWA_GC_LR = 0.1
+"""The checkpointed ResNet's SGD lr (the SWA blog's CIFAR ResNets' 0.1; the `swa_utils` docstring's
+`CosineAnnealingLR` from it). Measured on the healthy loop (unrecorded, seeds 0-2, first/last 10-step
+loss means): 1.166 -> 0.028, 1.195 -> 0.026, 1.277 -> 0.035; held-out `val_top1` 23.3 / 32.7 / 24.8 % at
+step 0 -> 100 % at step 145 (the SWA model's, 7 models averaged); ~10-11 s a run unrecorded on one
+shared thread, 22 s recorded."""
+SWA_GC_BATCH = 64
+"""Its batch (the SWA paper's CIFAR runs' 128, half here for a 2-core CPU)."""
+SWA_GC_EPOCH_STEPS = 5
+"""Steps of one "epoch" of the SWA recipe (where its schedulers step and `update_parameters` runs):
+5 batches of 64 of the 1600 training patterns, not a pass over them (as QAT's epoch), 30 a run."""
+SWA_GC_EPOCHS = STEPS // SWA_GC_EPOCH_STEPS
+"""Epochs a run (30): `CosineAnnealingLR(optimizer, T_max=SWA_GC_EPOCHS)`, the docstring's T_max the run's epochs."""
+SWA_GC_START = 21
+"""`swa_start`, an epoch index: after each epoch i > 21 (75 % of 30 is 22.5), i.e. at the top of steps
+115, 120, ..., 145, `swa_model.update_parameters(model)` and `swa_scheduler.step()` (the docstring's
+`if i > swa_start`); `scheduler.step()` after epochs 0-21 (steps 5-110). 7 models averaged by step 145."""
+SWA_GC_SWA_LR = 0.05
+"""`SWALR`'s `swa_lr` at lr `SWA_GC_LR` (the docstring's and the SWA blog's 0.05); a scenario's lr
+factor (lr_too_high, lr_too_low) scales it with the lr, the one lr setting a user got wrong."""
+SWA_GC_ANNEAL_EPOCHS = 3
+"""`SWALR`'s `anneal_epochs` (cos strategy): from the cosine's lr at swa_start to `swa_lr` over 3 epochs."""
 DEQ_BATCH = 32
 """The DEQ's batch: the tutorial's `DataLoader(..., batch_size=100)` cut to 32 for a 2-core CPU
 (each step runs up to 25 cell calls forward and 23 vector-Jacobian products backward)."""
@@ -953,6 +980,13 @@ RECIPES = {
     # so that an lr spike can hit one block of the query encoder.
     "moco": Recipe(lr=MOCO_LR, weight_decay=1e-4, batch=MOCO_BATCH, clip=None, warmup=0,
                    optimizer="momentum_sgd", schedule="annealing"),
+    # torch.optim.swa_utils' docstring recipe: `SGD(model.parameters(), lr, momentum=0.9,
+    # weight_decay=5e-4)` (decay on every parameter: `decay_everything`; the SWA blog's CIFAR runs'
+    # 5e-4), one group a unit (the same SGD updates) so that an lr spike can hit one block; no
+    # warm-up, no clipping, `nn.CrossEntropyLoss()`; the lr factor held at 1 and the real
+    # `CosineAnnealingLR` / `SWALR` pair moving each group's lr once an epoch in `_swa_gc_hooks`.
+    "swa_gc": Recipe(lr=SWA_GC_LR, weight_decay=5e-4, batch=SWA_GC_BATCH, clip=None, warmup=0,
+                     optimizer="momentum_sgd", schedule="constant"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -1019,7 +1053,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "patchtst": torch.nn.functional.mse_loss, "timm_mixup": soft_target_cross_entropy, "albert": torch.nn.functional.cross_entropy,
           "qat": torch.nn.functional.cross_entropy, "deq": torch.nn.functional.cross_entropy,
           "ddp_wrn": torch.nn.functional.cross_entropy,
-          "moco": moco_loss}
+          "moco": moco_loss, "swa_gc": torch.nn.functional.cross_entropy}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -1275,7 +1309,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab",
                 "decision_transformer", "patchtst", "timm_mixup", "gradual_pruning",
-                "qat", "deq", "ddp_wrn", "moco")
+                "qat", "deq", "ddp_wrn", "moco", "swa_gc")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier and ALBERT: their dict batches are int64 `input_ids`, `attention_mask` (and ALBERT's `token_type_ids`)) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1317,7 +1351,8 @@ ResNet's its standardised colour patterns (the batch its `DistributedSampler` lo
 the first conv, then the first block's pre-activation BatchNorm),
 MoCo's its two augmented views of each standardised colour pattern (the fault corrupts the
 loader's (2B, 3, 16, 16) batch: both the queries and the keys, which the key encoder embeds and the
-queue keeps for K / B = 2 steps);
+queue keeps for K / B = 2 steps), the checkpointed ResNet's its standardised colour patterns (into
+the stem, outside every checkpointed stage; `update_bn` reads the clean training loader);
 word2vec and the BiLSTM-CRF read
 word IDs."""
 
@@ -1411,6 +1446,8 @@ LEFT_OUT = {
     "ddp_wrn": ("adam_state", "detach"),
     # main_moco.py's SGD (momentum 0.9) keeps no Adam moments to corrupt.
     "moco": ("adam_state",),
+    # The SWA docstring's SGD (momentum 0.9) keeps no Adam moments to corrupt.
+    "swa_gc": ("adam_state",),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -2037,7 +2074,7 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "neural_process": _gp_curves_data, "timm_mixup": _pattern_data,
              "gradual_pruning": _standardised_digits_data, "qat": _pattern_data,
              "deq": _deq_digits_data, "ddp_wrn": _ddp_wrn_data,
-             "moco": _moco_data}
+             "moco": _moco_data, "swa_gc": _pattern_data}
 """(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
@@ -2081,7 +2118,7 @@ EVAL_METRICS = {
 
 
 EVAL_EVERY = {"triplet": 1, "pinn": 1, "maml": 1, "nerf": 1, "neural_process": 1, "qat": QAT_EPOCH_STEPS,
-              "ddp_wrn": DDP_WRN_EPOCH_STEPS}
+              "ddp_wrn": DDP_WRN_EPOCH_STEPS, "swa_gc": SWA_GC_EPOCH_STEPS}
 """Steps between evaluations where not 25: a family judged on a held-out metric
 (`OUTCOME_METRICS`) evaluates every step; the QAT model once an epoch, after it (from step 15, never
 before training: an eval-mode forward of the untrained model, its fused BNs on their initial running
@@ -2355,6 +2392,45 @@ def _ddp_wrn_epoch_hooks(model: nn.Module, optimizer: torch.optim.Optimizer, loa
     return before_step, eval_metrics
 
 
+def _swa_gc_hooks(model: nn.Module, optimizer: torch.optim.Optimizer, swa_lr: float):
+    """(swa_model, before_eval, eval_metrics) of the `torch.optim.swa_utils` docstring's recipe:
+    `swa_model = AveragedModel(model)` (a deep copy, built before the recorder is, so none of its
+    hooks), `CosineAnnealingLR(optimizer, T_max=SWA_GC_EPOCHS)` and
+    `SWALR(optimizer, swa_lr=swa_lr, anneal_epochs=SWA_GC_ANNEAL_EPOCHS, anneal_strategy="cos")`
+    both built up front; after each epoch (`before_eval` at the top of every `SWA_GC_EPOCH_STEPS`-th
+    step, before that step's eval): `if epoch > SWA_GC_START: swa_model.update_parameters(model);
+    swa_scheduler.step() else: scheduler.step()`, the new lr copied to each group's `base_lr`
+    (from which the loop's constant schedule sets it). Each eval: `swa_gc_top1` (`val_top1`: the
+    SWA model's after `update_bn` over the training loader once it has averaged a model, the
+    model's own before)."""
+    from torch.optim.swa_utils import SWALR, AveragedModel
+
+    swa_model = AveragedModel(model)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=SWA_GC_EPOCHS)
+    swa_scheduler = SWALR(optimizer, swa_lr=swa_lr, anneal_epochs=SWA_GC_ANNEAL_EPOCHS, anneal_strategy="cos")
+    images = pattern_images()
+    train = torch.utils.data.TensorDataset(images.x[:1600], images.y[:1600])
+    loader = torch.utils.data.DataLoader(train, batch_size=SWA_GC_BATCH)
+    held_x, held_y = images.x[1600:], images.y[1600:]
+
+    def before_eval(step: int) -> None:
+        if step == 0 or step % SWA_GC_EPOCH_STEPS:
+            return
+        epoch = step // SWA_GC_EPOCH_STEPS - 1
+        if epoch > SWA_GC_START:
+            swa_model.update_parameters(model)
+            swa_scheduler.step()
+        else:
+            scheduler.step()
+        for group in optimizer.param_groups:
+            group["base_lr"] = group["lr"]
+
+    def eval_metrics() -> dict[str, float]:
+        return {"val_top1": swa_gc_top1(model, swa_model, loader, held_x, held_y)}
+
+    return swa_model, before_eval, eval_metrics
+
+
 def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_options: dict,
            untrained: bool = False):
     """Trains one scenario (unrecorded where `run_dir` is None); `untrained`: every lr held at 0
@@ -2426,6 +2502,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     before_step = None
     if arch == "ddp_wrn":
         before_step, eval_metrics = _ddp_wrn_epoch_hooks(model, optimizer, draw, seed)
+    if arch == "swa_gc":  # swa_utils' docstring: AveragedModel, CosineAnnealingLR then SWALR, update_bn
+        swa_model, before_eval, eval_metrics = _swa_gc_hooks(model, optimizer, SWA_GC_SWA_LR * spec.lr_factor)
     if arch == "gradual_pruning":  # Zhu & Gupta's AGP by torch.nn.utils.prune, every AGP_EVERY steps, in the loop
         reached = [0.0]
         before_step = lambda step: agp_prune(model, step, reached)  # noqa: E731

@@ -407,6 +407,14 @@
   keys and a `queue_ptr` buffer, enqueued / dequeued each forward; InfoNCE at T 0.2 as cross-entropy
   over [q·k, q·queue] against label 0; the demo's weighted kNN monitor on `encoder_q` (`moco_knn_top1`).
   Two augmented views of the 16×16 colour patterns (`data.pattern_images`, `data.two_views_sampler`).
+- `SwaGcResNet`, `swa_gc_top1`: a timm-layout ResNet (`TimmResNet`'s stem, `layer1`–`layer3` of
+  `TimmBasicBlock`s, BatchNorm, `fc`) trained with activation checkpointing and Stochastic Weight
+  Averaging as PyTorch's own `torch.utils.checkpoint` and `torch.optim.swa_utils` docs do it: while
+  training, each stage's forward runs through `torch.utils.checkpoint.checkpoint(stage, x,
+  use_reentrant=False)` (timm's `set_grad_checkpointing()`, Hugging Face's
+  `gradient_checkpointing_enable()`: recomputed during backward); an `AveragedModel` of it, updated
+  once an epoch from `swa_start`, its BatchNorm statistics recomputed by `update_bn` over the
+  training loader before each evaluation (`swa_gc_top1`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -500,7 +508,7 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "WRNEpochLoader",
            "MoCo", "MocoResNet", "MocoBasicBlock", "MocoSplitBatchNorm", "moco_loss", "moco_knn_top1",
            "MOCO_DIM", "MOCO_K", "MOCO_M", "MOCO_T", "MOCO_BN_SPLITS",
-           "TimmBasicBlock", "timm_top1", "albert_classifier", "albert_collate", "albert_sampler", "ALBERT_EMBEDDING",
+           "TimmBasicBlock", "timm_top1", "SwaGcResNet", "swa_gc_top1", "albert_classifier", "albert_collate", "albert_sampler", "ALBERT_EMBEDDING",
            "ALBERT_HIDDEN", "ALBERT_LAYERS", "AGPVGG", "agp_sparsity", "agp_prune", "prunable", "global_sparsity",
            "AGP_START", "AGP_EVERY", "AGP_EVENTS", "AGP_INITIAL_SPARSITY", "AGP_FINAL_SPARSITY", "PATCHTST_PATCH_LEN",
            "PATCHTST_STRIDE",
@@ -6725,6 +6733,53 @@ def timm_top1(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return top1
 
 
+class SwaGcResNet(TimmResNet):
+    """`TimmResNet` (timm's layout and init: `conv1`, `bn1`, `act1`, `layer1`–`layer3` of one
+    `TimmBasicBlock` each at 16 / 32 / 64 channels, `global_pool`, `fc`; ~78k parameters) with
+    timm's `set_grad_checkpointing()`: while training (`self.training`, Hugging Face's
+    `self.gradient_checkpointing and self.training`), each stage runs as
+    `torch.utils.checkpoint.checkpoint(stage, x, use_reentrant=False)`, its activations dropped
+    after the forward and the stage's forward run again inside backward to rebuild them (its
+    BatchNorms' running statistics updated by both runs, as under torch's checkpoint they are);
+    an eval-mode forward runs the stages plainly."""
+
+    def __init__(self, classes: int = 4, widths: tuple[int, ...] = (16, 32, 64), blocks: int = 1,
+                 channels: int = 3) -> None:
+        super().__init__(classes=classes, widths=widths, blocks=blocks, channels=channels)
+        self.grad_checkpointing = False
+        self.set_grad_checkpointing(True)
+        # The SWA docstring's `SGD(model.parameters(), ...)`: one weight decay on every parameter.
+        self.decay_everything = True
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """timm's `model.set_grad_checkpointing(enable)`."""
+        self.grad_checkpointing = enable
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        x = self.act1(self.bn1(self.conv1(x)))
+        for i in range(self.stages):
+            stage = getattr(self, f"layer{i + 1}")
+            if self.grad_checkpointing and self.training:
+                x = checkpoint(stage, x, use_reentrant=False)
+            else:
+                x = stage(x)
+        return self.fc(self.global_pool(x).flatten(1))
+
+
+def swa_gc_top1(model: nn.Module, swa_model: nn.Module, loader, x: torch.Tensor, y: torch.Tensor) -> float:
+    """The held-out top-1 (%) the SWA recipe reports: once `swa_model` (an `AveragedModel`) has
+    averaged anything (`n_averaged` > 0), `torch.optim.swa_utils.update_bn(loader, swa_model)` (its
+    BatchNorms' statistics reset and recomputed over one pass of the training loader, in train mode
+    under `no_grad`), then the SWA model's top-1 in eval mode (`timm_top1`); before that, the
+    model's own top-1."""
+    if int(swa_model.n_averaged) == 0:
+        return timm_top1(model, x, y)
+    torch.optim.swa_utils.update_bn(loader, swa_model)
+    return timm_top1(swa_model, x, y)
+
+
 AGP_START = 30
 """Zhu & Gupta's t0 for the pruning (their "starting step"): 20 % of a 150-step run."""
 AGP_EVERY = 5
@@ -7480,7 +7535,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
                "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst", "timm_mixup",
-               "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco")
+               "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco", "swa_gc")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -7568,6 +7623,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     # The bare Wide ResNet: `field._train` wraps it in DistributedDataParallel inside a process group.
     "ddp_wrn": lambda vocab: WideResNetDDP(classes=vocab),
     "moco": lambda vocab: MoCo(),
+    "swa_gc": lambda vocab: SwaGcResNet(classes=vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

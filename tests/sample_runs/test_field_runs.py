@@ -63,7 +63,7 @@ def test_catalogue_looks_like_the_field():
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
                                        "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst",
-                                       "timm_mixup", "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco"}
+                                       "timm_mixup", "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco", "swa_gc"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -5058,3 +5058,172 @@ def test_moco_healthy_run_learns_and_records_the_key_encoder_moving_outside_the_
     assert not stats["name"].str.contains("queue").any()  # the queue buffers are not recorded
     activations = stats[stats["role"] == "activation"]
     assert not activations["name"].str.startswith("encoder_k").any()  # the key encoder runs under no_grad
+
+
+def _swa_gc_plain_forward(model, x):
+    """SwaGcResNet's training forward written out in F ops (train-mode batch statistics, no
+    checkpointing): timm's stem, each BasicBlock with its 1×1 downsample, global pooling, fc."""
+    F = torch.nn.functional
+
+    def bn(m, h):
+        return F.batch_norm(h, None, None, m.weight, m.bias, training=True, eps=m.eps)
+
+    h = F.relu(bn(model.bn1, F.conv2d(x, model.conv1.weight, padding=1)))
+    for i in (1, 2, 3):
+        block = getattr(model, f"layer{i}")[0]
+        stride = block.conv1.stride
+        shortcut = h if block.downsample is None else \
+            bn(block.downsample[1], F.conv2d(h, block.downsample[0].weight, stride=stride))
+        out = F.relu(bn(block.bn1, F.conv2d(h, block.conv1.weight, stride=stride, padding=1)))
+        out = bn(block.bn2, F.conv2d(out, block.conv2.weight, padding=1))
+        h = F.relu(out + shortcut)
+    return F.linear(h.mean((2, 3)), model.fc.weight, model.fc.bias)
+
+
+def test_swa_gc_model_is_timms_resnet_layout_whose_checkpointed_stages_match_a_plain_forward_and_rerun_in_backward():
+    from sample_runs.field_models import SwaGcResNet
+
+    torch.manual_seed(0)
+    model = build_field_model("swa_gc", PATTERNS.classes)
+    assert isinstance(model, SwaGcResNet) and model.grad_checkpointing and model.decay_everything
+    assert 50_000 < sum(p.numel() for p in model.parameters()) < 100_000
+    names = {n for n, _ in model.named_parameters()}
+    assert {"conv1.weight", "bn1.weight", "layer1.0.conv1.weight", "layer2.0.downsample.0.weight",
+            "layer3.0.bn2.bias", "fc.weight"} <= names
+    assert model.units == ["conv1", "bn1", "layer1.0", "layer2.0", "layer3.0", "fc"]
+    assert model.hidden == ["layer1.0", "layer2.0", "layer3.0"] and model.exposed == ["fc"]
+    assert all(float(model.get_submodule(f"layer{i}.0").bn2.weight.detach().abs().sum()) == 0 for i in (1, 2, 3))  # zero_init_last
+    with torch.no_grad():  # break zero_init_last so the residual branches matter
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    x, y = torch.randn(8, 3, 16, 16), torch.randint(0, 4, (8,))
+    calls = {}
+    for name, module in model.named_modules():
+        if not list(module.children()):
+            module.register_forward_hook(lambda m, i, o, name=name: calls.__setitem__(name, calls.get(name, 0) + 1))
+    out = model(x)
+    assert all(count == 1 for count in calls.values())
+    torch.nn.functional.cross_entropy(out, y).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    # Inside each checkpointed stage the forward ran again in backward, up to the last saved tensor
+    # (non-reentrant checkpointing stops its recomputation there: each block's final act2 is not rerun).
+    for name, count in calls.items():
+        staged = name.startswith("layer")
+        assert count == (2 if staged and not name.endswith("act2") else 1), name
+    tracked = {n: int(b) for n, b in model.named_buffers() if n.endswith("num_batches_tracked")}
+    assert tracked["bn1.num_batches_tracked"] == 1
+    assert all(v == 2 for n, v in tracked.items() if n.startswith("layer"))  # running stats updated twice
+    model.zero_grad()
+    reference = _swa_gc_plain_forward(model, x)
+    torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-5)
+    torch.nn.functional.cross_entropy(reference, y).backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(grads[n], p.grad, rtol=1e-4, atol=1e-6, msg=n)
+    calls.clear()
+    model.eval()
+    with torch.enable_grad():
+        model(x).sum().backward()  # an eval-mode forward is not checkpointed: nothing reruns
+    assert all(count == 1 for count in calls.values())
+
+
+def test_swa_gc_averaged_model_is_the_plain_mean_of_its_snapshots_and_update_bn_the_loaders_cumulative_statistics():
+    from torch.optim.swa_utils import AveragedModel
+
+    from sample_runs.field_models import swa_gc_top1, timm_top1
+
+    torch.manual_seed(0)
+    model = build_field_model("swa_gc", PATTERNS.classes)
+    swa = AveragedModel(model)
+    images = pattern_images()
+    held_x, held_y = images.x[1600:], images.y[1600:]
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images.x[:1600], images.y[:1600]),
+                                         batch_size=64)
+    assert swa_gc_top1(model, swa, loader, held_x, held_y) == timm_top1(model, held_x, held_y)  # nothing averaged yet
+    snapshots = []
+    for _ in range(3):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p))
+        snapshots.append({n: p.detach().clone() for n, p in model.named_parameters()})
+        swa.update_parameters(model)
+    assert int(swa.n_averaged) == 3
+    for n, p in swa.module.named_parameters():
+        torch.testing.assert_close(p, sum(s[n] for s in snapshots) / 3, msg=n)
+    top1 = swa_gc_top1(model, swa, loader, held_x, held_y)
+    # update_bn: the stem BN's running statistics are the mean over the 25 batches of each batch's
+    # statistics (momentum None: a cumulative average), computed from the averaged weights.
+    conv1 = swa.module.conv1.weight.detach()
+    with torch.no_grad():
+        batches = [torch.nn.functional.conv2d(x, conv1, padding=1) for x, _ in loader]
+    means = torch.stack([b.mean((0, 2, 3)) for b in batches]).mean(0)
+    variances = torch.stack([b.var((0, 2, 3), unbiased=True) for b in batches]).mean(0)
+    torch.testing.assert_close(swa.module.bn1.running_mean, means, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(swa.module.bn1.running_var, variances, rtol=1e-4, atol=1e-5)
+    assert int(swa.module.bn1.num_batches_tracked) == 25 and swa.module.bn1.momentum == 0.1  # restored
+    assert top1 == timm_top1(swa, held_x, held_y) and swa.training  # update_bn and timm_top1 restore its mode
+
+
+def test_swa_gc_recipe_is_the_swa_utils_docstrings_sgd_cosine_then_swalr_with_updates_once_an_epoch_from_swa_start():
+    from sample_runs.field import (EVAL_EVERY, OPTIMIZERS, SWA_GC_ANNEAL_EPOCHS, SWA_GC_BATCH, SWA_GC_EPOCH_STEPS,
+                                   SWA_GC_EPOCHS, SWA_GC_LR, SWA_GC_START, SWA_GC_SWA_LR, _data, _swa_gc_hooks)
+
+    recipe = RECIPES["swa_gc"]
+    model = build_field_model("swa_gc", PATTERNS.classes)
+    groups = _param_groups(model, recipe, SWA_GC_LR)
+    assert {id(p) for g in groups for p in g["params"]} == {id(p) for p in model.parameters()}
+    assert all(g["weight_decay"] == 5e-4 for g in groups)  # every parameter, BN and biases included
+    optimizer = OPTIMIZERS[recipe.optimizer](groups, SWA_GC_LR, recipe)
+    assert isinstance(optimizer, torch.optim.SGD) and optimizer.defaults["momentum"] == 0.9
+    assert not optimizer.defaults["nesterov"] and recipe.clip is None and recipe.warmup == 0
+    assert recipe.schedule == "constant" and recipe.batch == SWA_GC_BATCH == 64
+    assert (SWA_GC_LR, SWA_GC_SWA_LR, SWA_GC_ANNEAL_EPOCHS, SWA_GC_EPOCH_STEPS, SWA_GC_EPOCHS, SWA_GC_START) == \
+        (0.1, 0.05, 3, 5, 30, 21)
+    assert EVAL_EVERY["swa_gc"] == SWA_GC_EPOCH_STEPS and LEFT_OUT["swa_gc"] == ("adam_state",)
+    draw, _, classes, chance = _data("swa_gc", recipe, 0, 1)
+    x, y = draw()
+    assert x.shape == (64, 3, 16, 16) and classes == 4 and chance == pytest.approx(math.log(4))
+    for group in optimizer.param_groups:
+        group["base_lr"] = group["lr"]
+    swa_model, before_eval, _ = _swa_gc_hooks(model, optimizer, SWA_GC_SWA_LR)
+    assert swa_model.module is not model and int(swa_model.n_averaged) == 0
+    lrs, averaged = [], []
+    for step in range(150):  # the loop: before_eval, then lr = base_lr × 1
+        before_eval(step)
+        for group in optimizer.param_groups:
+            group["lr"] = group["base_lr"]
+        lrs.append(optimizer.param_groups[0]["lr"])
+        averaged.append(int(swa_model.n_averaged))
+    # A plain reference: cosine over 30 epochs for the first 22 scheduler steps, then SWALR's cos
+    # anneal from there to swa_lr over 3 epochs, held.
+    cosine = [SWA_GC_LR * 0.5 * (1 + math.cos(math.pi * e / SWA_GC_EPOCHS)) for e in range(SWA_GC_START + 2)]
+    start = cosine[SWA_GC_START + 1]
+    expected = []
+    for step in range(150):
+        done = step // SWA_GC_EPOCH_STEPS  # epochs finished before this step
+        if done <= SWA_GC_START + 1:
+            expected.append(cosine[done])
+        else:
+            alpha = (1 - math.cos(math.pi * min(1.0, (done - SWA_GC_START - 1) / SWA_GC_ANNEAL_EPOCHS))) / 2
+            expected.append(SWA_GC_SWA_LR * alpha + start * (1 - alpha))
+    assert lrs == pytest.approx(expected, rel=1e-9)
+    assert lrs[-1] == pytest.approx(SWA_GC_SWA_LR) and lrs[110] == pytest.approx(cosine[22])
+    assert averaged[114] == 0 and averaged[115] == 1 and averaged[-1] == 7  # epochs 22-28, after each
+
+
+def test_swa_gc_healthy_run_learns_and_records_one_activation_row_per_module_though_stages_rerun(tmp_path):
+    from sample_runs.field import SWA_GC_EPOCH_STEPS
+
+    by_name = _healthy_recorded("healthy-swa_gc-s0", tmp_path / "run")
+    top1 = by_name["val_top1"]
+    assert len(top1) == len(by_name["val_loss"]) == 150 // SWA_GC_EPOCH_STEPS
+    assert top1[0] < 50 and top1[-1] >= 95
+    assert by_name["lr"][0] == pytest.approx(0.1) and by_name["lr"][-1] == pytest.approx(0.05)
+    stats = read_stats(tmp_path / "run")
+    activations = stats[stats["role"] == "activation"]
+    model = build_field_model("swa_gc", PATTERNS.classes)
+    leaves = {n for n, m in model.named_modules() if not list(m.children())}
+    assert set(activations["name"]) == leaves
+    per_step = activations.groupby(["name", "step"]).size()
+    assert (per_step == 1).all() and len(per_step) == len(leaves) * 150  # one row though the stages ran twice
+    assert not stats["name"].str.startswith("module.").any()  # the AveragedModel's copy records nothing
+    assert set(stats[stats["role"] == "state"]["name"]) == {n for n, _ in model.named_parameters()}
