@@ -30,7 +30,7 @@ graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Net
 hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECTRA-style text
 classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST, a timm ResNet, a VGG pruned
 gradually, a quantization-aware MobileNetV2, Hugging Face's ALBERT, a Deep Equilibrium model,
-MoCo v2 and a timm ResNet under activation checkpointing with Stochastic Weight Averaging (`field_models`),
+MoCo v2, a timm ResNet under activation checkpointing with Stochastic Weight Averaging and Tacotron 2 (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -134,7 +134,11 @@ patterns, the checkpointed ResNet with SWA by the plain loop with the `torch.opt
 docstring's recipe (SGD momentum 0.9, weight decay 5e-4 on every parameter, `CosineAnnealingLR`
 stepped once an epoch until `swa_start`, then `swa_model.update_parameters(model)` and
 `SWALR(anneal_strategy="cos")` once an epoch; `update_bn` over the training loader before each
-evaluation of the averaged model; cross-entropy) on the colour patterns. Faults
+evaluation of the averaged model; cross-entropy) on the colour patterns, Tacotron 2 by the plain loop with NVIDIA/tacotron2's train.py / hparams.py recipe (Adam
+eps 1e-6, weight decay 1e-6 as L2 on every parameter, a constant lr ×10 upstream's, no warm-up,
+`clip_grad_norm_` at `grad_clip_thresh` 1.0, batch 16; `Tacotron2Loss`; teacher-forced, its
+`validate` the loop's eval loss) on synthetic character strings and their mel frames, padded
+batches sorted by text length as `TextMelCollate` makes them. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -296,6 +300,12 @@ from .field_models import (
     moco_knn_top1,
     moco_loss,
     swa_gc_top1,
+    TACOTRON_CHARS,
+    TACOTRON_MELS,
+    shuffled_indices,
+    tacotron2_loss,
+    tacotron_collate,
+    tacotron_mask_from_lengths,
     agp_prune,
     global_sparsity,
     QAT_BACKEND,
@@ -653,6 +663,17 @@ SWA_GC_SWA_LR = 0.05
 factor (lr_too_high, lr_too_low) scales it with the lr, the one lr setting a user got wrong."""
 SWA_GC_ANNEAL_EPOCHS = 3
 """`SWALR`'s `anneal_epochs` (cos strategy): from the cosine's lr at swa_start to `swa_lr` over 3 epochs."""
+TACOTRON_LR = 1e-2
+"""Tacotron 2's Adam lr: 10× hparams.py's `learning_rate` 1e-3, which trains for hundreds of
+thousands of iterations where a run here has 150. Measured on the healthy loop (unrecorded, seed 0,
+first/last 10-step loss means; chance `_tacotron_chance` 1.27): at 1e-3 (RNNs 128) 2.83 -> 1.31,
+val_loss 1.46 -> 1.07 (the frames' marginal, barely below); at 1e-3 (RNNs 64) 2.82 -> 1.45; at 3e-3
+2.70 -> 1.03; at 1e-2 2.52 -> 0.83, val_loss 1.44 -> 0.74; batch 32 at 5e-3 2.50 -> 0.84."""
+TACOTRON_BATCH = 16
+"""Tacotron 2's batch: hparams.py's `batch_size` 64 cut to 16 for a 2-core CPU (each step decodes up
+to `TACOTRON_MAX_CHARS` × 3 frames one LSTMCell pair at a time)."""
+TACOTRON_MAX_CHARS = 10
+"""The longest synthetic text (characters); texts are 4-10 characters, their mels 4-30 frames."""
 DEQ_BATCH = 32
 """The DEQ's batch: the tutorial's `DataLoader(..., batch_size=100)` cut to 32 for a 2-core CPU
 (each step runs up to 25 cell calls forward and 23 vector-Jacobian products backward)."""
@@ -987,6 +1008,14 @@ RECIPES = {
     # `CosineAnnealingLR` / `SWALR` pair moving each group's lr once an epoch in `_swa_gc_hooks`.
     "swa_gc": Recipe(lr=SWA_GC_LR, weight_decay=5e-4, batch=SWA_GC_BATCH, clip=None, warmup=0,
                      optimizer="momentum_sgd", schedule="constant"),
+    # NVIDIA/tacotron2 train.py / hparams.py: `torch.optim.Adam(model.parameters(), lr=1e-3,
+    # weight_decay=1e-6)` with hparams' eps 1e-6 (L2 in the gradient, on every parameter:
+    # `decay_everything`), betas (0.9, 0.999) (torch's default; hparams has no betas), no warm-up,
+    # no lr schedule (train.py keeps `learning_rate` constant), `clip_grad_norm_(model.parameters(),
+    # grad_clip_thresh=1.0)`, `Tacotron2Loss` (`tacotron2_loss`); one group a unit (the same Adam
+    # updates) so that an lr spike can hit one block.
+    "tacotron": Recipe(lr=TACOTRON_LR, weight_decay=1e-6, batch=TACOTRON_BATCH, clip=1.0, warmup=0,
+                       optimizer="tacotron_adam", schedule="constant"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -1006,6 +1035,8 @@ OPTIMIZERS = {
     "rmsprop_tf": lambda groups, lr, recipe: torch.optim.RMSprop(groups, lr=lr, alpha=0.9, eps=1e-3, momentum=0.9),
     "rmsprop": lambda groups, lr, recipe: torch.optim.RMSprop(groups, lr=lr),
     "transformer_adam": lambda groups, lr, recipe: torch.optim.Adam(groups, lr=lr, betas=recipe.betas, eps=1e-9),
+    # NVIDIA/tacotron2's Adam: hparams.py's eps 1e-6 (its weight decay each group's, as L2).
+    "tacotron_adam": lambda groups, lr, recipe: torch.optim.Adam(groups, lr=lr, betas=recipe.betas, eps=1e-6),
 }
 """Each `Recipe.optimizer`'s constructor over `_param_groups`."""
 NETWORKS = {"wgan_gp": ("generator", "critic"), "pix2pix": ("netG", "netD"), "sac": ("policy", "critic", "log_alpha"),
@@ -1053,7 +1084,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "patchtst": torch.nn.functional.mse_loss, "timm_mixup": soft_target_cross_entropy, "albert": torch.nn.functional.cross_entropy,
           "qat": torch.nn.functional.cross_entropy, "deq": torch.nn.functional.cross_entropy,
           "ddp_wrn": torch.nn.functional.cross_entropy,
-          "moco": moco_loss, "swa_gc": torch.nn.functional.cross_entropy}
+          "moco": moco_loss, "swa_gc": torch.nn.functional.cross_entropy, "tacotron": tacotron2_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -1354,7 +1385,9 @@ loader's (2B, 3, 16, 16) batch: both the queries and the keys, which the key enc
 queue keeps for K / B = 2 steps), the checkpointed ResNet's its standardised colour patterns (into
 the stem, outside every checkpointed stage; `update_bn` reads the clean training loader);
 word2vec and the BiLSTM-CRF read
-word IDs."""
+word IDs, Tacotron 2 character IDs (its batch's float mels are the decoder's teacher-forced frames
+and, the same tensor, its targets: the bad-batch faults corrupt a loader's features, and here would
+corrupt the decoder's inputs but not its targets, which upstream are one `mel_padded`)."""
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
@@ -1448,6 +1481,12 @@ LEFT_OUT = {
     "moco": ("adam_state",),
     # The SWA docstring's SGD (momentum 0.9) keeps no Adam moments to corrupt.
     "swa_gc": ("adam_state",),
+    # MislabeledBatch moves a target tensor; Tacotron 2's targets are parse_batch's (mel_padded,
+    # gate_padded) pair, and the same mel_padded is the decoder's teacher-forced input in x. A batch
+    # of wrong pairs (texts with other utterances' audio) changes x's mels with y's; flipping the
+    # targets alone (1 - y) would teacher-force the decoder on frames it is not asked to predict, a
+    # corruption no loader makes, and the fault cannot reach x.
+    "tacotron": ("healthy_spike",),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -1853,6 +1892,72 @@ def _moco_data(micro: int, seed: int):
         math.log(1 + MOCO_K)
 
 
+@lru_cache(maxsize=1)
+def _tacotron_voice() -> tuple[torch.Tensor, torch.Tensor]:
+    """(templates, durations) of the synthetic speaker, one for every seed: each of the
+    `TACOTRON_CHARS` characters (IDs 1-20; 0 is the pad) a fixed (`TACOTRON_MELS`,) log-mel-like
+    spectral template (Gaussian noise smoothed along the mel axis by [1, 2, 1] / 4, ×1.5) held for a
+    fixed 1-3 frames."""
+    generator = torch.Generator().manual_seed(35_000)
+    raw = torch.randn(TACOTRON_CHARS + 1, TACOTRON_MELS + 2, generator=generator)
+    templates = 1.5 * (raw[:, :-2] + 2 * raw[:, 1:-1] + raw[:, 2:]) / 4
+    durations = torch.randint(1, 4, (TACOTRON_CHARS + 1,), generator=generator)
+    templates[0], durations[0] = 0.0, 0  # the pad is never spoken
+    return templates, durations
+
+
+@lru_cache(maxsize=None)
+def _tacotron_utterances(count: int, seed: int) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """`count` (text, mel) pairs as `TextMelLoader.get_mel_text_pair` gives them: a random string
+    of 4-`TACOTRON_MAX_CHARS` characters (int64 IDs 1-20) and its (n_mel, frames) mel, each
+    character's template for its duration, plus noise of std 0.1."""
+    templates, durations = _tacotron_voice()
+    generator = torch.Generator().manual_seed(seed)
+    pairs = []
+    for _ in range(count):
+        length = int(torch.randint(4, TACOTRON_MAX_CHARS + 1, (1,), generator=generator))
+        text = torch.randint(1, TACOTRON_CHARS + 1, (length,), generator=generator)
+        frames = templates[text.repeat_interleave(durations[text])].T
+        pairs.append((text, frames + 0.1 * torch.randn(frames.shape, generator=generator)))
+    return tuple(pairs)
+
+
+def tacotron_sampler(pairs, batch_size: int, seed: int):
+    """`draw()` of a shuffled batch (a `DataLoader(shuffle=True, drop_last=True)`'s epochs) collated by
+    `TextMelCollate` and parsed by `parse_batch` (`field_models.tacotron_collate`): (x, y)."""
+    next_batch = shuffled_indices(len(pairs), batch_size, seed)
+    return lambda: tacotron_collate([pairs[i] for i in next_batch()])
+
+
+@lru_cache(maxsize=1)
+def _tacotron_chance() -> float:
+    """`Tacotron2Loss` of a model that learned only the marginals: every valid frame the training
+    frames' per-channel mean (both mel outputs), every valid gate the logit of the stop rate,
+    masked as `mask_padding` masks them; over 20 training batches of `TACOTRON_BATCH`."""
+    train = _tacotron_utterances(2048, 35_001)
+    frames = torch.cat([mel for _, mel in train], dim=1)
+    mean = frames.mean(1)
+    rate = len(train) / frames.shape[1]
+    draw, total = tacotron_sampler(train, TACOTRON_BATCH, 0), 0.0
+    for _ in range(20):
+        x, (mel, gate) = draw()
+        valid = tacotron_mask_from_lengths(x[4])
+        out = torch.where(valid[:, None, :], mean[None, :, None].expand_as(mel), torch.zeros(()))
+        gate_out = torch.where(valid, torch.full_like(gate, math.log(rate / (1 - rate))), torch.full_like(gate, 1e3))
+        total += float(2 * ((out - mel) ** 2).mean()
+                       + torch.nn.functional.binary_cross_entropy_with_logits(gate_out, gate))
+    return total / 20
+
+
+def _tacotron_data(micro: int, seed: int):
+    """Tacotron 2's synthetic utterances (`_tacotron_utterances`): 2048 for training (one set for
+    every seed, shuffled by the seed's sampler), 256 held out (the val loader's two batches of
+    128 each eval); chance `_tacotron_chance`. `classes` is the symbol count (unused by the model)."""
+    train, held = _tacotron_utterances(2048, 35_001), _tacotron_utterances(256, 35_002)
+    return tacotron_sampler(train, micro, seed), tacotron_sampler(held, 128, seed + 1), TACOTRON_CHARS + 1, \
+        _tacotron_chance()
+
+
 def _poisson_data(micro: int, seed: int):
     """Collocation and boundary points of DeepXDE's Poisson problem, held-out points for its
     `val_loss`; chance: the l2 relative error of u ≡ 0, 1."""
@@ -2074,7 +2179,7 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "neural_process": _gp_curves_data, "timm_mixup": _pattern_data,
              "gradual_pruning": _standardised_digits_data, "qat": _pattern_data,
              "deq": _deq_digits_data, "ddp_wrn": _ddp_wrn_data,
-             "moco": _moco_data, "swa_gc": _pattern_data}
+             "moco": _moco_data, "swa_gc": _pattern_data, "tacotron": _tacotron_data}
 """(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {

@@ -415,6 +415,19 @@
   `gradient_checkpointing_enable()`: recomputed during backward); an `AveragedModel` of it, updated
   once an epoch from `swa_start`, its BatchNorm statistics recomputed by `update_bn` over the
   training loader before each evaluation (`swa_gc_top1`).
+- `Tacotron2`, `TacotronEncoder`, `TacotronDecoder`, `TacotronAttention`, `TacotronLocationLayer`,
+  `TacotronPrenet`, `TacotronPostnet`, `TacotronLinearNorm`, `TacotronConvNorm`, `tacotron2_loss`,
+  `tacotron_collate`: Tacotron 2 (Shen et al. 2018) as NVIDIA/tacotron2's `model.py`, `layers.py`,
+  `loss_function.py` and `data_utils.py` lay it out and `train.py` / `hparams.py` train it, scaled
+  down (`TACOTRON_*`: 16 mel channels, one frame a step, embedding 64, RNNs 64): a character
+  `embedding`; the `encoder` (three ConvNorm k5 + BatchNorm1d + ReLU + dropout 0.5, a bidirectional
+  LSTM over the texts packed by length); the teacher-forced `decoder` (the `prenet`'s two Linear + ReLU
+  with dropout 0.5 always on, eval included; the `attention_rnn` LSTMCell; the location-sensitive
+  `attention_layer` over [previous, cumulative] weights, masked by the text lengths; the
+  `decoder_rnn` LSTMCell; `linear_projection` to the frame, `gate_layer` to the stop token); the
+  five-conv `postnet` added as a residual; `mask_padding` (0 / gate 1e3 past each length);
+  `Tacotron2Loss` (two MSEs and a BCE-with-logits). On synthetic utterances: random strings of 20
+  characters, each a fixed spectral template held for a fixed 1-3 frames (`field._tacotron_data`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -433,7 +446,8 @@ the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth,
 `electra_ft` before the twenty-seventh, `muon_gpt` and `deeplab` before the twenty-eighth,
 `decision_transformer` before the twenty-ninth, `patchtst` before the thirtieth, `timm_mixup`
 before the thirty-first, `gradual_pruning` and `qat` before the thirty-second, `albert` and `deq`
-before the thirty-third, `ddp_wrn` and `moco` before the thirty-fourth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+before the thirty-third, `ddp_wrn` and `moco` before the thirty-fourth, `swa_gc` and `tacotron` before the
+thirty-fifth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -509,6 +523,11 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "MoCo", "MocoResNet", "MocoBasicBlock", "MocoSplitBatchNorm", "moco_loss", "moco_knn_top1",
            "MOCO_DIM", "MOCO_K", "MOCO_M", "MOCO_T", "MOCO_BN_SPLITS",
            "TimmBasicBlock", "timm_top1", "SwaGcResNet", "swa_gc_top1", "albert_classifier", "albert_collate", "albert_sampler", "ALBERT_EMBEDDING",
+           "Tacotron2", "TacotronEncoder", "TacotronDecoder", "TacotronAttention", "TacotronLocationLayer",
+           "TacotronPrenet", "TacotronPostnet", "TacotronLinearNorm", "TacotronConvNorm", "tacotron_mask_from_lengths",
+           "tacotron2_loss", "tacotron_collate", "TACOTRON_SYMBOLS", "TACOTRON_CHARS", "TACOTRON_MELS",
+           "TACOTRON_EMBEDDING", "TACOTRON_PRENET", "TACOTRON_RNN", "TACOTRON_ATTENTION", "TACOTRON_LOCATION_FILTERS",
+           "TACOTRON_LOCATION_KERNEL", "TACOTRON_POSTNET",
            "ALBERT_HIDDEN", "ALBERT_LAYERS", "AGPVGG", "agp_sparsity", "agp_prune", "prunable", "global_sparsity",
            "AGP_START", "AGP_EVERY", "AGP_EVENTS", "AGP_INITIAL_SPARSITY", "AGP_FINAL_SPARSITY", "PATCHTST_PATCH_LEN",
            "PATCHTST_STRIDE",
@@ -7527,6 +7546,385 @@ def moco_knn_top1(model: MoCo, memory: torch.Tensor, memory_labels: torch.Tensor
     return top1
 
 
+TACOTRON_SYMBOLS = 21
+"""Tacotron 2's `n_symbols` here: the pad `_` (ID 0, as upstream's `text/symbols.py` puts `_pad`
+first) and 20 characters (`TACOTRON_CHARS`)."""
+TACOTRON_CHARS = 20
+TACOTRON_MELS = 16
+"""`n_mel_channels` (upstream 80)."""
+TACOTRON_EMBEDDING = 64
+"""`symbols_embedding_dim` and `encoder_embedding_dim` (upstream 512)."""
+TACOTRON_PRENET = 64
+"""`prenet_dim` (upstream 256)."""
+TACOTRON_RNN = 64
+"""`attention_rnn_dim` and `decoder_rnn_dim` (upstream 1024; 64 here: at 128 a healthy run took
+~20 s unrecorded on one shared thread, at 64 ~11-13 s)."""
+TACOTRON_ATTENTION = 64
+"""`attention_dim` (upstream 128)."""
+TACOTRON_LOCATION_FILTERS = 8
+"""`attention_location_n_filters` (upstream 32)."""
+TACOTRON_LOCATION_KERNEL = 15
+"""`attention_location_kernel_size` (upstream 31, over texts of ~100 characters; here ≤ 10)."""
+TACOTRON_POSTNET = 64
+"""`postnet_embedding_dim` (upstream 512)."""
+
+
+class TacotronLinearNorm(nn.Module):
+    """NVIDIA/tacotron2 `layers.py`'s `LinearNorm`: an `nn.Linear` named `linear_layer`, its weight
+    Xavier-uniform with gain `calculate_gain(w_init_gain)`."""
+
+    def __init__(self, in_dim: int, out_dim: int, bias: bool = True, w_init_gain: str = "linear") -> None:
+        super().__init__()
+        self.linear_layer = nn.Linear(in_dim, out_dim, bias=bias)
+        nn.init.xavier_uniform_(self.linear_layer.weight, gain=nn.init.calculate_gain(w_init_gain))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear_layer(x)
+
+
+class TacotronConvNorm(nn.Module):
+    """`layers.py`'s `ConvNorm`: an `nn.Conv1d` named `conv` ("same" padding (k − 1) / 2 by
+    default), Xavier-uniform with gain `calculate_gain(w_init_gain)`."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 1, stride: int = 1,
+                 padding: int | None = None, dilation: int = 1, bias: bool = True, w_init_gain: str = "linear") -> None:
+        super().__init__()
+        if padding is None:
+            assert kernel_size % 2 == 1
+            padding = int(dilation * (kernel_size - 1) / 2)
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size=kernel_size, stride=stride, padding=padding,
+                              dilation=dilation, bias=bias)
+        nn.init.xavier_uniform_(self.conv.weight, gain=nn.init.calculate_gain(w_init_gain))
+
+    def forward(self, signal: torch.Tensor) -> torch.Tensor:
+        return self.conv(signal)
+
+
+def tacotron_mask_from_lengths(lengths: torch.Tensor) -> torch.Tensor:
+    """`utils.py`'s `get_mask_from_lengths`: (B, max length) True on the valid positions."""
+    max_len = int(torch.max(lengths).item())
+    ids = torch.arange(0, max_len, dtype=torch.long, device=lengths.device)
+    return ids < lengths.unsqueeze(1)
+
+
+class TacotronLocationLayer(nn.Module):
+    """`model.py`'s `LocationLayer`: `location_conv` (2 → n_filters over the previous and the
+    cumulative attention weights, no bias) then `location_dense` (n_filters → attention_dim, tanh gain)."""
+
+    def __init__(self, attention_n_filters: int, attention_kernel_size: int, attention_dim: int) -> None:
+        super().__init__()
+        padding = int((attention_kernel_size - 1) / 2)
+        self.location_conv = TacotronConvNorm(2, attention_n_filters, kernel_size=attention_kernel_size,
+                                              padding=padding, bias=False, stride=1, dilation=1)
+        self.location_dense = TacotronLinearNorm(attention_n_filters, attention_dim, bias=False, w_init_gain="tanh")
+
+    def forward(self, attention_weights_cat: torch.Tensor) -> torch.Tensor:
+        processed_attention = self.location_conv(attention_weights_cat).transpose(1, 2)
+        return self.location_dense(processed_attention)
+
+
+class TacotronAttention(nn.Module):
+    """`model.py`'s location-sensitive `Attention`: energies v·tanh(W q + V m + U f) of the query
+    (the attention RNN's hidden state), the processed memory (`memory_layer`, computed once a
+    decode) and the location features of [previous, cumulative] weights; masked by the text lengths
+    with -inf (`score_mask_value`), softmax over the text, context = weights @ memory."""
+
+    def __init__(self, attention_rnn_dim: int, embedding_dim: int, attention_dim: int,
+                 attention_location_n_filters: int, attention_location_kernel_size: int) -> None:
+        super().__init__()
+        self.query_layer = TacotronLinearNorm(attention_rnn_dim, attention_dim, bias=False, w_init_gain="tanh")
+        self.memory_layer = TacotronLinearNorm(embedding_dim, attention_dim, bias=False, w_init_gain="tanh")
+        self.v = TacotronLinearNorm(attention_dim, 1, bias=False)
+        self.location_layer = TacotronLocationLayer(attention_location_n_filters, attention_location_kernel_size,
+                                                    attention_dim)
+        self.score_mask_value = -float("inf")
+
+    def get_alignment_energies(self, query: torch.Tensor, processed_memory: torch.Tensor,
+                               attention_weights_cat: torch.Tensor) -> torch.Tensor:
+        processed_query = self.query_layer(query.unsqueeze(1))
+        processed_attention_weights = self.location_layer(attention_weights_cat)
+        energies = self.v(torch.tanh(processed_query + processed_attention_weights + processed_memory))
+        return energies.squeeze(-1)
+
+    def forward(self, attention_hidden_state, memory, processed_memory, attention_weights_cat, mask):
+        alignment = self.get_alignment_energies(attention_hidden_state, processed_memory, attention_weights_cat)
+        if mask is not None:
+            alignment.data.masked_fill_(mask, self.score_mask_value)
+        attention_weights = F.softmax(alignment, dim=1)
+        attention_context = torch.bmm(attention_weights.unsqueeze(1), memory).squeeze(1)
+        return attention_context, attention_weights
+
+
+class TacotronPrenet(nn.Module):
+    """`model.py`'s `Prenet`: `layers` of bias-free `LinearNorm` + ReLU, each followed by dropout 0.5
+    with `training=True`: on in eval mode too, as upstream (its inference relies on it)."""
+
+    def __init__(self, in_dim: int, sizes: list[int]) -> None:
+        super().__init__()
+        in_sizes = [in_dim] + sizes[:-1]
+        self.layers = nn.ModuleList([TacotronLinearNorm(in_size, out_size, bias=False)
+                                     for (in_size, out_size) in zip(in_sizes, sizes)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for linear in self.layers:
+            x = F.dropout(F.relu(linear(x)), p=0.5, training=True)
+        return x
+
+
+class TacotronPostnet(nn.Module):
+    """`model.py`'s `Postnet`: five `Sequential(ConvNorm(k 5), BatchNorm1d)`, tanh and dropout 0.5
+    after each but the last (dropout only), its output added to the decoder's frames by `Tacotron2`."""
+
+    def __init__(self, n_mel_channels: int = TACOTRON_MELS, postnet_embedding_dim: int = TACOTRON_POSTNET,
+                 postnet_kernel_size: int = 5, postnet_n_convolutions: int = 5) -> None:
+        super().__init__()
+        pad = int((postnet_kernel_size - 1) / 2)
+        self.convolutions = nn.ModuleList()
+        self.convolutions.append(nn.Sequential(
+            TacotronConvNorm(n_mel_channels, postnet_embedding_dim, kernel_size=postnet_kernel_size, stride=1,
+                             padding=pad, dilation=1, w_init_gain="tanh"),
+            nn.BatchNorm1d(postnet_embedding_dim)))
+        for _ in range(1, postnet_n_convolutions - 1):
+            self.convolutions.append(nn.Sequential(
+                TacotronConvNorm(postnet_embedding_dim, postnet_embedding_dim, kernel_size=postnet_kernel_size,
+                                 stride=1, padding=pad, dilation=1, w_init_gain="tanh"),
+                nn.BatchNorm1d(postnet_embedding_dim)))
+        self.convolutions.append(nn.Sequential(
+            TacotronConvNorm(postnet_embedding_dim, n_mel_channels, kernel_size=postnet_kernel_size, stride=1,
+                             padding=pad, dilation=1, w_init_gain="linear"),
+            nn.BatchNorm1d(n_mel_channels)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i in range(len(self.convolutions) - 1):
+            x = F.dropout(torch.tanh(self.convolutions[i](x)), 0.5, self.training)
+        return F.dropout(self.convolutions[-1](x), 0.5, self.training)
+
+
+class TacotronEncoder(nn.Module):
+    """`model.py`'s `Encoder`: three `Sequential(ConvNorm(k 5, relu gain), BatchNorm1d)` each
+    followed by ReLU and dropout 0.5, then a bidirectional LSTM (embedding / 2 a direction) over the
+    sequences packed by their lengths (`pack_padded_sequence`: the collate sorts them descending)."""
+
+    def __init__(self, encoder_embedding_dim: int = TACOTRON_EMBEDDING, encoder_n_convolutions: int = 3,
+                 encoder_kernel_size: int = 5) -> None:
+        super().__init__()
+        self.convolutions = nn.ModuleList([nn.Sequential(
+            TacotronConvNorm(encoder_embedding_dim, encoder_embedding_dim, kernel_size=encoder_kernel_size, stride=1,
+                             padding=int((encoder_kernel_size - 1) / 2), dilation=1, w_init_gain="relu"),
+            nn.BatchNorm1d(encoder_embedding_dim)) for _ in range(encoder_n_convolutions)])
+        self.lstm = nn.LSTM(encoder_embedding_dim, int(encoder_embedding_dim / 2), 1, batch_first=True,
+                            bidirectional=True)
+
+    def forward(self, x: torch.Tensor, input_lengths: torch.Tensor) -> torch.Tensor:
+        for conv in self.convolutions:
+            x = F.dropout(F.relu(conv(x)), 0.5, self.training)
+        x = x.transpose(1, 2)
+        input_lengths = input_lengths.cpu().numpy()
+        x = nn.utils.rnn.pack_padded_sequence(x, input_lengths, batch_first=True)
+        self.lstm.flatten_parameters()
+        outputs, _ = self.lstm(x)
+        outputs, _ = nn.utils.rnn.pad_packed_sequence(outputs, batch_first=True)
+        return outputs
+
+
+class TacotronDecoder(nn.Module):
+    """`model.py`'s `Decoder` (n_frames_per_step 1), teacher-forced: a zero go frame, then each
+    target frame through the `prenet`; per frame `decode`: `attention_rnn` (LSTMCell over [prenet
+    frame, previous context], its hidden state dropped out at `p_attention_dropout`), the
+    `attention_layer` on [previous, cumulative] weights (the cumulative weights summed in place, as
+    upstream), `decoder_rnn` (LSTMCell over [attention hidden, context], dropout `p_decoder_dropout`),
+    `linear_projection` and `gate_layer` on [decoder hidden, context]."""
+
+    def __init__(self, n_mel_channels: int = TACOTRON_MELS, n_frames_per_step: int = 1,
+                 encoder_embedding_dim: int = TACOTRON_EMBEDDING, attention_rnn_dim: int = TACOTRON_RNN,
+                 decoder_rnn_dim: int = TACOTRON_RNN, prenet_dim: int = TACOTRON_PRENET,
+                 attention_dim: int = TACOTRON_ATTENTION, attention_location_n_filters: int = TACOTRON_LOCATION_FILTERS,
+                 attention_location_kernel_size: int = TACOTRON_LOCATION_KERNEL, p_attention_dropout: float = 0.1,
+                 p_decoder_dropout: float = 0.1) -> None:
+        super().__init__()
+        self.n_mel_channels = n_mel_channels
+        self.n_frames_per_step = n_frames_per_step
+        self.encoder_embedding_dim = encoder_embedding_dim
+        self.attention_rnn_dim = attention_rnn_dim
+        self.decoder_rnn_dim = decoder_rnn_dim
+        self.p_attention_dropout = p_attention_dropout
+        self.p_decoder_dropout = p_decoder_dropout
+        self.prenet = TacotronPrenet(n_mel_channels * n_frames_per_step, [prenet_dim, prenet_dim])
+        self.attention_rnn = nn.LSTMCell(prenet_dim + encoder_embedding_dim, attention_rnn_dim)
+        self.attention_layer = TacotronAttention(attention_rnn_dim, encoder_embedding_dim, attention_dim,
+                                                 attention_location_n_filters, attention_location_kernel_size)
+        self.decoder_rnn = nn.LSTMCell(attention_rnn_dim + encoder_embedding_dim, decoder_rnn_dim, 1)
+        self.linear_projection = TacotronLinearNorm(decoder_rnn_dim + encoder_embedding_dim,
+                                                    n_mel_channels * n_frames_per_step)
+        self.gate_layer = TacotronLinearNorm(decoder_rnn_dim + encoder_embedding_dim, 1, bias=True,
+                                             w_init_gain="sigmoid")
+
+    def get_go_frame(self, memory: torch.Tensor) -> torch.Tensor:
+        return memory.new_zeros(memory.size(0), self.n_mel_channels * self.n_frames_per_step)
+
+    def initialize_decoder_states(self, memory: torch.Tensor, mask: torch.Tensor) -> None:
+        B, MAX_TIME = memory.size(0), memory.size(1)
+        self.attention_hidden = memory.new_zeros(B, self.attention_rnn_dim)
+        self.attention_cell = memory.new_zeros(B, self.attention_rnn_dim)
+        self.decoder_hidden = memory.new_zeros(B, self.decoder_rnn_dim)
+        self.decoder_cell = memory.new_zeros(B, self.decoder_rnn_dim)
+        self.attention_weights = memory.new_zeros(B, MAX_TIME)
+        self.attention_weights_cum = memory.new_zeros(B, MAX_TIME)
+        self.attention_context = memory.new_zeros(B, self.encoder_embedding_dim)
+        self.memory = memory
+        self.processed_memory = self.attention_layer.memory_layer(memory)
+        self.mask = mask
+
+    def parse_decoder_inputs(self, decoder_inputs: torch.Tensor) -> torch.Tensor:
+        decoder_inputs = decoder_inputs.transpose(1, 2)  # (B, n_mel, T_out) -> (B, T_out, n_mel)
+        decoder_inputs = decoder_inputs.view(decoder_inputs.size(0), int(decoder_inputs.size(1) / self.n_frames_per_step), -1)
+        return decoder_inputs.transpose(0, 1)  # (T_out, B, n_mel)
+
+    def parse_decoder_outputs(self, mel_outputs, gate_outputs, alignments):
+        alignments = torch.stack(alignments).transpose(0, 1)
+        gate_outputs = torch.stack(gate_outputs).transpose(0, 1).contiguous()
+        mel_outputs = torch.stack(mel_outputs).transpose(0, 1).contiguous()
+        mel_outputs = mel_outputs.view(mel_outputs.size(0), -1, self.n_mel_channels)
+        return mel_outputs.transpose(1, 2), gate_outputs, alignments
+
+    def decode(self, decoder_input: torch.Tensor):
+        cell_input = torch.cat((decoder_input, self.attention_context), -1)
+        self.attention_hidden, self.attention_cell = self.attention_rnn(
+            cell_input, (self.attention_hidden, self.attention_cell))
+        self.attention_hidden = F.dropout(self.attention_hidden, self.p_attention_dropout, self.training)
+        attention_weights_cat = torch.cat((self.attention_weights.unsqueeze(1),
+                                           self.attention_weights_cum.unsqueeze(1)), dim=1)
+        self.attention_context, self.attention_weights = self.attention_layer(
+            self.attention_hidden, self.memory, self.processed_memory, attention_weights_cat, self.mask)
+        self.attention_weights_cum += self.attention_weights
+        decoder_input = torch.cat((self.attention_hidden, self.attention_context), -1)
+        self.decoder_hidden, self.decoder_cell = self.decoder_rnn(decoder_input, (self.decoder_hidden, self.decoder_cell))
+        self.decoder_hidden = F.dropout(self.decoder_hidden, self.p_decoder_dropout, self.training)
+        decoder_hidden_attention_context = torch.cat((self.decoder_hidden, self.attention_context), dim=1)
+        decoder_output = self.linear_projection(decoder_hidden_attention_context)
+        gate_prediction = self.gate_layer(decoder_hidden_attention_context)
+        return decoder_output, gate_prediction, self.attention_weights
+
+    def forward(self, memory: torch.Tensor, decoder_inputs: torch.Tensor, memory_lengths: torch.Tensor):
+        decoder_input = self.get_go_frame(memory).unsqueeze(0)
+        decoder_inputs = self.parse_decoder_inputs(decoder_inputs)
+        decoder_inputs = torch.cat((decoder_input, decoder_inputs), dim=0)
+        decoder_inputs = self.prenet(decoder_inputs)
+        self.initialize_decoder_states(memory, mask=~tacotron_mask_from_lengths(memory_lengths))
+        mel_outputs, gate_outputs, alignments = [], [], []
+        while len(mel_outputs) < decoder_inputs.size(0) - 1:
+            decoder_input = decoder_inputs[len(mel_outputs)]
+            mel_output, gate_output, attention_weights = self.decode(decoder_input)
+            mel_outputs += [mel_output.squeeze(1)]
+            gate_outputs += [gate_output.squeeze(1)]
+            alignments += [attention_weights]
+        return self.parse_decoder_outputs(mel_outputs, gate_outputs, alignments)
+
+
+class Tacotron2(nn.Module):
+    """NVIDIA/tacotron2 `model.py`'s `Tacotron2`, scaled down (`TACOTRON_*`): `embedding` (uniform
+    ±√3·√(2 / (n_symbols + dim)), as upstream), `encoder`, teacher-forced `decoder`, `postnet` added
+    as a residual; `parse_output` with `mask_padding`: past each utterance's length both mel outputs
+    are filled with 0 and the gate energies with 1e3 (through `.data`, as upstream: no gradient
+    there). `forward(inputs)` takes `parse_batch`'s x, (text_padded, input_lengths, mel_padded,
+    max_len, output_lengths), and returns (mel_outputs, mel_outputs_postnet, gate_outputs,
+    alignments); a tuple where upstream returns a list (the zoo's loop casts a tuple's elements)."""
+
+    def __init__(self, n_symbols: int = TACOTRON_SYMBOLS, symbols_embedding_dim: int = TACOTRON_EMBEDDING,
+                 n_mel_channels: int = TACOTRON_MELS, mask_padding: bool = True) -> None:
+        super().__init__()
+        self.mask_padding = mask_padding
+        self.n_mel_channels = n_mel_channels
+        self.n_frames_per_step = 1
+        self.embedding = nn.Embedding(n_symbols, symbols_embedding_dim)
+        std = math.sqrt(2.0 / (n_symbols + symbols_embedding_dim))
+        val = math.sqrt(3.0) * std  # uniform bounds for std
+        self.embedding.weight.data.uniform_(-val, val)
+        self.encoder = TacotronEncoder(symbols_embedding_dim)
+        self.decoder = TacotronDecoder(n_mel_channels, encoder_embedding_dim=symbols_embedding_dim)
+        self.postnet = TacotronPostnet(n_mel_channels)
+        self.units = ["embedding", *(f"encoder.convolutions.{i}" for i in range(3)), "encoder.lstm",
+                      "decoder.prenet", "decoder.attention_rnn", "decoder.attention_layer", "decoder.decoder_rnn",
+                      "decoder.linear_projection", "decoder.gate_layer",
+                      *(f"postnet.convolutions.{i}" for i in range(5))]
+        # The blocks between the characters and the frames. The last is the one `detach` cuts:
+        # `encoder.convolutions.2`, whose output is a plain tensor with only the embedding and
+        # the first two convolutions before it. Not `encoder.lstm`: its output is a
+        # PackedSequence, which faults.DetachedLayer cannot `.detach()`; not a decoder LSTMCell:
+        # the attention context reaches the projections around it, so the units before it keep
+        # their gradient.
+        self.hidden = ["encoder.lstm", "decoder.attention_rnn", "decoder.attention_layer", "decoder.decoder_rnn",
+                       "postnet.convolutions.1", "postnet.convolutions.2",
+                       "encoder.convolutions.0", "encoder.convolutions.1", "encoder.convolutions.2"]
+        # What reaches the loss (or the recurrence) without a normalisation after it: the decoder's
+        # LSTMCells (their gates saturate), its two projections, the postnet's last BatchNorm affine
+        # (the residual added to the frames). The convolutions each sit before a BatchNorm.
+        self.exposed = ["decoder.attention_rnn", "decoder.decoder_rnn", "decoder.linear_projection.linear_layer",
+                        "decoder.gate_layer.linear_layer", "postnet.convolutions.4.1"]
+        self.decay_everything = True  # train.py: Adam(model.parameters(), weight_decay=hparams.weight_decay)
+
+    def parse_output(self, outputs, output_lengths=None):
+        if self.mask_padding and output_lengths is not None:
+            mask = ~tacotron_mask_from_lengths(output_lengths)
+            mask = mask.expand(self.n_mel_channels, mask.size(0), mask.size(1))
+            mask = mask.permute(1, 0, 2)
+            outputs[0].data.masked_fill_(mask, 0.0)
+            outputs[1].data.masked_fill_(mask, 0.0)
+            outputs[2].data.masked_fill_(mask[:, 0, :], 1e3)  # gate energies
+        return tuple(outputs)
+
+    def forward(self, inputs):
+        text_inputs, text_lengths, mels, max_len, output_lengths = inputs
+        text_lengths, output_lengths = text_lengths.data, output_lengths.data
+        embedded_inputs = self.embedding(text_inputs).transpose(1, 2)
+        encoder_outputs = self.encoder(embedded_inputs, text_lengths)
+        mel_outputs, gate_outputs, alignments = self.decoder(encoder_outputs, mels, memory_lengths=text_lengths)
+        mel_outputs_postnet = self.postnet(mel_outputs)
+        mel_outputs_postnet = mel_outputs + mel_outputs_postnet
+        return self.parse_output([mel_outputs, mel_outputs_postnet, gate_outputs, alignments], output_lengths)
+
+
+def tacotron2_loss(model_output, targets) -> torch.Tensor:
+    """`loss_function.py`'s `Tacotron2Loss`: MSE(mel_out, mel_target) + MSE(mel_out_postnet,
+    mel_target) + BCEWithLogits(gate_out, gate_target), each a mean over every padded position
+    (the masked outputs equal the zero-padded targets there, the 1e3 gate energies the padded 1s)."""
+    mel_target, gate_target = targets[0], targets[1]
+    mel_target.requires_grad = False
+    gate_target.requires_grad = False
+    gate_target = gate_target.view(-1, 1)
+    mel_out, mel_out_postnet, gate_out, _ = model_output
+    gate_out = gate_out.view(-1, 1)
+    mel_loss = nn.MSELoss()(mel_out, mel_target) + nn.MSELoss()(mel_out_postnet, mel_target)
+    gate_loss = nn.BCEWithLogitsLoss()(gate_out, gate_target)
+    return mel_loss + gate_loss
+
+
+def tacotron_collate(batch: list[tuple[torch.Tensor, torch.Tensor]]):
+    """`data_utils.py`'s `TextMelCollate` (n_frames_per_step 1) then `Tacotron2.parse_batch`:
+    utterances sorted by text length, descending (for packing), texts zero-padded, mels zero-padded to
+    the longest, gate 1 from each mel's last frame on; returns (x, y) = ((text_padded, input_lengths,
+    mel_padded, max_len, output_lengths), (mel_padded, gate_padded))."""
+    input_lengths, ids_sorted_decreasing = torch.sort(torch.LongTensor([len(x[0]) for x in batch]), dim=0,
+                                                      descending=True)
+    max_input_len = int(input_lengths[0])
+    text_padded = torch.LongTensor(len(batch), max_input_len).zero_()
+    for i in range(len(ids_sorted_decreasing)):
+        text = batch[ids_sorted_decreasing[i]][0]
+        text_padded[i, :text.size(0)] = text
+    num_mels = batch[0][1].size(0)
+    max_target_len = max([x[1].size(1) for x in batch])
+    mel_padded = torch.FloatTensor(len(batch), num_mels, max_target_len).zero_()
+    gate_padded = torch.FloatTensor(len(batch), max_target_len).zero_()
+    output_lengths = torch.LongTensor(len(batch))
+    for i in range(len(ids_sorted_decreasing)):
+        mel = batch[ids_sorted_decreasing[i]][1]
+        mel_padded[i, :, :mel.size(1)] = mel
+        gate_padded[i, mel.size(1) - 1:] = 1
+        output_lengths[i] = mel.size(1)
+    max_len = torch.max(input_lengths.data).item()
+    return (text_padded, input_lengths, mel_padded, max_len, output_lengths), (mel_padded, gate_padded)
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
@@ -7535,7 +7933,8 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "nerf", "capsnet", "sac", "mae", "rwkv", "tabnet", "perceiver", "wavenet",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
                "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst", "timm_mixup",
-               "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco", "swa_gc")
+               "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco", "swa_gc",
+               "tacotron")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -7624,6 +8023,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "ddp_wrn": lambda vocab: WideResNetDDP(classes=vocab),
     "moco": lambda vocab: MoCo(),
     "swa_gc": lambda vocab: SwaGcResNet(classes=vocab),
+    "tacotron": lambda vocab: Tacotron2(),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

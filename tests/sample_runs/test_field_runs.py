@@ -63,7 +63,8 @@ def test_catalogue_looks_like_the_field():
                                        "perceiver", "wavenet", "set_transformer", "conformer", "gat",
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
                                        "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst",
-                                       "timm_mixup", "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco", "swa_gc"}
+                                       "timm_mixup", "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco", "swa_gc",
+                                       "tacotron"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -5227,3 +5228,177 @@ def test_swa_gc_healthy_run_learns_and_records_one_activation_row_per_module_tho
     assert (per_step == 1).all() and len(per_step) == len(leaves) * 150  # one row though the stages ran twice
     assert not stats["name"].str.startswith("module.").any()  # the AveragedModel's copy records nothing
     assert set(stats[stats["role"] == "state"]["name"]) == {n for n, _ in model.named_parameters()}
+def _tacotron_no_dropout(monkeypatch):
+    """Every functional dropout of the model off (the prenet's is on even in eval mode)."""
+    from sample_runs import field_models
+
+    monkeypatch.setattr(field_models.F, "dropout", lambda x, *args, **kwargs: x)
+
+
+def test_tacotron_attention_is_location_sensitive_energies_masked_softmax_against_a_plain_reference():
+    from sample_runs.field_models import TacotronAttention
+
+    torch.manual_seed(0)
+    attention = TacotronAttention(12, 10, 8, 4, 5)
+    query, memory = torch.randn(3, 12), torch.randn(3, 7, 10)
+    previous = torch.softmax(torch.randn(3, 7), dim=1)
+    weights_cat = torch.stack([previous, 2 * previous], dim=1)  # (B, 2, T_in): previous, cumulative
+    lengths = torch.tensor([7, 5, 3])
+    mask = torch.arange(7)[None] >= lengths[:, None]
+    processed_memory = attention.memory_layer(memory)
+    context, weights = attention(query, memory, processed_memory, weights_cat, mask)
+    W = attention.query_layer.linear_layer.weight
+    V = attention.memory_layer.linear_layer.weight
+    F_conv = attention.location_layer.location_conv.conv.weight  # (filters, 2, k), no bias
+    U = attention.location_layer.location_dense.linear_layer.weight
+    v = attention.v.linear_layer.weight[0]
+    for b in range(3):
+        energies = []
+        for j in range(7):
+            f = sum((F_conv[:, c, k] * weights_cat[b, c, j + k - 2]  # "same" padding (k - 1) / 2
+                     for c in range(2) for k in range(5) if 0 <= j + k - 2 < 7), torch.zeros(4))
+            energies.append(v @ torch.tanh(W @ query[b] + V @ memory[b, j] + U @ f))
+        energies = torch.stack(energies)
+        energies[lengths[b]:] = -float("inf")
+        expected = torch.softmax(energies, 0)
+        assert torch.allclose(weights[b], expected, atol=1e-6)
+        assert torch.allclose(context[b], expected @ memory[b], atol=1e-6)
+        assert (weights[b, lengths[b]:] == 0).all()
+
+
+def test_tacotron_collate_is_textmelcollate_and_parse_batch():
+    from sample_runs.field_models import tacotron_collate
+
+    pairs = [(torch.tensor([3, 4, 5]), torch.ones(16, 4)), (torch.tensor([1, 2, 3, 4, 5]), 2 * torch.ones(16, 6)),
+             (torch.tensor([7]), 3 * torch.ones(16, 2))]
+    (text, text_lengths, mel, max_len, output_lengths), (mel_target, gate) = tacotron_collate(pairs)
+    assert text_lengths.tolist() == [5, 3, 1] and max_len == 5 and output_lengths.tolist() == [6, 4, 2]
+    assert text.dtype == torch.int64 and text.tolist() == [[1, 2, 3, 4, 5], [3, 4, 5, 0, 0], [7, 0, 0, 0, 0]]
+    assert mel is mel_target and mel.shape == (3, 16, 6)  # the same tensor: teacher-forced input and target
+    assert mel[1, :, 4:].abs().sum() == 0 and mel[2, :, 2:].abs().sum() == 0 and (mel[2, :, :2] == 3).all()
+    assert gate.tolist() == [[0, 0, 0, 0, 0, 1], [0, 0, 0, 1, 1, 1], [0, 1, 1, 1, 1, 1]]  # 1 from the last frame on
+
+
+def test_tacotron_forward_masks_padding_and_an_utterance_does_not_depend_on_its_batch(monkeypatch):
+    from sample_runs.field import _tacotron_data
+    from sample_runs.field_models import TACOTRON_MELS, Tacotron2, tacotron2_loss, tacotron_collate
+
+    _tacotron_no_dropout(monkeypatch)
+    torch.manual_seed(0)
+    model = Tacotron2()
+    for _ in range(3):  # non-trivial BatchNorm running statistics
+        model(_tacotron_data(16, 0)[0]()[0])
+    model.eval()
+    draw = _tacotron_data(8, 3)[0]
+    x, y = draw()
+    mel_out, mel_post, gate_out, alignments = model(x)
+    lengths, text_lengths = x[4], x[1]
+    assert mel_out.shape == mel_post.shape == (8, TACOTRON_MELS, int(lengths.max()))
+    assert alignments.shape == (8, int(lengths.max()), int(text_lengths.max()))
+    for b in range(8):
+        n, m = int(lengths[b]), int(text_lengths[b])
+        assert (mel_out[b, :, n:] == 0).all() and (mel_post[b, :, n:] == 0).all() and (gate_out[b, n:] == 1e3).all()
+        assert (alignments[b, :, m:] == 0).all()  # no attention on padded characters
+        alone = model(tacotron_collate([(x[0][b, :m], x[2][b, :, :n])])[0])
+        same = torch.allclose(alone[0][0], mel_out[b, :, :n], atol=1e-5) and \
+            torch.allclose(alone[2][0], gate_out[b, :n], atol=1e-5) and \
+            torch.allclose(alone[3][0], alignments[b, :n, :m], atol=1e-6)
+        # Packing, the attention mask and the causal decoder keep the longest text's frames its own;
+        # a shorter text's last characters read the pad symbol's embedding (non-zero: upstream's
+        # nn.Embedding has no padding_idx) through the encoder's k5 convs, as upstream.
+        assert same == (m == int(text_lengths.max()))
+        if same:  # the postnet runs before parse_output masks: its five k5 convs read 10 frames past the length
+            assert torch.allclose(alone[1][0][:, : max(0, n - 10)], mel_post[b, :, : max(0, n - 10)], atol=1e-5)
+            assert torch.allclose(alone[1][0], mel_post[b, :, :n], atol=1e-5) == (n == int(lengths.max()))
+    model.train()
+    output = model(x)
+    loss = tacotron2_loss(output, y)
+    mel_target, gate_target = y
+    expected = ((output[0] - mel_target) ** 2).mean() + ((output[1] - mel_target) ** 2).mean() + \
+        torch.nn.functional.binary_cross_entropy_with_logits(output[2], gate_target)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    grads = torch.autograd.grad(loss, output[:3])
+    pad = ~(torch.arange(mel_target.shape[2])[None] < lengths[:, None])
+    # The loss teaches nothing past a length (its postnet output and gate; the decoder's padded frames
+    # still get gradient through the postnet's convs into the valid frames, as upstream).
+    assert (grads[1].permute(0, 2, 1)[pad] == 0).all() and (grads[2][pad] == 0).all()
+    assert (grads[0].permute(0, 2, 1)[pad] != 0).any()
+
+
+def test_tacotron_prenet_dropout_stays_on_in_eval_and_the_names_are_upstreams():
+    from sample_runs.field import _tacotron_data
+
+    torch.manual_seed(0)
+    model = build_field_model("tacotron", 21).eval()
+    x, _ = _tacotron_data(4, 0)[0]()
+    with torch.no_grad():
+        first, second = model(x)[1], model(x)[1]
+    assert not torch.allclose(first, second)  # the prenet's dropout, on at eval as upstream
+    names = dict(model.named_modules())
+    for name in ("embedding", "encoder.convolutions.0", "encoder.convolutions.2", "encoder.lstm",
+                 "decoder.prenet.layers.0", "decoder.prenet.layers.1", "decoder.attention_rnn",
+                 "decoder.attention_layer.location_layer.location_conv", "decoder.attention_layer.query_layer",
+                 "decoder.attention_layer.memory_layer", "decoder.attention_layer.v", "decoder.decoder_rnn",
+                 "decoder.linear_projection", "decoder.gate_layer", "postnet.convolutions.0", "postnet.convolutions.4"):
+        assert name in names
+    assert isinstance(names["encoder.lstm"], torch.nn.LSTM) and names["encoder.lstm"].bidirectional
+    assert isinstance(names["decoder.attention_rnn"], torch.nn.LSTMCell)
+    assert isinstance(names["postnet.convolutions.4.1"], torch.nn.BatchNorm1d)
+    bound = math.sqrt(3) * math.sqrt(2 / (21 + 64))
+    assert model.embedding.weight.abs().max() <= bound and model.embedding.weight.abs().max() > 0.9 * bound
+
+
+def test_tacotron_recipe_is_train_pys_adam_with_l2_on_every_parameter_clip_and_a_constant_lr():
+    from sample_runs.field import FLOAT_INPUTS, OPTIMIZERS, TACOTRON_BATCH, TACOTRON_LR, UNTARGETED, _data
+
+    model = build_field_model("tacotron", 21)
+    recipe = RECIPES["tacotron"]
+    groups = _param_groups(model, recipe, TACOTRON_LR)
+    assert {id(p) for g in groups for p in g["params"]} == {id(p) for p in model.parameters()}
+    assert all(g["weight_decay"] == 1e-6 for g in groups)  # Adam(model.parameters(), weight_decay=1e-6)
+    assert [g["layer"] for g in groups] == model.units
+    optimizer = OPTIMIZERS[recipe.optimizer](groups, TACOTRON_LR, recipe)
+    assert type(optimizer) is torch.optim.Adam and optimizer.defaults["eps"] == 1e-6
+    assert optimizer.defaults["betas"] == (0.9, 0.999) and not optimizer.defaults["decoupled_weight_decay"]
+    assert (recipe.clip, recipe.warmup, TACOTRON_LR, TACOTRON_BATCH) == (1.0, 0, 1e-2, 16)
+    assert {_schedule(recipe, 150)(s) for s in range(150)} == {1.0}
+    assert model.hidden[-1] == "encoder.convolutions.2"  # the one detach cuts
+    assert set(model.hidden) <= set(model.units) and set(model.exposed) <= set(dict(model.named_modules()))
+    assert LEFT_OUT["tacotron"] == ("healthy_spike",)
+    assert "tacotron" not in FLOAT_INPUTS and "tacotron" not in UNTARGETED
+    assert not any(s.arch == "tacotron" and s.family in ("batch_scale", "batch_nan", "healthy_spike")
+                   for s in SCENARIOS.values())
+    assert sum(s.arch == "tacotron" for s in SCENARIOS.values()) == 33
+    draw, eval_draw, classes, chance = _data("tacotron", recipe, 0, 1)
+    x, y = draw()
+    assert len(x[0]) == 16 and classes == 21 and 1.0 < chance < 1.6
+    assert len(_data("tacotron", recipe, 0, 4)[0]()[0][0]) == 4  # healthy_accum's quarter batches
+    assert len(eval_draw()[0][0]) == 128
+
+
+def test_tacotron_packed_encoder_output_cannot_be_detached_by_the_fault():
+    from sample_runs.field import _tacotron_data
+
+    model = build_field_model("tacotron", 21)
+    fault = faults.DetachedLayer(t0=0, layer="encoder.lstm")
+    fault.install(model)
+    fault.before_step(0, model, None)
+    with pytest.raises(AttributeError, match="PackedSequence"):
+        model(_tacotron_data(4, 0)[0]()[0])
+
+
+def test_tacotron_healthy_run_learns_and_records_each_frame_loop_module_once_a_step(tmp_path):
+    by_name = _healthy_recorded("healthy-tacotron-s1", tmp_path / "run")
+    val = by_name["val_loss"]
+    assert len(val) == 6 and val[-1] < 0.7 * val[0]
+    assert by_name["lr"] == pytest.approx([1e-2] * 150)
+    stats = read_stats(tmp_path / "run")
+    step = stats[stats["step"] == 7]
+    io = step[step["role"].isin(["input", "target"])].set_index("name")
+    assert list(io.index) == ["input.0", "input.1", "input.2", "input.4", "target.0", "target.1"]  # max_len an int
+    assert io.loc["input.0", "dtype"] == "int64" and io.loc["input.2", "hash"] == io.loc["target.0", "hash"]
+    frames = int(io.loc["input.2", "shape"].split("x")[2])
+    acts = step[step["role"] == "activation"].set_index("name")
+    assert acts.loc["decoder.attention_rnn.0", "numel"] == 16 * 64 * frames  # every frame's call, one row
+    assert "encoder.lstm.0.0" in acts.index  # the PackedSequence's data
+    assert not acts.index.str.contains("dropout").any()
