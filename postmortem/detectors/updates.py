@@ -10,10 +10,11 @@ import pandas as pd
 from ..findings import Finding
 from ..manifest import is_weight, manifest_order, parameter_shapes
 from .base import ERROR, Evidence, Outcome, adaptive_optimizer, finding, loss_curve, register, role, scalar
+from ..series import SeriesTable
 from .gradients import SilentGradients, silence
 from .thresholds import Thresholds, UpdateThresholds
 
-__all__ = ["LossPace", "UpdateActivity", "UpdateRatios", "lr_too_low", "no_update", "slow_steady_descent"]
+__all__ = ["LossPace", "UpdateActivity", "UpdateRatios", "lr_too_low", "no_update", "slow_steady_descent", "weights_travelled"]
 
 
 @dataclass(frozen=True)
@@ -227,3 +228,18 @@ def slow_steady_descent(values: np.ndarray, improvement: float | None, th: Updat
     if not (early.slope < 0 and late.slope < 0 and whole.rvalue**2 >= th.slow_linear_r2):
         return False
     return bool(th.slow_pace_kept <= late.slope / early.slope <= 1 / th.slow_pace_kept)
+
+
+def weights_travelled(table: SeriesTable, manifest: dict) -> float | None:
+    """How far the weights (`is_weight`) moved over the run, as a share of their norm: the median
+    over weights of each one's mean update/param ratio × the steps recorded (its path, also where a
+    long run's rows were thinned); None without update ratios."""
+    shapes, steps = parameter_shapes(manifest), len(np.unique(table.recorded_steps()))
+    paths = []
+    for index in table.indices("update"):
+        if is_weight(table.keys[index].name, int(table.numel[index]), shapes):
+            ratios = table.column(index, "ratio")
+            ratios = ratios[np.isfinite(ratios)]
+            if len(ratios):
+                paths.append(float(np.mean(ratios)) * steps)
+    return float(np.median(paths)) if paths else None

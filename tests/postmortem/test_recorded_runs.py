@@ -258,3 +258,32 @@ def test_a_loss_that_rose_while_a_queue_filled_is_read_from_where_it_settled(tmp
     assert analysis.data.losses[0].steps[0] == 0  # the report still shows every step
     _queue_run(tmp_path / "filled_queue", prefilled=True)
     assert not any("the analysis starts" in w for w in analyze(tmp_path / "filled_queue").warnings)
+
+
+def _metric_run(path, lr: float):
+    """`Net` on its regression, logging every 5 steps a held-out accuracy that rises 25 % → 35 %
+    whatever the weights do (BatchNorm's running statistics can move one so, round 35)."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    weights = torch.randn(8, 1)
+    with Recorder(path, model, optimizer, flush_every=25) as rec:
+        for step in range(STEPS):
+            x = torch.randn(32, 8)
+            loss = nn.functional.mse_loss(model(x), x @ weights)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            rec.step(loss=loss, inputs=x)
+            if step % 5 == 4:
+                rec.record_scalars(val_accuracy=0.25 + 0.1 * step / STEPS)
+
+
+def test_a_metric_that_improves_while_no_weight_moves_judges_nothing(tmp_path):
+    _metric_run(tmp_path / "still", lr=1e-8)
+    analysis = analyze(tmp_path / "still")
+    assert analysis.verdict == "not_learning"
+    assert {"lr_too_low", "loss_plateau"} <= {f.label for f in analysis.significant}
+    # At a healthy lr the same metric, with the loss falling, is no reason for doubt.
+    assert analyze(_metric_run(tmp_path / "learning", lr=0.01) or tmp_path / "learning").verdict == "healthy"
