@@ -45,7 +45,7 @@ class OutcomeThresholds:
     settling_steps: int = 3  # the objective may settle over the run's first 3 steps (a queue of K = 2B keys fills in 2: MoCo, round 34)
     settling_rise: float = 1.5  # ...if the loss rose ≥ ×1.5 above its first value by then (our choice: under accumulation MoCo's first loss pools micro-batches of a filling queue, 2.8 then 4.8, ×1.7; round 34)...
     settling_update_ratio: float = 1e-3  # ...while the weights had moved at most CS231n's healthy 1e-3 of their norm a step (median over weights): no step that small makes a loss ×1.5 (session 31, benchmarks/settling.py: round 34's MoCo 6.6e-5 to 1.7e-4; the lr_too_high runs whose loss rose as early 1.1e-2 to 12, MoCo's at ×100 its lr the lowest)
-    still_weights_path: float = 0.01  # weights that moved ≤ 1 % of their norm over the whole run (path: mean update/param ratio × steps) learned nothing, so no metric judges it: a held-out metric moving then measures BatchNorm's running statistics (round 35's swa_gc at lr ×1e-4: path 1e-8, val_top1 23 → 27 %, val_loss -1.2 %; session 29's deeplab missing_step: pixel accuracy 0.025 → 0.066); a healthy run's path is ~0.1 or more (CS231n's 1e-3 a step)
+    still_weights_path: float = 0.01  # weights that moved ≤ 1 % of their norm over the whole run (path: mean update/param ratio × steps) learned nothing, so no metric judges it: a held-out metric moving then measures BatchNorm's running statistics (round 35's swa_gc at lr ×1e-4: path 1e-8, val_top1 23 → 27 %, val_loss -1.2 %; session 29's deeplab missing_step: pixel accuracy 0.025 → 0.066); on session 31's 222 runs the 93 healthy ones travelled ≥ 0.058, the 65 at ≤ 0.01 are all not-learning truths
 
 
 @dataclass(frozen=True)
