@@ -4,9 +4,9 @@
 
 For every run under --runs whose main loss rose ≥ `OutcomeThresholds.settling_rise` above its
 first value within `settling_steps`: one row with the truth (expected.json), its first losses, the
-weights' update/param ratio before the rise (the median over weights of each one's largest, as
-`detectors.outcome.objective_settled` reads it) and the step the analysis starts from (None: the
-first). A last line per truth verdict counts those runs and the settled ones, and gives the range
+weights' update/param ratio before the loss first reached that rise (the median over weights of
+each one's largest; `detectors.outcome.objective_settled` reads up to where the rise stopped) and
+the step the analysis starts from (None: the first). A last line per truth verdict counts those runs and the settled ones, and gives the range
 of the ratio in each group: the margin `settling_update_ratio` sits in.
 """
 

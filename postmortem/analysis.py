@@ -125,10 +125,8 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     breaks = fit_breaks(table, scalars, first.step if first else None, thresholds.breaks)
     nonfinite = nonfinite_beyond_inputs(table, scalars, ignore_grads=scaled)
     loss_steps, loss = loss_curve(scalars)
-    travelled = weights_travelled(table, run.manifest)
-    # Weights that did not move learned nothing, whatever a held-out metric says.
-    metrics = {} if travelled is not None and travelled <= thresholds.outcome.still_weights_path else metric_curves(scalars)
-    outcome = measure_outcome(loss_steps, loss, metrics, thresholds.outcome, loss=main_loss(scalars))
+    outcome = measure_outcome(loss_steps, loss, metric_curves(scalars), thresholds.outcome, loss=main_loss(scalars),
+                              travelled=weights_travelled(table, run.manifest))
     history = gradients.gradient_history(table, scalars, outcome)
     stale = gradients.stale_gradients(history, thresholds.gradients)
     leaders = diverging(breaks, scalars, stayed_finite=not nonfinite, loss_must_feel=not stale,

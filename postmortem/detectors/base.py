@@ -82,8 +82,12 @@ class Outcome:
 
 
 def measure_outcome(steps: np.ndarray, values: np.ndarray, metrics: dict[str, tuple[np.ndarray, bool]],
-                    th: OutcomeThresholds, *, loss: str | None = "loss") -> Outcome:
-    """`values`: the finite training loss in step order; `metrics`: name → (values, higher_is_better).
+                    th: OutcomeThresholds, *, loss: str | None = "loss", travelled: float | None = None) -> Outcome:
+    """`values`: the finite training loss in step order; `metrics`: name → (values, higher_is_better);
+    `travelled`: how far the weights moved over the run (`updates.weights_travelled`), None unknown.
+
+    Weights that travelled at most `still_weights_path` learned nothing, whatever a held-out metric
+    says (BatchNorm's running statistics move one at any lr): then only the loss judges.
 
     An agent's reward (or return) judges its run always. Another outcome metric that is not a
     loss (a sample distance, an accuracy) judges the run where the loss cannot: where there is no
@@ -91,6 +95,8 @@ def measure_outcome(steps: np.ndarray, values: np.ndarray, metrics: dict[str, tu
     metric did (a policy-gradient surrogate, whose value term grows with the returns as the agent
     learns; round 10's reinforce). An evaluation loss measures the
     training loss's own objective and never takes its place."""
+    if travelled is not None and travelled <= th.still_weights_path:
+        metrics = {}
     improved = tuple(sorted(n for n, (v, higher) in metrics.items()
                             if _improves(v if higher else -v, th)))
     outcome_metrics = judging_metrics(metrics, th)

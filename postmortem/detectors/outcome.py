@@ -12,8 +12,8 @@ from ..scalars import raised
 from .base import WARNING, Evidence, Outcome, finding, loss_curve, measure_outcome, median_difference_sigma, register
 from .thresholds import OutcomeThresholds
 
-__all__ = ["LossOutcome", "knocked_back", "objective_settled", "learning_stopped", "loss_came_back", "loss_plateau", "loss_rose_back",
-           "loss_spikes", "metric_came_back", "recovered_spike", "rose_back"]
+__all__ = ["LossOutcome", "knocked_back", "learning_stopped", "loss_came_back", "loss_plateau", "loss_rose_back",
+           "loss_spikes", "metric_came_back", "objective_settled", "recovered_spike", "rose_back"]
 
 
 @dataclass(frozen=True)
@@ -117,8 +117,7 @@ def objective_settled(loss: np.ndarray, weight_update_ratios: tuple[np.ndarray, 
     run trains on settled, or None: the loss rose ≥ ×1.5 (`settling_rise`) above its first value
     within `settling_steps` and did not come back within 10 % of it (`recovered_factor`) over the
     `min_steps` losses that follow (the index: where it stopped rising by more than 10 % a step,
-    within those steps), while no
-    weight had moved more than a healthy step (`settling_update_ratio`: the median over weights of
+    within those steps), while no weight had moved more than a healthy step (`settling_update_ratio`: the median over weights of
     each one's largest update/param ratio before the rise). The model barely changed, so the loss
     before that step measured another objective: MoCo's first keys scored against a random queue
     (0.9, then 4.8 once the queue holds real keys, then falling as the run learns, under

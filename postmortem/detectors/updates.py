@@ -9,8 +9,8 @@ import pandas as pd
 
 from ..findings import Finding
 from ..manifest import is_weight, manifest_order, parameter_shapes
-from .base import ERROR, Evidence, Outcome, adaptive_optimizer, finding, loss_curve, register, role, scalar
 from ..series import SeriesTable
+from .base import ERROR, Evidence, Outcome, adaptive_optimizer, finding, loss_curve, register, role, scalar
 from .gradients import SilentGradients, silence
 from .thresholds import Thresholds, UpdateThresholds
 

@@ -286,4 +286,5 @@ def test_a_metric_that_improves_while_no_weight_moves_judges_nothing(tmp_path):
     assert analysis.verdict == "not_learning"
     assert {"lr_too_low", "loss_plateau"} <= {f.label for f in analysis.significant}
     # At a healthy lr the same metric, with the loss falling, is no reason for doubt.
-    assert analyze(_metric_run(tmp_path / "learning", lr=0.01) or tmp_path / "learning").verdict == "healthy"
+    _metric_run(tmp_path / "learning", lr=0.01)
+    assert analyze(tmp_path / "learning").verdict == "healthy"

@@ -176,3 +176,22 @@ def test_an_analysis_without_the_extension_is_the_same(tmp_path, thinned):
         outputs.append(done.stdout)
     assert outputs[0] == outputs[1]
     assert json.loads(outputs[0])["verdict"]
+
+
+def test_a_table_since_a_step_keeps_each_series_rows_from_there_and_drops_emptied_series(tmp_path):
+    run = load_run(write_synthetic_run(tmp_path / "run", SyntheticSpec(steps=60, tensors=6, seed=3)))
+    table = series.read_series(run)
+    later = table.since(40)
+    for index, key in enumerate(table.keys):
+        rows = table.rows(index)
+        keep = table.step[rows] >= 40
+        if not keep.any():
+            assert key not in later.keys
+            continue
+        mine = later.rows(later.keys.index(key))
+        assert np.array_equal(later.step[mine], table.step[rows][keep])
+        assert np.array_equal(later.magnitude[mine], table.magnitude[rows][keep], equal_nan=True)
+        assert np.array_equal(later.aux[:, mine], table.aux[:, rows][:, keep], equal_nan=True)
+        assert later.numel[later.keys.index(key)] == table.numel[index]
+    assert later.recorded_steps().min() == 40
+    assert len(table.since(10_000).keys) == 0

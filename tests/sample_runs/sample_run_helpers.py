@@ -1,8 +1,26 @@
-"""Helpers shared by the sample-run tests: read a run's statistics and compare two runs."""
+"""Helpers shared by the sample-run tests: load a script, read a run's statistics, compare two runs."""
+import importlib.util
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.dataset as ds
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_script(relative: str):
+    """The module of a file outside any package (a benchmark script, another suite's run writer),
+    by its path from the repository root, registered under its stem: dataclasses look their
+    module up while the file executes."""
+    path = ROOT / relative
+    if path.stem in sys.modules:
+        return sys.modules[path.stem]
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def read_stats(run: Path) -> pd.DataFrame:

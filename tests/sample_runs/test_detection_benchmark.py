@@ -1,22 +1,14 @@
 """Smoke test of benchmarks/detection.py on three tiny generated runs."""
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
+from sample_run_helpers import load_script
 from sample_runs import make
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def detection():
-    spec = importlib.util.spec_from_file_location("detection", ROOT / "benchmarks" / "detection.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["detection"] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/detection.py")
 
 
 @pytest.fixture(scope="module")

@@ -1,23 +1,14 @@
 """benchmarks/early_update_ratio.py against a plain reading of the same run's stats."""
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from sample_run_helpers import load_script
 
 
 def test_the_largest_early_ratio_per_weight_and_its_median(tmp_path):
-    script = _load("early_update_ratio", ROOT / "benchmarks" / "early_update_ratio.py")
-    run = _load("report_runs", ROOT / "tests" / "reports" / "report_runs.py").write_run(tmp_path / "run", kind="diverged")
+    script = load_script("benchmarks/early_update_ratio.py")
+    run = load_script("tests/reports/report_runs.py").write_run(tmp_path / "run", kind="diverged")
     stats = pd.concat(pd.read_parquet(p) for p in sorted((run / "stats").glob("part-*.parquet")))
     weights = stats[(stats["role"] == "update") & stats["name"].str.endswith("weight")].sort_values("step")
     expected = [float(np.median([g["ratio"].to_numpy()[:k].max() for _, g in weights.groupby("name")]))

@@ -1,18 +1,13 @@
 """benchmarks/recovered_cost.py: the power-law forecast of a loss before an incident."""
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from sample_run_helpers import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("recovered_cost", ROOT / "benchmarks" / "recovered_cost.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/recovered_cost.py")
 
 
 def test_forecast_extends_the_power_law_before_the_onset_to_the_last_steps():

@@ -1,21 +1,12 @@
 """benchmarks/settling.py on runs written from frames: a plain reading of their first losses."""
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
+from sample_run_helpers import load_script
 
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-PM_RUNS = _load("pm_runs", ROOT / "tests" / "postmortem" / "pm_runs.py")
+PM_RUNS = load_script("tests/postmortem/pm_runs.py")
 
 
 def _run(path: Path, first_losses: list[float], ratio: float) -> Path:
@@ -29,7 +20,7 @@ def _run(path: Path, first_losses: list[float], ratio: float) -> Path:
 
 
 def test_an_early_rise_is_listed_with_the_ratio_before_it_and_where_the_analysis_starts(tmp_path):
-    script = _load("settling", ROOT / "benchmarks" / "settling.py")
+    script = load_script("benchmarks/settling.py")
     th = script.OutcomeThresholds()
     still = script.early_rise(_run(tmp_path / "queue", [0.9, 4.1, 4.8], 1e-4), th)
     assert still["first_losses"] == [0.9, 4.1, 4.8, 4.8] and still["starts_at"] == 2

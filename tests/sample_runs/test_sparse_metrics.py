@@ -1,19 +1,14 @@
 """benchmarks/sparse_metrics.py: which few-point outcome metrics improve, read at their own count."""
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 
 from postmortem.detectors.thresholds import OutcomeThresholds
 
-ROOT = Path(__file__).resolve().parents[2]
+from sample_run_helpers import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("sparse_metrics", ROOT / "benchmarks" / "sparse_metrics.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/sparse_metrics.py")
 
 
 def test_only_few_point_outcome_metrics_that_improve_are_listed():

@@ -1,5 +1,4 @@
 """benchmarks/twin_margins.py on two hand-built runs and their twin."""
-import importlib.util
 import json
 from pathlib import Path
 
@@ -7,15 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from sample_run_helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def margins():
-    spec = importlib.util.spec_from_file_location("twin_margins", ROOT / "benchmarks" / "twin_margins.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/twin_margins.py")
 
 
 def _run(folder: Path, name: str, loss: np.ndarray, notes: str, verdict: str) -> None:
