@@ -20,9 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from postmortem import load_run
-from postmortem.detectors.base import loss_curve, main_loss, measure_outcome, metric_curves
-from postmortem.detectors.thresholds import OutcomeThresholds
+from postmortem import analyze, load_run
 from postmortem.series import read_series
 
 
@@ -43,10 +41,8 @@ def early_ratios(run_dir: Path, within: list[int]) -> list[float] | None:
 
 
 def loss_improvement(run_dir: Path) -> float | None:
-    """The run's relative loss decrease, first → last quarter (`measure_outcome` at the defaults)."""
-    scalars = load_run(run_dir).scalars()
-    steps, loss = loss_curve(scalars)
-    return measure_outcome(steps, loss, metric_curves(scalars), OutcomeThresholds(), loss=main_loss(scalars)).improvement
+    """The run's relative loss decrease, first → last quarter, as the analyzer measures it."""
+    return analyze(run_dir).outcome.improvement
 
 
 def main() -> None:

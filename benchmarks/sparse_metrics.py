@@ -6,7 +6,7 @@ An outcome metric (`scalars.metric_direction`) judges a run whose loss does not 
 at least `OutcomeThresholds.min_steps` (10) finite points. Many loops evaluate 3–9 times a run.
 For every run under --runs (a run name counted once over all DIRs) with such a metric of at least
 --min-points points, this reads whether the metric improves by `_improves` read at its own point
-count, and whether the loss alone says the run does not learn (`measure_outcome` at the
+count, and whether the loss alone says the run does not learn (the analyzer's `Outcome` at the
 defaults). Letting the few-point metric judge would flip exactly the runs where both hold:
 printed one per line with their truth (expected.json), then counted by truth. A flip of a
 `not_learning` truth is a new miss; of a `healthy` truth, a false alarm fixed.
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from postmortem import load_run
-from postmortem.detectors.base import _improves, loss_curve, main_loss, measure_outcome, metric_curves
+from postmortem import analyze, load_run
+from postmortem.detectors.base import _improves, metric_curves
 from postmortem.detectors.thresholds import OutcomeThresholds
 from postmortem.scalars import is_loss
 
@@ -58,8 +58,7 @@ def main() -> None:
             if not sparse:
                 continue
             truth = json.loads((run_dir / "expected.json").read_text())["verdict"]
-            steps, loss = loss_curve(scalars)
-            by_loss = measure_outcome(steps, loss, metrics, th, loss=main_loss(scalars)).learns
+            by_loss = analyze(run_dir).outcome.learns
             improving = sparse_improving(metrics, args.min_points, th)
             flips = by_loss is False and bool(improving)
             counts[truth, "flips" if flips else "unchanged"] += 1

@@ -10,7 +10,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .detectors import CAUSE_LABELS, NOTE, REGISTRY, Evidence, Thresholds, diagnose, gradients, measure_outcome, summarize
+from .detectors import (CAUSE_LABELS, NOTE, REGISTRY, Evidence, Outcome, Thresholds, diagnose, gradients, measure_outcome,
+                        summarize)
 from .detectors import onsets
 from .detectors import verdict as diagnoses_verdict
 from .detectors.base import judging_curve, loss_curve, main_loss, metric_curves
@@ -53,6 +54,7 @@ class Analysis:
     findings: list[Finding]
     warnings: list[str]  # the run's own (unreadable files, ...) and the analysis's
     data: ReportData  # what a report shows of the run: renderers read nothing else
+    outcome: Outcome  # does the objective improve (from where the analysis starts): what the verdict follows
 
     @property
     def significant(self) -> list[Finding]:
@@ -264,7 +266,7 @@ def _concluded(run: Run, ev: Evidence, findings: list[Finding], involved: list[T
                 *missing_step_warnings("scalars", scalars["step"].to_numpy(np.int64), run.manifest),
                 *unmeasured_warnings(run.manifest), *analysis_warnings]
     return Analysis(run=run, verdict=verdict, onset=onset, first_nonfinite=first, ranking=ranking,
-                    chain=chain, findings=findings, warnings=warnings, data=data)
+                    chain=chain, findings=findings, warnings=warnings, data=data, outcome=ev.outcome)
 
 
 def _cause_first(ranking: list[RankedTensor], findings: list[Finding]) -> list[RankedTensor]:

@@ -285,6 +285,8 @@ def test_a_metric_that_improves_while_no_weight_moves_judges_nothing(tmp_path):
     analysis = analyze(tmp_path / "still")
     assert analysis.verdict == "not_learning"
     assert {"lr_too_low", "loss_plateau"} <= {f.label for f in analysis.significant}
+    assert analysis.outcome.learns is False and analysis.outcome.judged_by is None  # the loss judged, not the metric
     # At a healthy lr the same metric, with the loss falling, is no reason for doubt.
     _metric_run(tmp_path / "learning", lr=0.01)
-    assert analyze(tmp_path / "learning").verdict == "healthy"
+    learning = analyze(tmp_path / "learning")
+    assert learning.verdict == "healthy" and learning.outcome.learns is True

@@ -16,6 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from postmortem import Analysis, Finding, FirstNonfinite, Onset, RankedTensor, load_run
+from postmortem.detectors import OutcomeThresholds, measure_outcome
+from postmortem.detectors.base import loss_curve, main_loss, metric_curves
 from postmortem.loading import EVENTS_SCHEMA, SCALARS_SCHEMA, STATS_SCHEMA
 from postmortem.report_data import report_data
 
@@ -113,10 +115,12 @@ def write_run(path: Path, *, kind: str = "diverged", steps: int = 60, onset: int
 
 def _analysis(run_dir, **decided) -> Analysis:
     """An Analysis of the run at `run_dir` with the findings `decided` by hand, and what a report
-    shows of the run for them."""
+    shows of the run for them and of its loss."""
     run = load_run(run_dir)
     data = report_data(run, **{k: decided[k] for k in ("onset", "first_nonfinite", "ranking", "findings")})
-    return Analysis(run=run, **decided, data=data)
+    scalars = run.scalars()
+    outcome = measure_outcome(*loss_curve(scalars), metric_curves(scalars), OutcomeThresholds(), loss=main_loss(scalars))
+    return Analysis(run=run, **decided, data=data, outcome=outcome)
 
 
 def diverged_analysis(run_dir) -> Analysis:
