@@ -192,7 +192,10 @@ class DetachedLayer(Fault):
             if not self.active:
                 return None
             if isinstance(output, tuple) and isinstance(module, nn.RNNBase):  # (sequence, h or (h, c))
-                return (output[0].detach(), output[1])
+                sequence = output[0]
+                if isinstance(sequence, nn.utils.rnn.PackedSequence):  # a namedtuple: its data carries the graph
+                    return (sequence._replace(data=sequence.data.detach()), output[1])
+                return (sequence.detach(), output[1])
             if isinstance(output, tuple):  # every tensor the block returns (an MoE block's aux loss too; T5's None)
                 return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in output)
             return output.detach()

@@ -100,6 +100,21 @@ def test_detach_cuts_the_graph_below_the_layer_from_t0():
     assert model.fc.weight.grad is not None
 
 
+def test_detach_cuts_a_packed_sequence_as_an_rnn_returns_it():
+    torch.manual_seed(0)
+    lstm, head = torch.nn.LSTM(4, 6, batch_first=True), torch.nn.Linear(6, 1)
+    fault = faults.DetachedLayer(t0=0, layer="lstm")
+    model = torch.nn.ModuleDict({"lstm": lstm, "head": head})
+    fault.install(model)
+    fault.before_step(0, model, None)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(torch.randn(3, 5, 4), [5, 3, 2], batch_first=True)
+    sequence, _ = lstm(packed)
+    assert isinstance(sequence, torch.nn.utils.rnn.PackedSequence) and not sequence.data.requires_grad
+    padded, _ = torch.nn.utils.rnn.pad_packed_sequence(sequence, batch_first=True)
+    head(padded).sum().backward()
+    assert lstm.weight_ih_l0.grad is None and head.weight.grad is not None
+
+
 def test_fp16_overflow_runs_the_layer_in_half_precision_from_t0(mlp):
     model, opt = mlp
     fault = faults.Fp16Overflow(t0=1, layer="fc3")
