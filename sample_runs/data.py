@@ -43,6 +43,9 @@ __all__ = [
     "GRAPH",
     "GraphSpec",
     "sbm_graph",
+    "LINK_GRAPH",
+    "LinkGraphSpec",
+    "sbm_link_split",
     "two_views_sampler",
     "images_sampler",
     "SPEECH",
@@ -462,6 +465,64 @@ def sbm_graph() -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, to
     val = torch.zeros(spec.nodes, dtype=torch.bool)
     val[order[~train[order]][: spec.val]] = True
     return {"x": x, "edge_index": edge_index}, labels, train, val
+
+
+@dataclass(frozen=True)
+class LinkGraphSpec:
+    """The link-prediction graph: a stochastic block model of `nodes` in `blocks` equal communities
+    (edge probability `p_in` inside a community, `p_out` across), `features` Gaussian node features
+    around a mean per community (×`signal`) plus unit noise; its undirected edges split as
+    `RandomLinkSplit(num_val=0.05, num_test=0.1, is_undirected=True)` splits them (PyG's
+    examples/link_pred.py) into OGB's `get_edge_split()` layout, with `negatives` fixed negative
+    edges each for valid and test (OGB's `edge_neg`: ogbl-collab's 100 000 for ~60 000 positives)."""
+
+    nodes: int = 1000
+    blocks: int = 40
+    p_in: float = 0.25
+    p_out: float = 0.002
+    features: int = 32
+    signal: float = 0.5
+    val: float = 0.05
+    test: float = 0.1
+    negatives: int = 2000
+
+
+LINK_GRAPH = LinkGraphSpec()
+
+
+@lru_cache(maxsize=1)
+def sbm_link_split() -> tuple[torch.Tensor, torch.Tensor, dict[str, dict[str, torch.Tensor]]]:
+    """(x, adj edge_index, split_edge) of the link-prediction graph, the same for every seed: the
+    (nodes, features) float features; the message-passing graph of the training edges in both
+    directions (2, 2·E_train: source, target; `T.ToSparseTensor()`'s symmetric `adj_t` of the
+    training graph); `split_edge` as ogb's `dataset.get_edge_split()`: {"train": {"edge"}, "valid":
+    {"edge", "edge_neg"}, "test": {"edge", "edge_neg"}}, each (n, 2) int64, every undirected edge
+    once (i < j). Valid and test positives are held out of the message-passing graph; their
+    negatives are distinct node pairs (i < j) that are no edge of the whole graph."""
+    spec, generator = LINK_GRAPH, torch.Generator().manual_seed(3636)
+    labels = torch.arange(spec.nodes) % spec.blocks
+    same = labels.unsqueeze(0) == labels.unsqueeze(1)
+    probs = torch.where(same, spec.p_in, spec.p_out)
+    upper = (torch.rand(spec.nodes, spec.nodes, generator=generator) < probs).triu(1)
+    means = torch.randn(spec.blocks, spec.features, generator=generator)
+    x = spec.signal * means[labels] + torch.randn(spec.nodes, spec.features, generator=generator)
+    edges = upper.nonzero()  # (E, 2), i < j
+    edges = edges[torch.randperm(len(edges), generator=generator)]
+    n_val, n_test = int(math.floor(spec.val * len(edges))), int(math.floor(spec.test * len(edges)))
+    valid, test, train = edges[:n_val], edges[n_val:n_val + n_test], edges[n_val + n_test:]
+    taken = upper | torch.eye(spec.nodes, dtype=torch.bool)  # no edge, no self-loop
+    negatives = []
+    while len(negatives) < 2 * spec.negatives:
+        i, j = sorted(torch.randint(0, spec.nodes, (2,), generator=generator).tolist())
+        if not taken[i, j]:
+            taken[i, j] = True  # each negative once, across valid and test too
+            negatives.append((i, j))
+    negatives = torch.tensor(negatives)
+    adj = torch.cat([train.T, train.T.flip(0)], dim=1).contiguous()
+    split_edge = {"train": {"edge": train},
+                  "valid": {"edge": valid, "edge_neg": negatives[: spec.negatives]},
+                  "test": {"edge": test, "edge_neg": negatives[spec.negatives:]}}
+    return x, adj, split_edge
 
 
 def two_views_sampler(images: torch.Tensor, batch_size: int, seed: int):

@@ -30,7 +30,8 @@ graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Net
 hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECTRA-style text
 classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST, a timm ResNet, a VGG pruned
 gradually, a quantization-aware MobileNetV2, Hugging Face's ALBERT, a Deep Equilibrium model,
-MoCo v2, a timm ResNet under activation checkpointing with Stochastic Weight Averaging and Tacotron 2 (`field_models`),
+MoCo v2, a timm ResNet under activation checkpointing with Stochastic Weight Averaging, Tacotron 2 and a
+GraphSAGE link predictor (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -138,7 +139,13 @@ evaluation of the averaged model; cross-entropy) on the colour patterns, Tacotro
 eps 1e-6, weight decay 1e-6 as L2 on every parameter, a constant lr ×10 upstream's, no warm-up,
 `clip_grad_norm_` at `grad_clip_thresh` 1.0, batch 16; `Tacotron2Loss`; teacher-forced, its
 `validate` the loop's eval loss) on synthetic character strings and their mel frames, padded
-batches sorted by text length as `TextMelCollate` makes them. Faults
+batches sorted by text length as `TextMelCollate` makes them, the GraphSAGE link predictor by the
+plain loop with snap-stanford/ogb's examples/linkproppred/collab/gnn.py recipe (one Adam at a constant
+lr over the encoder and the predictor, no weight decay, no warm-up, the encoder's and the predictor's
+gradients each clipped to 1.0 before the step; mini-batches of positive training edges from a
+shuffled `DataLoader` over their indices, as many negatives drawn uniformly by `torch.randint` each
+batch, the whole graph encoded every step; its hand-written −log(pos) − log(1 − neg); its `test()`'s
+Hits@50 on the fixed valid negatives once an epoch) on a stochastic block model's edges. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -226,6 +233,7 @@ from .data import (
     ring_points,
     sort_batch_sampler,
     sbm_graph,
+    sbm_link_split,
     shapes_data,
     VOC_SHAPES,
     voc_shapes,
@@ -306,6 +314,10 @@ from .field_models import (
     tacotron2_loss,
     tacotron_collate,
     tacotron_mask_from_lengths,
+    LINK_PRED_CLIP,
+    link_pred_clip_,
+    link_pred_hits,
+    link_pred_loss,
     agp_prune,
     global_sparsity,
     QAT_BACKEND,
@@ -673,6 +685,20 @@ TACOTRON_BATCH = 16
 """Tacotron 2's batch: hparams.py's `batch_size` 64 cut to 16 for a 2-core CPU (each step decodes up
 to `TACOTRON_MAX_CHARS` × 3 frames one LSTMCell pair at a time)."""
 TACOTRON_MAX_CHARS = 10
+LINK_PRED_LR = 1e-3
+"""The link predictor's Adam lr: gnn.py's `--lr` 0.001 as it is. Measured on the healthy loop
+(unrecorded, seeds 0-2, first/last 10-step loss means; chance 2 ln 2 = 1.386): 1.378 -> 0.486,
+1.375 -> 0.490, 1.380 -> 0.495 (0.35-0.36×); val_loss 1.39 at step 0, 1.02-1.10 at its lowest, 1.18
+/ 1.17 / 1.35 at step 140 (confident misses cost up to −log 1e-15 each); val_hits (Hits@50) 0.040 /
+0.061 / 0.035 at step 0 -> 0.439 / 0.581 / 0.561 at step 140; 3-4 s a run on one shared thread.
+At 1e-2 (hidden 64, 10 blocks of 100 nodes) val_loss climbed back above chance by step 150."""
+LINK_PRED_BATCH = 256
+"""Positive training edges a mini-batch (gnn.py's `--batch_size` 64 × 1024 over ogbl-collab's 1.18M
+training edges: ~18 batches an epoch; 256 over this graph's 3 381: 14, the last one 53)."""
+LINK_PRED_EPOCH_STEPS = 14
+"""Steps an epoch (⌈3 381 / `LINK_PRED_BATCH`⌉): gnn.py's `--eval_steps` 1 runs `test()` once an epoch."""
+LINK_PRED_HITS_K = 50
+"""The K of the Hits@K recorded as `val_hits`: ogbl-collab's metric, Hits@50 (gnn.py logs 10, 50 and 100)."""
 """The longest synthetic text (characters); texts are 4-10 characters, their mels 4-30 frames."""
 DEQ_BATCH = 32
 """The DEQ's batch: the tutorial's `DataLoader(..., batch_size=100)` cut to 32 for a 2-core CPU
@@ -1016,6 +1042,14 @@ RECIPES = {
     # updates) so that an lr spike can hit one block.
     "tacotron": Recipe(lr=TACOTRON_LR, weight_decay=1e-6, batch=TACOTRON_BATCH, clip=1.0, warmup=0,
                        optimizer="tacotron_adam", schedule="constant"),
+    # snap-stanford/ogb examples/linkproppred/collab/gnn.py: `torch.optim.Adam(list(model.parameters())
+    # + list(predictor.parameters()), lr=args.lr)` (no weight decay, betas (0.9, 0.999)), no lr
+    # schedule, no warm-up; `train()` clips the encoder's and the predictor's gradients each to 1.0
+    # (two `clip_grad_norm_` calls: `link_pred_clip_`, run by a step pre-hook in `_train`, so the
+    # loop's one global clip is off); its hand-written loss (`link_pred_loss`); one group a unit (the
+    # same Adam updates) so that an lr spike can hit one layer.
+    "link_pred": Recipe(lr=LINK_PRED_LR, weight_decay=0.0, batch=LINK_PRED_BATCH, clip=None, warmup=0,
+                        optimizer="adam", schedule="constant"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -1084,7 +1118,8 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "patchtst": torch.nn.functional.mse_loss, "timm_mixup": soft_target_cross_entropy, "albert": torch.nn.functional.cross_entropy,
           "qat": torch.nn.functional.cross_entropy, "deq": torch.nn.functional.cross_entropy,
           "ddp_wrn": torch.nn.functional.cross_entropy,
-          "moco": moco_loss, "swa_gc": torch.nn.functional.cross_entropy, "tacotron": tacotron2_loss}
+          "moco": moco_loss, "swa_gc": torch.nn.functional.cross_entropy, "tacotron": tacotron2_loss,
+          "link_pred": link_pred_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -1340,7 +1375,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab",
                 "decision_transformer", "patchtst", "timm_mixup", "gradual_pruning",
-                "qat", "deq", "ddp_wrn", "moco", "swa_gc")
+                "qat", "deq", "ddp_wrn", "moco", "swa_gc", "link_pred")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier and ALBERT: their dict batches are int64 `input_ids`, `attention_mask` (and ALBERT's `token_type_ids`)) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1383,7 +1418,11 @@ the first conv, then the first block's pre-activation BatchNorm),
 MoCo's its two augmented views of each standardised colour pattern (the fault corrupts the
 loader's (2B, 3, 16, 16) batch: both the queries and the keys, which the key encoder embeds and the
 queue keeps for K / B = 2 steps), the checkpointed ResNet's its standardised colour patterns (into
-the stem, outside every checkpointed stage; `update_bn` reads the clean training loader);
+the stem, outside every checkpointed stage; `update_bn` reads the clean training loader), the
+link predictor's the node features its encoder reads (the batch dict's float `x`, as the GCN's and
+the GAT's: the whole graph's features ride in every batch, so the fault corrupts the features of that
+step's encoding of every node, as a corrupted feature-store read would; the positive and negative
+edge indices and the training graph's `edge_index` are integers and left as they are);
 word2vec and the BiLSTM-CRF read
 word IDs, Tacotron 2 character IDs (its batch's float mels are the decoder's teacher-forced frames
 and, the same tensor, its targets: the bad-batch faults corrupt a loader's features, and here would
@@ -1958,6 +1997,50 @@ def _tacotron_data(micro: int, seed: int):
         _tacotron_chance()
 
 
+def link_pred_sampler(batch_size: int, seed: int):
+    """`draw()` of gnn.py's `train()` mini-batches: `DataLoader(range(len(pos_train_edge)),
+    batch_size, shuffle=True)` (its epochs one after another, the last batch of each short; the
+    shuffle seeded), `edge = pos_train_edge[perm].t()`, and as many negatives `torch.randint(0,
+    num_nodes, edge.size())` drawn from the global generator, as upstream; the batch as PyG's
+    link_pred.py gives it, x = {`x`, `edge_index` (the training graph), `edge_label_index` [pos,
+    neg]} and y = `edge_label` (1 for the positives, 0 for the negatives)."""
+    x, edge_index, split_edge = sbm_link_split()
+    pos_train_edge = split_edge["train"]["edge"]
+    loader = torch.utils.data.DataLoader(range(pos_train_edge.size(0)), batch_size, shuffle=True,
+                                         generator=torch.Generator().manual_seed(seed))
+    epoch = iter(())
+
+    def draw():
+        nonlocal epoch
+        perm = next(epoch, None)
+        if perm is None:
+            epoch = iter(loader)
+            perm = next(epoch)
+        edge = pos_train_edge[perm].t()
+        neg = torch.randint(0, x.size(0), edge.size(), dtype=torch.long)
+        return ({"x": x, "edge_index": edge_index, "edge_label_index": torch.cat([edge, neg], dim=1)},
+                torch.cat([torch.ones(edge.size(1)), torch.zeros(neg.size(1))]))
+
+    return draw
+
+
+def _link_pred_eval_draw():
+    """The valid split as one batch: every positive and every fixed negative (`val_loss` the training
+    loss on them)."""
+    x, edge_index, split_edge = sbm_link_split()
+    pos, neg = split_edge["valid"]["edge"].t(), split_edge["valid"]["edge_neg"].t()
+    return ({"x": x, "edge_index": edge_index, "edge_label_index": torch.cat([pos, neg], dim=1)},
+            torch.cat([torch.ones(pos.size(1)), torch.zeros(neg.size(1))]))
+
+
+def _link_pred_data(micro: int, seed: int):
+    """The link predictor's mini-batches (`link_pred_sampler`) of the block model's edges
+    (`data.sbm_link_split`, one graph for every seed), the valid split for `val_loss`; `classes` 2
+    (edge or not; unused by the model); chance 2 ln 2, the loss of a predictor that says 0.5 for
+    every pair (the constant that minimises −log p − log(1 − p))."""
+    return link_pred_sampler(micro, seed), _link_pred_eval_draw, 2, 2 * math.log(2)
+
+
 def _poisson_data(micro: int, seed: int):
     """Collocation and boundary points of DeepXDE's Poisson problem, held-out points for its
     `val_loss`; chance: the l2 relative error of u ≡ 0, 1."""
@@ -2179,7 +2262,8 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "neural_process": _gp_curves_data, "timm_mixup": _pattern_data,
              "gradual_pruning": _standardised_digits_data, "qat": _pattern_data,
              "deq": _deq_digits_data, "ddp_wrn": _ddp_wrn_data,
-             "moco": _moco_data, "swa_gc": _pattern_data, "tacotron": _tacotron_data}
+             "moco": _moco_data, "swa_gc": _pattern_data, "tacotron": _tacotron_data,
+             "link_pred": _link_pred_data}
 """(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
@@ -2213,6 +2297,10 @@ EVAL_METRICS = {
     "ddp_wrn": lambda model: {"val_top1": wrn_evaluate(model, pattern_images().x[1600:], pattern_images().y[1600:])[1]},
     # The MoCo CIFAR-10 demo's kNN monitor on encoder_q: the training digits the bank, the held-out ones scored.
     "moco": lambda model: {"val_knn_top1": moco_knn_top1(model, *_moco_patterns())},
+    # gnn.py's test(): Hits@50 of the valid positives against the fixed valid negatives.
+    "link_pred": lambda model: {"val_hits": link_pred_hits(
+        model, *sbm_link_split()[:2], sbm_link_split()[2]["valid"]["edge"], sbm_link_split()[2]["valid"]["edge_neg"],
+        LINK_PRED_HITS_K)},
     # train_quantization.py's two evaluations each epoch: the QAT (fake-quant) model (eval mode, no
     # gradient: its observers still observe where enabled, as the reference's do), then an int8 copy.
     "qat": lambda model: {"val_top1": timm_top1(model, pattern_images().x[1600:], pattern_images().y[1600:]),
@@ -2223,7 +2311,8 @@ EVAL_METRICS = {
 
 
 EVAL_EVERY = {"triplet": 1, "pinn": 1, "maml": 1, "nerf": 1, "neural_process": 1, "qat": QAT_EPOCH_STEPS,
-              "ddp_wrn": DDP_WRN_EPOCH_STEPS, "swa_gc": SWA_GC_EPOCH_STEPS}
+              "ddp_wrn": DDP_WRN_EPOCH_STEPS, "swa_gc": SWA_GC_EPOCH_STEPS,
+              "link_pred": LINK_PRED_EPOCH_STEPS}
 """Steps between evaluations where not 25: a family judged on a held-out metric
 (`OUTCOME_METRICS`) evaluates every step; the QAT model once an epoch, after it (from step 15, never
 before training: an eval-mode forward of the untrained model, its fused BNs on their initial running
@@ -2590,6 +2679,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
         for each in optimizer if isinstance(optimizer, tuple) else (optimizer,):
             each.register_step_pre_hook(lambda *_: sae_unit_norm_decoder_grad_adjustment_(model))
         after_step = lambda: sae_unit_norm_decoder_(model)  # noqa: E731
+    if arch == "link_pred":  # gnn.py's train(): the encoder's and the predictor's clip_grad_norm_ 1.0, then step
+        optimizer.register_step_pre_hook(lambda *_: link_pred_clip_(model, LINK_PRED_CLIP))
     if arch == "efficientnet":  # timm's train.py: model_ema.update(model) after each optimizer step
         ema = ModelEmaV2(model, MODEL_EMA_DECAY)
         after_step = lambda: ema.update(model)  # noqa: E731

@@ -428,6 +428,18 @@
   five-conv `postnet` added as a residual; `mask_padding` (0 / gate 1e3 past each length);
   `Tacotron2Loss` (two MSEs and a BCE-with-logits). On synthetic utterances: random strings of 20
   characters, each a fixed spectral template held for a fixed 1-3 frames (`field._tacotron_data`).
+- `SageLinkPredictor`, `SAGE`, `SAGEConv`, `LinkPredictor`, `link_pred_loss`, `link_pred_clip_`,
+  `link_pred_hits`: GraphSAGE link prediction as snap-stanford/ogb's
+  `examples/linkproppred/collab/gnn.py` (`--use_sage`) lays it out and trains it, in plain torch (no
+  torch_geometric / torch_sparse): `encoder`, gnn.py's `SAGE` (3 `SAGEConv` layers at PyG's defaults,
+  mean aggregation `lin_l(mean_j x_j) + lin_r(x_i)` over the training graph's edges by `index_add_`,
+  ReLU and dropout between, none after the last), `predictor`, its `LinkPredictor` (an MLP of 3
+  Linear layers on h_i * h_j, ReLU and dropout between, a sigmoid after the last: a probability);
+  the whole graph encoded on every step; `link_pred_loss` its hand-written
+  −log(pos + 1e-15) − log(1 − neg + 1e-15); `link_pred_clip_` its two `clip_grad_norm_` calls (the
+  encoder's and the predictor's, each at 1.0); `link_pred_hits` its `test()` with ogb's `Evaluator`
+  Hits@K. Hidden 128 and dropout 0.0 (gnn.py: 256 and 0.0). On a stochastic block model's edges
+  (`data.sbm_link_split`, `field._link_pred_data`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -468,7 +480,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .data import (CAPTIONS, CARTPOLE, CLICKS, DENSITY, ETT_LIKE, GRAPH, KNOWLEDGE_GRAPH, MLM, NERF_SCENE,
+from .data import (CAPTIONS, CARTPOLE, CLICKS, DENSITY, ETT_LIKE, GRAPH, KNOWLEDGE_GRAPH, LINK_GRAPH, MLM, NERF_SCENE,
                    POINT_MASS, POINT_REACH, RING, MEL_SPEECH, SERIES, SPEECH, SPIRAL, TABLE, TAGGING, TAGS, TOPICS,
                    WAVEFORMS, PointReach, rk4_step, spiral_trajectory)
 from .models import TinyGPT
@@ -528,6 +540,8 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "tacotron2_loss", "tacotron_collate", "TACOTRON_SYMBOLS", "TACOTRON_CHARS", "TACOTRON_MELS",
            "TACOTRON_EMBEDDING", "TACOTRON_PRENET", "TACOTRON_RNN", "TACOTRON_ATTENTION", "TACOTRON_LOCATION_FILTERS",
            "TACOTRON_LOCATION_KERNEL", "TACOTRON_POSTNET",
+           "SageLinkPredictor", "SAGE", "SAGEConv", "LinkPredictor", "link_pred_loss", "link_pred_clip_",
+           "link_pred_hits", "LINK_PRED_HIDDEN", "LINK_PRED_LAYERS", "LINK_PRED_CLIP",
            "ALBERT_HIDDEN", "ALBERT_LAYERS", "AGPVGG", "agp_sparsity", "agp_prune", "prunable", "global_sparsity",
            "AGP_START", "AGP_EVERY", "AGP_EVENTS", "AGP_INITIAL_SPARSITY", "AGP_FINAL_SPARSITY", "PATCHTST_PATCH_LEN",
            "PATCHTST_STRIDE",
@@ -7925,6 +7939,151 @@ def tacotron_collate(batch: list[tuple[torch.Tensor, torch.Tensor]]):
     return (text_padded, input_lengths, mel_padded, max_len, output_lengths), (mel_padded, gate_padded)
 
 
+LINK_PRED_HIDDEN = 128
+"""gnn.py's `--hidden_channels` (256 there), for the encoder's layers and the predictor's alike.
+At 256 (lr 1e-3, seeds 0-2, unrecorded) a run took ~11 s on one shared thread and val_loss climbed
+back to 1.39-1.62 by step 150 (1.01-1.05 at its lowest) while Hits@50 reached 0.63-0.66; at 128
+~3-6 s, val_loss 1.06-1.15 at step 140, Hits@50 0.57-0.60."""
+LINK_PRED_LAYERS = 3
+"""gnn.py's `--num_layers` 3, for the encoder (`SAGE`) and the predictor (`LinkPredictor`) alike."""
+LINK_PRED_CLIP = 1.0
+"""gnn.py's `train()`: `clip_grad_norm_(model.parameters(), 1.0)`, then the predictor's at 1.0."""
+
+
+class SAGEConv(nn.Module):
+    """PyG's `SAGEConv` at its defaults (aggr "mean", `root_weight`, no `normalize`, no `project`):
+    out_i = lin_l(mean_{j ∈ N(i)} x_j) + lin_r(x_i), `lin_l` with a bias, `lin_r` without (its
+    names and its Linear inits: PyG's `Linear` resets as torch's). The mean over `edge_index` (2, E:
+    source, target) by `index_add_`, what torch_sparse's `matmul(adj_t, x, reduce="mean")` computes
+    for gnn.py's `adj_t`; a node without neighbours aggregates 0."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.lin_l = nn.Linear(in_channels, out_channels)
+        self.lin_r = nn.Linear(in_channels, out_channels, bias=False)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        src, dst = edge_index
+        total = torch.zeros_like(x).index_add_(0, dst, x[src])
+        count = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device).index_add_(
+            0, dst, torch.ones_like(dst, dtype=x.dtype))
+        return self.lin_l(total / count.clamp(min=1).unsqueeze(1)) + self.lin_r(x)
+
+
+class SAGE(nn.Module):
+    """gnn.py's `SAGE`: `convs`, `num_layers` SAGEConvs (in → hidden → … → out), ReLU and dropout
+    after each but the last."""
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int, num_layers: int,
+                 dropout: float) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList([SAGEConv(in_channels, hidden_channels)])
+        for _ in range(num_layers - 2):
+            self.convs.append(SAGEConv(hidden_channels, hidden_channels))
+        self.convs.append(SAGEConv(hidden_channels, out_channels))
+        self.dropout = dropout
+
+    def forward(self, x: torch.Tensor, adj_t: torch.Tensor) -> torch.Tensor:
+        for conv in self.convs[:-1]:
+            x = conv(x, adj_t)
+            x = F.relu(x)
+            x = F.dropout(x, p=self.dropout, training=self.training)
+        return self.convs[-1](x, adj_t)
+
+
+class LinkPredictor(nn.Module):
+    """gnn.py's `LinkPredictor`: `lins`, an MLP on x_i * x_j (ReLU and dropout between), a sigmoid
+    after the last: the probability of an edge."""
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int, num_layers: int,
+                 dropout: float) -> None:
+        super().__init__()
+        self.lins = nn.ModuleList([nn.Linear(in_channels, hidden_channels)])
+        for _ in range(num_layers - 2):
+            self.lins.append(nn.Linear(hidden_channels, hidden_channels))
+        self.lins.append(nn.Linear(hidden_channels, out_channels))
+        self.dropout = dropout
+
+    def forward(self, x_i: torch.Tensor, x_j: torch.Tensor) -> torch.Tensor:
+        x = x_i * x_j
+        for lin in self.lins[:-1]:
+            x = lin(x)
+            x = F.relu(x)
+            x = F.dropout(x, p=self.dropout, training=self.training)
+        return torch.sigmoid(self.lins[-1](x))
+
+
+class SageLinkPredictor(nn.Module):
+    """gnn.py's two modules in one, as the zoo trains one model: `encoder` (its `model`, a `SAGE`)
+    and `predictor` (its `LinkPredictor`), both `LINK_PRED_LAYERS` deep and `LINK_PRED_HIDDEN`
+    wide, dropout 0.0 (gnn.py's default). Its forward takes the batch dict {`x`: node features,
+    `edge_index`: the training graph (both directions), `edge_label_index`: (2, n) node pairs to
+    score} and returns each pair's probability (n,): `h = model(data.x, data.adj_t)` over the whole
+    graph, then `predictor(h[edge[0]], h[edge[1]])`."""
+
+    def __init__(self, features: int, hidden: int = LINK_PRED_HIDDEN, layers: int = LINK_PRED_LAYERS,
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        self.encoder = SAGE(features, hidden, hidden, layers, dropout)
+        self.predictor = LinkPredictor(hidden, hidden, 1, layers, dropout)
+        convs = [f"encoder.convs.{i}" for i in range(layers)]
+        self.units = convs + [f"predictor.lins.{i}" for i in range(layers)]
+        # The encoder's layers are the blocks: a detach of its last cuts the whole encoder off
+        # (h computed without gradient, the predictor trained on fixed embeddings).
+        self.hidden = convs
+        # No normalisation anywhere: every Linear reaches the loss unnormalised.
+        self.exposed = [f"{conv}.{lin}" for conv in convs for lin in ("lin_l", "lin_r")] + \
+            [f"predictor.lins.{i}" for i in range(layers)]
+        # gnn.py's Adam(list(model.parameters()) + list(predictor.parameters()), lr): no weight
+        # decay, every parameter alike: one group a unit.
+        self.decay_everything = True
+
+    def encode(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.encoder(batch["x"], batch["edge_index"])
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        h = self.encode(batch)
+        edge = batch["edge_label_index"]
+        return self.predictor(h[edge[0]], h[edge[1]]).squeeze(-1)
+
+
+def link_pred_loss(out: torch.Tensor, edge_label: torch.Tensor) -> torch.Tensor:
+    """gnn.py's hand-written loss over a mini-batch's scored pairs: −log(pos_out + 1e-15).mean() −
+    log(1 − neg_out + 1e-15).mean(), the positives the pairs labelled 1 (the batch's training
+    edges), the negatives those labelled 0 (its uniformly sampled pairs; `edge_label` as PyG's
+    link_pred.py builds it)."""
+    pos_out, neg_out = out[edge_label == 1], out[edge_label == 0]
+    pos_loss = -torch.log(pos_out + 1e-15).mean()
+    neg_loss = -torch.log(1 - neg_out + 1e-15).mean()
+    return pos_loss + neg_loss
+
+
+def link_pred_clip_(model: SageLinkPredictor, max_norm: float = LINK_PRED_CLIP) -> None:
+    """gnn.py's two clips before `optimizer.step()`: the encoder's gradients to norm `max_norm`,
+    then the predictor's, each on its own."""
+    nn.utils.clip_grad_norm_(model.encoder.parameters(), max_norm)
+    nn.utils.clip_grad_norm_(model.predictor.parameters(), max_norm)
+
+
+def link_pred_hits(model: SageLinkPredictor, x: torch.Tensor, edge_index: torch.Tensor, pos_edge: torch.Tensor,
+                   neg_edge: torch.Tensor, k: int) -> float:
+    """gnn.py's `test()` on one split: eval mode, no gradient, `h` of the whole graph once, every
+    positive and negative pair (each (n, 2)) scored by the predictor, then ogb's `Evaluator`
+    Hits@K: the share of positives scored above the K-th highest negative (1.0 where there are
+    fewer than K negatives). The model's mode restored after."""
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        h = model.encoder(x, edge_index)
+        pos = model.predictor(h[pos_edge[:, 0]], h[pos_edge[:, 1]]).squeeze(-1)
+        neg = model.predictor(h[neg_edge[:, 0]], h[neg_edge[:, 1]]).squeeze(-1)
+    model.train(was_training)
+    if len(neg) < k:
+        return 1.0
+    kth_score_in_negative_edges = torch.topk(neg, k)[0][-1]
+    return float(torch.sum(pos > kth_score_in_negative_edges)) / len(pos)
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
@@ -7934,7 +8093,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
                "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst", "timm_mixup",
                "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco", "swa_gc",
-               "tacotron")
+               "tacotron", "link_pred")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -8024,6 +8183,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "moco": lambda vocab: MoCo(),
     "swa_gc": lambda vocab: SwaGcResNet(classes=vocab),
     "tacotron": lambda vocab: Tacotron2(),
+    "link_pred": lambda vocab: SageLinkPredictor(LINK_GRAPH.features),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

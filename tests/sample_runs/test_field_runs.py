@@ -64,7 +64,7 @@ def test_catalogue_looks_like_the_field():
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
                                        "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst",
                                        "timm_mixup", "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco", "swa_gc",
-                                       "tacotron"}
+                                       "tacotron", "link_pred"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -5404,3 +5404,182 @@ def test_tacotron_healthy_run_learns_and_records_each_frame_loop_module_once_a_s
     assert acts.loc["decoder.attention_rnn.0", "numel"] == 16 * 64 * frames  # every frame's call, one row
     assert "encoder.lstm.0.0" in acts.index  # the PackedSequence's data
     assert not acts.index.str.contains("dropout").any()
+
+
+def test_link_pred_sageconv_is_pygs_mean_aggregation_and_the_predictor_scores_the_product():
+    from sample_runs.field_models import LinkPredictor, SAGE, SAGEConv, SageLinkPredictor, link_pred_loss
+
+    torch.manual_seed(0)
+    conv = SAGEConv(3, 2)
+    assert conv.lin_l.bias is not None and conv.lin_r.bias is None  # PyG's lin_l with a bias, lin_r without
+    x = torch.randn(4, 3)
+    edges = torch.tensor([[0, 1, 1, 2, 0, 2], [1, 0, 2, 1, 2, 0]])  # a triangle 0 - 1 - 2, node 3 alone
+    out = conv(x, edges)
+    for i in range(4):  # lin_l(mean of i's in-neighbours) + lin_r(x_i); nobody's neighbour aggregates 0
+        sources = edges[0][edges[1] == i]
+        mean = x[sources].mean(0) if len(sources) else torch.zeros(3)
+        assert torch.allclose(out[i], conv.lin_l(mean) + conv.lin_r(x[i]), atol=1e-6)
+    far = x.clone()
+    far[3] += 100.0  # a node that is no neighbour changes nothing
+    assert torch.allclose(conv(far, edges)[:3], out[:3])
+    sage = SAGE(3, 5, 2, num_layers=3, dropout=0.0)
+    assert [(c.lin_l.in_features, c.lin_l.out_features) for c in sage.convs] == [(3, 5), (5, 5), (5, 2)]
+    h = x
+    for k, layer in enumerate(sage.convs):  # ReLU between, none after the last
+        h = layer(h, edges)
+        h = torch.relu(h) if k < 2 else h
+    assert torch.allclose(sage(x, edges), h, atol=1e-6)
+    predictor = LinkPredictor(2, 4, 1, num_layers=3, dropout=0.0)
+    a, b = torch.randn(6, 2), torch.randn(6, 2)
+    z = a * b
+    for k, lin in enumerate(predictor.lins):
+        z = lin(z)
+        z = torch.relu(z) if k < 2 else z
+    assert torch.allclose(predictor(a, b), torch.sigmoid(z), atol=1e-6)  # a probability, gnn.py's sigmoid
+    assert torch.allclose(predictor(a, b), predictor(b, a))  # h_i * h_j: symmetric
+    model = build_field_model("link_pred", 2)
+    assert isinstance(model, SageLinkPredictor) and len(model.encoder.convs) == len(model.predictor.lins) == 3
+    assert model.encoder.convs[0].lin_l.weight.shape == (128, 32) and model.predictor.lins[2].weight.shape == (1, 128)
+    assert model.encoder.dropout == model.predictor.dropout == 0.0  # gnn.py's --dropout default
+    from sample_runs.data import sbm_link_split
+    graph_x, edge_index, split_edge = sbm_link_split()
+    pairs = split_edge["valid"]["edge"][:5].t()
+    batch = {"x": graph_x, "edge_index": edge_index, "edge_label_index": pairs}
+    h = model.encoder(graph_x, edge_index)  # the whole graph encoded, then the pairs scored
+    assert torch.allclose(model(batch), model.predictor(h[pairs[0]], h[pairs[1]]).squeeze(-1))
+    out, label = torch.tensor([0.9, 0.2, 0.3, 0.6]), torch.tensor([1.0, 1.0, 0.0, 0.0])
+    by_hand = -(math.log(0.9 + 1e-15) + math.log(0.2 + 1e-15)) / 2 - (math.log(0.7 + 1e-15) + math.log(0.4 + 1e-15)) / 2
+    assert float(link_pred_loss(out, label)) == pytest.approx(by_hand, rel=1e-6)
+    saturated = link_pred_loss(torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.0]))
+    assert float(saturated) == pytest.approx(-2 * math.log(1e-15), rel=1e-6)  # the 1e-15 bounds log(0)
+
+
+def test_link_pred_split_is_ogbs_split_edge_and_the_sampler_is_gnn_pys_train_loop():
+    from sample_runs.data import LINK_GRAPH, sbm_link_split
+    from sample_runs.field import LINK_PRED_BATCH, LINK_PRED_EPOCH_STEPS, _data
+
+    x, edge_index, split_edge = sbm_link_split()
+    assert x.shape == (LINK_GRAPH.nodes, LINK_GRAPH.features) and x.dtype == torch.float32
+    as_set = lambda e: {tuple(p) for p in e.tolist()}  # noqa: E731
+    train, valid, test = (as_set(split_edge[k]["edge"]) for k in ("train", "valid", "test"))
+    assert all(i < j for i, j in train | valid | test) and not (train & valid or train & test or valid & test)
+    total = len(train) + len(valid) + len(test)
+    assert len(valid) == int(0.05 * total) and len(test) == int(0.1 * total)  # RandomLinkSplit(0.05, 0.1)
+    assert as_set(edge_index.t()) == train | {(j, i) for i, j in train}  # message passing: training edges only
+    negatives = as_set(split_edge["valid"]["edge_neg"]) | as_set(split_edge["test"]["edge_neg"])
+    assert len(negatives) == 2 * LINK_GRAPH.negatives and not negatives & (train | valid | test)
+    assert all(i < j for i, j in negatives)
+    labels = torch.arange(LINK_GRAPH.nodes) % LINK_GRAPH.blocks
+    intra = lambda e: float((labels[e[:, 0]] == labels[e[:, 1]]).float().mean())  # noqa: E731
+    assert intra(split_edge["train"]["edge"]) > 0.7 and intra(split_edge["valid"]["edge_neg"]) < 0.05  # communities
+    assert LINK_PRED_EPOCH_STEPS == math.ceil(len(train) / LINK_PRED_BATCH)
+
+    draw, eval_draw, classes, chance = _data("link_pred", RECIPES["link_pred"], 0, 1)
+    assert classes == 2 and chance == pytest.approx(2 * math.log(2))
+    torch.manual_seed(5)
+    seen, sizes = [], []
+    for _ in range(LINK_PRED_EPOCH_STEPS):  # one epoch: every positive training edge once, the last batch short
+        batch, y = draw()
+        assert set(batch) == {"x", "edge_index", "edge_label_index"} and batch["x"] is x
+        n = len(y) // 2
+        assert torch.equal(y, torch.cat([torch.ones(n), torch.zeros(n)]))  # edge_label: positives, then negatives
+        seen += [tuple(p) for p in batch["edge_label_index"][:, :n].t().tolist()]
+        sizes.append(n)
+    assert sorted(seen) == sorted(train) and sizes[:-1] == [LINK_PRED_BATCH] * (len(sizes) - 1)
+    assert sizes[-1] == len(train) - LINK_PRED_BATCH * (LINK_PRED_EPOCH_STEPS - 1)
+    torch.manual_seed(5)
+    again, _ = _data("link_pred", RECIPES["link_pred"], 0, 1)[0]()
+    first = _data("link_pred", RECIPES["link_pred"], 0, 1)[0]
+    torch.manual_seed(5)
+    batch, _ = first()
+    edge = batch["edge_label_index"][:, :LINK_PRED_BATCH]
+    torch.manual_seed(5)
+    by_hand = torch.randint(0, LINK_GRAPH.nodes, edge.size(), dtype=torch.long)  # the negatives: gnn.py's randint
+    assert torch.equal(batch["edge_label_index"][:, LINK_PRED_BATCH:], by_hand)
+    assert torch.equal(again["edge_label_index"], batch["edge_label_index"])  # the shuffle seeded by the run's seed
+    quarter, _ = _data("link_pred", RECIPES["link_pred"], 0, 4)[0]()  # healthy_accum's quarter batches
+    assert quarter["edge_label_index"].shape == (2, 2 * LINK_PRED_BATCH // 4)
+    held, held_y = eval_draw()
+    pos, neg = split_edge["valid"]["edge"], split_edge["valid"]["edge_neg"]
+    assert torch.equal(held["edge_label_index"], torch.cat([pos.t(), neg.t()], 1))
+    assert float(held_y.sum()) == len(pos) and len(held_y) == len(pos) + len(neg)
+    bad = faults.BatchScale(t0=0, factor=1e3).batch(0, batch, y)[0]  # the features scaled, the indices kept
+    assert torch.equal(bad["x"], 1e3 * x) and bad["edge_index"] is edge_index
+    assert torch.equal(bad["edge_label_index"], batch["edge_label_index"])
+    flipped = faults.MislabeledBatch(t0=0, length=2, classes=2).batch(0, batch, y)[1]
+    assert torch.equal(flipped, 1 - y)  # healthy_spike: the batch's pairs with their labels swapped
+
+
+def test_link_pred_hits_is_ogbs_evaluator_against_a_plain_count():
+    from sample_runs.field_models import link_pred_hits
+
+    torch.manual_seed(1)
+    model = build_field_model("link_pred", 2)
+    from sample_runs.data import sbm_link_split
+    x, edge_index, split_edge = sbm_link_split()
+    pos, neg = split_edge["valid"]["edge"], split_edge["valid"]["edge_neg"]
+    model.train()
+    hits = link_pred_hits(model, x, edge_index, pos, neg, 50)
+    assert model.training  # its mode restored
+    with torch.no_grad():
+        pos_score = model({"x": x, "edge_index": edge_index, "edge_label_index": pos.t()})
+        neg_score = model({"x": x, "edge_index": edge_index, "edge_label_index": neg.t()})
+    kth = sorted(neg_score.tolist(), reverse=True)[49]  # the 50th highest negative
+    assert hits == pytest.approx(sum(s > kth for s in pos_score.tolist()) / len(pos))
+    assert link_pred_hits(model, x, edge_index, pos, neg[:10], 50) == 1.0  # fewer negatives than K: ogb's 1.0
+
+
+def test_link_pred_recipe_is_gnn_pys_adam_with_two_clips_and_every_fault_family():
+    from sample_runs.field import (EVAL_EVERY, FLOAT_INPUTS, LINK_PRED_BATCH, LINK_PRED_EPOCH_STEPS, LINK_PRED_LR,
+                                   OPTIMIZERS, UNTARGETED)
+    from sample_runs.field_models import link_pred_clip_
+
+    model = build_field_model("link_pred", 2)
+    recipe = RECIPES["link_pred"]
+    groups = _param_groups(model, recipe, LINK_PRED_LR)
+    assert {id(p) for g in groups for p in g["params"]} == {id(p) for p in model.parameters()}
+    assert [g["layer"] for g in groups] == model.units and all(g["weight_decay"] == 0.0 for g in groups)
+    optimizer = OPTIMIZERS[recipe.optimizer](groups, LINK_PRED_LR, recipe)
+    assert type(optimizer) is torch.optim.Adam and optimizer.defaults["betas"] == (0.9, 0.999)
+    assert (LINK_PRED_LR, LINK_PRED_BATCH, recipe.clip, recipe.warmup) == (1e-3, 256, None, 0)
+    assert {_schedule(recipe, 150)(s) for s in range(150)} == {1.0}
+    assert EVAL_EVERY["link_pred"] == LINK_PRED_EPOCH_STEPS  # test() once an epoch
+    for p in model.parameters():  # the encoder's and the predictor's gradients clipped each on its own
+        p.grad = torch.full_like(p, 3.0)
+    link_pred_clip_(model, 1.0)
+    norm = lambda ps: float(torch.sqrt(sum((p.grad ** 2).sum() for p in ps)))  # noqa: E731
+    assert norm(model.encoder.parameters()) == pytest.approx(1.0, rel=1e-4)
+    assert norm(model.predictor.parameters()) == pytest.approx(1.0, rel=1e-4)
+    assert model.hidden == ["encoder.convs.0", "encoder.convs.1", "encoder.convs.2"]
+    assert "link_pred" in FLOAT_INPUTS and "link_pred" not in UNTARGETED and "link_pred" not in LEFT_OUT
+    assert sum(s.arch == "link_pred" for s in SCENARIOS.values()) == 42
+    detach = faults.DetachedLayer(t0=0, layer="encoder.convs.2")  # h computed without gradient
+    detach.install(model)
+    detach.before_step(0, model, None)
+    model.zero_grad()
+    batch, y = _data_batch()
+    torch.nn.functional.binary_cross_entropy(model(batch), y).backward()
+    assert all(p.grad is None for p in model.encoder.parameters())
+    assert all(p.grad.abs().sum() > 0 for p in model.predictor.parameters())
+
+
+def _data_batch():
+    from sample_runs.field import _data
+
+    return _data("link_pred", RECIPES["link_pred"], 0, 1)[0]()
+
+
+def test_link_pred_healthy_run_learns_raises_its_hits_and_clips_before_each_step(tmp_path):
+    by_name = _healthy_recorded("healthy-link_pred-s1", tmp_path / "run")
+    hits, val = by_name["val_hits"], by_name["val_loss"]
+    assert len(hits) == len(val) == 11 and hits[0] < 0.1 and hits[-1] > 0.4  # Hits@50 once an epoch
+    assert val[0] == pytest.approx(2 * math.log(2), abs=0.01) and min(val) < 0.85 * val[0]
+    assert by_name["lr"] == pytest.approx([1e-3] * 150)
+    stats = read_stats(tmp_path / "run")
+    step = stats[stats["step"] == 7]
+    io = step[step["role"].isin(["input", "target"])].set_index("name")
+    assert io.loc["input.x", "shape"] == "1000x32" and io.loc["input.edge_label_index", "dtype"] == "int64"
+    assert io.loc["target", "shape"] == "512"
+    acts = step[step["role"] == "activation"]
+    assert sorted(acts["name"]) == sorted([f"encoder.convs.{i}.{lin}" for i in range(3) for lin in ("lin_l", "lin_r")]
+                                          + [f"predictor.lins.{i}" for i in range(3)])  # once a step each
