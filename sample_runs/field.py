@@ -1209,6 +1209,12 @@ OUTCOME_METRICS = {
     # An SN-GAN's hinge losses are a game's, not a quantity that falls as it learns: the sliced
     # Wasserstein distance of its samples (fixed z) to the held-out digits, as WGAN-GP's.
     "sngan": OutcomeMetric("sliced_wasserstein", higher_is_better=False, best=0.0),
+    # DINO's loss is H(teacher) + KL(teacher ‖ student): it moves with the teacher's sharpness as much
+    # as with what the student learned (healthy seeds 0-2: 6.06 -> 5.26 / 5.94 -> 5.37 / 6.13 -> 5.18,
+    # 0.85-0.90×, ending near ln 256 = 5.55, the loss of a collapsed, uniform student, while the
+    # teacher's kNN top-1 rose 62-69 -> 84-87 %): eval_knn.py's kNN top-1 of the teacher instead, as
+    # main_dino.py's users read it.
+    "dino": OutcomeMetric("val_knn_top1", higher_is_better=True, best=100.0),
 }
 """Families judged on a metric (see `OutcomeMetric`; `loss`: the training loss's distance to its
 floor); every other family on its training loss."""
@@ -2095,13 +2101,27 @@ def _dino_patterns() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Te
     return images[:1600], labels[:1600], images[1600:], labels[1600:]
 
 
+DINO_KNN_BANK = 600
+"""Training textures in the kNN's feature bank (eval_knn.py's whole `dataset_train`; the first 600 of
+the 1600 here, the kNN running every step: `OUTCOME_METRICS`)."""
+DINO_KNN_QUERIES = 200
+"""Held-out textures the kNN classifies (the first 200 of the 400)."""
+
+
+def _dino_knn_split() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(bank x, bank y, query x, query y) of the kNN evaluation: `DINO_KNN_BANK` training textures
+    and `DINO_KNN_QUERIES` held-out ones, unaugmented."""
+    train_x, train_y, held_x, held_y = _dino_patterns()
+    return train_x[:DINO_KNN_BANK], train_y[:DINO_KNN_BANK], held_x[:DINO_KNN_QUERIES], held_y[:DINO_KNN_QUERIES]
+
+
 def _dino_data(micro: int, seed: int):
-    """DINO's multi-crop batches of the training patterns (`dino_multicrop_sampler`), the held-out
-    val_loss's of the held-out ones (64 images), no targets; chance: ln(out_dim), the DINO loss of a
-    uniform student (a collapsed run's, whatever the teacher says)."""
+    """DINO's multi-crop batches of the training textures (`dino_multicrop_sampler`), the held-out
+    val_loss's of the held-out ones (16 images), no targets; chance (on the judged kNN top-1,
+    `OUTCOME_METRICS`): the distance to 100 % of a kNN that guesses, 100 − 100 / classes."""
     train_x, _, held_x, _ = _dino_patterns()
-    return dino_multicrop_sampler(train_x, micro, seed), dino_multicrop_sampler(held_x, 64, seed + 1), \
-        DINO_TEXTURE_CLASSES, math.log(DINO_OUT_DIM)
+    return dino_multicrop_sampler(train_x, micro, seed), dino_multicrop_sampler(held_x, 16, seed + 1), \
+        DINO_TEXTURE_CLASSES, 100.0 - 100.0 / DINO_TEXTURE_CLASSES
 
 
 @lru_cache(maxsize=1)
@@ -2427,7 +2447,7 @@ EVAL_METRICS = {
     "moco": lambda model: {"val_knn_top1": moco_knn_top1(model, *_moco_patterns())},
     # eval_knn.py's weighted kNN (k 20, T 0.07) on the teacher's backbone (main_dino.py's checkpoints'
     # `teacher`, eval_knn.py's default `--checkpoint_key`): `_train` passes the teacher, not the student.
-    "dino": lambda teacher: {"val_knn_top1": dino_knn_top1(teacher.wrapper.backbone, *_dino_patterns())},
+    "dino": lambda teacher: {"val_knn_top1": dino_knn_top1(teacher.wrapper.backbone, *_dino_knn_split())},
     # train_quantization.py's two evaluations each epoch: the QAT (fake-quant) model (eval mode, no
     # gradient: its observers still observe where enabled, as the reference's do), then an int8 copy.
     "qat": lambda model: {"val_top1": timm_top1(model, pattern_images().x[1600:], pattern_images().y[1600:]),
@@ -2438,7 +2458,7 @@ EVAL_METRICS = {
 
 
 EVAL_EVERY = {"triplet": 1, "pinn": 1, "maml": 1, "nerf": 1, "neural_process": 1, "qat": QAT_EPOCH_STEPS,
-              "ddp_wrn": DDP_WRN_EPOCH_STEPS, "swa_gc": SWA_GC_EPOCH_STEPS}
+              "ddp_wrn": DDP_WRN_EPOCH_STEPS, "swa_gc": SWA_GC_EPOCH_STEPS, "dino": 1}
 """Steps between evaluations where not 25: a family judged on a held-out metric
 (`OUTCOME_METRICS`) evaluates every step; the QAT model once an epoch, after it (from step 15, never
 before training: an eval-mode forward of the untrained model, its fused BNs on their initial running
