@@ -30,7 +30,8 @@ graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Net
 hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECTRA-style text
 classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST, a timm ResNet, a VGG pruned
 gradually, a quantization-aware MobileNetV2, Hugging Face's ALBERT, a Deep Equilibrium model,
-MoCo v2, a timm ResNet under activation checkpointing with Stochastic Weight Averaging and Tacotron 2 (`field_models`),
+MoCo v2, a timm ResNet under activation checkpointing with Stochastic Weight Averaging, Tacotron 2 and
+DINO (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -138,7 +139,14 @@ evaluation of the averaged model; cross-entropy) on the colour patterns, Tacotro
 eps 1e-6, weight decay 1e-6 as L2 on every parameter, a constant lr ×10 upstream's, no warm-up,
 `clip_grad_norm_` at `grad_clip_thresh` 1.0, batch 16; `Tacotron2Loss`; teacher-forced, its
 `validate` the loop's eval loss) on synthetic character strings and their mel frames, padded
-batches sorted by text length as `TextMelCollate` makes them. Faults
+batches sorted by text length as `TextMelCollate` makes them, DINO by the plain loop with
+facebookresearch/dino's main_dino.py recipe (AdamW over get_params_groups' partition, the lr by
+`cosine_scheduler` with a linear warm-up, the weight decay by `cosine_scheduler(0.04, 0.4)` on the
+regularised groups each step, `clip_gradients` per parameter at 3.0 and `cancel_gradients_last_layer`
+for the first epoch before each step, the teacher moved by an EMA at a cosine momentum schedule
+after it, never by the optimizer; `DINOLoss` with its center; eval_knn.py's weighted kNN top-1 of
+the teacher's backbone each step, which its truth reads) on multi-crop batches (2 global + 4 local
+crops, `DataAugmentationDINO`) of synthetic class textures. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -1452,7 +1460,9 @@ the first conv, then the first block's pre-activation BatchNorm),
 MoCo's its two augmented views of each standardised colour pattern (the fault corrupts the
 loader's (2B, 3, 16, 16) batch: both the queries and the keys, which the key encoder embeds and the
 queue keeps for K / B = 2 steps), the checkpointed ResNet's its standardised colour patterns (into
-the stem, outside every checkpointed stage; `update_bn` reads the clean training loader);
+the stem, outside every checkpointed stage; `update_bn` reads the clean training loader), DINO's
+its six crops of each standardised texture (the fault corrupts every crop of the loader's dict: the
+student sees all six, the teacher the two global ones, whose outputs also move the loss's center);
 word2vec and the BiLSTM-CRF read
 word IDs, Tacotron 2 character IDs (its batch's float mels are the decoder's teacher-forced frames
 and, the same tensor, its targets: the bad-batch faults corrupt a loader's features, and here would
@@ -1465,7 +1475,8 @@ UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "
 actions are its own samples; a flow's density, TransE's triples and their corruptions, word2vec's
 word pairs and their sampled negatives; the MAE's targets are its own images' masked patches,
 mae's loop drops the labels; the SAE reconstructs its own activations; the SN-GAN is unconditional;
-MoCo's labels are the positive key's index 0, the loader's own labels dropped as main_moco.py's `_`):
+MoCo's labels are the positive key's index 0, the loader's own labels dropped as main_moco.py's `_`;
+DINO's targets are its teacher's outputs, main_dino.py's loop drops the labels, `(images, _)`):
 no labels to corrupt."""
 
 
