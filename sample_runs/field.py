@@ -30,8 +30,8 @@ graph attention network, a Conditional Neural Process, a Kolmogorov–Arnold Net
 hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECTRA-style text
 classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST, a timm ResNet, a VGG pruned
 gradually, a quantization-aware MobileNetV2, Hugging Face's ALBERT, a Deep Equilibrium model,
-MoCo v2, a timm ResNet under activation checkpointing with Stochastic Weight Averaging, Tacotron 2 and a
-GraphSAGE link predictor (`field_models`),
+MoCo v2, a timm ResNet under activation checkpointing with Stochastic Weight Averaging, Tacotron 2, a
+GraphSAGE link predictor and DINO (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -145,7 +145,14 @@ lr over the encoder and the predictor, no weight decay, no warm-up, the encoder'
 gradients each clipped to 1.0 before the step; mini-batches of positive training edges from a
 shuffled `DataLoader` over their indices, as many negatives drawn uniformly by `torch.randint` each
 batch, the whole graph encoded every step; its hand-written −log(pos) − log(1 − neg); its `test()`'s
-Hits@50 on the fixed valid negatives once an epoch) on a stochastic block model's edges. Faults
+Hits@50 on the fixed valid negatives once an epoch) on a stochastic block model's edges, DINO by the plain loop with
+facebookresearch/dino's main_dino.py recipe (AdamW over get_params_groups' partition, the lr by
+`cosine_scheduler` with a linear warm-up, the weight decay by `cosine_scheduler(0.04, 0.4)` on the
+regularised groups each step, `clip_gradients` per parameter at 3.0 and `cancel_gradients_last_layer`
+for the first epoch before each step, the teacher moved by an EMA at a cosine momentum schedule
+after it, never by the optimizer; `DINOLoss` with its center; eval_knn.py's weighted kNN top-1 of
+the teacher's backbone each step, which its truth reads) on multi-crop batches (2 global + 4 local
+crops, `DataAugmentationDINO`) of synthetic class textures. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -307,6 +314,17 @@ from .field_models import (
     MOCO_K,
     moco_knn_top1,
     moco_loss,
+    DINO_LOCAL_CROPS,
+    DINO_LOCAL_IMG,
+    DINO_IMG,
+    DINO_OUT_DIM,
+    DINOLoss,
+    dino_cancel_gradients_last_layer,
+    dino_clip_gradients,
+    dino_cosine_scheduler,
+    dino_ema_update,
+    dino_knn_top1,
+    dino_teacher,
     swa_gc_top1,
     TACOTRON_CHARS,
     TACOTRON_MELS,
@@ -700,6 +718,45 @@ LINK_PRED_EPOCH_STEPS = 14
 LINK_PRED_HITS_K = 50
 """The K of the Hits@K recorded as `val_hits`: ogbl-collab's metric, Hits@50 (gnn.py logs 10, 50 and 100)."""
 """The longest synthetic text (characters); texts are 4-10 characters, their mels 4-30 frames."""
+DINO_LR = 2e-3
+"""DINO's peak lr (main_dino.py's `--lr` 0.0005 "at batch size 256", linearly scaled there: 6.25e-5 at
+batch `DINO_BATCH`; ×32 that here, for a 150-step run). Measured on the healthy loop (unrecorded,
+seeds 0-2, first/last 10-step loss means; ln 256 = 5.545): 6.064 -> 5.255, 5.940 -> 5.374, 6.131 ->
+5.180 (0.87 / 0.90 / 0.85×); the teacher's kNN top-1 61.75 / 69.0 / 65.0 % at step 0 -> 84.25 / 83.75 /
+86.5 % at step 125; ~11 s a run on one free thread. At 5e-4 (seed 0) the kNN rose less (62 -> 75)."""
+DINO_BATCH = 32
+"""DINO's `--batch_size_per_gpu` (64 upstream; 32 images here, each 2 global + `DINO_LOCAL_CROPS` local crops)."""
+DINO_EPOCH_STEPS = 10
+"""Steps of one DINO "epoch" (where `teacher_temp_schedule` and `freeze_last_layer` read the epoch):
+10 batches of 32 of the 1600 training patterns, not a pass over them; 15 a run."""
+DINO_EPOCHS = STEPS // DINO_EPOCH_STEPS
+"""Epochs a run (15): `cosine_scheduler(..., args.epochs, len(data_loader))`'s epochs."""
+DINO_WARMUP_EPOCHS = 1
+"""`--warmup_epochs` of the lr (10 of 100 upstream; 1 of 15 here: 10 steps)."""
+DINO_MIN_LR = 1e-6
+"""`--min_lr`, the cosine's end."""
+DINO_WEIGHT_DECAY = (0.04, 0.4)
+"""`--weight_decay` → `--weight_decay_end`: the cosine schedule set on the regularised group each step."""
+DINO_MOMENTUM_TEACHER = 0.99
+"""`--momentum_teacher` (0.996 upstream over 300 epochs of ImageNet): the teacher's EMA momentum, cosine
+to 1 over the run (`momentum_schedule`). At 0.996 a 150-step run's teacher moves about 1 − Π m ≈ 26 %
+of the way to the student, at 0.99 about 53 % (MoCo's demo-sized 0.99 likewise)."""
+DINO_TEACHER_TEMP = (0.04, 0.04)
+"""`--warmup_teacher_temp` → `--teacher_temp`: main_dino.py's argparse defaults (0.04 and 0.04, no
+warm-up), not the README's ViT-S 0.04 → 0.07 over 30 epochs: with that warm-up over the first 5 of 15
+epochs here the teacher's entropy climbed to ~5.3 and the student's to ~5.5 (of ln 256 = 5.545; seeds
+0-2 ended 5.50 / 5.52 / 5.48, 0.91 / 0.93 / 0.89× their start: the loss read as a collapsed run's while
+the kNN rose 62-69 -> 81-83 %)."""
+DINO_WARMUP_TEACHER_TEMP_EPOCHS = 0
+"""`--warmup_teacher_temp_epochs` (main_dino.py's default 0; the schedule is `DINOLoss`'s all the same)."""
+DINO_GLOBAL_CROPS_SCALE = (0.4, 1.0)
+"""`--global_crops_scale` (main_dino.py's default (0.4, 1.))."""
+DINO_LOCAL_CROPS_SCALE = (0.05, 0.4)
+"""`--local_crops_scale` (main_dino.py's default (0.05, 0.4))."""
+DINO_CLIP = 3.0
+"""`--clip_grad` 3.0: `utils.clip_gradients`, each parameter's gradient to norm ≤ 3 on its own."""
+DINO_FREEZE_LAST_LAYER = 1
+"""`--freeze_last_layer` 1: the head's last layer gets no gradient during the first epoch."""
 DEQ_BATCH = 32
 """The DEQ's batch: the tutorial's `DataLoader(..., batch_size=100)` cut to 32 for a 2-core CPU
 (each step runs up to 25 cell calls forward and 23 vector-Jacobian products backward)."""
@@ -1034,6 +1091,15 @@ RECIPES = {
     # `CosineAnnealingLR` / `SWALR` pair moving each group's lr once an epoch in `_swa_gc_hooks`.
     "swa_gc": Recipe(lr=SWA_GC_LR, weight_decay=5e-4, batch=SWA_GC_BATCH, clip=None, warmup=0,
                      optimizer="momentum_sgd", schedule="constant"),
+    # facebookresearch/dino main_dino.py: `torch.optim.AdamW(utils.get_params_groups(student))` (betas
+    # the default), one group pair a unit (the same AdamW updates; get_params_groups' partition: no
+    # decay on biases and 1-D parameters) so that an lr spike can hit one block; the lr by
+    # `cosine_scheduler(lr, min_lr, epochs, niter, warmup_epochs)` per step (`dino_cosine`); the weight
+    # decay by `cosine_scheduler(0.04, 0.4, ...)` on the regularised groups, set per step in
+    # `_dino_hooks`; `clip_gradients` (per parameter, 3.0) and `cancel_gradients_last_layer` in a step
+    # pre-hook (the loop's global-norm clip off); the teacher's EMA after each step; `DINOLoss`.
+    "dino": Recipe(lr=DINO_LR, weight_decay=DINO_WEIGHT_DECAY[0], batch=DINO_BATCH, clip=None,
+                   warmup=DINO_WARMUP_EPOCHS * DINO_EPOCH_STEPS, schedule="dino_cosine"),
     # NVIDIA/tacotron2 train.py / hparams.py: `torch.optim.Adam(model.parameters(), lr=1e-3,
     # weight_decay=1e-6)` with hparams' eps 1e-6 (L2 in the gradient, on every parameter:
     # `decay_everything`), betas (0.9, 0.999) (torch's default; hparams has no betas), no warm-up,
@@ -1185,6 +1251,12 @@ OUTCOME_METRICS = {
     # An SN-GAN's hinge losses are a game's, not a quantity that falls as it learns: the sliced
     # Wasserstein distance of its samples (fixed z) to the held-out digits, as WGAN-GP's.
     "sngan": OutcomeMetric("sliced_wasserstein", higher_is_better=False, best=0.0),
+    # DINO's loss is H(teacher) + KL(teacher ‖ student): it moves with the teacher's sharpness as much
+    # as with what the student learned (healthy seeds 0-2: 6.06 -> 5.26 / 5.94 -> 5.37 / 6.13 -> 5.18,
+    # 0.85-0.90×, ending near ln 256 = 5.55, the loss of a collapsed, uniform student, while the
+    # teacher's kNN top-1 rose 62-69 -> 84-87 %): eval_knn.py's kNN top-1 of the teacher instead, as
+    # main_dino.py's users read it.
+    "dino": OutcomeMetric("val_knn_top1", higher_is_better=True, best=100.0),
 }
 """Families judged on a metric (see `OutcomeMetric`; `loss`: the training loss's distance to its
 floor); every other family on its training loss."""
@@ -1210,6 +1282,10 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
     constant lr."""
     if recipe.schedule == "constant":
         return lambda step: 1.0
+    if recipe.schedule == "dino_cosine":  # main_dino.py's lr_schedule = cosine_scheduler(lr, min_lr, ...) / lr
+        factors = dino_cosine_scheduler(1.0, DINO_MIN_LR / DINO_LR, steps // DINO_EPOCH_STEPS, DINO_EPOCH_STEPS,
+                                        warmup_epochs=recipe.warmup // DINO_EPOCH_STEPS)
+        return lambda step: float(factors[step])
     if recipe.schedule == "linear":
         return lambda step: 1 - step / steps
     if recipe.schedule == "halving":
@@ -1375,7 +1451,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab",
                 "decision_transformer", "patchtst", "timm_mixup", "gradual_pruning",
-                "qat", "deq", "ddp_wrn", "moco", "swa_gc", "link_pred")
+                "qat", "deq", "ddp_wrn", "moco", "swa_gc", "link_pred", "dino")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier and ALBERT: their dict batches are int64 `input_ids`, `attention_mask` (and ALBERT's `token_type_ids`)) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1422,7 +1498,9 @@ the stem, outside every checkpointed stage; `update_bn` reads the clean training
 link predictor's the node features its encoder reads (the batch dict's float `x`, as the GCN's and
 the GAT's: the whole graph's features ride in every batch, so the fault corrupts the features of that
 step's encoding of every node, as a corrupted feature-store read would; the positive and negative
-edge indices and the training graph's `edge_index` are integers and left as they are);
+edge indices and the training graph's `edge_index` are integers and left as they are), DINO's
+its six crops of each standardised texture (the fault corrupts every crop of the loader's dict: the
+student sees all six, the teacher the two global ones, whose outputs also move the loss's center);
 word2vec and the BiLSTM-CRF read
 word IDs, Tacotron 2 character IDs (its batch's float mels are the decoder's teacher-forced frames
 and, the same tensor, its targets: the bad-batch faults corrupt a loader's features, and here would
@@ -1430,12 +1508,13 @@ corrupt the decoder's inputs but not its targets, which upstream are one `mel_pa
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
-              "ppo", "sac", "mae", "sae", "sngan", "moco")
+              "ppo", "sac", "mae", "sae", "sngan", "moco", "dino")
 """Architectures trained without targets (self-supervised, generative, contrastive; an agent's
 actions are its own samples; a flow's density, TransE's triples and their corruptions, word2vec's
 word pairs and their sampled negatives; the MAE's targets are its own images' masked patches,
 mae's loop drops the labels; the SAE reconstructs its own activations; the SN-GAN is unconditional;
-MoCo's labels are the positive key's index 0, the loader's own labels dropped as main_moco.py's `_`):
+MoCo's labels are the positive key's index 0, the loader's own labels dropped as main_moco.py's `_`;
+DINO's targets are its teacher's outputs, main_dino.py's loop drops the labels, `(images, _)`):
 no labels to corrupt."""
 
 
@@ -1931,6 +2010,169 @@ def _moco_data(micro: int, seed: int):
         math.log(1 + MOCO_K)
 
 
+def _dino_random_resized_crop(x: torch.Tensor, size: int, scale: tuple[float, float],
+                              generator: torch.Generator) -> torch.Tensor:
+    """`transforms.RandomResizedCrop(size, scale, interpolation=BICUBIC)` then
+    `RandomHorizontalFlip(p=0.5)`, per image of a batch: a box of area fraction U(scale) and aspect
+    ratio log-uniform in [3/4, 4/3] (each side at most the image's), placed uniformly inside it, read
+    by bicubic `grid_sample` at `size`×`size` (continuous boxes: torchvision rounds them to pixels),
+    mirrored with probability ½."""
+    n = len(x)
+    area = scale[0] + (scale[1] - scale[0]) * torch.rand(n, generator=generator)
+    log_ratio = math.log(3 / 4) + (math.log(4 / 3) - math.log(3 / 4)) * torch.rand(n, generator=generator)
+    w = (area * log_ratio.exp()).sqrt().clamp(max=1.0)
+    h = (area / log_ratio.exp()).sqrt().clamp(max=1.0)
+    cx = (1 - w) * (2 * torch.rand(n, generator=generator) - 1)
+    cy = (1 - h) * (2 * torch.rand(n, generator=generator) - 1)
+    flip = torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0)
+    theta = torch.zeros(n, 2, 3)
+    theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = w * flip, cx, h, cy
+    grid = torch.nn.functional.affine_grid(theta, [n, x.shape[1], size, size], align_corners=False)
+    return torch.nn.functional.grid_sample(x, grid, mode="bicubic", padding_mode="border", align_corners=False)
+
+
+def _dino_gray(x: torch.Tensor) -> torch.Tensor:
+    return (0.299 * x[:, 0:1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:3]).expand_as(x)
+
+
+def _dino_color_jitter(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """`DataAugmentationDINO`'s `flip_and_color_jitter` after the flip: `RandomApply([ColorJitter(
+    brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1)], p=0.8)` (brightness ×U(0.6, 1.4),
+    contrast about the image's grey mean ×U(0.6, 1.4), saturation about each pixel's grey
+    ×U(0.8, 1.2), in that order; no hue shift) then `RandomGrayscale(p=0.2)`, on the standardised
+    patterns."""
+    n = len(x)
+
+    def factor(spread: float) -> torch.Tensor:
+        return (1 - spread + 2 * spread * torch.rand(n, 1, 1, 1, generator=generator))
+
+    jitter = torch.rand(n, 1, 1, 1, generator=generator) < 0.8
+    out = x * factor(0.4)
+    mean = _dino_gray(out).mean((1, 2, 3), keepdim=True)
+    out = mean + (out - mean) * factor(0.4)
+    gray = _dino_gray(out)
+    out = gray + (out - gray) * factor(0.2)
+    out = torch.where(jitter, out, x)
+    return torch.where(torch.rand(n, 1, 1, 1, generator=generator) < 0.2, _dino_gray(out), out)
+
+
+def _dino_blur(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """utils.py's `GaussianBlur(p, radius_min=0.1, radius_max=2.)` on 224-px crops, its radius scaled
+    to the crops' size here (σ U(0.1, 2.0) × size / 224 px: at most 0.14 px of a 16-px global crop,
+    0.07 px of an 8-px local one), a 3×3 kernel, applied with probability `p`, replicate padding."""
+    n, scale = len(x), x.shape[-1] / 224
+    sigma = scale * (0.1 + 1.9 * torch.rand(n, 1, 1, 1, generator=generator))
+    side = torch.exp(-1 / (2 * sigma ** 2))
+    w0, w1 = 1 / (1 + 2 * side), side / (1 + 2 * side)
+    padded = torch.nn.functional.pad(x, (1, 1, 1, 1), mode="replicate")
+    rows = w0 * padded[..., 1:-1] + w1 * (padded[..., :-2] + padded[..., 2:])
+    out = w0 * rows[..., 1:-1, :] + w1 * (rows[..., :-2, :] + rows[..., 2:, :])
+    return torch.where(torch.rand(n, 1, 1, 1, generator=generator) < p, out, x)
+
+
+def _dino_solarize(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """utils.py's `Solarization(p)` (PIL's `ImageOps.solarize`: every pixel ≥ 128 becomes 255 − it), on
+    the standardised patterns about their mean: x ≥ 0 becomes −x, with probability `p`."""
+    out = torch.where(x >= 0, -x, x)
+    return torch.where(torch.rand(len(x), 1, 1, 1, generator=generator) < p, out, x)
+
+
+def dino_multicrop_sampler(images: torch.Tensor, batch_size: int, seed: int):
+    """Returns `draw()` giving (crops, None): `batch_size` images drawn without replacement, each cut
+    into main_dino.py's `DataAugmentationDINO` crops, collated as its loader collates them (one tensor
+    a crop, the batch along dim 0), in a dict in the loader's order: `global_0` (`global_transfo1`:
+    `RandomResizedCrop(DINO_IMG, scale=(0.4, 1))`, flip and colour jitter, blur p 1.0), `global_1`
+    (`global_transfo2`: blur p 0.1, solarization p 0.2), `local_0` … (`local_transfo`:
+    `RandomResizedCrop(DINO_LOCAL_IMG, scale=(0.05, 0.4))`, flip and colour jitter, blur p 0.5). The
+    patterns are standardised already (the pipeline's `Normalize`). No targets (main_dino.py's
+    `for it, (images, _) in enumerate(data_loader)`)."""
+    draw_images = images_sampler(images, batch_size, seed)
+    generator = torch.Generator().manual_seed(seed + 7)
+
+    def view(x: torch.Tensor, size: int, scale: tuple[float, float]) -> torch.Tensor:
+        return _dino_color_jitter(_dino_random_resized_crop(x, size, scale, generator), generator)
+
+    def draw() -> tuple[dict[str, torch.Tensor], None]:
+        x, _ = draw_images()
+        crops = {"global_0": _dino_blur(view(x, DINO_IMG, DINO_GLOBAL_CROPS_SCALE), 1.0, generator),
+                 "global_1": _dino_solarize(_dino_blur(view(x, DINO_IMG, DINO_GLOBAL_CROPS_SCALE), 0.1, generator),
+                                            0.2, generator)}
+        for i in range(DINO_LOCAL_CROPS):
+            crops[f"local_{i}"] = _dino_blur(view(x, DINO_LOCAL_IMG, DINO_LOCAL_CROPS_SCALE), 0.5, generator)
+        return crops, None
+
+    return draw
+
+
+DINO_TEXTURE_CLASSES = 4
+"""DINO's image classes (`_dino_patterns`): stripes / checkerboards at a low / high spatial frequency."""
+DINO_TEXTURE_NOISE = 0.5
+"""The textures' pixel noise (before standardising)."""
+DINO_TEXTURE_COLOUR = (0.8, 1.2)
+"""Each image's texture colour, per channel uniform in this range: little instance colour for the
+crops to agree on (at 0.5-1.5 with a background of σ 0.5 the kNN started at 33 % and did not rise)."""
+DINO_TEXTURE_BACKGROUND = 0.1
+"""σ of each image's background offset per channel."""
+
+
+@lru_cache(maxsize=1)
+def _dino_patterns() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(train x, train y, held-out x, held-out y) of DINO's images, the same for every seed: 2000
+    16×16 colour textures of `DINO_TEXTURE_CLASSES` classes, each texture visible in any crop (so
+    that a local crop and a global one of an image share what tells its class): class 0 stripes of
+    a low spatial frequency (0.08-0.12 cycles a pixel), 1 stripes of a high one (0.3-0.4), 2 and 3
+    checkerboards (the product of two orthogonal gratings) at the same two bands; each image at a
+    random orientation and phase, in a random colour on a random background, plus Gaussian noise
+    `DINO_TEXTURE_NOISE`, standardised per channel (a torchvision `Normalize`). The first 1600 for
+    training (eval_knn.py's `dataset_train`, unaugmented, with their labels), the rest held out (its
+    `dataset_val`)."""
+    generator = torch.Generator().manual_seed(2468)
+    n, size = 2000, DINO_IMG
+    labels = torch.randint(0, DINO_TEXTURE_CLASSES, (n,), generator=generator)
+    rows, cols = torch.meshgrid(torch.arange(size, dtype=torch.float32), torch.arange(size, dtype=torch.float32),
+                                indexing="ij")
+    high = (labels % 2 == 1).float()
+    frequency = torch.where(high > 0, 0.3 + 0.1 * torch.rand(n, generator=generator),
+                            0.08 + 0.04 * torch.rand(n, generator=generator))
+    angle = math.pi * torch.rand(n, generator=generator)
+    phase = 2 * math.pi * torch.rand(n, 2, generator=generator)
+    u = rows * angle.cos()[:, None, None] + cols * angle.sin()[:, None, None]
+    v = -rows * angle.sin()[:, None, None] + cols * angle.cos()[:, None, None]
+    along = torch.cos(2 * math.pi * frequency[:, None, None] * u + phase[:, 0, None, None])
+    across = torch.cos(2 * math.pi * frequency[:, None, None] * v + phase[:, 1, None, None])
+    texture = torch.where((labels >= 2)[:, None, None], along * across, along)
+    colour = DINO_TEXTURE_COLOUR[0] + (DINO_TEXTURE_COLOUR[1] - DINO_TEXTURE_COLOUR[0]) * torch.rand(n, 3, 1, 1, generator=generator)
+    background = DINO_TEXTURE_BACKGROUND * torch.randn(n, 3, 1, 1, generator=generator)
+    images = background + colour * texture[:, None] + DINO_TEXTURE_NOISE * torch.randn(n, 3, size, size,
+                                                                                         generator=generator)
+    mean, std = images.mean((0, 2, 3), keepdim=True), images.std((0, 2, 3), keepdim=True)
+    images = (images - mean) / std
+    return images[:1600], labels[:1600], images[1600:], labels[1600:]
+
+
+DINO_KNN_BANK = 600
+"""Training textures in the kNN's feature bank (eval_knn.py's whole `dataset_train`; the first 600 of
+the 1600 here, the kNN running every step: `OUTCOME_METRICS`)."""
+DINO_KNN_QUERIES = 200
+"""Held-out textures the kNN classifies (the first 200 of the 400)."""
+
+
+def _dino_knn_split() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(bank x, bank y, query x, query y) of the kNN evaluation: `DINO_KNN_BANK` training textures
+    and `DINO_KNN_QUERIES` held-out ones, unaugmented."""
+    train_x, train_y, held_x, held_y = _dino_patterns()
+    return train_x[:DINO_KNN_BANK], train_y[:DINO_KNN_BANK], held_x[:DINO_KNN_QUERIES], held_y[:DINO_KNN_QUERIES]
+
+
+def _dino_data(micro: int, seed: int):
+    """DINO's multi-crop batches of the training textures (`dino_multicrop_sampler`), the held-out
+    val_loss's of the held-out ones (16 images), no targets; chance (on the judged kNN top-1,
+    `OUTCOME_METRICS`): the distance to 100 % of a kNN that guesses, 100 − 100 / classes."""
+    train_x, _, held_x, _ = _dino_patterns()
+    return dino_multicrop_sampler(train_x, micro, seed), dino_multicrop_sampler(held_x, 16, seed + 1), \
+        DINO_TEXTURE_CLASSES, 100.0 - 100.0 / DINO_TEXTURE_CLASSES
+
+
 @lru_cache(maxsize=1)
 def _tacotron_voice() -> tuple[torch.Tensor, torch.Tensor]:
     """(templates, durations) of the synthetic speaker, one for every seed: each of the
@@ -2263,7 +2505,7 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "gradual_pruning": _standardised_digits_data, "qat": _pattern_data,
              "deq": _deq_digits_data, "ddp_wrn": _ddp_wrn_data,
              "moco": _moco_data, "swa_gc": _pattern_data, "tacotron": _tacotron_data,
-             "link_pred": _link_pred_data}
+             "link_pred": _link_pred_data, "dino": _dino_data}
 """(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
@@ -2301,6 +2543,9 @@ EVAL_METRICS = {
     "link_pred": lambda model: {"val_hits": link_pred_hits(
         model, *sbm_link_split()[:2], sbm_link_split()[2]["valid"]["edge"], sbm_link_split()[2]["valid"]["edge_neg"],
         LINK_PRED_HITS_K)},
+    # eval_knn.py's weighted kNN (k 20, T 0.07) on the teacher's backbone (main_dino.py's checkpoints'
+    # `teacher`, eval_knn.py's default `--checkpoint_key`): `_train` passes the teacher, not the student.
+    "dino": lambda teacher: {"val_knn_top1": dino_knn_top1(teacher.wrapper.backbone, *_dino_knn_split())},
     # train_quantization.py's two evaluations each epoch: the QAT (fake-quant) model (eval mode, no
     # gradient: its observers still observe where enabled, as the reference's do), then an int8 copy.
     "qat": lambda model: {"val_top1": timm_top1(model, pattern_images().x[1600:], pattern_images().y[1600:]),
@@ -2312,7 +2557,7 @@ EVAL_METRICS = {
 
 EVAL_EVERY = {"triplet": 1, "pinn": 1, "maml": 1, "nerf": 1, "neural_process": 1, "qat": QAT_EPOCH_STEPS,
               "ddp_wrn": DDP_WRN_EPOCH_STEPS, "swa_gc": SWA_GC_EPOCH_STEPS,
-              "link_pred": LINK_PRED_EPOCH_STEPS}
+              "link_pred": LINK_PRED_EPOCH_STEPS, "dino": 1}
 """Steps between evaluations where not 25: a family judged on a held-out metric
 (`OUTCOME_METRICS`) evaluates every step; the QAT model once an epoch, after it (from step 15, never
 before training: an eval-mode forward of the untrained model, its fused BNs on their initial running
@@ -2625,6 +2870,47 @@ def _swa_gc_hooks(model: nn.Module, optimizer: torch.optim.Optimizer, swa_lr: fl
     return swa_model, before_eval, eval_metrics
 
 
+def _dino_hooks(model: nn.Module, optimizer: torch.optim.Optimizer):
+    """(teacher, loss_fn, before_step, after_step) of main_dino.py's `train_dino` /
+    `train_one_epoch` around the plain loop: the teacher (`dino_teacher`: the student's weights,
+    requires_grad False, built before the recorder is, so it records nothing of it); `DINOLoss(out_dim,
+    2 + local_crops_number, 0.04, 0.07, warmup_teacher_temp_epochs, epochs)` called with the step's
+    epoch; `before_step(step)` sets each regularised group's weight decay to `wd_schedule[step]` (the
+    groups get_params_groups would call regularised: no bias, nothing 1-D; the lr comes from the
+    loop's `dino_cosine` factor) and remembers the step; a step pre-hook on the optimizer, registered
+    before the recorder's, runs `clip_gradients(student, 3.0)` then
+    `cancel_gradients_last_layer(epoch, student, 1)` (main_dino.py's order, before
+    `optimizer.step()`); `after_step()` the EMA update at `momentum_schedule[step]`."""
+    teacher = dino_teacher(model)
+    dino_loss = DINOLoss(DINO_OUT_DIM, 2 + DINO_LOCAL_CROPS, DINO_TEACHER_TEMP[0], DINO_TEACHER_TEMP[1],
+                         DINO_WARMUP_TEACHER_TEMP_EPOCHS, DINO_EPOCHS)
+    wd_schedule = dino_cosine_scheduler(*DINO_WEIGHT_DECAY, DINO_EPOCHS, DINO_EPOCH_STEPS)
+    momentum_schedule = dino_cosine_scheduler(DINO_MOMENTUM_TEACHER, 1, DINO_EPOCHS, DINO_EPOCH_STEPS)
+    names = {id(p): n for n, p in model.named_parameters()}
+    regularised = [g for g in optimizer.param_groups
+                   if all(not names[id(p)].endswith(".bias") and p.dim() > 1 for p in g["params"])]
+    it = [0]
+
+    def before_step(step: int) -> None:
+        it[0] = step
+        for group in regularised:
+            group["weight_decay"] = float(wd_schedule[step])
+
+    def clip_and_cancel(*_) -> None:
+        dino_clip_gradients(model, DINO_CLIP)
+        dino_cancel_gradients_last_layer(it[0] // DINO_EPOCH_STEPS, model, DINO_FREEZE_LAST_LAYER)
+
+    optimizer.register_step_pre_hook(clip_and_cancel)
+
+    def loss_fn(student_output: torch.Tensor, _targets, teacher_output: torch.Tensor) -> torch.Tensor:
+        return dino_loss(student_output, teacher_output, it[0] // DINO_EPOCH_STEPS)
+
+    def after_step() -> None:
+        dino_ema_update(model, teacher, float(momentum_schedule[it[0]]))
+
+    return teacher, loss_fn, before_step, after_step
+
+
 def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_options: dict,
            untrained: bool = False):
     """Trains one scenario (unrecorded where `run_dir` is None); `untrained`: every lr held at 0
@@ -2704,6 +2990,10 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
         reached = [0.0]
         before_step = lambda step: agp_prune(model, step, reached)  # noqa: E731
     teacher = distillation_teacher(seed) if arch == "distil" else None
+    loss_fn = LOSSES.get(arch, token_cross_entropy)
+    if arch == "dino":  # main_dino.py: the EMA teacher, DINOLoss, the wd schedule, clip_gradients, last layer frozen
+        teacher, loss_fn, before_step, after_step = _dino_hooks(model, optimizer)
+        eval_metrics = lambda: EVAL_METRICS[arch](teacher)  # noqa: E731
     if arch == "byol":  # the target network: projections in the loss, an EMA of the online weights after each step
         teacher = byol_target(model)
         after_step = lambda: byol_ema_update(teacher, model, BYOL_TAU)  # noqa: E731
@@ -2715,6 +3005,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     # What a user would log; never the scenario or the fault (the analyzer must not see the answer).
     config = {"arch": arch, "seed": seed, "lr": lr, "batch_size": recipe.batch, "steps": STEPS,
               "accumulation": options["accumulation"], "clip": recipe.clip, "bf16": options["bf16"]}
+    if arch == "dino":  # main_dino.py's args: its per-parameter clip, not the loop's global one
+        config["clip_grad"] = DINO_CLIP
     scaler = torch.amp.GradScaler("cpu") if recipe.fp16 and not options["bf16"] else None
     if scaler is not None:
         config["fp16"] = True
@@ -2781,7 +3073,7 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
         outcome = train_field(run_dir, model, optimizer, draw, steps=STEPS, lr_at=schedule, fault=fault,
                               accumulation=options["accumulation"], clip=recipe.clip, bf16=options["bf16"],
                               eval_draw=eval_draw, eval_every=EVAL_EVERY.get(arch, 25),
-                              loss_fn=LOSSES.get(arch, token_cross_entropy), config=config,
+                              loss_fn=loss_fn, config=config,
                               recorder_options=recorder_options, after_step=after_step,
                               mix=mixup_cutmix(classes, seed) if arch == "swin" else
                               mixup_cutmix(classes, seed, off_from=None if TIMM_MIXUP_OFF is None else

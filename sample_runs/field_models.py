@@ -440,6 +440,23 @@
   encoder's and the predictor's, each at 1.0); `link_pred_hits` its `test()` with ogb's `Evaluator`
   Hits@K. Hidden 128 and dropout 0.0 (gnn.py: 256 and 0.0). On a stochastic block model's edges
   (`data.sbm_link_split`, `field._link_pred_data`).
+- `DinoResNet`, `DinoBasicBlock`, `DINOHead`, `DinoMultiCropWrapper`, `DinoTeacher`, `DINOLoss`,
+  `dino_student`, `dino_teacher`, `dino_ema_update`, `dino_cosine_scheduler`, `dino_clip_gradients`,
+  `dino_cancel_gradients_last_layer`, `dino_params_groups`, `dino_knn_top1`: DINO (Caron et al. 2021,
+  "Emerging Properties in Self-Supervised Vision Transformers") as facebookresearch/dino's
+  `main_dino.py`, `vision_transformer.py` and `utils.py` lay it out and train it, scaled down: the
+  student a small torchvision-layout ResNet (main_dino.py's `--arch resnet*` path: a tiny ViT as
+  `vit_tiny` lays it out collapsed within 10 steps on every setting tried in a 150-step run) in a
+  `MultiCropWrapper` (crops batched by resolution) with a `DINOHead` (3-layer GELU MLP with
+  `--use_bn_in_head`, bottleneck, L2 normalisation, a last layer under the old `nn.utils.weight_norm`:
+  parameters `weight_g`, filled with 1 and frozen by `norm_last_layer`, and `weight_v`); the teacher
+  the same architecture with the student's weights, `requires_grad` False, moved only by
+  `dino_ema_update`; `DINOLoss` (the teacher's centered, sharpened softmax over the two global crops,
+  the student's at temperature 0.1 over every crop, the same view's pairs skipped, the center an EMA
+  of the teacher's outputs); utils.py's `cosine_scheduler`, `clip_gradients`,
+  `cancel_gradients_last_layer` and `get_params_groups`; eval_knn.py's weighted kNN (`dino_knn_top1`).
+  On `DataAugmentationDINO`'s crops of synthetic textures (`field.dino_multicrop_sampler`,
+  `field._dino_patterns`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -549,6 +566,11 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "ConformerSubsampling", "RelativeSelfAttention", "relative_sinusoids", "conformer_ctc_loss", "swish",
            "KAN", "KANLinear", "kan_b_splines", "kan_uniform_grid", "KAN_GRID_SIZE", "KAN_SPLINE_ORDER",
            "build_field_model",
+           "DinoResNet", "DinoBasicBlock",
+           "DINOHead", "DinoMultiCropWrapper", "DinoTeacher", "DINOLoss", "dino_student", "dino_teacher",
+           "dino_ema_update", "dino_cosine_scheduler", "dino_clip_gradients", "dino_cancel_gradients_last_layer",
+           "dino_params_groups", "dino_knn_top1", "DINO_IMG", "DINO_LOCAL_IMG", "DINO_WIDTH",
+           "DINO_OUT_DIM", "DINO_HIDDEN", "DINO_BOTTLENECK", "DINO_LOCAL_CROPS", "DINO_USE_BN_IN_HEAD",
            "nanogpt_init", "FIELD_ARCHS"]
 
 
@@ -8082,6 +8104,339 @@ def link_pred_hits(model: SageLinkPredictor, x: torch.Tensor, edge_index: torch.
         return 1.0
     kth_score_in_negative_edges = torch.topk(neg, k)[0][-1]
     return float(torch.sum(pos > kth_score_in_negative_edges)) / len(pos)
+DINO_IMG = 16
+"""The global crops' size (`DataAugmentationDINO`'s `RandomResizedCrop(224)`; the 16×16 colour patterns here)."""
+DINO_LOCAL_IMG = 8
+"""The local crops' size (upstream 96 of 224; 8 of 16 here, two patches a side)."""
+DINO_WIDTH = 16
+"""The ResNet backbone's first width (`DinoResNet`: 16, 32, 64 features; `embed_dim` 64)."""
+DINO_OUT_DIM = 256
+"""`DINOHead`'s `out_dim` (`--out_dim` 65536; 256 here): the softmax's prototypes; ln 256 is the
+loss of a uniform student (the collapsed run's)."""
+DINO_HIDDEN = 128
+"""`DINOHead`'s `hidden_dim` (2048)."""
+DINO_BOTTLENECK = 32
+"""`DINOHead`'s `bottleneck_dim` (256)."""
+DINO_LOCAL_CROPS = 4
+"""`--local_crops_number` (upstream's default 8; 4 here for a 2-core CPU)."""
+DINO_USE_BN_IN_HEAD = True
+"""`--use_bn_in_head` (default False upstream): BatchNorm1d after each hidden Linear of the head. Without
+it the scaled-down head (hidden 128 at trunc_normal(0.02)) carries an input-dependent signal of
+~0.01 into its L2 normalisation, which AdamW's first steps on the biases swamp: the student's
+outputs stopped depending on the image within 10 steps on every backbone and lr tried (seed 0)."""
+"""The student's `--drop_path_rate` (main_dino.py's default 0.1; the teacher is built without)."""
+
+
+def dino_cosine_scheduler(base_value: float, final_value: float, epochs: int, niter_per_ep: int,
+                          warmup_epochs: int = 0, start_warmup_value: float = 0) -> np.ndarray:
+    """facebookresearch/dino `utils.cosine_scheduler`: one value per iteration, a linear warm-up from
+    `start_warmup_value` over `warmup_epochs` epochs, then a half cosine from `base_value` to
+    `final_value` over the rest (main_dino.py's lr, weight-decay and teacher-momentum schedules)."""
+    warmup_schedule = np.array([])
+    warmup_iters = warmup_epochs * niter_per_ep
+    if warmup_epochs > 0:
+        warmup_schedule = np.linspace(start_warmup_value, base_value, warmup_iters)
+    iters = np.arange(epochs * niter_per_ep - warmup_iters)
+    schedule = final_value + 0.5 * (base_value - final_value) * (1 + np.cos(np.pi * iters / len(iters)))
+    schedule = np.concatenate((warmup_schedule, schedule))
+    assert len(schedule) == epochs * niter_per_ep
+    return schedule
+
+
+class DinoBasicBlock(nn.Module):
+    """torchvision's `BasicBlock` (conv3×3 → BN → ReLU → conv3×3 → BN, + shortcut, ReLU), a 1×1 conv + BN
+    `downsample` where the shape changes."""
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = None
+        if stride != 1 or inplanes != planes:
+            self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes, 1, stride=stride, bias=False),
+                                            nn.BatchNorm2d(planes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+        return self.relu(out + identity)
+
+
+class DinoResNet(nn.Module):
+    """main_dino.py's `--arch resnet*` backbone (`torchvision_models.__dict__[args.arch]()`, its `fc`
+    and `head` swapped for Identity by `MultiCropWrapper`), small: a 3×3 stride-1 `conv1` → `bn1` →
+    `relu` (no max-pool, as CIFAR ResNets), `layer1`–`layer3` of one `DinoBasicBlock` each at
+    `width`, 2 × and 4 × `width` (strides 1, 2, 2), `avgpool` (global: any crop size), `fc`; torchvision's
+    init (convs Kaiming-normal fan-out, BN 1 / 0). `blocks` lists the layers (the student's units)."""
+
+    def __init__(self, width: int = 16, in_chans: int = 3) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_chans, width, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.layer1 = DinoBasicBlock(width, width)
+        self.layer2 = DinoBasicBlock(width, 2 * width, stride=2)
+        self.layer3 = DinoBasicBlock(2 * width, 4 * width, stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.num_features = 4 * width
+        self.fc = nn.Linear(4 * width, 1000)
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(self.avgpool(x).flatten(1))
+
+
+class DINOHead(nn.Module):
+    """vision_transformer.py's `DINOHead`: an `nlayers`-layer MLP (Linear → GELU → … → Linear to
+    `bottleneck_dim`; `use_bn` False, main_dino.py's default), the output L2-normalised, then
+    `last_layer = nn.utils.weight_norm(nn.Linear(bottleneck_dim, out_dim, bias=False))` with its
+    magnitude `weight_g` filled with 1 and, with `norm_last_layer` (main_dino.py's default True),
+    frozen (`requires_grad = False`). Linears trunc_normal(0.02), biases 0. The old
+    `nn.utils.weight_norm` upstream calls (deprecated in torch ≥ 2.1, its FutureWarning silenced
+    here): the layer's parameters are `weight_g` (out_dim, 1) and `weight_v`, its `weight` a plain
+    tensor recomputed by a forward pre-hook."""
+
+    def __init__(self, in_dim: int, out_dim: int, use_bn: bool = False, norm_last_layer: bool = True,
+                 nlayers: int = 3, hidden_dim: int = DINO_HIDDEN, bottleneck_dim: int = DINO_BOTTLENECK) -> None:
+        super().__init__()
+        import warnings
+
+        nlayers = max(nlayers, 1)
+        if nlayers == 1:
+            self.mlp = nn.Linear(in_dim, bottleneck_dim)
+        else:
+            layers = [nn.Linear(in_dim, hidden_dim)]
+            if use_bn:
+                layers.append(nn.BatchNorm1d(hidden_dim))
+            layers.append(nn.GELU())
+            for _ in range(nlayers - 2):
+                layers.append(nn.Linear(hidden_dim, hidden_dim))
+                if use_bn:
+                    layers.append(nn.BatchNorm1d(hidden_dim))
+                layers.append(nn.GELU())
+            layers.append(nn.Linear(hidden_dim, bottleneck_dim))
+            self.mlp = nn.Sequential(*layers)
+        self.apply(self._init_weights)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            self.last_layer = nn.utils.weight_norm(nn.Linear(bottleneck_dim, out_dim, bias=False))
+        self.last_layer.weight_g.data.fill_(1)
+        if norm_last_layer:
+            self.last_layer.weight_g.requires_grad = False
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.constant_(m.bias, 0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.mlp(x)
+        x = F.normalize(x, dim=-1, p=2)
+        return self.last_layer(x)
+
+
+class DinoMultiCropWrapper(nn.Module):
+    """utils.py's `MultiCropWrapper`: the crops (a list; here also the loader's dict of crops, taken in
+    order) batched by resolution (`torch.unique_consecutive` over their widths: the global crops
+    together, the local crops together, so the backbone's BatchNorms see one resolution a forward),
+    one backbone forward per resolution, the pooled features concatenated, one head forward over
+    all. `units`, `hidden`, `exposed`: the student's (the recorded module)."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        backbone.fc, backbone.head = nn.Identity(), nn.Identity()  # disable layers dedicated to ImageNet labels
+        self.backbone = backbone
+        self.head = head
+        self.units = ["backbone.conv1", "backbone.bn1", "backbone.layer1", "backbone.layer2", "backbone.layer3",
+                      "head.mlp", "head.last_layer"]
+        self.hidden = ["backbone.layer1", "backbone.layer2", "backbone.layer3"]
+        # The one layer after the head's L2 normalisation: the weight-normed last layer, whose frozen
+        # magnitude weight_g (1) sets the logits' scale (a weight rescale multiplies weight_g too).
+        self.exposed = ["head.last_layer"]
+
+    def forward(self, x) -> torch.Tensor:
+        if isinstance(x, dict):
+            x = list(x.values())
+        if not isinstance(x, list):
+            x = [x]
+        idx_crops = torch.cumsum(torch.unique_consecutive(
+            torch.tensor([inp.shape[-1] for inp in x]), return_counts=True)[1], 0)
+        start_idx, output = 0, torch.empty(0).to(x[0].device)
+        for end_idx in idx_crops:
+            _out = self.backbone(torch.cat(x[start_idx:end_idx]))
+            if isinstance(_out, tuple):
+                _out = _out[0]
+            output = torch.cat((output, _out))
+            start_idx = end_idx
+        return self.head(output)
+
+
+class DinoTeacher(nn.Module):
+    """The teacher's call in main_dino.py's `train_one_epoch`: `teacher(images[:2])`, only the two
+    global crops (the loader's first two) through the teacher's `MultiCropWrapper` (`wrapper`)."""
+
+    def __init__(self, wrapper: DinoMultiCropWrapper) -> None:
+        super().__init__()
+        self.wrapper = wrapper
+
+    def forward(self, x) -> torch.Tensor:
+        crops = list(x.values()) if isinstance(x, dict) else list(x)
+        return self.wrapper(crops[:2])
+
+
+def dino_student(out_dim: int = DINO_OUT_DIM) -> DinoMultiCropWrapper:
+    """main_dino.py's student for a torchvision `--arch` (`DinoResNet`, `embed_dim =
+    student.fc.weight.shape[1]`) in a `MultiCropWrapper` with a `DINOHead(embed_dim, out_dim,
+    use_bn=args.use_bn_in_head, norm_last_layer=True)`."""
+    backbone = DinoResNet(DINO_WIDTH)
+    embed_dim = backbone.fc.weight.shape[1]
+    return DinoMultiCropWrapper(backbone, DINOHead(embed_dim, out_dim, use_bn=DINO_USE_BN_IN_HEAD,
+                                                   norm_last_layer=True))
+
+
+def dino_teacher(student: DinoMultiCropWrapper, out_dim: int = DINO_OUT_DIM) -> DinoTeacher:
+    """main_dino.py's teacher: the same architecture built anew, the student's
+    weights and buffers loaded (`teacher_without_ddp.load_state_dict(student.module.state_dict())`), then
+    `for p in teacher.parameters(): p.requires_grad = False` ("there is no backpropagation through
+    the teacher"). The global-crops view (`DinoTeacher`)."""
+    backbone = DinoResNet(DINO_WIDTH)
+    teacher = DinoMultiCropWrapper(backbone, DINOHead(backbone.fc.weight.shape[1], out_dim,
+                                                      use_bn=DINO_USE_BN_IN_HEAD))
+    teacher.load_state_dict(student.state_dict())
+    for p in teacher.parameters():
+        p.requires_grad = False
+    return DinoTeacher(teacher)
+
+
+@torch.no_grad()
+def dino_ema_update(student: nn.Module, teacher: DinoTeacher, m: float) -> None:
+    """main_dino.py's "EMA update for the teacher": param_k ← m·param_k + (1 − m)·param_q over
+    `zip(student.parameters(), teacher_without_ddp.parameters())` (weight_g included, both 1)."""
+    for param_q, param_k in zip(student.parameters(), teacher.wrapper.parameters()):
+        param_k.data.mul_(m).add_((1 - m) * param_q.detach().data)
+
+
+class DINOLoss(nn.Module):
+    """main_dino.py's `DINOLoss`: the student's outputs / `student_temp` (0.1) split into `ncrops`
+    chunks; the teacher's (2 global chunks) softmax((out − center) / τ_t) with τ_t the epoch's
+    `teacher_temp_schedule` (linear from `warmup_teacher_temp` to `teacher_temp` over
+    `warmup_teacher_temp_epochs`, then constant), detached; the cross-entropy Σ −q·log_softmax(s)
+    averaged over every (teacher crop, student crop) pair but the same view's; then `update_center`
+    under no_grad: center ← 0.9·center + 0.1·mean of the teacher's outputs (one process: no
+    all_reduce). One departure: the center moves only where gradients are on (the loop's training
+    forwards), not in the loop's held-out `val_loss` forward (upstream computes no held-out loss)."""
+
+    def __init__(self, out_dim: int, ncrops: int, warmup_teacher_temp: float, teacher_temp: float,
+                 warmup_teacher_temp_epochs: int, nepochs: int, student_temp: float = 0.1,
+                 center_momentum: float = 0.9) -> None:
+        super().__init__()
+        self.student_temp = student_temp
+        self.center_momentum = center_momentum
+        self.ncrops = ncrops
+        self.register_buffer("center", torch.zeros(1, out_dim))
+        # we apply a warm up for the teacher temperature because
+        # a too high temperature makes the training instable at the beginning
+        self.teacher_temp_schedule = np.concatenate((
+            np.linspace(warmup_teacher_temp, teacher_temp, warmup_teacher_temp_epochs),
+            np.ones(nepochs - warmup_teacher_temp_epochs) * teacher_temp))
+
+    def forward(self, student_output: torch.Tensor, teacher_output: torch.Tensor, epoch: int) -> torch.Tensor:
+        student_out = student_output / self.student_temp
+        student_out = student_out.chunk(self.ncrops)
+        temp = self.teacher_temp_schedule[epoch]
+        teacher_out = F.softmax((teacher_output - self.center) / temp, dim=-1)
+        teacher_out = teacher_out.detach().chunk(2)
+        total_loss, n_loss_terms = 0, 0
+        for iq, q in enumerate(teacher_out):
+            for v in range(len(student_out)):
+                if v == iq:
+                    continue  # we skip cases where student and teacher operate on the same view
+                loss = torch.sum(-q * F.log_softmax(student_out[v], dim=-1), dim=-1)
+                total_loss += loss.mean()
+                n_loss_terms += 1
+        total_loss /= n_loss_terms
+        if torch.is_grad_enabled():
+            self.update_center(teacher_output)
+        return total_loss
+
+    @torch.no_grad()
+    def update_center(self, teacher_output: torch.Tensor) -> None:
+        batch_center = torch.sum(teacher_output, dim=0, keepdim=True) / len(teacher_output)
+        self.center = self.center * self.center_momentum + batch_center * (1 - self.center_momentum)
+
+
+def dino_clip_gradients(model: nn.Module, clip: float) -> list[float]:
+    """utils.py's `clip_gradients`: each parameter's gradient scaled to norm ≤ `clip` on its own
+    (clip / (norm + 1e-6) where below 1), not the global norm; returns the norms."""
+    norms = []
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            param_norm = p.grad.data.norm(2)
+            norms.append(param_norm.item())
+            clip_coef = clip / (param_norm + 1e-6)
+            if clip_coef < 1:
+                p.grad.data.mul_(clip_coef)
+    return norms
+
+
+def dino_cancel_gradients_last_layer(epoch: int, model: nn.Module, freeze_last_layer: int) -> None:
+    """utils.py's `cancel_gradients_last_layer`: during the first `freeze_last_layer` epochs every
+    parameter with "last_layer" in its name gets `grad = None` (the optimizer skips it)."""
+    if epoch >= freeze_last_layer:
+        return
+    for n, p in model.named_parameters():
+        if "last_layer" in n:
+            p.grad = None
+
+
+def dino_params_groups(model: nn.Module) -> list[dict]:
+    """utils.py's `get_params_groups`: [regularized, not_regularized (weight_decay 0)], a parameter
+    not regularized where its name ends in ".bias" or it is 1-D; frozen ones left out."""
+    regularized, not_regularized = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        if name.endswith(".bias") or len(param.shape) == 1:
+            not_regularized.append(param)
+        else:
+            regularized.append(param)
+    return [{"params": regularized}, {"params": not_regularized, "weight_decay": 0.0}]
+
+
+def dino_knn_top1(backbone: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
+                  test_y: torch.Tensor, k: int = 20, T: float = 0.07) -> float:
+    """eval_knn.py's `knn_classifier`, top-1 (%): the backbone's pooled features in eval mode without
+    gradient (`extract_features`), L2-normalised; each test image's `k` most cosine-similar train
+    images vote for their labels with weight exp(sim / T) (T 0.07, k 20: eval_knn.py's `--nb_knn`
+    10, 20, 100, 200). The mode restored after."""
+    was_training = backbone.training
+    backbone.eval()
+    with torch.no_grad():
+        train_features = F.normalize(backbone(train_x), dim=1, p=2).t()
+        test_features = F.normalize(backbone(test_x), dim=1, p=2)
+        num_classes = int(train_y.max()) + 1
+        similarity = torch.mm(test_features, train_features)
+        distances, indices = similarity.topk(k, largest=True, sorted=True)
+        candidates = train_y.view(1, -1).expand(len(test_x), -1)
+        retrieved_neighbors = torch.gather(candidates, 1, indices)
+        retrieval_one_hot = torch.zeros(len(test_x) * k, num_classes)
+        retrieval_one_hot.scatter_(1, retrieved_neighbors.view(-1, 1), 1)
+        distances_transform = distances.clone().div_(T).exp_()
+        probs = torch.sum(torch.mul(retrieval_one_hot.view(len(test_x), -1, num_classes),
+                                    distances_transform.view(len(test_x), -1, 1)), 1)
+        _, predictions = probs.sort(1, True)
+        top1 = 100.0 * float(predictions[:, 0].eq(test_y).float().mean())
+    backbone.train(was_training)
+    return top1
 
 
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
@@ -8093,7 +8448,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
                "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst", "timm_mixup",
                "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco", "swa_gc",
-               "tacotron", "link_pred")
+               "tacotron", "link_pred", "dino")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -8184,6 +8539,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "swa_gc": lambda vocab: SwaGcResNet(classes=vocab),
     "tacotron": lambda vocab: Tacotron2(),
     "link_pred": lambda vocab: SageLinkPredictor(LINK_GRAPH.features),
+    "dino": lambda vocab: dino_student(),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

@@ -64,7 +64,7 @@ def test_catalogue_looks_like_the_field():
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
                                        "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst",
                                        "timm_mixup", "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco", "swa_gc",
-                                       "tacotron", "link_pred"}
+                                       "tacotron", "link_pred", "dino"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -5583,3 +5583,178 @@ def test_link_pred_healthy_run_learns_raises_its_hits_and_clips_before_each_step
     acts = step[step["role"] == "activation"]
     assert sorted(acts["name"]) == sorted([f"encoder.convs.{i}.{lin}" for i in range(3) for lin in ("lin_l", "lin_r")]
                                           + [f"predictor.lins.{i}" for i in range(3)])  # once a step each
+def test_dino_loss_is_main_dinos_cross_entropy_over_crop_pairs_with_a_centered_sharpened_teacher():
+    from sample_runs.field_models import DINOLoss
+
+    torch.manual_seed(0)
+    loss_fn = DINOLoss(8, ncrops=4, warmup_teacher_temp=0.04, teacher_temp=0.07, warmup_teacher_temp_epochs=3,
+                       nepochs=5)
+    assert loss_fn.teacher_temp_schedule == pytest.approx([0.04, 0.055, 0.07, 0.07, 0.07])
+    loss_fn.center = torch.randn(1, 8)
+    center = loss_fn.center.clone()
+    student, teacher = torch.randn(4 * 3, 8, requires_grad=True), torch.randn(2 * 3, 8)
+    loss = loss_fn(student, teacher, epoch=1)
+    # a plain reference: every (teacher crop, student crop) pair but the same view's, averaged
+    q = torch.softmax((teacher - center) / 0.055, dim=-1).chunk(2)
+    s = torch.log_softmax(student.detach() / 0.1, dim=-1).chunk(4)
+    terms = [(-q[i] * s[v]).sum(-1).mean() for i in range(2) for v in range(4) if v != i]
+    assert len(terms) == 6 and float(loss.detach()) == pytest.approx(float(sum(terms) / 6), rel=1e-5)
+    # update_center: an EMA (0.9) of the teacher's batch mean, under no_grad
+    assert torch.allclose(loss_fn.center, 0.9 * center + 0.1 * teacher.mean(0, keepdim=True), atol=1e-6)
+    assert not loss_fn.center.requires_grad
+    loss.backward()
+    assert student.grad is not None
+    moved = loss_fn.center.clone()
+    with torch.no_grad():  # the loop's held-out val_loss: the center stays
+        loss_fn(student, teacher, epoch=4)
+    assert torch.equal(loss_fn.center, moved)
+
+
+def test_dino_head_is_dinohead_with_a_weight_normed_last_layer_whose_magnitude_is_frozen_at_one():
+    from sample_runs.field_models import DINOHead
+
+    torch.manual_seed(0)
+    head = DINOHead(64, 256, use_bn=True, hidden_dim=128, bottleneck_dim=32)
+    names = dict(head.named_parameters())
+    assert {"last_layer.weight_g", "last_layer.weight_v"} <= set(names) and "last_layer.weight" not in names
+    assert torch.equal(names["last_layer.weight_g"], torch.ones(256, 1))
+    assert not names["last_layer.weight_g"].requires_grad and names["last_layer.weight_v"].requires_grad
+    assert [type(m).__name__ for m in head.mlp] == ["Linear", "BatchNorm1d", "GELU", "Linear", "BatchNorm1d",
+                                                      "GELU", "Linear"]
+    head.eval()
+    x = torch.randn(16, 64)
+    out = head(x)
+    assert out.shape == (16, 256) and float(out.abs().max()) <= 1 + 1e-5  # cosines: unit rows, L2-normed input
+    with torch.no_grad():
+        names["last_layer.weight_v"].mul_(7.0)  # weight_norm: the direction alone counts
+    assert torch.allclose(head(x), out, atol=1e-6)
+
+
+def test_dino_multicrop_wrapper_runs_the_backbone_once_per_resolution_and_the_teacher_sees_the_global_crops():
+    from sample_runs.field import _data
+    from sample_runs.field_models import dino_student, dino_teacher
+
+    torch.manual_seed(0)
+    student = dino_student()
+    teacher = dino_teacher(student)
+    crops, targets = _data("dino", RECIPES["dino"], 0, 1)[0]()
+    assert targets is None and list(crops) == ["global_0", "global_1", "local_0", "local_1", "local_2", "local_3"]
+    assert [tuple(c.shape) for c in crops.values()] == [(32, 3, 16, 16)] * 2 + [(32, 3, 8, 8)] * 4
+    calls = []
+    student.backbone.register_forward_hook(lambda m, args, out: calls.append(args[0].shape[0]))
+    student.eval()  # running statistics: batching by resolution must not change what each crop gets
+    with torch.no_grad():
+        out = student(crops)
+        one_by_one = torch.cat([student.head(student.backbone(c)) for c in crops.values()])
+    assert calls[:2] == [64, 128] and out.shape == (6 * 32, 256)
+    assert torch.allclose(out, one_by_one, atol=1e-5)
+    assert all(not p.requires_grad for p in teacher.parameters())
+    assert all(torch.equal(p, q) for p, q in zip(student.parameters(), teacher.wrapper.parameters()))
+    with torch.no_grad():
+        assert teacher(crops).shape == (2 * 32, 256)  # images[:2]
+
+
+def test_dino_recipe_is_main_dinos_adamw_schedules_per_parameter_clip_frozen_last_layer_and_ema_teacher():
+    import numpy as np
+
+    from sample_runs.field import (DINO_EPOCH_STEPS, DINO_LR, DINO_MIN_LR, OPTIMIZERS, _dino_hooks)
+    from sample_runs.field_models import (dino_clip_gradients, dino_cosine_scheduler, dino_params_groups)
+
+    # utils.cosine_scheduler against its formula: a linear warm-up, then a half cosine
+    schedule = dino_cosine_scheduler(1.0, 0.1, 3, 4, warmup_epochs=1)
+    assert schedule[:4] == pytest.approx(np.linspace(0, 1, 4))
+    assert schedule[4:] == pytest.approx([0.1 + 0.45 * (1 + math.cos(math.pi * i / 8)) for i in range(8)])
+    torch.manual_seed(0)
+    model = build_field_model("dino", 4)
+    recipe = RECIPES["dino"]
+    groups = _param_groups(model, recipe, DINO_LR)
+    # get_params_groups' partition: no decay on biases and 1-D parameters; weight_g (frozen) in no group
+    regularized, not_regularized = dino_params_groups(model)
+    assert {id(p) for g in groups if g["weight_decay"] > 0 for p in g["params"]} == \
+        {id(p) for p in regularized["params"]}
+    assert {id(p) for g in groups if g["weight_decay"] == 0 for p in g["params"]} == \
+        {id(p) for p in not_regularized["params"]}
+    assert id(model.head.last_layer.weight_g) not in {id(p) for g in groups for p in g["params"]}
+    optimizer = OPTIMIZERS[recipe.optimizer](groups, DINO_LR, recipe)
+    assert isinstance(optimizer, torch.optim.AdamW) and recipe.clip is None
+    factor = _schedule(recipe, 150)
+    assert factor(0) == 0.0 and factor(10) == pytest.approx(1.0) and factor(149) > DINO_MIN_LR / DINO_LR
+    teacher, loss_fn, before_step, after_step = _dino_hooks(model, optimizer)
+    before_step(0)
+    decayed = [g["weight_decay"] for g in optimizer.param_groups if g["params"][0].dim() > 1]
+    assert decayed and all(w == pytest.approx(0.04) for w in decayed)
+    before_step(149)
+    assert all(0.39 < g["weight_decay"] <= 0.4 for g in optimizer.param_groups if g["params"][0].dim() > 1)
+    assert all(g["weight_decay"] == 0.0 for g in optimizer.param_groups if g["params"][0].dim() == 1)
+    # the step pre-hook: each gradient clipped to norm 3 on its own, the last layer's dropped in epoch 0
+    for step in (DINO_EPOCH_STEPS - 1, DINO_EPOCH_STEPS):
+        before_step(step)
+        for p in model.parameters():
+            p.grad = torch.full_like(p, 10.0) if p.requires_grad else None
+        v_before = model.head.last_layer.weight_v.detach().clone()
+        optimizer.step()
+        if step < DINO_EPOCH_STEPS:  # cancel_gradients_last_layer
+            assert model.head.last_layer.weight_v.grad is None
+            assert torch.equal(model.head.last_layer.weight_v, v_before)  # AdamW skips a None grad
+        else:
+            assert model.head.last_layer.weight_v.grad is not None
+        norms = [float(p.grad.norm()) for p in model.parameters() if p.grad is not None]
+        assert norms and max(norms) <= 3.0 + 1e-3
+    grads = [torch.randn(5) * 10, torch.randn(3) * 0.1]
+    params = [torch.nn.Parameter(torch.zeros(5)), torch.nn.Parameter(torch.zeros(3))]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    holder = torch.nn.ParameterList(params)
+    dino_clip_gradients(holder, 3.0)  # per parameter: the small one is left alone
+    assert float(params[0].grad.norm()) == pytest.approx(3.0, rel=1e-4) and torch.equal(params[1].grad, grads[1])
+    # the EMA update at momentum_schedule[step]: teacher <- m teacher + (1 - m) student
+    old = [p.clone() for p in teacher.wrapper.parameters()]
+    before_step(0)
+    after_step()
+    m = dino_cosine_scheduler(0.99, 1, 15, DINO_EPOCH_STEPS)[0]
+    for p_t, p_s, p_old in zip(teacher.wrapper.parameters(), model.parameters(), old):
+        assert torch.allclose(p_t, m * p_old + (1 - m) * p_s.detach(), atol=1e-6)
+
+
+def test_dino_knn_is_eval_knns_weighted_vote_against_a_plain_loop():
+    from sample_runs.field_models import dino_knn_top1, dino_student
+
+    torch.manual_seed(0)
+    backbone = dino_student().backbone
+    bank, bank_y = torch.randn(40, 3, 16, 16), torch.randint(0, 4, (40,))
+    x, y = torch.randn(12, 3, 16, 16), torch.randint(0, 4, (12,))
+    top1 = dino_knn_top1(backbone, bank, bank_y, x, y, k=5, T=0.07)
+    assert backbone.training  # the mode restored
+    backbone.eval()
+    with torch.no_grad():
+        feats_bank = torch.nn.functional.normalize(backbone(bank), dim=1)
+        feats = torch.nn.functional.normalize(backbone(x), dim=1)
+    hits = 0
+    for f, label in zip(feats, y):
+        sims = feats_bank @ f
+        votes = torch.zeros(4)
+        for i in sims.argsort(descending=True)[:5]:
+            votes[bank_y[i]] += math.exp(float(sims[i]) / 0.07)
+        hits += int(votes.argmax() == label)
+    assert top1 == pytest.approx(100.0 * hits / 12)
+
+
+def test_dino_healthy_run_learns_by_its_teachers_knn_and_records_the_student_only(tmp_path):
+    truth = make("healthy-dino-s0", tmp_path / "run")
+    assert truth.verdict == "healthy"
+    by_name = _scalars_by_name(tmp_path / "run")
+    knn, loss = by_name["val_knn_top1"], by_name["loss"]
+    assert len(knn) == len(loss) == 150  # judged on it: an eval every step
+    assert sum(knn[-10:]) / 10 > sum(knn[:10]) / 10 + 8 and knn[-1] > 80
+    assert sum(loss[-10:]) < 0.95 * sum(loss[:10]) and min(loss) > 0.5 * math.log(256)  # no one-hot collapse
+    stats = read_stats(tmp_path / "run")
+    names = set(stats["name"])
+    assert {"head.last_layer.weight_g", "head.last_layer.weight_v"} <= names  # the old weight_norm's names
+    assert not any(n.startswith(("wrapper.", "teacher")) for n in names)  # the teacher records nothing
+    v = stats[stats["name"] == "head.last_layer.weight_v"]
+    update = v[v["role"] == "update"].sort_values("step")
+    assert (update["norm"].iloc[:10] == 0).all() and (update["norm"].iloc[10:] > 0).all()  # freeze_last_layer
+    g = stats[(stats["name"] == "head.last_layer.weight_g") & (stats["role"] == "grad")]
+    assert g["grad_none"].all()  # frozen at 1
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)]
+    assert set(io["role"]) == {"input"} and len(io) == 6  # the six crops, no targets
