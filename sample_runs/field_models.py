@@ -476,7 +476,7 @@ the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth,
 `decision_transformer` before the twenty-ninth, `patchtst` before the thirtieth, `timm_mixup`
 before the thirty-first, `gradual_pruning` and `qat` before the thirty-second, `albert` and `deq`
 before the thirty-third, `ddp_wrn` and `moco` before the thirty-fourth, `swa_gc` and `tacotron` before the
-thirty-fifth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+thirty-fifth, `dino` and `link_pred` before the thirty-sixth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
