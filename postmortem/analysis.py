@@ -130,7 +130,7 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     outcome = measure_outcome(loss_steps, loss, metric_curves(scalars), thresholds.outcome, loss=main_loss(scalars),
                               travelled=weights_travelled(table, run.manifest))
     history = gradients.gradient_history(table, scalars, outcome)
-    stale = gradients.stale_gradients(history, thresholds.gradients)
+    stale = gradients.stale_gradients(history, thresholds)
     leaders = diverging(breaks, scalars, stayed_finite=not nonfinite, loss_must_feel=not stale,
                         nonfinite_at=first.step if first else None, thresholds=thresholds.ranking)
     onset, involved = run_onset(breaks, leaders, first, tie_order, thresholds=thresholds.ranking,
@@ -159,7 +159,7 @@ def analyze(run: Run | str | Path, *, thresholds: Thresholds | None = None,
     if diverged and not recovered and any(f.severity == NOTE for f in stale):
         # Found before the verdict, as a note where the loss still ended lower: in a run that
         # diverged, the carried-over gradients explain it (round 22's Conformer).
-        precomputed["stale_gradients"] = gradients.stale_gradients(replace(history, diverged=True), thresholds.gradients)
+        precomputed["stale_gradients"] = gradients.stale_gradients(replace(history, diverged=True), thresholds)
     evidence = replace(
         evidence, onset=onset if diverged else None, recovered=recovered,
         summary=summarize(table, before=_healthy_until(table, onset, thresholds) if diverged else None))

@@ -41,6 +41,8 @@ __all__ = [
     "measure_outcome",
     "median_difference_sigma",
     "metric_curves",
+    "metric_improved_since",
+    "metric_series",
     "register",
     "role",
     "scalar",
@@ -276,6 +278,27 @@ def metric_curves(scalars: pd.DataFrame) -> dict[str, tuple[np.ndarray, bool]]:
         if name != main and higher is not None:
             found[name] = (scalar(scalars, name), higher)
     return found
+
+
+def metric_series(scalars: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, bool]]:
+    """The outcome metrics that are not losses (`metric_curves`), each as (steps, values, higher_is_better)."""
+    found = {}
+    for name, (values, higher) in metric_curves(scalars).items():
+        if not is_loss(name):
+            found[name] = (scalars.loc[scalars["name"] == name, "step"].to_numpy(np.int64), values, higher)
+    return found
+
+
+def metric_improved_since(metrics: dict[str, tuple[np.ndarray, np.ndarray, bool]], step: int,
+                          th: OutcomeThresholds) -> str | None:
+    """The first outcome metric (`metric_series`) that improves, by `_improves`, over its points
+    from the last one before `step` to the run's end: the run learned on after `step` by a
+    held-out measure, whatever its loss did. None when none does or none has `min_steps` points there."""
+    for name, (steps, values, higher) in sorted(metrics.items()):
+        after = values[max(0, int(np.searchsorted(steps, step)) - 1):]
+        if _improves(after if higher else -after, th):
+            return name
+    return None
 
 
 def scalar(scalars: pd.DataFrame, name: str) -> np.ndarray:

@@ -102,6 +102,9 @@ class Incident:
     run, each having been non-zero at first (None: some gradient lives on, or none ever did)."""
     loss_improvement: float | None = None
     """The run's relative loss decrease by its own yardstick (`Outcome.improvement`)."""
+    learned_by: str | None = None
+    """The outcome metric that judged the run as learning where its loss did not
+    (`Outcome.judged_by` of an Outcome that learns), None otherwise."""
     finite_shift: dict[str, float | str] | None = None
     """Of a run that stayed finite while diverging, what judges it (`judging_curve`: the loss, or
     the outcome metric) before the onset, after it and at the end: the outcome the verdict follows."""
@@ -161,6 +164,7 @@ def _incident(ev: Evidence) -> Incident:
         log_of_zero=next((f for f in ev.found if f.label == "log_of_zero"), None),
         inputs_unscaled=any(f.label == "unscaled_inputs" for f in ev.found) and not adaptive_optimizer(ev.scalars),
         loss_improvement=ev.outcome.improvement,
+        learned_by=ev.outcome.judged_by if ev.outcome.learns else None,
         finite_shift=_finite_shift(ev) if first is None else None,
         gradients_died_after=_gradients_died_after(role(ev.summary, "grad")),
     )
@@ -346,7 +350,10 @@ def _erased_init(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
               "the run (the units died)" if died else "erasing the initialisation")
     # A verdict follows the outcome: a loss that fell that far learned, whatever its first steps did
     # (round 33's deq: Adam at ×100 its recipe's lr ended 8-14× lower than the recipe did).
-    learned = incident.loss_improvement is not None and incident.loss_improvement >= th.erased_init_still_learns
+    # So does an outcome metric that judged the run as learning where its loss could not (round 36's
+    # DINO at lr ×100: its loss rose, the teacher's kNN top-1 went 56 → 94 %).
+    fell = incident.loss_improvement is not None and incident.loss_improvement >= th.erased_init_still_learns
+    learned = fell or incident.learned_by is not None
     return [finding(
         "lr_too_high", None, [],
         {"early_update_ratio_median": ratio, "within_steps": within, "cs231n_target_ratio": 1e-3, "first_lr": lr,
@@ -354,7 +361,8 @@ def _erased_init(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
          "loss_improvement": incident.loss_improvement},
         f"the first {within} updates moved the weights by up to {ratio:.2g}× their norm (CS231n: ~1e-3), {effect}"
         + (f"; the loss fell {incident.loss_improvement:.0%} regardless, but a smaller or warmed-up lr may reach lower: "
-           if learned else ": ")
+           if fell else f"; {incident.learned_by} improved regardless, but a smaller or warmed-up lr may reach "
+           "further: " if learned else ": ")
         + (f"lower the learning rate ×10 (lr {lr:.3g} → {lr / 10:.3g})" if lr else "lower the learning rate ×10")
         + " or warm it up from ~0 over the first "
         "hundreds of steps; sweep 0.1, 0.01, 0.001",

@@ -13,8 +13,8 @@ from ..manifest import frozen_parameters, is_weight, manifest_order, parameter_s
 from ..scalars import main_loss, raised
 from ..series import SeriesTable
 from .base import (ERROR, NOTE, WARNING, Evidence, Outcome, finding, judging_curve, layer_list,
-                   register, role)
-from .thresholds import GradientThresholds
+                   metric_improved_since, metric_series, register, role)
+from .thresholds import GradientThresholds, Thresholds
 
 __all__ = [
     "GradientHistory",
@@ -48,6 +48,8 @@ class SilentGradients:
     loss: tuple[np.ndarray, np.ndarray] | None = None
     """What judges the run (steps, values, lower is better: `judging_curve`): the training loss,
     or an agent's negated reward (PPO's loss rises as it learns)."""
+    metrics: dict[str, tuple[np.ndarray, np.ndarray, bool]] = field(default_factory=dict)
+    """The run's outcome metrics (`metric_series`): one that improved after the cut says the run learned on."""
 
     def quiet(self, th: GradientThresholds) -> dict[str, int]:
         return {n: s for n, s in self.silent_from.items() if s is not None
@@ -76,7 +78,7 @@ def _silent_gradients(ev: Evidence) -> SilentGradients:
     dead = tuple(t for f in ev.found if f.label == "dead_units" for t in f.tensors)
     return replace(silence(role(ev.summary, "grad"), ev.manifest, ev.outcome, called or None), dead=dead,
                    loss=judging_curve(ev.scalars, ev.outcome) if main_loss(ev.scalars) or ev.outcome.judged_by
-                   else None)
+                   else None, metrics=metric_series(ev.scalars))
 
 
 def _module(parameter: str) -> str:
@@ -142,8 +144,9 @@ def _lone_bias(grads: SilentGradients, quiet: dict[str, int], name: str) -> bool
             and weight not in quiet)
 
 
-@register("no_gradient", "gradients", _silent_gradients)
-def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]:
+@register("no_gradient", None, _silent_gradients)
+def no_gradient(grads: SilentGradients, thresholds: Thresholds) -> list[Finding]:
+    th = thresholds.gradients
     quiet = grads.quiet(th)
     # Parameters frozen on purpose from the first step (requires_grad=False) are not a fault.
     quiet = {n: s for n, s in quiet.items() if not (n in grads.frozen and s == grads.first_step[n])}
@@ -155,12 +158,13 @@ def no_gradient(grads: SilentGradients, th: GradientThresholds) -> list[Finding]
     from_start = {n: s for n, s in quiet.items() if s == grads.first_step[n]}
     later = {n: s for n, s in quiet.items() if n not in from_start}
     if from_start and later and _structural(grads, from_start):
-        return [_silent_finding(grads, from_start, th), _silent_finding(grads, later, th)]
-    return [_silent_finding(grads, quiet, th)]
+        return [_silent_finding(grads, from_start, thresholds), _silent_finding(grads, later, thresholds)]
+    return [_silent_finding(grads, quiet, thresholds)]
 
 
-def _silent_finding(grads: SilentGradients, quiet: dict[str, int], th: GradientThresholds) -> Finding:
+def _silent_finding(grads: SilentGradients, quiet: dict[str, int], thresholds: Thresholds) -> Finding:
     """The `no_gradient` finding of these silent parameters (name → the step they fell silent)."""
+    th = thresholds.gradients
     # Within a step, the deepest layer first (its parameters in model order): the graph is cut
     # right after the last silent layer (every unit before a .detach() loses its gradient).
     depth: dict[str, int] = {}
@@ -175,7 +179,10 @@ def _silent_finding(grads: SilentGradients, quiet: dict[str, int], th: GradientT
     # Too few judged points since the cut to measure a gain (round 19: SAC's evaluation return,
     # every 10 steps, 5 points after it): a run that learns by its outcome says it alone.
     kept_learning = gain >= th.cut_off_still_learns if gain is not None else grads.loss is not None
-    learns_on = bool(grads.outcome.learns) and not everything and kept_learning
+    # An outcome metric that improved after the cut says so too, whatever the loss did (round 36's
+    # DINO: its loss, a cross-entropy to a moving teacher, rose in healthy runs too; the kNN rose).
+    learned_by = None if everything or kept_learning else metric_improved_since(grads.metrics, since, thresholds.outcome)
+    learns_on = bool(grads.outcome.learns) and not everything and (kept_learning or learned_by is not None)
     where = "the loss is not connected to any parameter" if everything else \
         "these parameters stopped receiving a gradient while the rest of the model still does"
     # Every gradient alive at first and none later: the model went flat, its graph was not cut
@@ -195,7 +202,8 @@ def _silent_finding(grads: SilentGradients, quiet: dict[str, int], th: GradientT
                "units went dead or the output saturated (too large a step, see lr_too_high; a ReLU or clamp "
                "at the output), not a cut graph")
     elif learns_on:
-        since_gain = f" (loss {gain:.0%} lower since)" if gain is not None else ""
+        since_gain = f" ({learned_by} better since)" if learned_by else f" (loss {gain:.0%} lower since)" \
+            if gain is not None else ""
         fix = (f"{layer_list(ordered)} stopped receiving a gradient at step {since}, while the rest of the "
                f"model kept learning{since_gain}: if they are meant to learn, remove "
                "the .detach() / torch.no_grad() / .item() that cuts the graph before them")
@@ -208,7 +216,7 @@ def _silent_finding(grads: SilentGradients, quiet: dict[str, int], th: GradientT
         "no_gradient", min(quiet.values()), ordered,
         {"parameters_without_gradient": len(quiet), "parameters": len(grads.first_step),
          "since_step": {n: quiet[n] for n in ordered}, "requires_grad_false": marked_frozen,
-         "loss_gain_since": gain},
+         "loss_gain_since": gain, "metric_improved_since": learned_by},
         fix, NOTE if structural else WARNING if learns_on else ERROR,
     )
 
@@ -247,6 +255,10 @@ class GradientHistory:
     """The recorder's `grad_carried_over` (steps, shares), where the run has it (from session 11)."""
     diverged: bool = False
     """The run diverged and did not come back (`Evidence.diverged`, not `recovered`)."""
+    learns: bool | None = None
+    """`Outcome.learns`: the run learned, by its own yardstick."""
+    metrics: dict[str, tuple[np.ndarray, np.ndarray, bool]] = field(default_factory=dict)
+    """The run's outcome metrics (`metric_series`)."""
 
 
 def gradient_history(table: SeriesTable, scalars: pd.DataFrame, outcome: Outcome) -> GradientHistory:
@@ -260,7 +272,7 @@ def gradient_history(table: SeriesTable, scalars: pd.DataFrame, outcome: Outcome
         scalars[scalars["name"] == "grad_carried_over"].sort_values("step", kind="stable"), scalars)
     return GradientHistory(steps[finite], values[finite], per_tensor, loss_steps, loss,
                            (carried["step"].to_numpy(np.int64), carried["value"].to_numpy(np.float64))
-                           if len(carried) else None)
+                           if len(carried) else None, learns=outcome.learns, metrics=metric_series(scalars))
 
 
 def _after_an_optimizer_step(carried: pd.DataFrame, scalars: pd.DataFrame) -> pd.DataFrame:
@@ -281,8 +293,8 @@ def _gradient_history(ev: Evidence) -> GradientHistory:
     return replace(gradient_history(ev.table, ev.scalars, ev.outcome), diverged=ev.diverged and not ev.recovered)
 
 
-@register("stale_gradients", "gradients", _gradient_history)
-def stale_gradients(history: GradientHistory, th: GradientThresholds) -> list[Finding]:
+@register("stale_gradients", None, _gradient_history)
+def stale_gradients(history: GradientHistory, thresholds: Thresholds) -> list[Finding]:
     """Missing zero_grad(): each recorded gradient is the running sum of all the previous ones.
 
     t0 is the bend common to the per-parameter gradient norms (postmortem.accumulation). From
@@ -292,8 +304,9 @@ def stale_gradients(history: GradientHistory, th: GradientThresholds) -> list[Fi
 
     Where the recorder saw it (`grad_carried_over`), that decides instead: see `_carried_over`.
     """
+    th = thresholds.gradients
     if history.carried is not None:
-        return _carried_over(history, th)
+        return _carried_over(history, thresholds)
     steps, values = history.steps, history.norm
     if len(values) < 20:
         return []
@@ -321,7 +334,7 @@ def stale_gradients(history: GradientHistory, th: GradientThresholds) -> list[Fi
     return []
 
 
-def _carried_over(history: GradientHistory, th: GradientThresholds) -> list[Finding]:
+def _carried_over(history: GradientHistory, thresholds: Thresholds) -> list[Finding]:
     """Missing zero_grad() as the recorder saw it: from t0 on, the first backward of each record
     found ≥ a quarter of the parameters it reached still holding the previous step's gradient.
     t0 starts a stretch of ≥ 3 such records in a row (one forgotten zero_grad is an accident,
@@ -330,6 +343,7 @@ def _carried_over(history: GradientHistory, th: GradientThresholds) -> list[Find
     across rec.step() calls on purpose), unless the run diverged: then, as otherwise, it explains
     the verdict (round 22: a Conformer whose summed gradients ran away while its loss, CTC
     through Adam, still ended lower than before t0)."""
+    th = thresholds.gradients
     steps, share = history.carried
     carrying = share >= th.carried_share
     k = th.carried_min_steps
@@ -344,17 +358,23 @@ def _carried_over(history: GradientHistory, th: GradientThresholds) -> list[Find
     t0 = int(steps[starts[0]])
     after = share[starts[0]:]
     improvement = _loss_gain(history.loss_steps, history.loss, t0)
-    learns_on = improvement is not None and improvement > th.carried_still_learns and not history.diverged \
+    # Or an outcome metric improved since, in a run that learns (round 36's DINO, whose loss rose in
+    # healthy runs too while the teacher's kNN rose).
+    learned_by = metric_improved_since(history.metrics, t0, thresholds.outcome) if history.learns else None
+    fell = improvement is not None and improvement > th.carried_still_learns
+    learns_on = (fell or learned_by is not None) and not history.diverged \
         and bool(np.isfinite(history.loss[history.loss_steps >= t0]).all())
     fix = (f"from step {t0} on, gradients are carried over from one step to the next (no "
            "optimizer.zero_grad()): call it at the start of every step")
     if learns_on:
-        fix += (f"; the loss still fell {improvement:.0%} since, so if gradients are accumulated "
+        gained = f"the loss still fell {improvement:.0%}" if fell else f"{learned_by} still improved"
+        fix += (f"; {gained} since, so if gradients are accumulated "
                 "across rec.step() calls on purpose, call rec.step() once per optimizer step instead")
     return [finding(
         "stale_gradients", t0, [],
         {"carried_over_share": float(np.median(after)), "carrying_records": float(np.mean(after >= th.carried_share)),
          "records_since": len(after), "onset_interval": [t0, t0], "loss_change_since_start": improvement,
+         "metric_improved_since": learned_by,
          "source": "grad_carried_over"},
         fix, NOTE if learns_on else ERROR,
     )]

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from postmortem.detectors import REGISTRY, Outcome, Thresholds, measure_outcome
-from postmortem.detectors.base import adaptive_optimizer
+from postmortem.detectors.base import adaptive_optimizer, metric_improved_since
 from postmortem.detectors.activations import (
     ActivationShare,
     ActivationShares,
@@ -289,42 +289,42 @@ def _silent(since: dict, learns=LEARNS, called=None, frozen=(), loss=None):
 
 def test_no_gradient_on_a_layer_cut_mid_run():
     grads = _silent({"fc1.weight": 50, "fc1.bias": 50, "fc2.weight": None, "fc2.bias": None})
-    found = no_gradient(grads, TH.gradients)
+    found = no_gradient(grads, TH)
     assert found[0].tensors == ["fc1.weight", "fc1.bias"] and found[0].severity == "error"
     assert "detach" in found[0].fix
-    assert no_gradient(_silent({"fc1.weight": None, "fc2.weight": None}), TH.gradients) == []
+    assert no_gradient(_silent({"fc1.weight": None, "fc2.weight": None}), TH) == []
 
 
 def test_every_gradient_gone_after_the_first_steps_is_a_model_gone_flat_not_a_cut_graph():
     flat = _silent({"fc1.weight": 2, "fc1.bias": 1, "out.weight": 2}, learns=FLAT)
-    found = no_gradient(flat, TH.gradients)
+    found = no_gradient(flat, TH)
     assert found[0].severity == "error" and "none from step 2 on" in found[0].fix and "detach" not in found[0].fix
     # Silent from the first step: the loss never reached a parameter.
     unconnected = _silent({"fc1.weight": 0, "out.weight": 0}, learns=FLAT)
-    assert "not connected to any parameter" in no_gradient(unconnected, TH.gradients)[0].fix
+    assert "not connected to any parameter" in no_gradient(unconnected, TH)[0].fix
 
 
 def test_a_cut_names_the_deepest_silent_layer_first():
     # A .detach() after embed and fc1: both lose their gradient at step 50, fc2 keeps it. The cut
     # sits right after fc1, so fc1 is named first, its parameters in model order.
     cut = {"embed.weight": 50, "fc1.weight": 50, "fc1.bias": 50, "fc2.weight": None}
-    assert no_gradient(_silent(cut), TH.gradients)[0].tensors == ["fc1.weight", "fc1.bias", "embed.weight"]
+    assert no_gradient(_silent(cut), TH)[0].tensors == ["fc1.weight", "fc1.bias", "embed.weight"]
     # A layer silent from an earlier step still comes first: the first silence dates the finding.
     earlier = {"embed.weight": 30, "fc1.weight": 50, "fc1.bias": 50, "fc2.weight": None}
-    assert no_gradient(_silent(earlier), TH.gradients)[0].tensors == ["embed.weight", "fc1.weight", "fc1.bias"]
+    assert no_gradient(_silent(earlier), TH)[0].tensors == ["embed.weight", "fc1.weight", "fc1.bias"]
 
 
 def test_a_lone_bias_without_gradient_is_structure_whatever_the_outcome():
     # A WGAN critic's output bias cancels in E[D(fake)] - E[D(real)]: zero from the first step.
     lone = {"fc1.weight": None, "fc1.bias": None, "out.weight": None, "out.bias": 0}
     for outcome in (LEARNS, FLAT):
-        assert no_gradient(_silent(lone, learns=outcome), TH.gradients)[0].severity == "note"
+        assert no_gradient(_silent(lone, learns=outcome), TH)[0].severity == "note"
     # A weight whose bias still learns (the layer after dead units) is no structure where the run
     # does not learn, nor is a bias that went silent mid-run.
     dead_input = {"fc1.weight": None, "fc1.bias": None, "out.weight": 0, "out.bias": None}
-    assert no_gradient(_silent(dead_input, learns=FLAT), TH.gradients)[0].severity == "error"
+    assert no_gradient(_silent(dead_input, learns=FLAT), TH)[0].severity == "error"
     late = {"fc1.weight": None, "fc1.bias": None, "out.weight": None, "out.bias": 40}
-    assert no_gradient(_silent(late, learns=FLAT), TH.gradients)[0].severity == "error"
+    assert no_gradient(_silent(late, learns=FLAT), TH)[0].severity == "error"
 
 
 def test_a_layer_cut_off_in_a_run_that_keeps_learning_is_a_warning():
@@ -332,37 +332,76 @@ def test_a_layer_cut_off_in_a_run_that_keeps_learning_is_a_warning():
     cut = {"fc1.weight": 50, "fc1.bias": 50, "fc2.weight": None, "fc2.bias": None}
     # The head keeps learning on frozen features: the loss halves after the cut at step 50.
     learning = (steps, np.where(steps < 50, 2.0 - 0.02 * steps, 1.0 * 0.99 ** (steps - 50)))
-    found = no_gradient(_silent(cut, loss=learning), TH.gradients)
+    found = no_gradient(_silent(cut, loss=learning), TH)
     assert found[0].severity == "warning" and found[0].tensors == ["fc1.weight", "fc1.bias"]
     assert found[0].evidence["loss_gain_since"] > 0.2 and "step 50" in found[0].fix
     # The loss falls 5 % more after the cut: the run still learns, the cut warns.
     slower = (steps, np.where(steps < 50, 2.0 - 0.02 * steps, 1.0 - 0.001 * (steps - 50)))
-    assert no_gradient(_silent(cut, loss=slower), TH.gradients)[0].severity == "warning"
+    assert no_gradient(_silent(cut, loss=slower), TH)[0].severity == "warning"
     # Learning stops at the cut (the loss no lower than over the 10 steps before it): the cut
     # explains a run that does not learn.
     stalled = (steps, np.where(steps < 50, 2.0 - 0.02 * steps, 1.11 + 0.0001 * (steps - 50)))
-    assert no_gradient(_silent(cut, loss=stalled), TH.gradients)[0].severity == "error"
+    assert no_gradient(_silent(cut, loss=stalled), TH)[0].severity == "error"
     # ...and so it does in a run that does not learn by its own yardstick at all.
-    assert no_gradient(_silent(cut, learns=FLAT, loss=learning), TH.gradients)[0].severity == "error"
+    assert no_gradient(_silent(cut, learns=FLAT, loss=learning), TH)[0].severity == "error"
     # An evaluation every 10 steps leaves too few points after the cut to measure a gain: the
     # outcome, a run that learns, says it alone (round 19: SAC's evaluation return).
     sparse = (steps[::10], learning[1][::10])
-    found = no_gradient(_silent(cut, loss=sparse), TH.gradients)
+    found = no_gradient(_silent(cut, loss=sparse), TH)
     assert found[0].severity == "warning" and found[0].evidence["loss_gain_since"] is None
-    assert no_gradient(_silent(cut, learns=FLAT, loss=sparse), TH.gradients)[0].severity == "error"
+    assert no_gradient(_silent(cut, learns=FLAT, loss=sparse), TH)[0].severity == "error"
+
+
+def _knn(steps: np.ndarray, rise_from: int, noise: float = 0.5) -> dict:
+    """A held-out accuracy flat at 70 % with noise, rising by 15 points from `rise_from` on."""
+    values = 70.0 + np.random.default_rng(0).normal(0, noise, len(steps)) + 15.0 * np.clip((steps - rise_from) / 40, 0, 1)
+    return {"val_knn_top1": (steps, values, True)}
+
+
+def test_metric_improved_since_reads_only_the_points_from_just_before_the_step():
+    steps = np.arange(150)
+    assert metric_improved_since(_knn(steps, 90), 80, TH.outcome) == "val_knn_top1"
+    assert metric_improved_since(_knn(steps, 10), 80, TH.outcome) is None  # it rose before, flat since
+    # Lower is better for an error; fewer than min_steps points since say nothing.
+    error = {"val_error": (steps, 30.0 - 0.1 * steps, False)}
+    assert metric_improved_since(error, 100, TH.outcome) == "val_error"
+    assert metric_improved_since(error, 145, TH.outcome) is None
+    # By a plain rule: the metric's points from the last one before the step, first quarter against last.
+    knn = _knn(steps, 90)["val_knn_top1"][1][79:]
+    quarter = len(knn) // 4
+    assert np.median(knn[-quarter:]) - np.median(knn[:quarter]) > 10
+
+
+def test_a_cut_in_a_run_whose_outcome_metric_improves_since_is_a_warning_whatever_the_loss_did():
+    # Round 36's DINO: its loss (a cross-entropy to a moving teacher) rose after step 50 in healthy runs
+    # too; the teacher's kNN accuracy, the outcome, rose after the cut.
+    steps = np.arange(150)
+    cut = {"backbone.weight": 80, "head.weight": None}
+    rising = (steps, np.where(steps < 50, 6.0 - 0.02 * steps, 5.0 + 0.005 * (steps - 50)))
+    found = no_gradient(replace(_silent(cut, loss=rising), metrics=_knn(steps, 90)), TH)
+    assert found[0].severity == "warning" and found[0].evidence["metric_improved_since"] == "val_knn_top1"
+    assert "val_knn_top1 better since" in found[0].fix
+    assert no_gradient(replace(_silent(cut, loss=rising), metrics=_knn(steps, 10)), TH)[0].severity == "error"
+    assert no_gradient(_silent(cut, loss=rising), TH)[0].severity == "error"
+    # Carried-over gradients likewise, in a run that learns by its own yardstick.
+    carrying = replace(_carrying([0.0] * 70 + [1.0] * 80, rising[1]), metrics=_knn(steps, 90), learns=True)
+    found = stale_gradients(carrying, TH)
+    assert found[0].severity == "note" and "val_knn_top1 still improved since" in found[0].fix
+    assert stale_gradients(replace(carrying, learns=False), TH)[0].severity == "error"
+    assert stale_gradients(replace(carrying, metrics=_knn(steps, 10)), TH)[0].severity == "error"
 
 
 def test_zero_gradient_by_construction_is_a_note_naming_the_tensor():
     names = {"attn.k_proj.weight": None, "attn.k_proj.bias": 0, "attn.q_proj.weight": None,
              "attn.q_proj.bias": None, "head.weight": None}
     called = frozenset({"attn.k_proj", "attn.q_proj", "head"})
-    found = no_gradient(_silent(names, called=called), TH.gradients)
+    found = no_gradient(_silent(names, called=called), TH)
     assert found[0].tensors == ["attn.k_proj.bias"] and found[0].severity == "note"
     # The same bias in a run that does not learn is still structure: the run has another reason.
-    assert no_gradient(_silent(names, learns=FLAT, called=called), TH.gradients)[0].severity == "note"
+    assert no_gradient(_silent(names, learns=FLAT, called=called), TH)[0].severity == "note"
     # A whole layer that runs and gets no gradient from the start is cut off, not structure.
     whole = {"fc1.weight": 0, "fc1.bias": 0, "fc2.weight": None, "fc2.bias": None, "fc3.weight": None}
-    cut = no_gradient(_silent(whole, called=frozenset({"fc1", "fc2", "fc3"})), TH.gradients)
+    cut = no_gradient(_silent(whole, called=frozenset({"fc1", "fc2", "fc3"})), TH)
     assert cut[0].severity == "error"
 
 
@@ -372,17 +411,17 @@ def test_one_module_silent_behind_layers_that_learn_is_a_dead_end_not_a_cut():
                "blocks.1.filter.weight": None, "blocks.1.residual.weight": 0, "blocks.1.residual.bias": 0,
                "blocks.1.skip.weight": None, "end.weight": None}
     called = frozenset(n.rpartition(".")[0] for n in wavenet)
-    found = no_gradient(_silent(wavenet, called=called), TH.gradients)
+    found = no_gradient(_silent(wavenet, called=called), TH)
     assert found[0].tensors == ["blocks.1.residual.weight", "blocks.1.residual.bias"]
     assert found[0].severity == "note" and "no loss reads" in found[0].fix
     # The same dead end in a run that does not learn explains nothing away.
-    assert no_gradient(_silent(wavenet, learns=FLAT, called=called), TH.gradients)[0].severity == "error"
+    assert no_gradient(_silent(wavenet, learns=FLAT, called=called), TH)[0].severity == "error"
     # A second silent module, top-level, with nothing of its own that learns: cut off...
     two = {**wavenet, "end.weight": 0}
-    assert no_gradient(_silent(two, called=called), TH.gradients)[0].severity == "error"
+    assert no_gradient(_silent(two, called=called), TH)[0].severity == "error"
     # ...and so is one that went silent mid-run.
     late = {**wavenet, "blocks.1.residual.weight": 40, "blocks.1.residual.bias": 40}
-    assert no_gradient(_silent(late, called=called), TH.gradients)[0].severity == "error"
+    assert no_gradient(_silent(late, called=called), TH)[0].severity == "error"
 
 
 def test_layers_silent_beside_learning_siblings_behind_learning_layers_are_structure():
@@ -393,13 +432,13 @@ def test_layers_silent_beside_learning_siblings_behind_learning_layers_are_struc
            "dec.2.fc_q.weight": None, "dec.2.fc_k.weight": 0, "dec.2.fc_k.bias": 0, "dec.2.fc_v.weight": None,
            "out.weight": None}
     called = frozenset(n.rpartition(".")[0] for n in sab)
-    found = no_gradient(_silent(sab, called=called), TH.gradients)
+    found = no_gradient(_silent(sab, called=called), TH)
     assert found[0].severity == "note" and len(found) == 1
     assert sorted(found[0].tensors) == ["dec.1.fc_k.bias", "dec.1.fc_k.weight", "dec.2.fc_k.bias", "dec.2.fc_k.weight"]
     # The first layers of a stack silent from the start, the next one learning: a cut (a
     # torch.no_grad() or .detach() after layers.1), however much their parent's others learn.
     prefix = {"layers.0.weight": 0, "layers.1.weight": 0, "layers.2.weight": None, "head.weight": None}
-    found = no_gradient(_silent(prefix, called=frozenset({"layers.0", "layers.1", "layers.2", "head"})), TH.gradients)
+    found = no_gradient(_silent(prefix, called=frozenset({"layers.0", "layers.1", "layers.2", "head"})), TH)
     assert found[0].severity == "error"
 
 
@@ -410,7 +449,7 @@ def test_structure_silent_from_the_start_does_not_date_a_later_cut():
     since = {"embed.weight": 50, "attn.k_proj.weight": 50, "attn.k_proj.bias": 0, "head.weight": None}
     stalled = (steps, np.where(steps < 50, 2.0 - 0.02 * steps, 1.11 + 0.0001 * (steps - 50)))
     note, cut = no_gradient(_silent(since, called=frozenset({"embed", "attn.k_proj", "head"}), loss=stalled),
-                            TH.gradients)
+                            TH)
     assert (note.tensors, note.severity, note.step) == (["attn.k_proj.bias"], "note", 0)
     assert cut.tensors == ["attn.k_proj.weight", "embed.weight"] and cut.step == 50 and cut.severity == "error"
     assert cut.evidence["loss_gain_since"] < 0.01
@@ -431,9 +470,9 @@ def _accumulating(t0: int | None, seed: int = 0, n: int = 120) -> GradientHistor
 
 
 def test_stale_gradients():
-    found = stale_gradients(_accumulating(60), TH.gradients)
+    found = stale_gradients(_accumulating(60), TH)
     assert found and abs(found[0].step - 60) <= 2
-    assert stale_gradients(_accumulating(None), TH.gradients) == []
+    assert stale_gradients(_accumulating(None), TH) == []
 
 
 def test_stale_gradients_climb_ends_at_its_peak():
@@ -444,12 +483,12 @@ def test_stale_gradients_climb_ends_at_its_peak():
     fade[75:] = np.linspace(1.0, 0.4, 45)
     faded = GradientHistory(history.steps, history.norm * fade, [(s, v * fade) for s, v in history.per_tensor],
                             history.loss_steps, history.loss)
-    found = stale_gradients(faded, TH.gradients)
+    found = stale_gradients(faded, TH)
     assert found and abs(found[0].step - 40) <= 2 and found[0].evidence["rising_share"] >= TH.gradients.stale_rising
     # A norm that only falls after the same start is no accumulation.
     falling = GradientHistory(history.steps, history.norm[::-1].copy(), [(s, v[::-1].copy()) for s, v in history.per_tensor],
                               history.loss_steps, history.loss)
-    assert stale_gradients(falling, TH.gradients) == []
+    assert stale_gradients(falling, TH) == []
 
 
 def test_stale_gradients_start_is_searched_before_a_sharper_later_bend():
@@ -460,14 +499,14 @@ def test_stale_gradients_start_is_searched_before_a_sharper_later_bend():
     jump = np.where(history.steps >= 110, 4.0, 1.0)
     jumped = GradientHistory(history.steps, history.norm * jump, [(s, v * jump) for s, v in history.per_tensor],
                              history.loss_steps, history.loss)
-    found = stale_gradients(jumped, TH.gradients)
+    found = stale_gradients(jumped, TH)
     assert found and abs(found[0].step - 40) <= 2
-    assert stale_gradients(jumped, replace(TH.gradients, stale_earlier_bends=0)) == []
+    assert stale_gradients(jumped, replace(TH, gradients=replace(TH.gradients, stale_earlier_bends=0))) == []
     # The same jump without an accumulation before it is no missing zero_grad().
     plain = _accumulating(None, n=140)
     plain = GradientHistory(plain.steps, plain.norm * jump, [(s, v * jump) for s, v in plain.per_tensor],
                             plain.loss_steps, plain.loss)
-    assert stale_gradients(plain, TH.gradients) == []
+    assert stale_gradients(plain, TH) == []
 
 
 def _carrying(shares, loss=None) -> GradientHistory:
@@ -478,49 +517,49 @@ def _carrying(shares, loss=None) -> GradientHistory:
 
 
 def test_stale_gradients_from_the_recorders_signal():
-    found = stale_gradients(_carrying([0.0] * 47 + [1.0] * 73), TH.gradients)
+    found = stale_gradients(_carrying([0.0] * 47 + [1.0] * 73), TH)
     assert [f.step for f in found] == [47] and found[0].severity == "error"
     assert found[0].evidence["onset_interval"] == [47, 47]
     # A quarter of the parameters carried over (a GAN's generator alone) is enough...
-    assert [f.step for f in stale_gradients(_carrying([0.0] * 60 + [0.3] * 60), TH.gradients)] == [60]
+    assert [f.step for f in stale_gradients(_carrying([0.0] * 60 + [0.3] * 60), TH)] == [60]
     # ...one parameter in twenty (one outside every optimizer) is not.
-    assert stale_gradients(_carrying([0.0] * 60 + [0.05] * 60), TH.gradients) == []
+    assert stale_gradients(_carrying([0.0] * 60 + [0.05] * 60), TH) == []
 
 
 def test_stale_gradients_needs_carrying_that_persists():
     accidents = [0.0] * 120
     for step in (20, 55, 56, 90):  # zero_grad skipped once here and there
         accidents[step] = 1.0
-    assert stale_gradients(_carrying(accidents), TH.gradients) == []
+    assert stale_gradients(_carrying(accidents), TH) == []
     # An accident just before the fault does not date it early.
     early = [0.0] * 40 + [1.0, 0.0] + [0.0] * 8 + [1.0] * 70
-    assert [f.step for f in stale_gradients(_carrying(early), TH.gradients)] == [50]
+    assert [f.step for f in stale_gradients(_carrying(early), TH)] == [50]
     # Carried over for a while, then zeroed again for good: no lasting fault.
-    assert stale_gradients(_carrying([0.0] * 40 + [1.0] * 10 + [0.0] * 70), TH.gradients) == []
+    assert stale_gradients(_carrying([0.0] * 40 + [1.0] * 10 + [0.0] * 70), TH) == []
 
 
 def test_stale_gradients_in_a_run_whose_loss_improves_is_a_note():
     falling = np.linspace(2.3, 0.5, 120)
-    found = stale_gradients(_carrying([0.0] * 47 + [1.0] * 73, falling), TH.gradients)
+    found = stale_gradients(_carrying([0.0] * 47 + [1.0] * 73, falling), TH)
     assert [(f.step, f.severity) for f in found] == [(47, "note")]
     # Carried from the first record on (accumulation across rec.step() calls on purpose).
-    found = stale_gradients(_carrying([0.0] + [1.0] * 119, falling), TH.gradients)
+    found = stale_gradients(_carrying([0.0] + [1.0] * 119, falling), TH)
     assert [(f.step, f.severity) for f in found] == [(1, "note")]
     # A loss that goes non-finite after the onset is no improvement.
     broke = falling.copy()
     broke[100:] = np.nan
-    assert stale_gradients(_carrying([0.0] * 47 + [1.0] * 73, broke), TH.gradients)[0].severity == "error"
+    assert stale_gradients(_carrying([0.0] * 47 + [1.0] * 73, broke), TH)[0].severity == "error"
     # Nor does a loss that ends lower in a run whose summed gradients ran away: the run diverged,
     # and the carried-over gradients explain it.
     ran_away = replace(_carrying([0.0] * 47 + [1.0] * 73, falling), diverged=True)
-    assert stale_gradients(ran_away, TH.gradients)[0].severity == "error"
+    assert stale_gradients(ran_away, TH)[0].severity == "error"
 
 
 def test_stale_gradients_with_the_signal_ignores_the_norm():
     """A run with the scalar is decided by it: a norm climbing like a sum with nothing carried
     over is not a missing zero_grad()."""
     climbing = _accumulating(60)
-    assert stale_gradients(replace(climbing, carried=(climbing.steps, np.zeros(120))), TH.gradients) == []
+    assert stale_gradients(replace(climbing, carried=(climbing.steps, np.zeros(120))), TH) == []
 
 
 def test_loss_jumped_tells_a_broken_accumulation_from_one_that_stopped_learning():
@@ -910,6 +949,9 @@ def test_lr_too_high_in_a_run_that_stayed_finite_reads_the_first_update_against_
     learned = lr_too_high(replace(erased, loss_improvement=0.95), TH.divergence)[0]
     assert learned.severity == "warning" and "fell 95% regardless" in learned.fix
     assert lr_too_high(replace(erased, loss_improvement=0.6), TH.divergence)[0].severity == "error"
+    # An outcome metric that judged the run as learning where its loss rose: a warning too (round 36's DINO).
+    judged = lr_too_high(replace(erased, loss_improvement=-0.7, learned_by="val_knn_top1"), TH.divergence)[0]
+    assert judged.severity == "warning" and "val_knn_top1 improved regardless" in judged.fix
 
 
 def test_lr_too_high_where_every_gradient_died_after_far_too_large_first_updates():
