@@ -378,6 +378,14 @@ def test_a_finite_loss_that_ends_twice_where_it_began_ran_away(tmp_path):
     loss[at:] *= 3.0  # ×3 from `at` on, for good, with no cause recorded
     analysis, _ = _labels(tmp_path, _layers(), loss)
     assert analysis.verdict == "diverged" and analysis.onset.step == at
+    # A held-out accuracy logged beside it that did not improve either changes nothing (round 36's
+    # link predictor); one that improved judges the run (it learns: no runaway).
+    flat_accuracy = scalar_rows("val_accuracy", 0.1 + np.random.default_rng(3).normal(0, 0.01, STEPS))
+    analysis, _ = _labels(tmp_path / "flat_metric", _layers(), loss, extra_scalars=[flat_accuracy])
+    assert analysis.verdict == "diverged" and analysis.onset.step == at
+    rising_accuracy = scalar_rows("val_accuracy", np.linspace(0.1, 0.9, STEPS))
+    analysis, _ = _labels(tmp_path / "rising_metric", _layers(), loss, extra_scalars=[rising_accuracy])
+    assert analysis.verdict != "diverged" and analysis.outcome.judged_by == "val_accuracy"
     loss = _loss("flat")
     loss[at:] *= 1.5  # worse, not run away: a run that does not learn
     analysis, _ = _labels(tmp_path / "worse", _layers(), loss)
