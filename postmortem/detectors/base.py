@@ -152,7 +152,10 @@ def _improves(values: np.ndarray, th: OutcomeThresholds) -> bool:
     if len(values) < th.min_steps:
         return False
     quarter = max(1, len(values) // 4)
-    early = float(np.median(values[:quarter]))
+    # From the model before its first step, as for the loss (`measure_outcome`): a metric whose first
+    # quarter blew up and came back to where it began did not improve (round 16's PINN at lr ×100:
+    # its error 0.95, 1.3, then 1.0 for good).
+    early = max(float(np.median(values[:quarter])), float(values[0]))
     gain = float(np.median(values[-quarter:])) - early
     return gain > th.noise_sigmas * median_difference_sigma(values, quarter, quarter) and gain >= th.plateau_improvement * abs(early)
 

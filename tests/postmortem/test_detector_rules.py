@@ -1093,6 +1093,11 @@ def test_an_outcome_metric_judges_a_run_whose_loss_cannot():
     # A metric creeping by less than the loss's 1 % is no progress, however noiseless.
     creeping = 1.19326 - 3e-7 * steps
     assert measure_outcome(steps[:0], rising[:0], {"distance": (creeping, False)}, TH.outcome).learns is False
+    # An error that blew up in its first quarter and came back to where it began did not improve: it
+    # starts from the untrained model's value, as the loss does (round 16's PINN at lr x100).
+    back = np.concatenate([[0.95], np.full(N // 8, 1.3), np.full(N - 1 - N // 8, 1.0)]) + rng.normal(0, 1e-3, N)
+    assert measure_outcome(steps, rising, {"val_l2_relative_error": (back, False)}, TH.outcome).learns is False
+    assert measure_outcome(steps, rising, {"val_l2_relative_error": (back[1:], False)}, TH.outcome).learns is True
 
 
 def test_a_metric_that_ends_as_good_as_before_the_incident_came_back():
