@@ -549,7 +549,7 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "DEQClassifier", "DEQFixedPoint", "DEQResNetLayer", "deq_anderson",
            "WideResNetDDP", "WRNBasicBlock", "WRNNetworkBlock", "wrn_evaluate", "gloo_process_group", "ddp_wrap",
            "WRNEpochLoader",
-           "MoCo", "MocoResNet", "MocoBasicBlock", "MocoSplitBatchNorm", "moco_loss", "moco_knn_top1",
+           "MoCo", "MocoResNet", "MocoBasicBlock", "MocoSplitBatchNorm", "moco_loss", "moco_knn_top1", "weighted_knn_top1",
            "MOCO_DIM", "MOCO_K", "MOCO_M", "MOCO_T", "MOCO_BN_SPLITS",
            "TimmBasicBlock", "timm_top1", "SwaGcResNet", "swa_gc_top1", "albert_classifier", "albert_collate", "albert_sampler", "ALBERT_EMBEDDING",
            "Tacotron2", "TacotronEncoder", "TacotronDecoder", "TacotronAttention", "TacotronLocationLayer",
@@ -7559,25 +7559,31 @@ def moco_loss(logits: torch.Tensor, _targets=None) -> torch.Tensor:
     return F.cross_entropy(logits, torch.zeros(len(logits), dtype=torch.long, device=logits.device))
 
 
+def weighted_knn_top1(bank: torch.Tensor, bank_labels: torch.Tensor, features: torch.Tensor, labels: torch.Tensor,
+                      k: int, t: float) -> float:
+    """Top-1 (%) of the weighted kNN of Wu et al. 2018 that MoCo's demo (`knn_predict`) and DINO's
+    eval_knn.py (`knn_classifier`) both compute: each row of `features` is scored against the `bank`
+    by cosine similarity (both L2-normalised here), and its `k` most similar bank rows vote for their
+    labels with weight exp(sim / t)."""
+    bank, features = F.normalize(bank, dim=1).T, F.normalize(features, dim=1)
+    classes = int(bank_labels.max()) + 1
+    sim_weight, sim_indices = (features @ bank).topk(k=k, dim=-1)
+    sim_labels = torch.gather(bank_labels.expand(len(features), -1), dim=-1, index=sim_indices)
+    one_hot = torch.zeros(len(features) * k, classes).scatter(-1, sim_labels.reshape(-1, 1), 1.0)
+    scores = (one_hot.view(len(features), k, classes) * (sim_weight / t).exp().unsqueeze(-1)).sum(1)
+    return 100.0 * float((scores.argmax(1) == labels).float().mean())
+
+
 def moco_knn_top1(model: MoCo, memory: torch.Tensor, memory_labels: torch.Tensor, x: torch.Tensor,
                   y: torch.Tensor, k: int = 20, t: float = 0.1) -> float:
-    """The demo's kNN monitor (`test` / `knn_predict`, after Wu et al. 2018), top-1 (%): `encoder_q`
-    in eval mode without gradient embeds the unaugmented training images (the feature bank) and the
-    held-out ones, L2-normalised; each held-out image's `k` most cosine-similar bank images vote for
-    their labels with weight exp(sim / t) (the demo's k 200 of 50 000, t 0.1; here k 20 of 1 600).
-    The model's mode restored after."""
+    """The demo's kNN monitor (`test` / `knn_predict`), top-1 (%): `encoder_q` in eval mode without
+    gradient embeds the unaugmented training images (the feature bank) and the held-out ones
+    (`weighted_knn_top1`; the demo's k 200 of 50 000, t 0.1; here k 20 of 1 600). The model's mode
+    restored after."""
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        bank = F.normalize(model.encoder_q(memory), dim=1).T
-        feature = F.normalize(model.encoder_q(x), dim=1)
-        classes = int(memory_labels.max()) + 1
-        sim_weight, sim_indices = (feature @ bank).topk(k=k, dim=-1)
-        sim_labels = torch.gather(memory_labels.expand(len(feature), -1), dim=-1, index=sim_indices)
-        sim_weight = (sim_weight / t).exp()
-        one_hot = torch.zeros(len(feature) * k, classes).scatter(-1, sim_labels.reshape(-1, 1), 1.0)
-        scores = (one_hot.view(len(feature), k, classes) * sim_weight.unsqueeze(-1)).sum(1)
-        top1 = 100.0 * float((scores.argmax(1) == y).float().mean())
+        top1 = weighted_knn_top1(model.encoder_q(memory), memory_labels, model.encoder_q(x), y, k, t)
     model.train(was_training)
     return top1
 
@@ -8415,26 +8421,12 @@ def dino_params_groups(model: nn.Module) -> list[dict]:
 def dino_knn_top1(backbone: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
                   test_y: torch.Tensor, k: int = 20, T: float = 0.07) -> float:
     """eval_knn.py's `knn_classifier`, top-1 (%): the backbone's pooled features in eval mode without
-    gradient (`extract_features`), L2-normalised; each test image's `k` most cosine-similar train
-    images vote for their labels with weight exp(sim / T) (T 0.07, k 20: eval_knn.py's `--nb_knn`
-    10, 20, 100, 200). The mode restored after."""
+    gradient (`extract_features`) of the train images (the bank) and the test ones
+    (`weighted_knn_top1`; T 0.07, k 20: eval_knn.py's `--nb_knn` 10, 20, 100, 200). The mode restored after."""
     was_training = backbone.training
     backbone.eval()
     with torch.no_grad():
-        train_features = F.normalize(backbone(train_x), dim=1, p=2).t()
-        test_features = F.normalize(backbone(test_x), dim=1, p=2)
-        num_classes = int(train_y.max()) + 1
-        similarity = torch.mm(test_features, train_features)
-        distances, indices = similarity.topk(k, largest=True, sorted=True)
-        candidates = train_y.view(1, -1).expand(len(test_x), -1)
-        retrieved_neighbors = torch.gather(candidates, 1, indices)
-        retrieval_one_hot = torch.zeros(len(test_x) * k, num_classes)
-        retrieval_one_hot.scatter_(1, retrieved_neighbors.view(-1, 1), 1)
-        distances_transform = distances.clone().div_(T).exp_()
-        probs = torch.sum(torch.mul(retrieval_one_hot.view(len(test_x), -1, num_classes),
-                                    distances_transform.view(len(test_x), -1, 1)), 1)
-        _, predictions = probs.sort(1, True)
-        top1 = 100.0 * float(predictions[:, 0].eq(test_y).float().mean())
+        top1 = weighted_knn_top1(backbone(train_x), train_y, backbone(test_x), test_y, k, T)
     backbone.train(was_training)
     return top1
 

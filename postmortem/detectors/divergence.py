@@ -354,15 +354,20 @@ def _erased_init(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
     # DINO at lr ×100: its loss rose, the teacher's kNN top-1 went 56 → 94 %).
     fell = incident.loss_improvement is not None and incident.loss_improvement >= th.erased_init_still_learns
     learned = fell or incident.learned_by is not None
+    if fell:
+        regardless = (f"; the loss fell {incident.loss_improvement:.0%} regardless, but a smaller or warmed-up lr "
+                      "may reach lower: ")
+    elif learned:
+        regardless = f"; {incident.learned_by} improved regardless, but a smaller or warmed-up lr may reach further: "
+    else:
+        regardless = ": "
     return [finding(
         "lr_too_high", None, [],
         {"early_update_ratio_median": ratio, "within_steps": within, "cs231n_target_ratio": 1e-3, "first_lr": lr,
          "gradients_zero_after_steps": incident.gradients_died_after if died else None,
          "loss_improvement": incident.loss_improvement},
         f"the first {within} updates moved the weights by up to {ratio:.2g}× their norm (CS231n: ~1e-3), {effect}"
-        + (f"; the loss fell {incident.loss_improvement:.0%} regardless, but a smaller or warmed-up lr may reach lower: "
-           if fell else f"; {incident.learned_by} improved regardless, but a smaller or warmed-up lr may reach "
-           "further: " if learned else ": ")
+        + regardless
         + (f"lower the learning rate ×10 (lr {lr:.3g} → {lr / 10:.3g})" if lr else "lower the learning rate ×10")
         + " or warm it up from ~0 over the first "
         "hundreds of steps; sweep 0.1, 0.01, 0.001",

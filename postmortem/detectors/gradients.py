@@ -202,8 +202,8 @@ def _silent_finding(grads: SilentGradients, quiet: dict[str, int], thresholds: T
                "units went dead or the output saturated (too large a step, see lr_too_high; a ReLU or clamp "
                "at the output), not a cut graph")
     elif learns_on:
-        since_gain = f" ({learned_by} better since)" if learned_by else f" (loss {gain:.0%} lower since)" \
-            if gain is not None else ""
+        since_gain = f" ({learned_by} better since)" if learned_by else \
+            f" (loss {gain:.0%} lower since)" if gain is not None else ""
         fix = (f"{layer_list(ordered)} stopped receiving a gradient at step {since}, while the rest of the "
                f"model kept learning{since_gain}: if they are meant to learn, remove "
                "the .detach() / torch.no_grad() / .item() that cuts the graph before them")

@@ -4989,6 +4989,20 @@ def test_moco_split_batchnorm_is_the_demos_per_split_statistics_and_the_shuffle_
     assert torch.allclose(bn(x), want * bn.weight[:, None, None] + bn.bias[:, None, None], atol=1e-5)
 
 
+
+def _plain_knn_top1(bank, bank_y, feats, y, k: int, t: float, classes: int = 4) -> float:
+    """Top-1 (%) of the weighted kNN by hand: each feature's k most cosine-similar bank rows vote
+    exp(sim / t) for their labels."""
+    bank, feats = torch.nn.functional.normalize(bank, dim=1), torch.nn.functional.normalize(feats, dim=1)
+    hits = 0
+    for f, label in zip(feats, y):
+        sims = bank @ f
+        votes = torch.zeros(classes)
+        for i in sims.argsort(descending=True)[:k]:
+            votes[bank_y[i]] += math.exp(float(sims[i]) / t)
+        hits += int(votes.argmax() == label)
+    return 100.0 * hits / len(y)
+
 def test_moco_knn_monitor_is_the_demos_weighted_vote_against_a_plain_loop():
     from sample_runs.field_models import MoCo, moco_knn_top1
 
@@ -5000,16 +5014,7 @@ def test_moco_knn_monitor_is_the_demos_weighted_vote_against_a_plain_loop():
     assert model.training  # the mode restored
     model.eval()
     with torch.no_grad():
-        bank = torch.nn.functional.normalize(model.encoder_q(memory), dim=1)
-        feats = torch.nn.functional.normalize(model.encoder_q(x), dim=1)
-    hits = 0
-    for f, label in zip(feats, y):
-        sims = bank @ f
-        votes = torch.zeros(4)
-        for i in sims.argsort(descending=True)[:5]:
-            votes[memory_y[i]] += math.exp(float(sims[i]) / 0.1)
-        hits += int(votes.argmax() == label)
-    assert top1 == pytest.approx(100.0 * hits / 12)
+        assert top1 == pytest.approx(_plain_knn_top1(model.encoder_q(memory), memory_y, model.encoder_q(x), y, k=5, t=0.1))
 
 
 def test_moco_recipe_is_main_moco_pys_sgd_on_the_query_encoder_only_with_cosine_and_the_queue_fills_in_two_steps():
@@ -5727,16 +5732,7 @@ def test_dino_knn_is_eval_knns_weighted_vote_against_a_plain_loop():
     assert backbone.training  # the mode restored
     backbone.eval()
     with torch.no_grad():
-        feats_bank = torch.nn.functional.normalize(backbone(bank), dim=1)
-        feats = torch.nn.functional.normalize(backbone(x), dim=1)
-    hits = 0
-    for f, label in zip(feats, y):
-        sims = feats_bank @ f
-        votes = torch.zeros(4)
-        for i in sims.argsort(descending=True)[:5]:
-            votes[bank_y[i]] += math.exp(float(sims[i]) / 0.07)
-        hits += int(votes.argmax() == label)
-    assert top1 == pytest.approx(100.0 * hits / 12)
+        assert top1 == pytest.approx(_plain_knn_top1(backbone(bank), bank_y, backbone(x), y, k=5, t=0.07))
 
 
 def test_dino_healthy_run_learns_by_its_teachers_knn_and_records_the_student_only(tmp_path):
