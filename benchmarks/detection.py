@@ -144,6 +144,8 @@ INFORMED_DEFAULTS = {
     "moco, ddp_wrn": "never-seen round 34, scored once in session 30 at d1e0aa5; failures read in session 30 (lead)",
     "tacotron, swa_gc": "never-seen round 35, scored once in session 31 at 3f28f5e; failures read in session 31 "
                         "(lead)",
+    "dino, link_pred": "never-seen round 36, scored once in session 32 at 4938bc2; failures read in session 32 "
+                       "(lead)",
 }
 """Which families informed the defaults, and since when."""
 
