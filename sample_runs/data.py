@@ -46,6 +46,9 @@ __all__ = [
     "LINK_GRAPH",
     "LinkGraphSpec",
     "sbm_link_split",
+    "DETR_SHAPES",
+    "DetrShapesSpec",
+    "detr_shapes",
     "two_views_sampler",
     "images_sampler",
     "SPEECH",
@@ -1557,7 +1560,7 @@ class BoxesSpec:
 
     size: int = 32
     classes: int = 3
-    most: int = 3
+    most: int = 2
     images: int = 1500
     held_out: int = 200
 
@@ -2254,3 +2257,70 @@ def ett_like_windows(held_out: bool = False) -> Dataset:
     x = part[starts[:, None] + torch.arange(spec.lookback)]
     y = part[starts[:, None] + spec.lookback + torch.arange(spec.horizon)]
     return Dataset(x, y)
+
+
+@dataclass(frozen=True)
+class DetrShapesSpec:
+    """DETR's task (a COCO scaled down): (3, `size`, `size`) colour images of 1 to `most` objects of
+    `classes` kinds told apart by shape and colour (0 a red filled square, 1 a green disc, 2 a blue
+    square frame, 3 a yellow plus), each of half-size 5 to 10 pixels, their boxes kept apart (no
+    two overlap), of random brightness on a noisy grey background; `train` images for training and
+    `held_out` more for evaluation, all from the run's seed."""
+
+    size: int = 32
+    classes: int = 4
+    most: int = 2
+    train: int = 1600
+    held_out: int = 200
+    half: tuple[int, int] = (5, 11)
+    """Half-sizes drawn from [low, high): objects of 11-21 pixels a side (3-7 half-sizes, up to 4
+    objects, learned less: held-out AP50 0.02 against 0.07 at step 149, seed 0)."""
+
+
+DETR_SHAPES = DetrShapesSpec()
+
+_DETR_COLOURS = ((1.0, 0.15, 0.15), (0.15, 1.0, 0.15), (0.2, 0.3, 1.0), (1.0, 0.9, 0.1))
+
+
+@lru_cache(maxsize=4)
+def detr_shapes(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(images, labels, boxes) of `DETR_SHAPES.train + DETR_SHAPES.held_out` images from `seed`'s own
+    generator (the global RNG untouched): images (N, 3, size, size) standardised per channel by the
+    training images' mean and std (datasets/coco.py's `T.Normalize`, this data's statistics);
+    labels (N, most) int64, −1 past each image's objects; boxes (N, most, 4) as datasets/transforms.py's
+    `Normalize` leaves them, (cx, cy, w, h) divided by the image's size (0 past the objects)."""
+    spec, rng = DETR_SHAPES, np.random.default_rng(seed + 37_000)
+    n = spec.train + spec.held_out
+    rows, cols = np.mgrid[: spec.size, : spec.size]
+    images = 0.35 + 0.1 * rng.standard_normal((n, 3, spec.size, spec.size))
+    labels = np.full((n, spec.most), -1, dtype=np.int64)
+    boxes = np.zeros((n, spec.most, 4), dtype=np.float32)
+    for i in range(n):
+        placed = []
+        for _ in range(int(rng.integers(1, spec.most + 1))):
+            kind = int(rng.integers(spec.classes))
+            for _ in range(50):  # rejection: a box clear of the boxes placed
+                half = int(rng.integers(*spec.half))
+                r, c = (int(v) for v in rng.integers(half, spec.size - half, 2))
+                box = (c - half, r - half, c + half + 1, r + half + 1)
+                if all(box[2] <= b[0] or b[2] <= box[0] or box[3] <= b[1] or b[3] <= box[1] for b in placed):
+                    break
+            else:
+                continue
+            dr, dc = np.abs(rows - r), np.abs(cols - c)
+            inside = [(dr <= half) & (dc <= half), (rows - r) ** 2 + (cols - c) ** 2 <= half ** 2,
+                      ((dr <= half) & (dc <= half)) & ((np.maximum(dr, dc) >= half - 1)),
+                      ((dr <= half) & (dc <= 1)) | ((dc <= half) & (dr <= 1))][kind]
+            brightness = 0.7 + 0.3 * rng.random()
+            for channel, value in enumerate(_DETR_COLOURS[kind]):
+                images[i, channel][inside] = brightness * value
+            slot = len(placed)
+            placed.append(box)
+            labels[i, slot] = kind
+            x1, y1, x2, y2 = box
+            boxes[i, slot] = ((x1 + x2) / 2 / spec.size, (y1 + y2) / 2 / spec.size,
+                              (x2 - x1) / spec.size, (y2 - y1) / spec.size)
+    train = images[: spec.train]
+    mean, std = train.mean((0, 2, 3), keepdims=True), train.std((0, 2, 3), keepdims=True)
+    images = (images - mean) / std
+    return (torch.from_numpy(images.astype(np.float32)), torch.from_numpy(labels), torch.from_numpy(boxes))

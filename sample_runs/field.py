@@ -241,6 +241,8 @@ from .data import (
     sort_batch_sampler,
     sbm_graph,
     sbm_link_split,
+    DETR_SHAPES,
+    detr_shapes,
     shapes_data,
     VOC_SHAPES,
     voc_shapes,
@@ -325,6 +327,13 @@ from .field_models import (
     dino_ema_update,
     dino_knn_top1,
     dino_teacher,
+    DETR_QUERIES,
+    DETR_LR_BACKBONE_SCALE,
+    detr_box_cxcywh_to_xyxy,
+    detr_evaluate_ap50,
+    detr_generalized_box_iou,
+    detr_loss,
+    detr_weight_dict,
     swa_gc_top1,
     TACOTRON_CHARS,
     TACOTRON_MELS,
@@ -757,6 +766,20 @@ DINO_CLIP = 3.0
 """`--clip_grad` 3.0: `utils.clip_gradients`, each parameter's gradient to norm ≤ 3 on its own."""
 DINO_FREEZE_LAST_LAYER = 1
 """`--freeze_last_layer` 1: the head's last layer gets no gradient during the first epoch."""
+DETR_LR = 1e-3
+"""DETR's `--lr` (1e-4 upstream, for a pretrained ResNet-50 over 300 or 500 COCO epochs; ×10 here for
+a 150-step run from scratch); the backbone's group at `DETR_LR_BACKBONE_SCALE` × this (`--lr_backbone`
+1e-5 upstream, 1e-4 here). Measured on the healthy loop (unrecorded; seeds 0-2): see `RECIPES`."""
+DETR_BATCH = 16
+"""`--batch_size` (2 a GPU × 8-16 GPUs upstream): 16 images a step."""
+DETR_LR_DROP = 100
+"""`--lr_drop` 200 of `--epochs` 300 (StepLR's step_size, gamma 0.1 by default), stepped once an epoch
+upstream: here at step 100 of 150, the same two thirds of the run."""
+DETR_CLIP = 0.1
+"""`--clip_max_norm` 0.1: engine.py's `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`."""
+DETR_HELD_OUT_SEED = 0
+"""The held-out split every run is evaluated on: seed 0's `DETR_SHAPES.held_out` images (one
+validation set, as COCO's val2017; each run's training images are its own seed's)."""
 DEQ_BATCH = 32
 """The DEQ's batch: the tutorial's `DataLoader(..., batch_size=100)` cut to 32 for a 2-core CPU
 (each step runs up to 25 cell calls forward and 23 vector-Jacobian products backward)."""
@@ -1108,6 +1131,15 @@ RECIPES = {
     # updates) so that an lr spike can hit one block.
     "tacotron": Recipe(lr=TACOTRON_LR, weight_decay=1e-6, batch=TACOTRON_BATCH, clip=1.0, warmup=0,
                        optimizer="tacotron_adam", schedule="constant"),
+    # facebookresearch/detr main.py: `param_dicts` (the parameters whose name holds "backbone" at
+    # `args.lr_backbone`, the rest at `args.lr`: the model's `lr_scale`), `torch.optim.AdamW(param_dicts,
+    # lr=args.lr, weight_decay=args.weight_decay)` (1e-4 on every parameter: `decay_everything`; betas
+    # the default), `StepLR(optimizer, args.lr_drop)` (`detr_step`), no warm-up; engine.py's
+    # `train_one_epoch`: `clip_grad_norm_(model.parameters(), 0.1)` before `optimizer.step()` (the
+    # loop's global clip); the loss `sum(loss_dict[k] * weight_dict[k])` of `SetCriterion`
+    # (`detr_loss`); one group pair a unit (the same AdamW updates) so that an lr spike can hit one layer.
+    "detr": Recipe(lr=DETR_LR, weight_decay=1e-4, batch=DETR_BATCH, clip=DETR_CLIP, warmup=0,
+                   optimizer="adamw", schedule="detr_step"),
     # snap-stanford/ogb examples/linkproppred/collab/gnn.py: `torch.optim.Adam(list(model.parameters())
     # + list(predictor.parameters()), lr=args.lr)` (no weight decay, betas (0.9, 0.999)), no lr
     # schedule, no warm-up; `train()` clips the encoder's and the predictor's gradients each to 1.0
@@ -1185,7 +1217,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "qat": torch.nn.functional.cross_entropy, "deq": torch.nn.functional.cross_entropy,
           "ddp_wrn": torch.nn.functional.cross_entropy,
           "moco": moco_loss, "swa_gc": torch.nn.functional.cross_entropy, "tacotron": tacotron2_loss,
-          "link_pred": link_pred_loss}
+          "link_pred": link_pred_loss, "detr": detr_loss(DETR_SHAPES.classes)}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -1342,6 +1374,8 @@ def _schedule(recipe: Recipe, steps: int) -> Callable[[int], float]:
         return lambda step: min((step + 1) / warmup, math.sqrt(warmup / (step + 1)))
     if recipe.schedule == "step":
         return lambda step: 0.1 ** ((step >= steps // 2) + (step >= 3 * steps // 4))
+    if recipe.schedule == "detr_step":  # detr main.py's StepLR(optimizer, args.lr_drop): ×0.1 once, at lr_drop
+        return lambda step: 0.1 ** (step >= DETR_LR_DROP)
     config = LoopConfig(steps=steps, warmup=recipe.warmup, lr=1.0)
     return lambda step: lr_at(step, config)
 
@@ -1451,7 +1485,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab",
                 "decision_transformer", "patchtst", "timm_mixup", "gradual_pruning",
-                "qat", "deq", "ddp_wrn", "moco", "swa_gc", "link_pred", "dino")
+                "qat", "deq", "ddp_wrn", "moco", "swa_gc", "link_pred", "dino", "detr")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier and ALBERT: their dict batches are int64 `input_ids`, `attention_mask` (and ALBERT's `token_type_ids`)) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1605,6 +1639,10 @@ LEFT_OUT = {
     # targets alone (1 - y) would teacher-force the decoder on frames it is not asked to predict, a
     # corruption no loader makes, and the fault cannot reach x.
     "tacotron": ("healthy_spike",),
+    # MislabeledBatch moves a target tensor; DETR's targets are each image's labels and boxes (the
+    # batch's padded dict of both, `_detr_data`): a class shift of the labels alone would need a fault
+    # that reads the dict, and moving the boxes by it is not a wrong label, it is a box elsewhere.
+    "detr": ("healthy_spike",),
 }
 """Fault families an architecture's loop cannot express honestly."""
 
@@ -2493,6 +2531,84 @@ def _one_frame_distribution_loss(classes: int, batches: list, loss_on: Callable)
         return float(loss_on(logits, *batches[1]))
 
 
+
+def detr_sampler(seed: int, batch_size: int):
+    """`draw()` of main.py's training loader: `RandomSampler(dataset_train)` in a `BatchSampler(...,
+    drop_last=True)` (each epoch a fresh permutation of the seed's training images, the last short
+    batch dropped; the permutation from a seeded generator), collated as `utils.collate_fn` does
+    (images stacked: one size, so `nested_tensor_from_tensor_list` pads nothing) with each image's
+    targets padded to `DETR_SHAPES.most` rows: y = {`labels` (B, most) int64, −1 past its objects,
+    `boxes` (B, most, 4) normalised cx, cy, w, h}; `field_models.detr_targets` gives engine.py's list
+    of dicts back."""
+    images, labels, boxes = detr_shapes(seed)
+    train = DETR_SHAPES.train
+    generator = torch.Generator().manual_seed(seed)
+    batches = iter(())
+
+    def draw():
+        nonlocal batches
+        idx = next(batches, None)
+        if idx is None:
+            order = torch.randperm(train, generator=generator)
+            batches = iter(order[: train - train % batch_size].split(batch_size))
+            idx = next(batches)
+        return images[idx], {"labels": labels[idx], "boxes": boxes[idx]}
+
+    return draw
+
+
+def _detr_held_out() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(images, labels, boxes) of the held-out split (`DETR_HELD_OUT_SEED`'s last `held_out` images)."""
+    images, labels, boxes = detr_shapes(DETR_HELD_OUT_SEED)
+    train = DETR_SHAPES.train
+    return images[train:], labels[train:], boxes[train:]
+
+
+def _detr_eval_draw():
+    """The held-out split in two batches of 100, in turn (the loop's two eval batches: all of it)."""
+    images, labels, boxes = _detr_held_out()
+    halves = [slice(0, len(images) // 2), slice(len(images) // 2, len(images))]
+    turn = [0]
+
+    def draw():
+        part = halves[turn[0] % 2]
+        turn[0] += 1
+        return images[part], {"labels": labels[part], "boxes": boxes[part]}
+
+    return draw
+
+
+def _detr_chance(seed: int) -> float:
+    """The loss of a DETR that learned only the marginals, on the seed's training images: every query
+    the same class distribution (the one minimising `SetCriterion`'s weighted cross-entropy: each
+    class's share of the queries × its `empty_weight`, the no-object class's 0.1) and the same box
+    (the training boxes' mean), so that the matching does not matter; its CE + 5 L1 + 2 (1 − GIoU)
+    per box, × the decoder's layers (the auxiliary losses)."""
+    _, labels, boxes = detr_shapes(seed)
+    labels, boxes = labels[: DETR_SHAPES.train], boxes[: DETR_SHAPES.train]
+    present = labels >= 0
+    objects = int(present.sum())
+    counts = torch.stack([(labels == c).sum() for c in range(DETR_SHAPES.classes)]
+                         + [torch.tensor(DETR_QUERIES * len(labels) - objects)]).double()
+    weights = torch.ones(DETR_SHAPES.classes + 1, dtype=torch.float64)
+    weights[-1] = 0.1
+    p = counts * weights / (counts * weights).sum()
+    ce = float(-(counts * weights * p.log()).sum() / (counts * weights).sum())
+    target = boxes[present]
+    mean_box = target.mean(0, keepdim=True)
+    l1 = float((target - mean_box).abs().sum(1).mean())
+    giou = float((1 - detr_generalized_box_iou(detr_box_cxcywh_to_xyxy(mean_box),
+                                               detr_box_cxcywh_to_xyxy(target))).mean())
+    weight = detr_weight_dict()
+    return len(weight) // 3 * (ce + 5 * l1 + 2 * giou)
+
+
+def _detr_data(micro: int, seed: int):
+    """DETR's training batches of the seed's images (`detr_sampler`), the held-out split for `val_loss`
+    (`_detr_eval_draw`), `DETR_SHAPES.classes` classes (the model adds the no-object one); chance
+    `_detr_chance`."""
+    return detr_sampler(seed, micro), _detr_eval_draw(), DETR_SHAPES.classes, _detr_chance(seed)
+
 ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_data, "lora": _kitchen_data,
              "vqvae": _pattern_reconstruction_data, "nbeats": _forecast_data, "word2vec": _skipgram_data,
              "triplet": _metric_learning_data, "sam": _smoothed_pattern_data, "ppo": _ppo_data, "detector": _box_data,
@@ -2505,7 +2621,7 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "gradual_pruning": _standardised_digits_data, "qat": _pattern_data,
              "deq": _deq_digits_data, "ddp_wrn": _ddp_wrn_data,
              "moco": _moco_data, "swa_gc": _pattern_data, "tacotron": _tacotron_data,
-             "link_pred": _link_pred_data, "dino": _dino_data}
+             "link_pred": _link_pred_data, "dino": _dino_data, "detr": _detr_data}
 """(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
@@ -2546,6 +2662,8 @@ EVAL_METRICS = {
     # eval_knn.py's weighted kNN (k 20, T 0.07) on the teacher's backbone (main_dino.py's checkpoints'
     # `teacher`, eval_knn.py's default `--checkpoint_key`): `_train` passes the teacher, not the student.
     "dino": lambda teacher: {"val_knn_top1": dino_knn_top1(teacher.wrapper.backbone, *_dino_knn_split())},
+    # engine.py's evaluate() (PostProcess, then an evaluator) reduced to VOC AP at IoU 0.5 over the classes.
+    "detr": lambda model: {"val_ap50": detr_evaluate_ap50(model, *_detr_held_out())},
     # train_quantization.py's two evaluations each epoch: the QAT (fake-quant) model (eval mode, no
     # gradient: its observers still observe where enabled, as the reference's do), then an int8 copy.
     "qat": lambda model: {"val_top1": timm_top1(model, pattern_images().x[1600:], pattern_images().y[1600:]),
@@ -3005,6 +3123,8 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
     # What a user would log; never the scenario or the fault (the analyzer must not see the answer).
     config = {"arch": arch, "seed": seed, "lr": lr, "batch_size": recipe.batch, "steps": STEPS,
               "accumulation": options["accumulation"], "clip": recipe.clip, "bf16": options["bf16"]}
+    if arch == "detr":  # main.py's args: the backbone's own lr
+        config["lr_backbone"] = lr * DETR_LR_BACKBONE_SCALE
     if arch == "dino":  # main_dino.py's args: its per-parameter clip, not the loop's global one
         config["clip_grad"] = DINO_CLIP
     scaler = torch.amp.GradScaler("cpu") if recipe.fp16 and not options["bf16"] else None

@@ -8431,6 +8431,494 @@ def dino_knn_top1(backbone: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
     return top1
 
 
+# --- DETR (facebookresearch/detr) ------------------------------------------------------------------
+
+DETR_HIDDEN = 64
+"""`--hidden_dim` (256 upstream): the transformer's width."""
+DETR_HEADS = 4
+"""`--nheads` (8 upstream)."""
+DETR_ENC_LAYERS = 1
+"""`--enc_layers` (6 upstream)."""
+DETR_DEC_LAYERS = 2
+"""`--dec_layers` (6 upstream): each layer's output is a prediction (`return_intermediate`, `aux_loss`)."""
+DETR_FFN = 128
+"""`--dim_feedforward` (2048 upstream)."""
+DETR_DROPOUT = 0.1
+"""`--dropout` 0.1 as upstream."""
+DETR_QUERIES = 6
+"""`--num_queries` (100 upstream, for COCO's images of up to ~60 objects; 6 here for at most 3: at 10
+the same run's held-out AP50 rose less, 0.03 against 0.07-0.10 at step 149)."""
+DETR_SET_COST = (1.0, 5.0, 2.0)
+"""main.py's `--set_cost_class`, `--set_cost_bbox`, `--set_cost_giou`: the matcher's cost weights."""
+DETR_LOSS_COEF = {"loss_ce": 1.0, "loss_bbox": 5.0, "loss_giou": 2.0}
+"""detr.py's `build`'s `weight_dict` (`--bbox_loss_coef` 5, `--giou_loss_coef` 2, loss_ce 1)."""
+DETR_EOS_COEF = 0.1
+"""`--eos_coef` 0.1: the no-object class's weight in the cross-entropy."""
+
+DETR_LR_BACKBONE_SCALE = 0.1
+"""main.py's `--lr_backbone` 1e-5 over `--lr` 1e-4: the backbone's lr a tenth of the rest's."""
+
+
+def detr_box_cxcywh_to_xyxy(x: torch.Tensor) -> torch.Tensor:
+    """util/box_ops.py's `box_cxcywh_to_xyxy`."""
+    x_c, y_c, w, h = x.unbind(-1)
+    return torch.stack([x_c - 0.5 * w, y_c - 0.5 * h, x_c + 0.5 * w, y_c + 0.5 * h], dim=-1)
+
+
+def detr_box_area(boxes: torch.Tensor) -> torch.Tensor:
+    return (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+
+
+def detr_box_iou(boxes1: torch.Tensor, boxes2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """util/box_ops.py's `box_iou`: the (N, M) IoU and union of two sets of x1y1x2y2 boxes."""
+    area1, area2 = detr_box_area(boxes1), detr_box_area(boxes2)
+    lt = torch.max(boxes1[:, None, :2], boxes2[:, :2])
+    rb = torch.min(boxes1[:, None, 2:], boxes2[:, 2:])
+    wh = (rb - lt).clamp(min=0)
+    inter = wh[:, :, 0] * wh[:, :, 1]
+    union = area1[:, None] + area2 - inter
+    return inter / union, union
+
+
+def detr_generalized_box_iou(boxes1: torch.Tensor, boxes2: torch.Tensor) -> torch.Tensor:
+    """util/box_ops.py's `generalized_box_iou` (Rezatofighi et al. 2019), pairwise (N, M), with its
+    asserts that the boxes are not degenerate (x2 ≥ x1, y2 ≥ y1)."""
+    assert (boxes1[:, 2:] >= boxes1[:, :2]).all()
+    assert (boxes2[:, 2:] >= boxes2[:, :2]).all()
+    iou, union = detr_box_iou(boxes1, boxes2)
+    lt = torch.min(boxes1[:, None, :2], boxes2[:, :2])
+    rb = torch.max(boxes1[:, None, 2:], boxes2[:, 2:])
+    wh = (rb - lt).clamp(min=0)
+    area = wh[:, :, 0] * wh[:, :, 1]
+    return iou - (area - union) / area
+
+
+class DetrBackboneBody(nn.Module):
+    """The backbone's body: a small conv net in torchvision ResNet's naming (a 3×3 `conv1`, `bn1`,
+    then `layer1` … `layer3`, each conv → BatchNorm → ReLU; strides 2, 1, 2, 1: 32×32 images to an
+    8×8 map of `num_channels`), its convs initialised as torchvision's ResNet (`kaiming_normal_`,
+    fan_out, relu). backbone.py's `IntermediateLayerGetter` returns `layer3` here (`layer4` of a
+    ResNet-50 there). Plain, trained `nn.BatchNorm2d`, not backbone.py's `FrozenBatchNorm2d`: that
+    freezes an ImageNet ResNet's statistics and affine parameters, and there is no pretrained
+    backbone here; frozen at their initial values (weight 1, bias 0, mean 0, var 1: the identity)
+    the run learned less (seed 0, lr 1e-3 both groups: held-out AP50 0.000 at step 149 against 0.019
+    with BatchNorm trained)."""
+
+    def __init__(self, widths: tuple[int, ...] = (32, 64, 64, 128), strides: tuple[int, ...] = (2, 1, 2, 1)):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, widths[0], 3, stride=strides[0], padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(widths[0])
+        for i, (cin, cout, stride) in enumerate(zip(widths, widths[1:], strides[1:]), start=1):
+            self.add_module(f"layer{i}", nn.Sequential(OrderedDict(
+                conv=nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False), bn=nn.BatchNorm2d(cout),
+                relu=nn.ReLU(inplace=True))))
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.bn1(self.conv1(x)))
+        return self.layer3(self.layer2(self.layer1(x)))
+
+
+class DetrBackbone(nn.Module):
+    """backbone.py's `BackboneBase`: `body` and `num_channels`; every image here is the same size,
+    so its `NestedTensor` mask is all False (no padding) and `forward` returns the map alone."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = DetrBackboneBody()
+        self.num_channels = 128
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+class PositionEmbeddingSine(nn.Module):
+    """models/position_encoding.py's `PositionEmbeddingSine` (temperature 10000, `normalize=True`,
+    scale 2π, as `build_position_encoding` builds it with `N_steps = hidden_dim // 2`) over the
+    not-mask's cumulative sums; the mask is all False here (unpadded images)."""
+
+    def __init__(self, num_pos_feats: int = 64, temperature: int = 10000, normalize: bool = True):
+        super().__init__()
+        self.num_pos_feats, self.temperature, self.normalize = num_pos_feats, temperature, normalize
+        self.scale = 2 * math.pi
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        not_mask = torch.ones(x.shape[0], x.shape[2], x.shape[3], dtype=torch.bool, device=x.device)
+        y_embed = not_mask.cumsum(1, dtype=torch.float32)
+        x_embed = not_mask.cumsum(2, dtype=torch.float32)
+        if self.normalize:
+            eps = 1e-6
+            y_embed = y_embed / (y_embed[:, -1:, :] + eps) * self.scale
+            x_embed = x_embed / (x_embed[:, :, -1:] + eps) * self.scale
+        dim_t = torch.arange(self.num_pos_feats, dtype=torch.float32, device=x.device)
+        dim_t = self.temperature ** (2 * (dim_t // 2) / self.num_pos_feats)
+        pos_x = x_embed[:, :, :, None] / dim_t
+        pos_y = y_embed[:, :, :, None] / dim_t
+        pos_x = torch.stack((pos_x[:, :, :, 0::2].sin(), pos_x[:, :, :, 1::2].cos()), dim=4).flatten(3)
+        pos_y = torch.stack((pos_y[:, :, :, 0::2].sin(), pos_y[:, :, :, 1::2].cos()), dim=4).flatten(3)
+        return torch.cat((pos_y, pos_x), dim=3).permute(0, 3, 1, 2)
+
+
+class DetrJoiner(nn.Sequential):
+    """backbone.py's `Joiner(backbone, position_embedding)`: `backbone.0` the conv net, `backbone.1`
+    the positional encoding of its output (hence detr's parameter names `backbone.0.body.…`)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self[0](x)
+        return features, self[1](features).to(features.dtype)
+
+
+class DetrTransformerEncoderLayer(nn.Module):
+    """transformer.py's `TransformerEncoderLayer.forward_post` (`normalize_before` False): self-attention
+    with the positional encoding added to queries and keys (not values), dropout, residual, LayerNorm;
+    the ReLU FFN likewise."""
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int, dropout: float):
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(d_model, nhead, dropout=dropout)
+        self.linear1 = nn.Linear(d_model, dim_feedforward)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(dim_feedforward, d_model)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, src: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        q = k = src + pos
+        src2 = self.self_attn(q, k, value=src)[0]
+        src = self.norm1(src + self.dropout1(src2))
+        src2 = self.linear2(self.dropout(F.relu(self.linear1(src))))
+        return self.norm2(src + self.dropout2(src2))
+
+
+class DetrTransformerDecoderLayer(nn.Module):
+    """transformer.py's `TransformerDecoderLayer.forward_post`: self-attention among the object queries
+    (`query_pos` added to q and k), cross-attention to the memory (`query_pos` on the queries, the
+    encoder's `pos` on the keys), the ReLU FFN; each residual, dropout and post-LayerNorm."""
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int, dropout: float):
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(d_model, nhead, dropout=dropout)
+        self.multihead_attn = nn.MultiheadAttention(d_model, nhead, dropout=dropout)
+        self.linear1 = nn.Linear(d_model, dim_feedforward)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(dim_feedforward, d_model)
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout1, self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, tgt: torch.Tensor, memory: torch.Tensor, pos: torch.Tensor,
+                query_pos: torch.Tensor) -> torch.Tensor:
+        q = k = tgt + query_pos
+        tgt2 = self.self_attn(q, k, value=tgt)[0]
+        tgt = self.norm1(tgt + self.dropout1(tgt2))
+        tgt2 = self.multihead_attn(query=tgt + query_pos, key=memory + pos, value=memory)[0]
+        tgt = self.norm2(tgt + self.dropout2(tgt2))
+        tgt2 = self.linear2(self.dropout(F.relu(self.linear1(tgt))))
+        return self.norm3(tgt + self.dropout3(tgt2))
+
+
+class DetrTransformerEncoder(nn.Module):
+    """transformer.py's `TransformerEncoder` (post-norm: no final norm)."""
+
+    def __init__(self, layers: int, **kwargs):
+        super().__init__()
+        self.layers = nn.ModuleList(DetrTransformerEncoderLayer(**kwargs) for _ in range(layers))
+
+    def forward(self, src: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            src = layer(src, pos)
+        return src
+
+
+class DetrTransformerDecoder(nn.Module):
+    """transformer.py's `TransformerDecoder` with `return_intermediate=True` and its `norm` (the
+    decoder's LayerNorm): every layer's output normalised and stacked, (layers, Q, B, d)."""
+
+    def __init__(self, layers: int, d_model: int, **kwargs):
+        super().__init__()
+        self.layers = nn.ModuleList(DetrTransformerDecoderLayer(d_model=d_model, **kwargs) for _ in range(layers))
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, tgt: torch.Tensor, memory: torch.Tensor, pos: torch.Tensor,
+                query_pos: torch.Tensor) -> torch.Tensor:
+        intermediate = []
+        for layer in self.layers:
+            tgt = layer(tgt, memory, pos, query_pos)
+            intermediate.append(self.norm(tgt))
+        return torch.stack(intermediate)
+
+
+class DetrTransformer(nn.Module):
+    """transformer.py's `Transformer`: the (B, C, H, W) map flattened to (HW, B, C), the encoder, the
+    decoder from zero targets with the learned queries as `query_pos`; `_reset_parameters`'s
+    `xavier_uniform_` on every parameter of rank > 1. Returns hs (layers, B, Q, d)."""
+
+    def __init__(self, d_model: int = DETR_HIDDEN, nhead: int = DETR_HEADS, num_encoder_layers: int = DETR_ENC_LAYERS,
+                 num_decoder_layers: int = DETR_DEC_LAYERS, dim_feedforward: int = DETR_FFN,
+                 dropout: float = DETR_DROPOUT):
+        super().__init__()
+        kwargs = {"nhead": nhead, "dim_feedforward": dim_feedforward, "dropout": dropout}
+        self.encoder = DetrTransformerEncoder(num_encoder_layers, d_model=d_model, **kwargs)
+        self.decoder = DetrTransformerDecoder(num_decoder_layers, d_model, **kwargs)
+        self.d_model = d_model
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def forward(self, src: torch.Tensor, query_embed: torch.Tensor, pos_embed: torch.Tensor) -> torch.Tensor:
+        bs = src.shape[0]
+        src = src.flatten(2).permute(2, 0, 1)
+        pos_embed = pos_embed.flatten(2).permute(2, 0, 1)
+        query_embed = query_embed.unsqueeze(1).repeat(1, bs, 1)
+        tgt = torch.zeros_like(query_embed)
+        memory = self.encoder(src, pos_embed)
+        hs = self.decoder(tgt, memory, pos_embed, query_embed)
+        return hs.transpose(1, 2)
+
+
+class DetrMLP(nn.Module):
+    """detr.py's `MLP` ("very simple multi-layer perceptron (also called FFN)"): ReLU between layers."""
+
+    def __init__(self, input_dim: int, hidden_dim: int, output_dim: int, num_layers: int):
+        super().__init__()
+        h = [hidden_dim] * (num_layers - 1)
+        self.num_layers = num_layers
+        self.layers = nn.ModuleList(nn.Linear(n, k) for n, k in zip([input_dim] + h, h + [output_dim]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = F.relu(layer(x)) if i < self.num_layers - 1 else layer(x)
+        return x
+
+
+class DETR(nn.Module):
+    """detr.py's `DETR`: backbone → 1×1 `input_proj` → transformer with `query_embed` → `class_embed`
+    (`Linear(d, num_classes + 1)`, the last the no-object class) and `bbox_embed` (a 3-layer MLP,
+    sigmoid: normalised cx, cy, w, h) on every decoder layer's output; the last layer's as
+    `pred_logits` / `pred_boxes`, the others' in `aux_outputs` (`aux_loss`, `_set_aux_loss`)."""
+
+    def __init__(self, num_classes: int, num_queries: int = DETR_QUERIES):
+        super().__init__()
+        self.backbone = DetrJoiner(DetrBackbone(), PositionEmbeddingSine(DETR_HIDDEN // 2))
+        self.transformer = DetrTransformer()
+        hidden_dim = self.transformer.d_model
+        self.num_queries = num_queries
+        self.class_embed = nn.Linear(hidden_dim, num_classes + 1)
+        self.bbox_embed = DetrMLP(hidden_dim, hidden_dim, 4, 3)
+        self.query_embed = nn.Embedding(num_queries, hidden_dim)
+        self.input_proj = nn.Conv2d(self.backbone[0].num_channels, hidden_dim, kernel_size=1)
+        self.aux_loss = True
+        enc = [f"transformer.encoder.layers.{i}" for i in range(DETR_ENC_LAYERS)]
+        dec = [f"transformer.decoder.layers.{i}" for i in range(DETR_DEC_LAYERS)]
+        body = ["backbone.0.body.conv1", "backbone.0.body.bn1", *(f"backbone.0.body.layer{i}" for i in (1, 2, 3))]
+        self.units = [*body, "input_proj", *enc, "query_embed", *dec, "transformer.decoder.norm",
+                      "class_embed", "bbox_embed"]
+        # An lr spike hits an encoder or decoder layer; the detach cuts the encoder's last layer (the
+        # memory), whose output and every unit's before it reach the loss only through it (a decoder
+        # layer's is not: each earlier decoder layer's output reaches the loss by its aux head too).
+        self.hidden = [*dec, *enc]
+        self.exposed = ["input_proj", "class_embed", "bbox_embed.layers.2",
+                        *(f"{u}.linear2" for u in (*enc, *dec))]
+        # main.py's param_dicts: the backbone's parameters at `lr_backbone` (a path component `backbone`).
+        self.lr_scale = {"backbone": DETR_LR_BACKBONE_SCALE}
+        self.decay_everything = True  # main.py's AdamW(param_dicts, weight_decay=1e-4): every parameter decays
+
+    def forward(self, samples: torch.Tensor) -> dict:
+        src, pos = self.backbone(samples)
+        hs = self.transformer(self.input_proj(src), self.query_embed.weight, pos)
+        outputs_class = self.class_embed(hs)
+        outputs_coord = self.bbox_embed(hs).sigmoid()
+        out = {"pred_logits": outputs_class[-1], "pred_boxes": outputs_coord[-1]}
+        if self.aux_loss:
+            out["aux_outputs"] = [{"pred_logits": a, "pred_boxes": b}
+                                  for a, b in zip(outputs_class[:-1], outputs_coord[:-1])]
+        return out
+
+
+def detr_targets(y: dict) -> list[dict]:
+    """engine.py's `targets` (one dict of `labels` and `boxes` an image) from the collated batch's
+    padded rows (labels −1 past each image's objects)."""
+    return [{"labels": labels[labels >= 0], "boxes": boxes[labels >= 0]} for labels, boxes in zip(y["labels"], y["boxes"])]
+
+
+class HungarianMatcher(nn.Module):
+    """models/matcher.py's `HungarianMatcher`: under `torch.no_grad`, the batch's (B·Q, ΣT) cost
+    cost_class · (−p(class)) + cost_bbox · L1(cxcywh) + cost_giou · (−GIoU), split per image and
+    solved by scipy's `linear_sum_assignment`. The one departure: a cost matrix with NaN or ±inf in it
+    (a run whose outputs went non-finite) has them replaced by finite numbers first, where upstream's
+    scipy raises ValueError ("matrix contains invalid numeric entries") and the run dies in the
+    matcher; here the step's loss (NaN) is computed and recorded as every other family's is."""
+
+    def __init__(self, cost_class: float = 1, cost_bbox: float = 1, cost_giou: float = 1):
+        super().__init__()
+        self.cost_class, self.cost_bbox, self.cost_giou = cost_class, cost_bbox, cost_giou
+
+    @torch.no_grad()
+    def forward(self, outputs: dict, targets: list[dict]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        from scipy.optimize import linear_sum_assignment
+
+        bs, num_queries = outputs["pred_logits"].shape[:2]
+        out_prob = outputs["pred_logits"].flatten(0, 1).softmax(-1)
+        out_bbox = outputs["pred_boxes"].flatten(0, 1)
+        tgt_ids = torch.cat([v["labels"] for v in targets])
+        tgt_bbox = torch.cat([v["boxes"] for v in targets])
+        cost_class = -out_prob[:, tgt_ids]
+        cost_bbox = torch.cdist(out_bbox, tgt_bbox, p=1)
+        finite = torch.isfinite(out_bbox).all()
+        xyxy = detr_box_cxcywh_to_xyxy(out_bbox if finite else torch.nan_to_num(out_bbox))
+        cost_giou = -detr_generalized_box_iou(xyxy, detr_box_cxcywh_to_xyxy(tgt_bbox))
+        C = self.cost_bbox * cost_bbox + self.cost_class * cost_class + self.cost_giou * cost_giou
+        C = C.view(bs, num_queries, -1).cpu()
+        C = torch.nan_to_num(C, nan=1e6, posinf=1e6, neginf=-1e6)  # the departure (see above)
+        sizes = [len(v["boxes"]) for v in targets]
+        indices = [linear_sum_assignment(c[i]) for i, c in enumerate(C.split(sizes, -1))]
+        return [(torch.as_tensor(i, dtype=torch.int64), torch.as_tensor(j, dtype=torch.int64)) for i, j in indices]
+
+
+class SetCriterion(nn.Module):
+    """detr.py's `SetCriterion` with losses ['labels', 'boxes']: the Hungarian match of the last
+    layer's predictions, cross-entropy over every query (unmatched ones to the no-object class,
+    weighted `eos_coef`: `empty_weight`), L1 and 1 − GIoU of the matched boxes each over the batch's
+    `num_boxes`; and the same for every `aux_outputs` entry (its own matching, keys suffixed `_i`).
+    Returns the loss dict scaled by `weight_dict`, engine.py's `loss_dict_reduced_scaled`, whose
+    sum is the loss backpropagated. (`loss_cardinality` and `class_error` are logging only, under
+    no_grad, and left out.)"""
+
+    def __init__(self, num_classes: int, matcher: HungarianMatcher, weight_dict: dict, eos_coef: float):
+        super().__init__()
+        self.num_classes, self.matcher, self.weight_dict, self.eos_coef = num_classes, matcher, weight_dict, eos_coef
+        empty_weight = torch.ones(num_classes + 1)
+        empty_weight[-1] = eos_coef
+        self.register_buffer("empty_weight", empty_weight)
+
+    @staticmethod
+    def _get_src_permutation_idx(indices):
+        batch_idx = torch.cat([torch.full_like(src, i) for i, (src, _) in enumerate(indices)])
+        return batch_idx, torch.cat([src for (src, _) in indices])
+
+    def loss_labels(self, outputs, targets, indices, num_boxes):
+        src_logits = outputs["pred_logits"]
+        idx = self._get_src_permutation_idx(indices)
+        target_classes_o = torch.cat([t["labels"][J] for t, (_, J) in zip(targets, indices)])
+        target_classes = torch.full(src_logits.shape[:2], self.num_classes, dtype=torch.int64)
+        target_classes[idx] = target_classes_o
+        return {"loss_ce": F.cross_entropy(src_logits.transpose(1, 2), target_classes, self.empty_weight)}
+
+    def loss_boxes(self, outputs, targets, indices, num_boxes):
+        idx = self._get_src_permutation_idx(indices)
+        src_boxes = outputs["pred_boxes"][idx]
+        target_boxes = torch.cat([t["boxes"][i] for t, (_, i) in zip(targets, indices)], dim=0)
+        loss_bbox = F.l1_loss(src_boxes, target_boxes, reduction="none")
+        src_xyxy = detr_box_cxcywh_to_xyxy(src_boxes)
+        if not torch.isfinite(src_xyxy).all():  # GIoU's asserts would raise on NaN: the NaN carried on instead
+            loss_giou = src_boxes.sum() * math.nan
+        else:
+            loss_giou = (1 - torch.diag(detr_generalized_box_iou(src_xyxy, detr_box_cxcywh_to_xyxy(target_boxes)))).sum()
+        return {"loss_bbox": loss_bbox.sum() / num_boxes, "loss_giou": loss_giou / num_boxes}
+
+    def forward(self, outputs: dict, targets: list[dict]) -> dict[str, torch.Tensor]:
+        outputs_without_aux = {k: v for k, v in outputs.items() if k != "aux_outputs"}
+        indices = self.matcher(outputs_without_aux, targets)
+        num_boxes = max(float(sum(len(t["labels"]) for t in targets)), 1.0)  # one process: no all_reduce
+        losses = {**self.loss_labels(outputs, targets, indices, num_boxes),
+                  **self.loss_boxes(outputs, targets, indices, num_boxes)}
+        for i, aux_outputs in enumerate(outputs.get("aux_outputs", [])):
+            indices = self.matcher(aux_outputs, targets)
+            for name, value in {**self.loss_labels(aux_outputs, targets, indices, num_boxes),
+                                **self.loss_boxes(aux_outputs, targets, indices, num_boxes)}.items():
+                losses[f"{name}_{i}"] = value
+        return {k: v * self.weight_dict[k] for k, v in losses.items() if k in self.weight_dict}
+
+
+def detr_weight_dict(dec_layers: int = DETR_DEC_LAYERS) -> dict[str, float]:
+    """detr.py's `build`: the coefficients, copied for each auxiliary layer (`_i`, i < dec_layers − 1)."""
+    weights = dict(DETR_LOSS_COEF)
+    for i in range(dec_layers - 1):
+        weights.update({f"{k}_{i}": v for k, v in DETR_LOSS_COEF.items()})
+    return weights
+
+
+def detr_criterion(num_classes: int) -> SetCriterion:
+    """detr.py's `build`: `HungarianMatcher(cost_class=1, cost_bbox=5, cost_giou=2)` and
+    `SetCriterion(num_classes, matcher, weight_dict, eos_coef=0.1, losses=['labels', 'boxes'])`."""
+    return SetCriterion(num_classes, HungarianMatcher(*DETR_SET_COST), detr_weight_dict(), DETR_EOS_COEF)
+
+
+def detr_loss(num_classes: int) -> Callable[[dict, dict], dict[str, torch.Tensor]]:
+    """The loop's `loss_fn`: the criterion on the model's outputs and the batch's targets."""
+    criterion = detr_criterion(num_classes)
+    return lambda outputs, y: criterion(outputs, detr_targets(y))
+
+
+def detr_postprocess(outputs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """detr.py's `PostProcess` (boxes left normalised): each query's best real class and its
+    probability (softmax over every class, the no-object one dropped), its box as x1y1x2y2."""
+    prob = F.softmax(outputs["pred_logits"], -1)
+    scores, labels = prob[..., :-1].max(-1)
+    return scores, labels, detr_box_cxcywh_to_xyxy(outputs["pred_boxes"])
+
+
+def voc_ap50(scores: list[np.ndarray], labels: list[np.ndarray], boxes: list[np.ndarray],
+             gt_labels: list[np.ndarray], gt_boxes: list[np.ndarray], classes: int,
+             iou_threshold: float = 0.5) -> float:
+    """PASCAL VOC's AP at IoU 0.5 averaged over the classes that have ground truth (VOC 2010's
+    all-point interpolation: the area under the precision envelope): per class every detection of
+    the held-out images by descending score, a true positive where its IoU with a not yet matched
+    ground-truth box of its class in its image is the highest and ≥ 0.5, a false positive otherwise."""
+    aps = []
+    for c in range(classes):
+        total = sum(int((g == c).sum()) for g in gt_labels)
+        if total == 0:
+            continue
+        found = [(float(s), i, b) for i, (ss, ls, bs) in enumerate(zip(scores, labels, boxes))
+                 for s, l, b in zip(ss, ls, bs) if l == c]
+        found.sort(key=lambda item: -item[0])
+        taken = [np.zeros(int((g == c).sum()), dtype=bool) for g in gt_labels]
+        tp = np.zeros(len(found))
+        for k, (_, i, b) in enumerate(found):
+            gt = gt_boxes[i][gt_labels[i] == c]
+            if len(gt) == 0:
+                continue
+            lt, rb = np.maximum(gt[:, :2], b[:2]), np.minimum(gt[:, 2:], b[2:])
+            inter = np.clip(rb - lt, 0, None).prod(1)
+            union = (b[2:] - b[:2]).prod() + (gt[:, 2:] - gt[:, :2]).prod(1) - inter
+            iou = inter / union
+            best = int(np.argmax(iou))
+            if iou[best] >= iou_threshold and not taken[i][best]:
+                taken[i][best], tp[k] = True, 1.0
+        tps = np.cumsum(tp)
+        recall = tps / total
+        precision = tps / np.arange(1, len(found) + 1)
+        mrec = np.concatenate([[0.0], recall, [1.0]])
+        mpre = np.concatenate([[0.0], precision, [0.0]])
+        mpre = np.maximum.accumulate(mpre[::-1])[::-1]
+        changes = np.where(mrec[1:] != mrec[:-1])[0]
+        aps.append(float(((mrec[changes + 1] - mrec[changes]) * mpre[changes + 1]).sum()))
+    return float(np.mean(aps))
+
+
+@torch.no_grad()
+def detr_evaluate_ap50(model: DETR, images: torch.Tensor, labels: torch.Tensor, boxes: torch.Tensor,
+                       batch: int = 100) -> float:
+    """engine.py's `evaluate` reduced to one number: the model in eval mode, `PostProcess` on each
+    held-out batch, VOC AP50 over the classes (`voc_ap50`; COCO's evaluator reports AP at 0.5 among
+    its twelve numbers); back to train mode after."""
+    was_training = model.training
+    model.eval()
+    scores, found, predicted = [], [], []
+    for start in range(0, len(images), batch):
+        s, l, b = detr_postprocess(model(images[start:start + batch]))
+        scores.extend(s.float().numpy())
+        found.extend(l.numpy())
+        predicted.extend(b.float().numpy())
+    model.train(was_training)
+    gt_labels = [row[row >= 0].numpy() for row in labels]
+    gt_boxes = [detr_box_cxcywh_to_xyxy(b[row >= 0]).numpy() for row, b in zip(labels, boxes)]
+    classes = int(model.class_embed.out_features - 1)
+    return voc_ap50(scores, found, predicted, gt_labels, gt_boxes, classes)
+
+
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
                "recsys", "moe", "vae", "unet", "seq2seq", "gnn", "simclr", "ddpm", "ctc", "mamba", "fttransformer",
                "convnext", "bert_mlm", "siren", "pointnet", "t5", "clip", "densenet", "reinforce", "wgan_gp", "swin",
@@ -8440,7 +8928,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
                "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst", "timm_mixup",
                "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco", "swa_gc",
-               "tacotron", "link_pred", "dino")
+               "tacotron", "link_pred", "dino", "detr")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -8532,6 +9020,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "tacotron": lambda vocab: Tacotron2(),
     "link_pred": lambda vocab: SageLinkPredictor(LINK_GRAPH.features),
     "dino": lambda vocab: dino_student(),
+    "detr": lambda vocab: DETR(num_classes=vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

@@ -151,9 +151,12 @@ def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Te
 def _float32(output):
     """The model's output in float32; a tuple (logits and an auxiliary loss, a VAE's reconstruction
     logits, mu and logvar) element by element, integer elements (a CTC model's lengths) as they are;
-    a dict (torchvision's segmentation models' {"out", "aux"}) value by value."""
+    a dict (torchvision's segmentation models' {"out", "aux"}) value by value, a list (DETR's
+    `aux_outputs`) element by element."""
     if isinstance(output, dict):
         return {key: _float32(value) for key, value in output.items()}
+    if isinstance(output, list):  # DETR's `aux_outputs`: one dict a decoder layer
+        return [_float32(value) for value in output]
     if isinstance(output, tuple):
         return tuple(o.float() if o.is_floating_point() else o for o in output)
     return output.float()
