@@ -2273,8 +2273,9 @@ class DetrShapesSpec:
     train: int = 1600
     held_out: int = 200
     half: tuple[int, int] = (5, 11)
-    """Half-sizes drawn from [low, high): objects of 11-21 pixels a side (3-7 half-sizes, up to 4
-    objects, learned less: held-out AP50 0.02 against 0.07 at step 149, seed 0)."""
+    """Half-sizes drawn from [low, high): objects of 11-21 pixels a side (at half-sizes 4-9 and up to 3
+    objects the held-out AP50 reached 0.025 against 0.073 here: seed 0, step 149, lr 2e-3, 3 decoder
+    layers)."""
 
 
 DETR_SHAPES = DetrShapesSpec()

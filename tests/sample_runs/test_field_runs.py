@@ -64,7 +64,7 @@ def test_catalogue_looks_like_the_field():
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
                                        "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst",
                                        "timm_mixup", "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco", "swa_gc",
-                                       "tacotron", "link_pred", "dino"}
+                                       "tacotron", "link_pred", "dino", "detr"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -5754,3 +5754,104 @@ def test_dino_healthy_run_learns_by_its_teachers_knn_and_records_the_student_onl
     assert g["grad_none"].all()  # frozen at 1
     io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 0)]
     assert set(io["role"]) == {"input"} and len(io) == 6  # the six crops, no targets
+
+
+def _detr_xyxy(boxes):
+    cx, cy, w, h = boxes.unbind(-1)
+    return torch.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], -1)
+
+
+def test_detr_matcher_is_the_cheapest_assignment_of_detrs_cost_and_the_criterion_weights_the_no_object_class():
+    import itertools
+
+    from sample_runs.field_models import DETR_EOS_COEF, HungarianMatcher, detr_criterion, detr_generalized_box_iou
+
+    torch.manual_seed(0)
+    queries, classes = 5, 4
+    outputs = {"pred_logits": torch.randn(2, queries, classes + 1), "pred_boxes": 0.2 + 0.5 * torch.rand(2, queries, 4)}
+    targets = [{"labels": torch.tensor([1, 3]), "boxes": torch.tensor([[0.3, 0.3, 0.2, 0.2], [0.6, 0.7, 0.3, 0.2]])},
+               {"labels": torch.tensor([0]), "boxes": torch.tensor([[0.5, 0.5, 0.4, 0.3]])}]
+    indices = HungarianMatcher(1, 5, 2)(outputs, targets)
+    for b, (target, (src, tgt)) in enumerate(zip(targets, indices)):
+        logits, boxes = outputs["pred_logits"][b], outputs["pred_boxes"][b]
+        cost = (-logits.softmax(-1)[:, target["labels"]] + 5 * torch.cdist(boxes, target["boxes"], p=1)
+                - 2 * detr_generalized_box_iou(_detr_xyxy(boxes), _detr_xyxy(target["boxes"])))
+        best = min(itertools.permutations(range(queries), len(target["labels"])),  # brute force over assignments
+                   key=lambda chosen: float(sum(cost[q, k] for k, q in enumerate(chosen))))
+        assert dict(zip(tgt.tolist(), src.tolist())) == dict(enumerate(best))
+    criterion = detr_criterion(classes)
+    aux = {"pred_logits": torch.randn(2, queries, classes + 1), "pred_boxes": torch.rand(2, queries, 4) * 0.5 + 0.2}
+    losses = criterion({**outputs, "aux_outputs": [aux]}, targets)
+    assert set(losses) == {"loss_ce", "loss_bbox", "loss_giou", "loss_ce_0", "loss_bbox_0", "loss_giou_0"}
+    wanted = torch.full((2, queries), classes)  # unmatched queries to the no-object class, weighted eos_coef
+    for b, (target, (src, tgt)) in enumerate(zip(targets, indices)):
+        wanted[b, src] = target["labels"][tgt]
+    weight = torch.tensor([1.0] * classes + [DETR_EOS_COEF])
+    nll = -outputs["pred_logits"].log_softmax(-1).gather(-1, wanted[..., None])[..., 0]
+    assert float(losses["loss_ce"]) == pytest.approx(float((weight[wanted] * nll).sum() / weight[wanted].sum()), rel=1e-5)
+    l1 = sum((outputs["pred_boxes"][b, src] - t["boxes"][tgt]).abs().sum() for b, (t, (src, tgt)) in
+             enumerate(zip(targets, indices)))
+    assert float(losses["loss_bbox"]) == pytest.approx(5 * float(l1) / 3, rel=1e-5)  # ×5 over num_boxes 3
+
+
+def test_voc_ap50_is_the_area_under_the_precision_envelope_over_classes():
+    from sample_runs.field_models import voc_ap50
+
+    gt_labels = [np.array([0, 1]), np.array([0])]
+    gt_boxes = [np.array([[0.1, 0.1, 0.3, 0.3], [0.5, 0.5, 0.9, 0.9]]), np.array([[0.2, 0.2, 0.6, 0.6]])]
+    assert voc_ap50([np.ones(2), np.ones(1)], gt_labels, gt_boxes, gt_labels, gt_boxes, 2) == pytest.approx(1.0)
+    # class 0: a false positive ranked first, then both boxes found (precision 1/2, 2/3): AP (1/2 · 2/3 + 1/2 · 2/3)
+    scores = [np.array([0.9, 0.8, 0.7]), np.array([0.6])]
+    labels = [np.array([0, 0, 1]), np.array([0])]
+    boxes = [np.array([[0.6, 0.0, 0.9, 0.2], [0.1, 0.1, 0.3, 0.3], [0.5, 0.5, 0.9, 0.9]]), np.array([[0.2, 0.2, 0.6, 0.6]])]
+    assert voc_ap50(scores, labels, boxes, gt_labels, gt_boxes, 2) == pytest.approx((2 / 3 + 1.0) / 2)
+    shifted = [np.array([[0.5, 0.5, 0.9, 0.9]]) + 0.25, np.zeros((0, 4))]  # IoU < 0.5: no true positive
+    assert voc_ap50([np.ones(1), np.ones(0)], [np.array([1]), np.array([], dtype=int)], shifted,
+                    gt_labels, gt_boxes, 2) == pytest.approx(0.0)
+
+
+def test_detr_recipe_is_mains_adamw_with_a_backbone_group_clip_and_step_lr_and_a_detach_cuts_the_memory():
+    from sample_runs.field import (DETR_LR, DETR_LR_DROP, FLOAT_INPUTS, OPTIMIZERS, UNTARGETED, _data)
+    from sample_runs.field_models import DETR_LR_BACKBONE_SCALE, detr_loss
+
+    model = build_field_model("detr", 4)
+    recipe = RECIPES["detr"]
+    groups = _param_groups(model, recipe, DETR_LR)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert {id(p) for g in groups for p in g["params"]} == {id(p) for p in model.parameters()}
+    for group in groups:  # main.py's param_dicts: "backbone" in the name at lr_backbone; AdamW's decay on all
+        backbone = {"backbone" in names[id(p)] for p in group["params"]}
+        assert len(backbone) == 1 and group["weight_decay"] == 1e-4
+        assert group["lr"] == pytest.approx(DETR_LR * (DETR_LR_BACKBONE_SCALE if backbone.pop() else 1.0))
+    assert type(OPTIMIZERS[recipe.optimizer](groups, DETR_LR, recipe)) is torch.optim.AdamW
+    assert (DETR_LR, DETR_LR_BACKBONE_SCALE, recipe.clip, recipe.warmup, recipe.batch) == (1e-3, 0.1, 0.1, 0, 16)
+    schedule = _schedule(recipe, 150)
+    assert [schedule(s) for s in (0, DETR_LR_DROP - 1)] == [1.0, 1.0]
+    assert [schedule(s) for s in (DETR_LR_DROP, 149)] == pytest.approx([0.1, 0.1])  # StepLR(lr_drop), gamma 0.1
+    assert "detr" in FLOAT_INPUTS and "detr" not in UNTARGETED and LEFT_OUT["detr"] == ("healthy_spike",)
+    assert sum(s.arch == "detr" for s in SCENARIOS.values()) == 39
+    x, y = _data("detr", recipe, 0, 1)[0]()
+    assert x.shape == (16, 3, 32, 32) and y["labels"].shape == (16, 2) and y["boxes"].shape == (16, 2, 4)
+    assert ((y["labels"] >= 0).sum(1) >= 1).all() and (y["boxes"][y["labels"] >= 0] > 0).all()
+    assert model.hidden[-1] == "transformer.encoder.layers.0"  # the memory: the detach's layer
+    detach = faults.DetachedLayer(t0=0, layer=model.hidden[-1])
+    detach.install(model)
+    detach.before_step(0, model, None)
+    sum(detr_loss(4)(model(x), y).values()).backward()
+    for name, p in model.named_parameters():
+        before = name.startswith(("backbone.", "input_proj.", "transformer.encoder."))
+        assert (p.grad is None) == before, name  # the decoder, the queries and the heads still learn
+
+
+def test_detr_healthy_run_learns_raises_its_ap50_and_records_each_weighted_loss(tmp_path):
+    by_name = _healthy_recorded("healthy-detr-s0", tmp_path / "run")
+    ap, val = by_name["val_ap50"], by_name["val_loss"]
+    assert len(ap) == len(val) == 6 and ap[0] < 0.02 and max(ap[-2:]) > 0.1  # VOC AP50 every 25 steps
+    assert min(val[-2:]) < 0.7 * val[0]
+    parts = [by_name[k] for k in ("loss_ce", "loss_bbox", "loss_giou", "loss_ce_0", "loss_bbox_0", "loss_giou_0")]
+    assert [sum(values) for values in zip(*parts)] == pytest.approx(by_name["loss"], rel=1e-5)
+    assert by_name["lr"] == pytest.approx([1e-4] * 100 + [1e-5] * 50)  # param group 0's: the backbone's
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 7)].set_index("name")
+    assert io.loc["input", "shape"] == "16x3x32x32" and io.loc["target.labels", "dtype"] == "int64"
+    assert io.loc["target.boxes", "shape"] == "16x2x4"
