@@ -8746,8 +8746,9 @@ class DETR(nn.Module):
         # memory), whose output and every unit's before it reach the loss only through it (a decoder
         # layer's is not: each earlier decoder layer's output reaches the loss by its aux head too).
         self.hidden = [*dec, *enc]
-        self.exposed = ["input_proj", "class_embed", "bbox_embed.layers.2",
-                        *(f"{u}.linear2" for u in (*enc, *dec))]
+        # Post-norm: every encoder and decoder layer's output (input_proj's too, after the first
+        # residual) passes a LayerNorm; only the heads reach the loss without one.
+        self.exposed = ["class_embed", "bbox_embed.layers.0", "bbox_embed.layers.1", "bbox_embed.layers.2"]
         # main.py's param_dicts: the backbone's parameters at `lr_backbone` (a path component `backbone`).
         self.lr_scale = {"backbone": DETR_LR_BACKBONE_SCALE}
         self.decay_everything = True  # main.py's AdamW(param_dicts, weight_decay=1e-4): every parameter decays
