@@ -241,6 +241,8 @@ from .data import (
     sort_batch_sampler,
     sbm_graph,
     sbm_link_split,
+    RELATED_SERIES,
+    related_series,
     shapes_data,
     VOC_SHAPES,
     voc_shapes,
@@ -336,6 +338,15 @@ from .field_models import (
     link_pred_clip_,
     link_pred_hits,
     link_pred_loss,
+    DeepAR,
+    DEEPAR_PREDICTION_LENGTH,
+    DEEPAR_CONTEXT_LENGTH,
+    DEEPAR_LAGS,
+    DEEPAR_SAMPLES,
+    deepar_loss,
+    deepar_sample_paths,
+    mean_weighted_quantile_loss,
+    deepar_time_features,
     agp_prune,
     global_sparsity,
     QAT_BACKEND,
@@ -796,6 +807,23 @@ records' 0.4; `stable_decay`)."""
 MUON_GPT_MOMENTUM_WARMUP = 32
 """Steps of Muon's momentum warm-up 0.85 -> 0.95 (`muon_gpt_momentum`): modded-nanogpt's 300 of its
 1393 iterations, the same share of 150 steps."""
+DEEPAR_LR = 1e-3
+"""DeepAR's Adam lr: `DeepARLightningModule`'s default 1e-3, as it is."""
+DEEPAR_BATCH = 32
+"""DeepAR's `batch_size` (GluonTS's default 32 windows)."""
+DEEPAR_CLIP = 10.0
+"""`gradient_clip_val` 10.0 in the Lightning `Trainer`: GluonTS's `PyTorchLightningEstimator` default
+`trainer_kwargs`; Lightning's norm clip over every parameter, after the closure's backward."""
+DEEPAR_BATCHES_PER_EPOCH = 10
+"""`num_batches_per_epoch` (GluonTS's 50; 10 here: 15 epochs a run, so that the plateau scheduler
+(its monitor the epoch's mean train_loss) sees epochs at all in 150 steps)."""
+DEEPAR_PLATEAU = {"mode": "min", "factor": 0.5, "patience": 3}
+"""`DeepARLightningModule.configure_optimizers`'s `ReduceLROnPlateau(mode="min", factor=0.5,
+patience=self.patience)` on `train_loss` once an epoch; patience 3 epochs of 10 batches (GluonTS's
+default 10 epochs of 50 batches would never fire in 150 steps)."""
+DEEPAR_EVAL_SEED = 37
+"""The seed of the sample paths each validation draws (`torch.random.fork_rng`: the same draws every
+validation, the training's random state untouched)."""
 
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
@@ -1116,6 +1144,13 @@ RECIPES = {
     # same Adam updates) so that an lr spike can hit one layer.
     "link_pred": Recipe(lr=LINK_PRED_LR, weight_decay=0.0, batch=LINK_PRED_BATCH, clip=None, warmup=0,
                         optimizer="adam", schedule="constant"),
+    # GluonTS's DeepARLightningModule.configure_optimizers: `torch.optim.Adam(self.model.parameters(),
+    # lr=1e-3, weight_decay=1e-8)` (L2 in the gradient, every parameter), `ReduceLROnPlateau` on the
+    # epoch's train_loss (`DEEPAR_PLATEAU`, in `_train`: no warm-up, no other schedule); the
+    # estimator's Trainer `gradient_clip_val` 10.0; batch 32. One group a unit (the same Adam updates)
+    # so that an lr spike can hit one module.
+    "deepar": Recipe(lr=DEEPAR_LR, weight_decay=1e-8, batch=DEEPAR_BATCH, clip=DEEPAR_CLIP, warmup=0,
+                     optimizer="adam", schedule="constant"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -1185,7 +1220,7 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "qat": torch.nn.functional.cross_entropy, "deq": torch.nn.functional.cross_entropy,
           "ddp_wrn": torch.nn.functional.cross_entropy,
           "moco": moco_loss, "swa_gc": torch.nn.functional.cross_entropy, "tacotron": tacotron2_loss,
-          "link_pred": link_pred_loss}
+          "link_pred": link_pred_loss, "deepar": deepar_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -1257,6 +1292,10 @@ OUTCOME_METRICS = {
     # teacher's kNN top-1 rose 62-69 -> 84-87 %): eval_knn.py's kNN top-1 of the teacher instead, as
     # main_dino.py's users read it.
     "dino": OutcomeMetric("val_knn_top1", higher_is_better=True, best=100.0),
+    # DeepAR's loss is a Student's t NLL of the scaled targets, which goes below 0 once its t is sharp
+    # and right (healthy runs end negative), where the twin rule's ratios would turn over: the held-out
+    # weighted quantile loss of its sample paths instead (≥ 0, 0 a perfect forecast), every step.
+    "deepar": OutcomeMetric("val_wql", higher_is_better=False, best=0.0),
 }
 """Families judged on a metric (see `OutcomeMetric`; `loss`: the training loss's distance to its
 floor); every other family on its training loss."""
@@ -1451,7 +1490,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab",
                 "decision_transformer", "patchtst", "timm_mixup", "gradual_pruning",
-                "qat", "deq", "ddp_wrn", "moco", "swa_gc", "link_pred", "dino")
+                "qat", "deq", "ddp_wrn", "moco", "swa_gc", "link_pred", "dino", "deepar")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier and ALBERT: their dict batches are int64 `input_ids`, `attention_mask` (and ALBERT's `token_type_ids`)) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1508,7 +1547,7 @@ corrupt the decoder's inputs but not its targets, which upstream are one `mel_pa
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
-              "ppo", "sac", "mae", "sae", "sngan", "moco", "dino")
+              "ppo", "sac", "mae", "sae", "sngan", "moco", "dino", "deepar")
 """Architectures trained without targets (self-supervised, generative, contrastive; an agent's
 actions are its own samples; a flow's density, TransE's triples and their corruptions, word2vec's
 word pairs and their sampled negatives; the MAE's targets are its own images' masked patches,
@@ -2283,6 +2322,89 @@ def _link_pred_data(micro: int, seed: int):
     return link_pred_sampler(micro, seed), _link_pred_eval_draw, 2, 2 * math.log(2)
 
 
+def deepar_window(values: torch.Tensor, series: torch.Tensor, split: torch.Tensor,
+                  past_length: int = DEEPAR_CONTEXT_LENGTH + max(DEEPAR_LAGS),
+                  prediction_length: int = DEEPAR_PREDICTION_LENGTH) -> dict[str, torch.Tensor]:
+    """GluonTS's `InstanceSplitter` output for the windows of `series` cut at `split` (hours): the
+    `past_length` values before it (`past_target`; before the series began, `pad_value` 0 and
+    `past_observed_values` 0, as `AddObservedValuesIndicator` and the splitter pad them), the
+    `prediction_length` after it (`future_target`, all observed), their time features (0 where
+    padded), `feat_static_cat` the series' ID and `feat_static_real` GluonTS's dummy [0.0]."""
+    hours = split[:, None] + torch.arange(-past_length, prediction_length)[None, :]
+    inside = hours >= 0
+    rows = values[series[:, None], hours.clamp(min=0)] * inside
+    time_feat = deepar_time_features(hours.clamp(min=0)) * inside[..., None]
+    observed = inside.float()
+    return {"past_target": rows[:, :past_length], "past_observed_values": observed[:, :past_length],
+            "past_time_feat": time_feat[:, :past_length], "future_target": rows[:, past_length:],
+            "future_observed_values": observed[:, past_length:], "future_time_feat": time_feat[:, past_length:],
+            "feat_static_cat": series[:, None], "feat_static_real": torch.zeros(len(series), 1)}
+
+
+class DeepARTrainingBatches:
+    """GluonTS's `TrainDataLoader` for DeepAR: each epoch `DEEPAR_BATCHES_PER_EPOCH` batches
+    (`num_batches_per_epoch`) of `batch_size` windows, each a series drawn uniformly (the cycled,
+    shuffled dataset) cut at a point drawn uniformly in [0, T − prediction_length] of its training
+    part (`ExpectedNumInstanceSampler(num_instances=1.0, min_future=prediction_length)`'s range, the
+    held-out last day excluded), by `deepar_window`; the draws continue across epochs from one
+    seeded generator, as the estimator's `IterableSlice` of one stream does."""
+
+    def __init__(self, batch_size: int, seed: int, accumulation: int = 1) -> None:
+        self.batch_size, self.accumulation = batch_size, accumulation
+        self.generator = torch.Generator().manual_seed(seed)
+        self.values = related_series()[:, :-RELATED_SERIES.prediction_length]
+
+    def __len__(self) -> int:  # an epoch's optimizer steps the same under accumulation (no short last step)
+        return DEEPAR_BATCHES_PER_EPOCH * self.accumulation
+
+    def draw(self) -> dict[str, torch.Tensor]:
+        series = torch.randint(0, self.values.shape[0], (self.batch_size,), generator=self.generator)
+        split = torch.randint(0, self.values.shape[1] - DEEPAR_PREDICTION_LENGTH + 1, (self.batch_size,),
+                              generator=self.generator)
+        return deepar_window(self.values, series, split)
+
+    def __iter__(self):
+        return (self.draw() for _ in range(len(self)))
+
+
+@lru_cache(maxsize=1)
+def _deepar_held_out() -> dict[str, torch.Tensor]:
+    """The test split as one batch: every series' last `prediction_length` hours (GluonTS's
+    `split(dataset, offset=-prediction_length)`), the history before them its past."""
+    values = related_series()
+    series = torch.arange(values.shape[0])
+    return deepar_window(values, series, torch.full_like(series, values.shape[1] - RELATED_SERIES.prediction_length))
+
+
+def deepar_evaluate(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    """`val_wql`: GluonTS `Evaluator`'s mean_wQuantileLoss of `DEEPAR_SAMPLES` sample paths a
+    held-out series (`deepar_sample_paths`) over the prediction range; the samples drawn under
+    `torch.random.fork_rng` from `DEEPAR_EVAL_SEED` (the same draws every validation; the caller's
+    mode and no-grad state)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(DEEPAR_EVAL_SEED)
+        samples = deepar_sample_paths(model, batch, DEEPAR_SAMPLES)
+    return {"val_wql": mean_weighted_quantile_loss(samples, batch["future_target"])}
+
+
+def _deepar_chance() -> float:
+    """val_wql of a forecast that knows each series' level and nothing else: every quantile of every
+    hour its context's mean |value| (the `MeanScaler`'s scale)."""
+    batch = _deepar_held_out()
+    level = batch["past_target"][:, -DEEPAR_CONTEXT_LENGTH:].abs().mean(1, keepdim=True)
+    return mean_weighted_quantile_loss(level.expand_as(batch["future_target"]).unsqueeze(1),
+                                       batch["future_target"])
+
+
+def _deepar_data(micro: int, seed: int):
+    """DeepAR's training windows (`DeepARTrainingBatches`) of the related series
+    (`data.related_series`, one dataset for every seed), the held-out last day as one validation
+    batch; `classes` the number of series (the embedding's cardinality); chance (on the judged
+    val_wql, `OUTCOME_METRICS`): `_deepar_chance`."""
+    held_out = torch.utils.data.DataLoader([_deepar_held_out()], batch_size=None)  # the one batch as it is
+    return DeepARTrainingBatches(micro, seed, DEEPAR_BATCH // micro), held_out, RELATED_SERIES.series, _deepar_chance()
+
+
 def _poisson_data(micro: int, seed: int):
     """Collocation and boundary points of DeepXDE's Poisson problem, held-out points for its
     `val_loss`; chance: the l2 relative error of u ≡ 0, 1."""
@@ -2505,7 +2627,7 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "gradual_pruning": _standardised_digits_data, "qat": _pattern_data,
              "deq": _deq_digits_data, "ddp_wrn": _ddp_wrn_data,
              "moco": _moco_data, "swa_gc": _pattern_data, "tacotron": _tacotron_data,
-             "link_pred": _link_pred_data, "dino": _dino_data}
+             "link_pred": _link_pred_data, "dino": _dino_data, "deepar": _deepar_data}
 """(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
@@ -2546,6 +2668,9 @@ EVAL_METRICS = {
     # eval_knn.py's weighted kNN (k 20, T 0.07) on the teacher's backbone (main_dino.py's checkpoints'
     # `teacher`, eval_knn.py's default `--checkpoint_key`): `_train` passes the teacher, not the student.
     "dino": lambda teacher: {"val_knn_top1": dino_knn_top1(teacher.wrapper.backbone, *_dino_knn_split())},
+    # GluonTS's Evaluator on the test split (the held-out last day of every series): mean_wQuantileLoss
+    # of the sample paths (`train_lightning` runs it in each validation_step, beside val_loss).
+    "deepar": lambda model: deepar_evaluate(model, _deepar_held_out()),
     # train_quantization.py's two evaluations each epoch: the QAT (fake-quant) model (eval mode, no
     # gradient: its observers still observe where enabled, as the reference's do), then an int8 copy.
     "qat": lambda model: {"val_top1": timm_top1(model, pattern_images().x[1600:], pattern_images().y[1600:]),
@@ -2557,7 +2682,7 @@ EVAL_METRICS = {
 
 EVAL_EVERY = {"triplet": 1, "pinn": 1, "maml": 1, "nerf": 1, "neural_process": 1, "qat": QAT_EPOCH_STEPS,
               "ddp_wrn": DDP_WRN_EPOCH_STEPS, "swa_gc": SWA_GC_EPOCH_STEPS,
-              "link_pred": LINK_PRED_EPOCH_STEPS, "dino": 1}
+              "link_pred": LINK_PRED_EPOCH_STEPS, "dino": 1, "deepar": 1}
 """Steps between evaluations where not 25: a family judged on a held-out metric
 (`OUTCOME_METRICS`) evaluates every step; the QAT model once an epoch, after it (from step 15, never
 before training: an eval-mode forward of the untrained model, its fused BNs on their initial running
@@ -3064,6 +3189,12 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                             fault=fault, accumulation=options["accumulation"], bf16=options["bf16"],
                             eval_draw=eval_draw, config=config, recorder_options=recorder_options,
                             eval_metrics=lambda: EVAL_METRICS[arch](model))
+    elif arch == "deepar":  # GluonTS's DeepAREstimator.train: lightning.Trainer(gradient_clip_val=10).fit
+        outcome = train_lightning(run_dir, model, optimizer, draw, eval_draw, steps=STEPS, lr_at=schedule, fault=fault,
+                                  loss_fn=deepar_loss, accumulation=options["accumulation"], clip=recipe.clip,
+                                  bf16=options["bf16"], eval_every=EVAL_EVERY[arch], config=config,
+                                  recorder_options=recorder_options, eval_metrics=lambda: EVAL_METRICS[arch](model),
+                                  plateau=DEEPAR_PLATEAU)
     elif arch == "clip":
         outcome = train_lightning(run_dir, model, optimizer, draw, eval_draw, steps=STEPS, lr_at=schedule, fault=fault,
                                   loss_fn=clip_loss, accumulation=options["accumulation"], clip=recipe.clip,
