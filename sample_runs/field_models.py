@@ -571,6 +571,7 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "dino_ema_update", "dino_cosine_scheduler", "dino_clip_gradients", "dino_cancel_gradients_last_layer",
            "dino_params_groups", "dino_knn_top1",
            "DeepAR", "FeatureEmbedder", "StudentTProjection", "MeanScaler", "deepar_loss", "deepar_sample_paths",
+           "student_t_log_prob", "student_t_sample",
            "mean_weighted_quantile_loss", "DEEPAR_LAGS", "DEEPAR_PREDICTION_LENGTH", "DEEPAR_CONTEXT_LENGTH",
            "DEEPAR_HIDDEN", "DEEPAR_LAYERS", "DEEPAR_DROPOUT", "DEEPAR_EMBEDDING", "DEEPAR_SAMPLES", "DEEPAR_QUANTILES",
            "DEEPAR_TIME_FEATURES", "deepar_time_features", "DINO_IMG", "DINO_LOCAL_IMG", "DINO_WIDTH",
@@ -8598,8 +8599,25 @@ def deepar_loss(output, _targets=None) -> torch.Tensor:
     data, the same gradients. Not bounded below by 0: a sharp, right t scores a negative NLL."""
     params, scale, target, observed = output
     df, loc, t_scale = params.unbind(-1)
-    nll = -torch.distributions.StudentT(df, loc, t_scale).log_prob(target / scale)
+    nll = -student_t_log_prob(target / scale, df, loc, t_scale)
     return (nll * observed).sum() / torch.clamp(observed.sum(), min=1.0)
+
+
+def student_t_log_prob(value: torch.Tensor, df: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """`torch.distributions.StudentT(df, loc, scale).log_prob(value)`'s formula, without its argument
+    check: StudentT builds a `Chi2(df)` that validates by default and raises a ValueError at the
+    first NaN parameter; the zoo's loops see a NaN loss instead, as for every family."""
+    y = (value - loc) / scale
+    z = scale.log() + 0.5 * df.log() + 0.5 * math.log(math.pi) + torch.lgamma(0.5 * df) - torch.lgamma(0.5 * (df + 1.0))
+    return -0.5 * (df + 1.0) * torch.log1p(y ** 2.0 / df) - z
+
+
+def student_t_sample(df: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """`StudentT(df, loc, scale).sample()` as torch draws it (a standard normal, then a χ²(df) as
+    Gamma(df / 2, rate 1/2)), without the argument check (`student_t_log_prob`)."""
+    x = torch.randn_like(loc)
+    chi2 = torch.distributions.Gamma(0.5 * df, torch.full_like(df, 0.5), validate_args=False).sample()
+    return loc + scale * x * torch.rsqrt(chi2 / df)
 
 
 def deepar_sample_paths(model: DeepAR, batch: dict[str, torch.Tensor], num_samples: int = DEEPAR_SAMPLES) -> torch.Tensor:
@@ -8607,7 +8625,8 @@ def deepar_sample_paths(model: DeepAR, batch: dict[str, torch.Tensor], num_sampl
     first future value's t), each series' LSTM state repeated `num_samples` times
     (`repeat_interleave`), then prediction_length − 1 steps that each sample the next value and feed
     it back, scaled, as the lags' newest value; returns (B, num_samples, prediction_length) paths in
-    the data's units. The caller owns the mode and the random state."""
+    the data's units, drawn in float32 (under bf16 autocast too). The caller owns the mode and the
+    random state."""
     past = batch["past_target"]
     context_len, horizon = model.context_length, model.prediction_length
     _, scale = model.scaler(past[:, -context_len:], batch["past_observed_values"][:, -context_len:])
@@ -8620,17 +8639,18 @@ def deepar_sample_paths(model: DeepAR, batch: dict[str, torch.Tensor], num_sampl
     state = tuple(repeat(s, dim=1) for s in state)
     sequence, scale, static = repeat(sequence), repeat(scale), repeat(static)
     future_time_feat = repeat(batch["future_time_feat"])
-    params = model.param_proj(repeat(output[:, -1:]))
+    float32 = lambda args: tuple(a.float() for a in args)  # noqa: E731 - under bf16 autocast: no bf16 gamma sampler
+    params = float32(model.param_proj(repeat(output[:, -1:])))
     samples = []
     for k in range(horizon):
-        scaled = torch.distributions.StudentT(*params).sample()
+        scaled = student_t_sample(*params)
         samples.append(scaled * scale)
         sequence = torch.cat([sequence, scaled], dim=1)
         if k == horizon - 1:
             break
         step_in = model._inputs(sequence, sequence.shape[1], 1, future_time_feat[:, k + 1:k + 2], static)
         output, state = model.rnn(step_in, state)
-        params = model.param_proj(output)
+        params = float32(model.param_proj(output))
     return torch.cat(samples, dim=1).view(past.shape[0], num_samples, horizon)
 
 
