@@ -31,7 +31,7 @@ hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECT
 classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST, a timm ResNet, a VGG pruned
 gradually, a quantization-aware MobileNetV2, Hugging Face's ALBERT, a Deep Equilibrium model,
 MoCo v2, a timm ResNet under activation checkpointing with Stochastic Weight Averaging, Tacotron 2, a
-GraphSAGE link predictor and DINO (`field_models`),
+GraphSAGE link predictor, DINO and a DeepAR forecaster (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -152,7 +152,13 @@ regularised groups each step, `clip_gradients` per parameter at 3.0 and `cancel_
 for the first epoch before each step, the teacher moved by an EMA at a cosine momentum schedule
 after it, never by the optimizer; `DINOLoss` with its center; eval_knn.py's weighted kNN top-1 of
 the teacher's backbone each step, which its truth reads) on multi-crop batches (2 global + 4 local
-crops, `DataAugmentationDINO`) of synthetic class textures. Faults
+crops, `DataAugmentationDINO`) of synthetic class textures, DeepAR by Lightning
+(`framework_loops.train_lightning`) with GluonTS's DeepAREstimator / DeepARLightningModule recipe
+(Adam at 1e-3, weight decay 1e-8 as L2 on every parameter, the Trainer's `gradient_clip_val` 10,
+`ReduceLROnPlateau(factor=0.5)` on the epoch's mean train_loss, batch 32; the Student's t NLL of the
+scaled targets, teacher-forced; its validation_step's val_loss and the held-out day's mean weighted
+quantile loss of 20 sample paths a series after every step, which its truth reads) on
+`InstanceSplitter` windows of related hourly series. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -160,7 +166,7 @@ whose loss does not fall as it learns declares the metric its truth reads instea
 (`OUTCOME_METRICS`: the agents' reward (the PPO agent's episodic return), the WGAN's sample distance, the flow's NLL less the data's
 entropy, the triplet net's held-out recall@1, the PINN's held-out error to the exact solution, MAML's
 post-adaptation loss on held-out tasks, pix2pix's held-out L1 error, the NeRF's held-out view's MSE,
-the SAC agent's episodic return, the SN-GAN's sample distance).
+the SAC agent's episodic return, the SN-GAN's sample distance, DeepAR's held-out weighted quantile loss).
 """
 from __future__ import annotations
 
@@ -1539,7 +1545,12 @@ the GAT's: the whole graph's features ride in every batch, so the fault corrupts
 step's encoding of every node, as a corrupted feature-store read would; the positive and negative
 edge indices and the training graph's `edge_index` are integers and left as they are), DINO's
 its six crops of each standardised texture (the fault corrupts every crop of the loader's dict: the
-student sees all six, the teacher the two global ones, whose outputs also move the loss's center);
+student sees all six, the teacher the two global ones, whose outputs also move the loss's center),
+DeepAR's float fields of its `InstanceSplitter` dict: `past_target` and `future_target` (the scaler
+divides a ×1e3 window by its own ×1e3 mean, so the scaled lags are the clean ones again and only the
+log-scale static feature moves, by ln 1e3), the observed-value masks (loss weights: a ×1e3 mask
+changes no weighted average), the time features and the dummy `feat_static_real` (0, left 0);
+the integer `feat_static_cat` left as it is;
 word2vec and the BiLSTM-CRF read
 word IDs, Tacotron 2 character IDs (its batch's float mels are the decoder's teacher-forced frames
 and, the same tensor, its targets: the bad-batch faults corrupt a loader's features, and here would
@@ -1553,8 +1564,10 @@ actions are its own samples; a flow's density, TransE's triples and their corrup
 word pairs and their sampled negatives; the MAE's targets are its own images' masked patches,
 mae's loop drops the labels; the SAE reconstructs its own activations; the SN-GAN is unconditional;
 MoCo's labels are the positive key's index 0, the loader's own labels dropped as main_moco.py's `_`;
-DINO's targets are its teacher's outputs, main_dino.py's loop drops the labels, `(images, _)`):
-no labels to corrupt."""
+DINO's targets are its teacher's outputs, main_dino.py's loop drops the labels, `(images, _)`;
+DeepAR's targets are its own series' future values, `future_target`, which the same batch feeds
+(lagged) to its LSTM as teacher-forced inputs, as Tacotron 2's mels: flipping a target alone would be
+no loader's corruption): no labels to corrupt."""
 
 
 LEFT_OUT = {

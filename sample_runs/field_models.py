@@ -457,6 +457,23 @@
   `cancel_gradients_last_layer` and `get_params_groups`; eval_knn.py's weighted kNN (`dino_knn_top1`).
   On `DataAugmentationDINO`'s crops of synthetic textures (`field.dino_multicrop_sampler`,
   `field._dino_patterns`).
+- `DeepAR`, `MeanScaler`, `FeatureEmbedder`, `StudentTProjection`, `deepar_loss`,
+  `deepar_sample_paths`, `mean_weighted_quantile_loss`, `student_t_log_prob`, `student_t_sample`:
+  DeepAR (Salinas et al. 2020, "DeepAR: Probabilistic forecasting with autoregressive recurrent
+  networks") as GluonTS's `gluonts/torch/model/deepar/module.py` (`DeepARModel`) and
+  `lightning_module.py` (`DeepARLightningModule`) lay it out, in plain torch: `embedder`, a
+  `FeatureEmbedder` of the series' ID (`embedding_dimension` 24); `scaler`, GluonTS torch's
+  `MeanScaler` (mean |value| of the observed context, the batch's mean for a context summing to 0,
+  floor 1e-10, detached); `rnn`, `nn.LSTM` (2 layers × 40, dropout 0.1) over the scaled target's
+  `lags_seq` (`get_lags_for_frequency("H")` up to a week), hour-of-day / day-of-week / age time
+  features and the static features (embedding, the dummy `feat_static_real`, log scale);
+  `param_proj`, `StudentTOutput`'s projection (df = 2 + softplus, scale = softplus). Training is
+  `unroll_lagged_rnn`, teacher-forced over context_length − 1 + prediction_length steps, the loss
+  the t's NLL of the scaled targets (`deepar_loss`: below 0 once its t is sharp and right);
+  prediction the model's sampling forward (`deepar_sample_paths`: the LSTM state repeated per path,
+  each sample fed back as the newest lag), scored by GluonTS `Evaluator`'s `mean_wQuantileLoss`
+  (`mean_weighted_quantile_loss`). Trained by Lightning (`framework_loops.train_lightning`). On
+  related hourly series, continuous and count-like (`data.related_series`, `field._deepar_data`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
