@@ -75,7 +75,7 @@ SECTION = "## Detection"
 BENIGN_LABELS = {"healthy", "loss_spike_recovered", "recovered_incident"}
 DEFAULT = "default"
 GENERATED_FILE = ".generated.json"
-NEVER_SEEN_ARCHS = ("dino", "link_pred")
+NEVER_SEEN_ARCHS = ("detr", "deepar")
 """Model families added to the zoo before the detectors' last changes and never analysed while any
 detector changed: the headline's runs."""
 INFORMED_DEFAULTS = {

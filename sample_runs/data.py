@@ -49,6 +49,9 @@ __all__ = [
     "DETR_SHAPES",
     "DetrShapesSpec",
     "detr_shapes",
+    "RELATED_SERIES",
+    "RelatedSeriesSpec",
+    "related_series",
     "two_views_sampler",
     "images_sampler",
     "SPEECH",
@@ -491,6 +494,52 @@ class LinkGraphSpec:
 
 
 LINK_GRAPH = LinkGraphSpec()
+
+
+@dataclass(frozen=True)
+class RelatedSeriesSpec:
+    """Many related hourly series for a DeepAR forecaster: `series` of `length` hours each (the last
+    `prediction_length` held out, GluonTS's test split), on scales drawn log-uniformly from 1 to
+    `max_level` per series. Each is a level × (1 + daily and weekly seasonal profiles of its own
+    amplitudes and phases + a linear trend) with noise: `continuous` of them Gaussian noise of 5-20 %
+    of the level (clipped at 0), the rest Poisson counts of that mean at levels 0.3-30 (the smallest
+    intermittent: most hours 0)."""
+
+    series: int = 48
+    length: int = 24 * 28
+    prediction_length: int = 24
+    max_level: float = 1000.0
+    continuous: int = 32
+    max_count_level: float = 30.0
+
+
+RELATED_SERIES = RelatedSeriesSpec()
+
+
+@lru_cache(maxsize=1)
+def related_series() -> torch.Tensor:
+    """The (series, length) float32 values of `RELATED_SERIES`, the same for every seed (the dataset;
+    a seed draws its windows): hour t's daily phase t mod 24, weekly phase t mod 168."""
+    spec, generator = RELATED_SERIES, torch.Generator().manual_seed(3737)
+    t = torch.arange(spec.length, dtype=torch.float64)
+
+    def uniform(low: float, high: float, n: int) -> torch.Tensor:
+        return low + (high - low) * torch.rand(n, generator=generator, dtype=torch.float64)
+
+    n = spec.series
+    daily = uniform(0.2, 0.8, n)[:, None] * torch.sin(2 * math.pi * (t / 24 + uniform(0, 1, n)[:, None]))
+    weekly = uniform(0.0, 0.4, n)[:, None] * torch.sin(2 * math.pi * (t / 168 + uniform(0, 1, n)[:, None]))
+    trend = uniform(-0.3, 0.5, n)[:, None] * t / spec.length
+    profile = (1 + daily + weekly + trend).clamp(min=0.05)
+    continuous = spec.continuous
+    levels = torch.cat([torch.exp(uniform(0.0, math.log(spec.max_level), continuous)),
+                        torch.exp(uniform(math.log(0.3), math.log(spec.max_count_level), n - continuous))])
+    mean = levels[:, None] * profile
+    noise = uniform(0.05, 0.2, n)[:, None] * levels[:, None] * torch.randn(n, spec.length, generator=generator,
+                                                                            dtype=torch.float64)
+    values = torch.cat([(mean[:continuous] + noise[:continuous]).clamp(min=0.0),
+                        torch.poisson(mean[continuous:], generator=generator)])
+    return values.float()
 
 
 @lru_cache(maxsize=1)

@@ -31,7 +31,7 @@ hypernetwork, a Diffusion Transformer, a sparse autoencoder, an SN-GAN, an ELECT
 classifier, torchvision's DeepLabV3, Hugging Face's DecisionTransformerModel, PatchTST, a timm ResNet, a VGG pruned
 gradually, a quantization-aware MobileNetV2, Hugging Face's ALBERT, a Deep Equilibrium model,
 MoCo v2, a timm ResNet under activation checkpointing with Stochastic Weight Averaging, Tacotron 2, a
-GraphSAGE link predictor, DINO and DETR (`field_models`),
+GraphSAGE link predictor, DINO, DETR and a DeepAR forecaster (`field_models`),
 each trained by nanoGPT's loop (`training.train_field`) with its own loss:
 AdamW with weight decay on matrices only, one param group pair per block, linear warm-up then
 cosine decay, gradient clipping, an eval loop; the T5 by Hugging Face's `Trainer` and the CLIP
@@ -158,7 +158,13 @@ backbone's at a tenth of the rest's lr, weight decay 1e-4 on every parameter, `S
 `lr_drop`, no warm-up; `clip_grad_norm_` at `clip_max_norm` 0.1 before each step; the loss the sum of
 `SetCriterion`'s weighted dict (Hungarian-matched CE with the no-object class at `eos_coef` 0.1, L1 ×5,
 GIoU ×2, each decoder layer's auxiliary copies), each part recorded beside it; VOC AP50 of the held-out
-images every 25 steps) on synthetic colour shapes with their boxes. Faults
+images every 25 steps) on synthetic colour shapes with their boxes, DeepAR by Lightning
+(`framework_loops.train_lightning`) with GluonTS's DeepAREstimator / DeepARLightningModule recipe
+(Adam at 1e-3, weight decay 1e-8 as L2 on every parameter, the Trainer's `gradient_clip_val` 10,
+`ReduceLROnPlateau(factor=0.5)` on the epoch's mean train_loss, batch 32; the Student's t NLL of the
+scaled targets, teacher-forced; its validation_step's val_loss and the held-out day's mean weighted
+quantile loss of 20 sample paths a series after every step, which its truth reads) on
+`InstanceSplitter` windows of related hourly series. Faults
 come from `faults.py`, at a step t0 and on a tensor drawn per (family, arch, seed); the truth
 comes from the injection and from the losses the loop saw (a fault the run shrugs off is
 recorded as healthy), never from the analyzer. A family
@@ -166,7 +172,7 @@ whose loss does not fall as it learns declares the metric its truth reads instea
 (`OUTCOME_METRICS`: the agents' reward (the PPO agent's episodic return), the WGAN's sample distance, the flow's NLL less the data's
 entropy, the triplet net's held-out recall@1, the PINN's held-out error to the exact solution, MAML's
 post-adaptation loss on held-out tasks, pix2pix's held-out L1 error, the NeRF's held-out view's MSE,
-the SAC agent's episodic return, the SN-GAN's sample distance).
+the SAC agent's episodic return, the SN-GAN's sample distance, DeepAR's held-out weighted quantile loss).
 """
 from __future__ import annotations
 
@@ -249,6 +255,8 @@ from .data import (
     sbm_link_split,
     DETR_SHAPES,
     detr_shapes,
+    RELATED_SERIES,
+    related_series,
     shapes_data,
     VOC_SHAPES,
     voc_shapes,
@@ -351,6 +359,15 @@ from .field_models import (
     link_pred_clip_,
     link_pred_hits,
     link_pred_loss,
+    DeepAR,
+    DEEPAR_PREDICTION_LENGTH,
+    DEEPAR_CONTEXT_LENGTH,
+    DEEPAR_LAGS,
+    DEEPAR_SAMPLES,
+    deepar_loss,
+    deepar_sample_paths,
+    mean_weighted_quantile_loss,
+    deepar_time_features,
     agp_prune,
     global_sparsity,
     QAT_BACKEND,
@@ -830,6 +847,23 @@ records' 0.4; `stable_decay`)."""
 MUON_GPT_MOMENTUM_WARMUP = 32
 """Steps of Muon's momentum warm-up 0.85 -> 0.95 (`muon_gpt_momentum`): modded-nanogpt's 300 of its
 1393 iterations, the same share of 150 steps."""
+DEEPAR_LR = 1e-3
+"""DeepAR's Adam lr: `DeepARLightningModule`'s default 1e-3, as it is."""
+DEEPAR_BATCH = 32
+"""DeepAR's `batch_size` (GluonTS's default 32 windows)."""
+DEEPAR_CLIP = 10.0
+"""`gradient_clip_val` 10.0 in the Lightning `Trainer`: GluonTS's `PyTorchLightningEstimator` default
+`trainer_kwargs`; Lightning's norm clip over every parameter, after the closure's backward."""
+DEEPAR_BATCHES_PER_EPOCH = 10
+"""`num_batches_per_epoch` (GluonTS's 50; 10 here: 15 epochs a run, so that the plateau scheduler
+(its monitor the epoch's mean train_loss) sees epochs at all in 150 steps)."""
+DEEPAR_PLATEAU = {"mode": "min", "factor": 0.5, "patience": 3}
+"""`DeepARLightningModule.configure_optimizers`'s `ReduceLROnPlateau(mode="min", factor=0.5,
+patience=self.patience)` on `train_loss` once an epoch; patience 3 epochs of 10 batches (GluonTS's
+default 10 epochs of 50 batches would never fire in 150 steps)."""
+DEEPAR_EVAL_SEED = 37
+"""The seed of the sample paths each validation draws (`torch.random.fork_rng`: the same draws every
+validation, the training's random state untouched)."""
 
 RECIPES = {
     "gpt": Recipe(lr=3e-3, weight_decay=0.1, batch=8, accumulation=2, betas=(0.9, 0.95)),
@@ -1159,6 +1193,13 @@ RECIPES = {
     # same Adam updates) so that an lr spike can hit one layer.
     "link_pred": Recipe(lr=LINK_PRED_LR, weight_decay=0.0, batch=LINK_PRED_BATCH, clip=None, warmup=0,
                         optimizer="adam", schedule="constant"),
+    # GluonTS's DeepARLightningModule.configure_optimizers: `torch.optim.Adam(self.model.parameters(),
+    # lr=1e-3, weight_decay=1e-8)` (L2 in the gradient, every parameter), `ReduceLROnPlateau` on the
+    # epoch's train_loss (`DEEPAR_PLATEAU`, in `_train`: no warm-up, no other schedule); the
+    # estimator's Trainer `gradient_clip_val` 10.0; batch 32. One group a unit (the same Adam updates)
+    # so that an lr spike can hit one module.
+    "deepar": Recipe(lr=DEEPAR_LR, weight_decay=1e-8, batch=DEEPAR_BATCH, clip=DEEPAR_CLIP, warmup=0,
+                     optimizer="adam", schedule="constant"),
 }
 OPTIMIZERS = {
     "sgd": lambda groups, lr, recipe: torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True),
@@ -1228,7 +1269,8 @@ LOSSES = {"autoencoder": torch.nn.functional.mse_loss,
           "qat": torch.nn.functional.cross_entropy, "deq": torch.nn.functional.cross_entropy,
           "ddp_wrn": torch.nn.functional.cross_entropy,
           "moco": moco_loss, "swa_gc": torch.nn.functional.cross_entropy, "tacotron": tacotron2_loss,
-          "link_pred": link_pred_loss, "detr": detr_loss(DETR_SHAPES.classes)}
+          "link_pred": link_pred_loss, "detr": detr_loss(DETR_SHAPES.classes),
+          "deepar": deepar_loss}
 """Each architecture's loss (`train_field`'s `loss_fn`); cross-entropy over class indices otherwise."""
 
 
@@ -1300,6 +1342,10 @@ OUTCOME_METRICS = {
     # teacher's kNN top-1 rose 62-69 -> 84-87 %): eval_knn.py's kNN top-1 of the teacher instead, as
     # main_dino.py's users read it.
     "dino": OutcomeMetric("val_knn_top1", higher_is_better=True, best=100.0),
+    # DeepAR's loss is a Student's t NLL of the scaled targets, which goes below 0 once its t is sharp
+    # and right (healthy runs end negative), where the twin rule's ratios would turn over: the held-out
+    # weighted quantile loss of its sample paths instead (≥ 0, 0 a perfect forecast), every step.
+    "deepar": OutcomeMetric("val_wql", higher_is_better=False, best=0.0),
 }
 """Families judged on a metric (see `OutcomeMetric`; `loss`: the training loss's distance to its
 floor); every other family on its training loss."""
@@ -1496,7 +1542,7 @@ FLOAT_INPUTS = ("transformer", "resnet", "vit", "mixer", "tcn", "autoencoder", "
                 "capsnet", "sac", "mae", "tabnet", "perceiver", "wavenet", "set_transformer", "conformer",
                 "gat", "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan", "deeplab",
                 "decision_transformer", "patchtst", "timm_mixup", "gradual_pruning",
-                "qat", "deq", "ddp_wrn", "moco", "swa_gc", "link_pred", "dino", "detr")
+                "qat", "deq", "ddp_wrn", "moco", "swa_gc", "link_pred", "dino", "detr", "deepar")
 """Architectures whose batch has float features (the bad-batch faults); the LMs (and BERT, and the
 ELECTRA classifier and ALBERT: their dict batches are int64 `input_ids`, `attention_mask` (and ALBERT's `token_type_ids`)) read token IDs, TransE entity and relation IDs. The agent's batch is the observations its update reads (a
 corrupted rollout buffer), the DQN agent's the observations it samples from its replay buffer (a
@@ -1545,7 +1591,12 @@ the GAT's: the whole graph's features ride in every batch, so the fault corrupts
 step's encoding of every node, as a corrupted feature-store read would; the positive and negative
 edge indices and the training graph's `edge_index` are integers and left as they are), DINO's
 its six crops of each standardised texture (the fault corrupts every crop of the loader's dict: the
-student sees all six, the teacher the two global ones, whose outputs also move the loss's center);
+student sees all six, the teacher the two global ones, whose outputs also move the loss's center),
+DeepAR's float fields of its `InstanceSplitter` dict: `past_target` and `future_target` (the scaler
+divides a ×1e3 window by its own ×1e3 mean, so the scaled lags are the clean ones again and only the
+log-scale static feature moves, by ln 1e3), the observed-value masks (loss weights: a ×1e3 mask
+changes no weighted average), the time features and the dummy `feat_static_real` (0, left 0);
+the integer `feat_static_cat` left as it is;
 word2vec and the BiLSTM-CRF read
 word IDs, Tacotron 2 character IDs (its batch's float mels are the decoder's teacher-forced frames
 and, the same tensor, its targets: the bad-batch faults corrupt a loader's features, and here would
@@ -1553,14 +1604,16 @@ corrupt the decoder's inputs but not its targets, which upstream are one `mel_pa
 
 
 UNTARGETED = ("simclr", "ddpm", "clip", "reinforce", "wgan_gp", "dqn", "byol", "realnvp", "transe", "word2vec",
-              "ppo", "sac", "mae", "sae", "sngan", "moco", "dino")
+              "ppo", "sac", "mae", "sae", "sngan", "moco", "dino", "deepar")
 """Architectures trained without targets (self-supervised, generative, contrastive; an agent's
 actions are its own samples; a flow's density, TransE's triples and their corruptions, word2vec's
 word pairs and their sampled negatives; the MAE's targets are its own images' masked patches,
 mae's loop drops the labels; the SAE reconstructs its own activations; the SN-GAN is unconditional;
 MoCo's labels are the positive key's index 0, the loader's own labels dropped as main_moco.py's `_`;
-DINO's targets are its teacher's outputs, main_dino.py's loop drops the labels, `(images, _)`):
-no labels to corrupt."""
+DINO's targets are its teacher's outputs, main_dino.py's loop drops the labels, `(images, _)`;
+DeepAR's targets are its own series' future values, `future_target`, which the same batch feeds
+(lagged) to its LSTM as teacher-forced inputs, as Tacotron 2's mels: flipping a target alone would be
+no loader's corruption): no labels to corrupt."""
 
 
 LEFT_OUT = {
@@ -2332,6 +2385,89 @@ def _link_pred_data(micro: int, seed: int):
     return link_pred_sampler(micro, seed), _link_pred_eval_draw, 2, 2 * math.log(2)
 
 
+def deepar_window(values: torch.Tensor, series: torch.Tensor, split: torch.Tensor,
+                  past_length: int = DEEPAR_CONTEXT_LENGTH + max(DEEPAR_LAGS),
+                  prediction_length: int = DEEPAR_PREDICTION_LENGTH) -> dict[str, torch.Tensor]:
+    """GluonTS's `InstanceSplitter` output for the windows of `series` cut at `split` (hours): the
+    `past_length` values before it (`past_target`; before the series began, `pad_value` 0 and
+    `past_observed_values` 0, as `AddObservedValuesIndicator` and the splitter pad them), the
+    `prediction_length` after it (`future_target`, all observed), their time features (0 where
+    padded), `feat_static_cat` the series' ID and `feat_static_real` GluonTS's dummy [0.0]."""
+    hours = split[:, None] + torch.arange(-past_length, prediction_length)[None, :]
+    inside = hours >= 0
+    rows = values[series[:, None], hours.clamp(min=0)] * inside
+    time_feat = deepar_time_features(hours.clamp(min=0)) * inside[..., None]
+    observed = inside.float()
+    return {"past_target": rows[:, :past_length], "past_observed_values": observed[:, :past_length],
+            "past_time_feat": time_feat[:, :past_length], "future_target": rows[:, past_length:],
+            "future_observed_values": observed[:, past_length:], "future_time_feat": time_feat[:, past_length:],
+            "feat_static_cat": series[:, None], "feat_static_real": torch.zeros(len(series), 1)}
+
+
+class DeepARTrainingBatches:
+    """GluonTS's `TrainDataLoader` for DeepAR: each epoch `DEEPAR_BATCHES_PER_EPOCH` batches
+    (`num_batches_per_epoch`) of `batch_size` windows, each a series drawn uniformly (the cycled,
+    shuffled dataset) cut at a point drawn uniformly in [0, T − prediction_length] of its training
+    part (`ExpectedNumInstanceSampler(num_instances=1.0, min_future=prediction_length)`'s range, the
+    held-out last day excluded), by `deepar_window`; the draws continue across epochs from one
+    seeded generator, as the estimator's `IterableSlice` of one stream does."""
+
+    def __init__(self, batch_size: int, seed: int, accumulation: int = 1) -> None:
+        self.batch_size, self.accumulation = batch_size, accumulation
+        self.generator = torch.Generator().manual_seed(seed)
+        self.values = related_series()[:, :-RELATED_SERIES.prediction_length]
+
+    def __len__(self) -> int:  # an epoch's optimizer steps the same under accumulation (no short last step)
+        return DEEPAR_BATCHES_PER_EPOCH * self.accumulation
+
+    def draw(self) -> dict[str, torch.Tensor]:
+        series = torch.randint(0, self.values.shape[0], (self.batch_size,), generator=self.generator)
+        split = torch.randint(0, self.values.shape[1] - DEEPAR_PREDICTION_LENGTH + 1, (self.batch_size,),
+                              generator=self.generator)
+        return deepar_window(self.values, series, split)
+
+    def __iter__(self):
+        return (self.draw() for _ in range(len(self)))
+
+
+@lru_cache(maxsize=1)
+def _deepar_held_out() -> dict[str, torch.Tensor]:
+    """The test split as one batch: every series' last `prediction_length` hours (GluonTS's
+    `split(dataset, offset=-prediction_length)`), the history before them its past."""
+    values = related_series()
+    series = torch.arange(values.shape[0])
+    return deepar_window(values, series, torch.full_like(series, values.shape[1] - RELATED_SERIES.prediction_length))
+
+
+def deepar_evaluate(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    """`val_wql`: GluonTS `Evaluator`'s mean_wQuantileLoss of `DEEPAR_SAMPLES` sample paths a
+    held-out series (`deepar_sample_paths`) over the prediction range; the samples drawn under
+    `torch.random.fork_rng` from `DEEPAR_EVAL_SEED` (the same draws every validation; the caller's
+    mode and no-grad state)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(DEEPAR_EVAL_SEED)
+        samples = deepar_sample_paths(model, batch, DEEPAR_SAMPLES)
+    return {"val_wql": mean_weighted_quantile_loss(samples, batch["future_target"])}
+
+
+def _deepar_chance() -> float:
+    """val_wql of a forecast that knows each series' level and nothing else: every quantile of every
+    hour its context's mean |value| (the `MeanScaler`'s scale)."""
+    batch = _deepar_held_out()
+    level = batch["past_target"][:, -DEEPAR_CONTEXT_LENGTH:].abs().mean(1, keepdim=True)
+    return mean_weighted_quantile_loss(level.expand_as(batch["future_target"]).unsqueeze(1),
+                                       batch["future_target"])
+
+
+def _deepar_data(micro: int, seed: int):
+    """DeepAR's training windows (`DeepARTrainingBatches`) of the related series
+    (`data.related_series`, one dataset for every seed), the held-out last day as one validation
+    batch; `classes` the number of series (the embedding's cardinality); chance (on the judged
+    val_wql, `OUTCOME_METRICS`): `_deepar_chance`."""
+    held_out = torch.utils.data.DataLoader([_deepar_held_out()], batch_size=None)  # the one batch as it is
+    return DeepARTrainingBatches(micro, seed, DEEPAR_BATCH // micro), held_out, RELATED_SERIES.series, _deepar_chance()
+
+
 def _poisson_data(micro: int, seed: int):
     """Collocation and boundary points of DeepXDE's Poisson problem, held-out points for its
     `val_loss`; chance: the l2 relative error of u ≡ 0, 1."""
@@ -2632,7 +2768,8 @@ ARCH_DATA = {"realnvp": _density_data, "transe": _triples_data, "kws": _keyword_
              "gradual_pruning": _standardised_digits_data, "qat": _pattern_data,
              "deq": _deq_digits_data, "ddp_wrn": _ddp_wrn_data,
              "moco": _moco_data, "swa_gc": _pattern_data, "tacotron": _tacotron_data,
-             "link_pred": _link_pred_data, "dino": _dino_data, "detr": _detr_data}
+             "link_pred": _link_pred_data, "dino": _dino_data, "detr": _detr_data,
+             "deepar": _deepar_data}
 """(draw, eval_draw, classes, chance) of the round-12 to round-22 families, from the micro-batch
 size and the seed."""
 EVAL_METRICS = {
@@ -2675,6 +2812,9 @@ EVAL_METRICS = {
     "dino": lambda teacher: {"val_knn_top1": dino_knn_top1(teacher.wrapper.backbone, *_dino_knn_split())},
     # engine.py's evaluate() (PostProcess, then an evaluator) reduced to VOC AP at IoU 0.5 over the classes.
     "detr": lambda model: {"val_ap50": detr_evaluate_ap50(model, *_detr_held_out())},
+    # GluonTS's Evaluator on the test split (the held-out last day of every series): mean_wQuantileLoss
+    # of the sample paths (`train_lightning` runs it in each validation_step, beside val_loss).
+    "deepar": lambda model: deepar_evaluate(model, _deepar_held_out()),
     # train_quantization.py's two evaluations each epoch: the QAT (fake-quant) model (eval mode, no
     # gradient: its observers still observe where enabled, as the reference's do), then an int8 copy.
     "qat": lambda model: {"val_top1": timm_top1(model, pattern_images().x[1600:], pattern_images().y[1600:]),
@@ -2686,7 +2826,7 @@ EVAL_METRICS = {
 
 EVAL_EVERY = {"triplet": 1, "pinn": 1, "maml": 1, "nerf": 1, "neural_process": 1, "qat": QAT_EPOCH_STEPS,
               "ddp_wrn": DDP_WRN_EPOCH_STEPS, "swa_gc": SWA_GC_EPOCH_STEPS,
-              "link_pred": LINK_PRED_EPOCH_STEPS, "dino": 1}
+              "link_pred": LINK_PRED_EPOCH_STEPS, "dino": 1, "deepar": 1}
 """Steps between evaluations where not 25: a family judged on a held-out metric
 (`OUTCOME_METRICS`) evaluates every step; the QAT model once an epoch, after it (from step 15, never
 before training: an eval-mode forward of the untrained model, its fused BNs on their initial running
@@ -3195,6 +3335,12 @@ def _train(run_dir: Path | None, family: str, arch: str, seed: int, recorder_opt
                             fault=fault, accumulation=options["accumulation"], bf16=options["bf16"],
                             eval_draw=eval_draw, config=config, recorder_options=recorder_options,
                             eval_metrics=lambda: EVAL_METRICS[arch](model))
+    elif arch == "deepar":  # GluonTS's DeepAREstimator.train: lightning.Trainer(gradient_clip_val=10).fit
+        outcome = train_lightning(run_dir, model, optimizer, draw, eval_draw, steps=STEPS, lr_at=schedule, fault=fault,
+                                  loss_fn=deepar_loss, accumulation=options["accumulation"], clip=recipe.clip,
+                                  bf16=options["bf16"], eval_every=EVAL_EVERY[arch], config=config,
+                                  recorder_options=recorder_options, eval_metrics=lambda: EVAL_METRICS[arch](model),
+                                  plateau=DEEPAR_PLATEAU)
     elif arch == "clip":
         outcome = train_lightning(run_dir, model, optimizer, draw, eval_draw, steps=STEPS, lr_at=schedule, fault=fault,
                                   loss_fn=clip_loss, accumulation=options["accumulation"], clip=recipe.clip,

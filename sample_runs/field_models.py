@@ -476,6 +476,23 @@
   (`detr_generalized_box_iou`); VOC AP at IoU 0.5 over the classes of `PostProcess`'s detections on
   held-out images (`detr_evaluate_ap50`). 6 object queries. On synthetic colour shapes
   (`data.detr_shapes`, `field._detr_data`).
+- `DeepAR`, `MeanScaler`, `FeatureEmbedder`, `StudentTProjection`, `deepar_loss`,
+  `deepar_sample_paths`, `mean_weighted_quantile_loss`, `student_t_log_prob`, `student_t_sample`:
+  DeepAR (Salinas et al. 2020, "DeepAR: Probabilistic forecasting with autoregressive recurrent
+  networks") as GluonTS's `gluonts/torch/model/deepar/module.py` (`DeepARModel`) and
+  `lightning_module.py` (`DeepARLightningModule`) lay it out, in plain torch: `embedder`, a
+  `FeatureEmbedder` of the series' ID (`embedding_dimension` 24); `scaler`, GluonTS torch's
+  `MeanScaler` (mean |value| of the observed context, the batch's mean for a context summing to 0,
+  floor 1e-10, detached); `rnn`, `nn.LSTM` (2 layers × 40, dropout 0.1) over the scaled target's
+  `lags_seq` (`get_lags_for_frequency("H")` up to a week), hour-of-day / day-of-week / age time
+  features and the static features (embedding, the dummy `feat_static_real`, log scale);
+  `param_proj`, `StudentTOutput`'s projection (df = 2 + softplus, scale = softplus). Training is
+  `unroll_lagged_rnn`, teacher-forced over context_length − 1 + prediction_length steps, the loss
+  the t's NLL of the scaled targets (`deepar_loss`: below 0 once its t is sharp and right);
+  prediction the model's sampling forward (`deepar_sample_paths`: the LSTM state repeated per path,
+  each sample fed back as the newest lag), scored by GluonTS `Evaluator`'s `mean_wQuantileLoss`
+  (`mean_weighted_quantile_loss`). Trained by Lightning (`framework_loops.train_lightning`). On
+  related hourly series, continuous and count-like (`data.related_series`, `field._deepar_data`).
 
 `vit` and `lstm_lm` were added after the analyzer's defaults of issue 12's first round and scored
 once before any of their analyses was read; `mixer` and `tcn` likewise before the second round,
@@ -495,7 +512,8 @@ the twenty-fourth, `dit` before the twenty-fifth, `sae` before the twenty-sixth,
 `decision_transformer` before the twenty-ninth, `patchtst` before the thirtieth, `timm_mixup`
 before the thirty-first, `gradual_pruning` and `qat` before the thirty-second, `albert` and `deq`
 before the thirty-third, `ddp_wrn` and `moco` before the thirty-fourth, `swa_gc` and `tacotron` before the
-thirty-fifth, `dino` and `link_pred` before the thirty-sixth (benchmarks/detection.py `NEVER_SEEN_ARCHS`).
+thirty-fifth, `dino` and `link_pred` before the thirty-sixth, `detr` and `deepar` before the thirty-seventh
+(benchmarks/detection.py `NEVER_SEEN_ARCHS`).
 
 Each model lists its `units`: the modules that partition its parameters in forward order, used to
 build one param group per unit (per-block learning rates) and to name what a fault hits; the
@@ -595,7 +613,12 @@ __all__ = ["EncoderClassifier", "ResNet", "GRULM", "ViT", "TiedLSTMLM", "Mixer",
            "DinoResNet", "DinoBasicBlock",
            "DINOHead", "DinoMultiCropWrapper", "DinoTeacher", "DINOLoss", "dino_student", "dino_teacher",
            "dino_ema_update", "dino_cosine_scheduler", "dino_clip_gradients", "dino_cancel_gradients_last_layer",
-           "dino_params_groups", "dino_knn_top1", "DINO_IMG", "DINO_LOCAL_IMG", "DINO_WIDTH",
+           "dino_params_groups", "dino_knn_top1",
+           "DeepAR", "FeatureEmbedder", "StudentTProjection", "MeanScaler", "deepar_loss", "deepar_sample_paths",
+           "student_t_log_prob", "student_t_sample",
+           "mean_weighted_quantile_loss", "DEEPAR_LAGS", "DEEPAR_PREDICTION_LENGTH", "DEEPAR_CONTEXT_LENGTH",
+           "DEEPAR_HIDDEN", "DEEPAR_LAYERS", "DEEPAR_DROPOUT", "DEEPAR_EMBEDDING", "DEEPAR_SAMPLES", "DEEPAR_QUANTILES",
+           "DEEPAR_TIME_FEATURES", "deepar_time_features", "DINO_IMG", "DINO_LOCAL_IMG", "DINO_WIDTH",
            "DINO_OUT_DIM", "DINO_HIDDEN", "DINO_BOTTLENECK", "DINO_LOCAL_CROPS", "DINO_USE_BN_IN_HEAD",
            "nanogpt_init", "FIELD_ARCHS"]
 
@@ -8946,6 +8969,235 @@ def detr_evaluate_ap50(model: DETR, images: torch.Tensor, labels: torch.Tensor, 
     gt_boxes = [detr_box_cxcywh_to_xyxy(b[row >= 0]).numpy() for row, b in zip(labels, boxes)]
     classes = int(model.class_embed.out_features - 1)
     return voc_ap50(scores, found, predicted, gt_labels, gt_boxes, classes)
+DEEPAR_PREDICTION_LENGTH = 24
+"""`prediction_length`: a day of hours (`data.RELATED_SERIES`)."""
+DEEPAR_CONTEXT_LENGTH = DEEPAR_PREDICTION_LENGTH
+"""`context_length`: GluonTS's `DeepAREstimator` default, the prediction length."""
+DEEPAR_LAGS = (1, 2, 3, 4, 5, 6, 7, 23, 24, 25, 47, 48, 49, 71, 72, 73, 95, 96, 97, 119, 120, 121, 143, 144, 145,
+               167, 168, 169)
+"""`lags_seq`: GluonTS's `get_lags_for_frequency("H")` up to a week (its 2-4 week and 30-day lags,
+335-721, cut: the series are 28 days long)."""
+DEEPAR_TIME_FEATURES = 3
+"""`time_features_from_frequency_str("H")`'s hour-of-day and day-of-week, each in [−0.5, 0.5] (its
+day-of-month and day-of-year left out: 28 days of one synthetic month), and `AddAgeFeature`'s
+log10(2 + t), t the hour since the series began."""
+DEEPAR_HIDDEN = 40
+"""`hidden_size` (GluonTS's default 40)."""
+DEEPAR_LAYERS = 2
+"""`num_layers` (GluonTS's default 2)."""
+DEEPAR_DROPOUT = 0.1
+"""`dropout_rate` (GluonTS's default 0.1): `nn.LSTM(dropout=...)`, between the two layers."""
+DEEPAR_EMBEDDING = 24
+"""`embedding_dimension`: GluonTS's default min(50, (cardinality + 1) // 2) for 48 series."""
+DEEPAR_SAMPLES = 20
+"""`num_parallel_samples`: sample paths a series a forecast (GluonTS's default 100; 20 here, where a
+run forecasts the held-out day after every one of its 150 steps: 100 took ~0.3 s a forecast on one
+thread, 45 of a run's 55 s)."""
+DEEPAR_QUANTILES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+"""GluonTS `Evaluator`'s default quantiles, over which `mean_wQuantileLoss` averages."""
+
+
+class MeanScaler(nn.Module):
+    """GluonTS torch's `MeanScaler(dim=1, keepdim=True)`: each series' scale the mean |value| over its
+    observed context; a series whose context sums to 0 (none observed, or all zeros: an intermittent
+    series' quiet day) gets the batch's mean scale (`default_scale` None); floored at
+    `minimum_scale` 1e-10 and detached; returns (data / scale, scale)."""
+
+    def __init__(self, minimum_scale: float = 1e-10) -> None:
+        super().__init__()
+        self.minimum_scale = minimum_scale
+
+    def forward(self, data: torch.Tensor, observed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ts_sum = (data * observed).abs().sum(1, keepdim=True)
+        num_observed = observed.sum(1, keepdim=True)
+        default_scale = ts_sum.sum(0) / torch.clamp(num_observed.sum(0), min=1)
+        scale = ts_sum / torch.clamp(num_observed, min=1)
+        scale = torch.where(ts_sum > 0, scale, default_scale)
+        scale = torch.clamp(scale, min=self.minimum_scale).detach()
+        return data / scale, scale
+
+
+class FeatureEmbedder(nn.Module):
+    """GluonTS's `FeatureEmbedder`: one `nn.Embedding` a categorical feature (`_embedders`), their
+    outputs concatenated; here one feature, the series' ID."""
+
+    def __init__(self, cardinalities: list[int], embedding_dims: list[int]) -> None:
+        super().__init__()
+        self._embedders = nn.ModuleList([nn.Embedding(c, d) for c, d in zip(cardinalities, embedding_dims)])
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.cat([embed(cat.squeeze(-1)) for embed, cat in
+                          zip(self._embedders, torch.chunk(features, len(self._embedders), dim=-1))], dim=-1)
+
+
+class StudentTProjection(nn.Module):
+    """GluonTS's `StudentTOutput().get_args_proj(hidden_size)` (`PtArgProj`): `proj`, one Linear a
+    distribution argument (df, loc, scale), then `StudentTOutput.domain_map`: scale = softplus(scale)
+    (GluonTS's later releases: squareplus), df = 2 + softplus(df); returns (df, loc, scale)."""
+
+    def __init__(self, in_features: int) -> None:
+        super().__init__()
+        self.proj = nn.ModuleList([nn.Linear(in_features, 1) for _ in range(3)])
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        df, loc, scale = (proj(x).squeeze(-1) for proj in self.proj)
+        return 2.0 + F.softplus(df), loc, F.softplus(scale)
+
+
+def deepar_time_features(hours: torch.Tensor) -> torch.Tensor:
+    """(…, 3) time features at `hours` (an integer tensor of hours since the series began):
+    `HourOfDay` and `DayOfWeek` as GluonTS's `time_feature` module scales them (index / (n − 1) −
+    0.5), `AddAgeFeature(log_scale=True)`'s log10(2 + t)."""
+    hour = (hours % 24).float() / 23.0 - 0.5
+    day = ((hours // 24) % 7).float() / 6.0 - 0.5
+    return torch.stack([hour, day, torch.log10(2.0 + hours.float())], dim=-1)
+
+
+class DeepAR(nn.Module):
+    """GluonTS's `gluonts/torch/model/deepar/module.py` `DeepARModel` (Salinas et al. 2020): an
+    autoregressive LSTM over lagged, mean-scaled targets, time features and static features, its
+    output projected to a Student's t a time step. `embedder` (`FeatureEmbedder` of the series ID,
+    `DEEPAR_EMBEDDING` wide), `rnn` (`nn.LSTM`, `DEEPAR_LAYERS` × `DEEPAR_HIDDEN`, dropout
+    `DEEPAR_DROPOUT`, batch first), `param_proj` (`StudentTProjection`), `scaler` (`MeanScaler` of
+    the context window).
+
+    Its forward is `unroll_lagged_rnn` on a training batch (the `InstanceSplitter`'s fields:
+    `feat_static_cat`, `feat_static_real`, `past_time_feat`, `past_target`, `past_observed_values`
+    over the past `DEEPAR_CONTEXT_LENGTH + max(DEEPAR_LAGS)` steps, `future_time_feat`,
+    `future_target`, `future_observed_values` over the next `DEEPAR_PREDICTION_LENGTH`): the scale
+    of the last `context_length` past values; the sequence past + future divided by it; at each of
+    the context_length − 1 + prediction_length unrolled steps τ the input is the scaled values at τ
+    − l for every lag l (`lagged_sequence_values`), the time features at τ, and the static features
+    (the embedding, `feat_static_real`, log scale), teacher-forced; it returns what
+    `DeepARLightningModule._compute_loss` reads, ((df, loc, scale) stacked (B, T, 3), the scale (B,
+    1), the target window past[-context_length + 1:] + future (B, T) and its observed mask)."""
+
+    def __init__(self, num_series: int, lags: tuple[int, ...] = DEEPAR_LAGS,
+                 context_length: int = DEEPAR_CONTEXT_LENGTH, prediction_length: int = DEEPAR_PREDICTION_LENGTH,
+                 hidden: int = DEEPAR_HIDDEN, layers: int = DEEPAR_LAYERS, dropout: float = DEEPAR_DROPOUT,
+                 embedding: int = DEEPAR_EMBEDDING) -> None:
+        super().__init__()
+        self.lags = lags
+        self.context_length, self.prediction_length = context_length, prediction_length
+        self.past_length = context_length + max(lags)
+        self.embedder = FeatureEmbedder([num_series], [embedding])
+        # lags, time features, embedding, feat_static_real (GluonTS's dummy [0.0]), log scale
+        self.rnn = nn.LSTM(len(lags) + DEEPAR_TIME_FEATURES + embedding + 1 + 1, hidden, layers, dropout=dropout,
+                           batch_first=True)
+        self.param_proj = StudentTProjection(hidden)
+        self.scaler = MeanScaler()
+        self.units = ["embedder", "rnn", "param_proj"]
+        self.hidden = ["rnn"]  # the LSTM: a detach cuts it and the embedding off, the projection learns on
+        self.exposed = ["embedder._embedders.0", "rnn", "param_proj.proj.0", "param_proj.proj.1", "param_proj.proj.2"]
+        # DeepARLightningModule.configure_optimizers: Adam(self.model.parameters(), lr, weight_decay):
+        # every parameter alike, one group a unit.
+        self.decay_everything = True
+
+    def _static(self, batch: dict[str, torch.Tensor], scale: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.embedder(batch["feat_static_cat"]), batch["feat_static_real"], scale.log()], dim=-1)
+
+    def _inputs(self, sequence: torch.Tensor, start: int, steps: int, time_feat: torch.Tensor,
+                static: torch.Tensor) -> torch.Tensor:
+        """The RNN's inputs at positions start … start + steps − 1 of the scaled `sequence`: its
+        value at τ − l for each lag l, the time features, the static features."""
+        lagged = torch.stack([sequence[:, start - lag: start - lag + steps] for lag in self.lags], dim=-1)
+        return torch.cat([lagged, time_feat, static.unsqueeze(1).expand(-1, steps, -1)], dim=-1)
+
+    def unroll_lagged_rnn(self, batch: dict[str, torch.Tensor]):
+        past, observed = batch["past_target"], batch["past_observed_values"]
+        context = past[:, -self.context_length:]
+        _, scale = self.scaler(context, observed[:, -self.context_length:])
+        sequence = torch.cat([past, batch["future_target"]], dim=1) / scale
+        time_feat = torch.cat([batch["past_time_feat"][:, -self.context_length + 1:], batch["future_time_feat"]],
+                              dim=1)
+        steps = self.context_length - 1 + self.prediction_length
+        inputs = self._inputs(sequence, self.past_length - self.context_length + 1, steps, time_feat,
+                              self._static(batch, scale))
+        output, _ = self.rnn(inputs)
+        return torch.stack(self.param_proj(output), dim=-1), scale
+
+    def forward(self, batch: dict[str, torch.Tensor]):
+        params, scale = self.unroll_lagged_rnn(batch)
+        target = torch.cat([batch["past_target"][:, -self.context_length + 1:], batch["future_target"]], dim=1)
+        observed = torch.cat([batch["past_observed_values"][:, -self.context_length + 1:],
+                              batch["future_observed_values"]], dim=1)
+        return params, scale, target, observed
+
+
+def deepar_loss(output, _targets=None) -> torch.Tensor:
+    """`DeepARLightningModule._compute_loss`: the Student's t negative log-likelihood of each
+    unrolled step's target, averaged over the observed ones (`weighted_average`), here of the target
+    divided by the series' scale. GluonTS's `distr_output.loss(target, params, scale)` scores the
+    unscaled target under the `AffineTransformed` t, which adds log(scale) a step: a constant of the
+    data, the same gradients. Not bounded below by 0: a sharp, right t scores a negative NLL."""
+    params, scale, target, observed = output
+    df, loc, t_scale = params.unbind(-1)
+    nll = -student_t_log_prob(target / scale, df, loc, t_scale)
+    return (nll * observed).sum() / torch.clamp(observed.sum(), min=1.0)
+
+
+def student_t_log_prob(value: torch.Tensor, df: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """`torch.distributions.StudentT(df, loc, scale).log_prob(value)`'s formula, without its argument
+    check: StudentT builds a `Chi2(df)` that validates by default and raises a ValueError at the
+    first NaN parameter; the zoo's loops see a NaN loss instead, as for every family."""
+    y = (value - loc) / scale
+    z = scale.log() + 0.5 * df.log() + 0.5 * math.log(math.pi) + torch.lgamma(0.5 * df) - torch.lgamma(0.5 * (df + 1.0))
+    return -0.5 * (df + 1.0) * torch.log1p(y ** 2.0 / df) - z
+
+
+def student_t_sample(df: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """`StudentT(df, loc, scale).sample()` as torch draws it (a standard normal, then a χ²(df) as
+    Gamma(df / 2, rate 1/2)), without the argument check (`student_t_log_prob`)."""
+    x = torch.randn_like(loc)
+    chi2 = torch.distributions.Gamma(0.5 * df, torch.full_like(df, 0.5), validate_args=False).sample()
+    return loc + scale * x * torch.rsqrt(chi2 / df)
+
+
+def deepar_sample_paths(model: DeepAR, batch: dict[str, torch.Tensor], num_samples: int = DEEPAR_SAMPLES) -> torch.Tensor:
+    """`DeepARModel.forward` (prediction): the context unrolled once (its last step's output the
+    first future value's t), each series' LSTM state repeated `num_samples` times
+    (`repeat_interleave`), then prediction_length − 1 steps that each sample the next value and feed
+    it back, scaled, as the lags' newest value; returns (B, num_samples, prediction_length) paths in
+    the data's units, drawn in float32 (under bf16 autocast too). The caller owns the mode and the
+    random state."""
+    past = batch["past_target"]
+    context_len, horizon = model.context_length, model.prediction_length
+    _, scale = model.scaler(past[:, -context_len:], batch["past_observed_values"][:, -context_len:])
+    static = model._static(batch, scale)
+    sequence = past / scale
+    time_feat = torch.cat([batch["past_time_feat"][:, -context_len + 1:], batch["future_time_feat"][:, :1]], dim=1)
+    inputs = model._inputs(sequence, model.past_length - context_len + 1, context_len, time_feat, static)
+    output, state = model.rnn(inputs)
+    repeat = lambda x, dim=0: x.repeat_interleave(num_samples, dim=dim)  # noqa: E731
+    state = tuple(repeat(s, dim=1) for s in state)
+    sequence, scale, static = repeat(sequence), repeat(scale), repeat(static)
+    future_time_feat = repeat(batch["future_time_feat"])
+    float32 = lambda args: tuple(a.float() for a in args)  # noqa: E731 - under bf16 autocast: no bf16 gamma sampler
+    params = float32(model.param_proj(repeat(output[:, -1:])))
+    samples = []
+    for k in range(horizon):
+        scaled = student_t_sample(*params)
+        samples.append(scaled * scale)
+        sequence = torch.cat([sequence, scaled], dim=1)
+        if k == horizon - 1:
+            break
+        step_in = model._inputs(sequence, sequence.shape[1], 1, future_time_feat[:, k + 1:k + 2], static)
+        output, state = model.rnn(step_in, state)
+        params = float32(model.param_proj(output))
+    return torch.cat(samples, dim=1).view(past.shape[0], num_samples, horizon)
+
+
+def mean_weighted_quantile_loss(samples: torch.Tensor, target: torch.Tensor,
+                                quantiles: tuple[float, ...] = DEEPAR_QUANTILES) -> float:
+    """GluonTS `Evaluator`'s `mean_wQuantileLoss` over the whole set: for each quantile q the
+    forecast's empirical q-quantile of the sample paths (B, S, P), its weighted quantile loss
+    2 Σ |(y − ŷ_q)(1{y ≤ ŷ_q} − q)| / Σ |y| over every series and step, averaged over the quantiles
+    (a CRPS estimate; lower is better, 0 a perfect forecast)."""
+    levels = torch.tensor(quantiles, dtype=samples.dtype)
+    forecast = torch.quantile(samples, levels, dim=1)  # (Q, B, P): np.quantile's linear interpolation
+    q = levels[:, None, None]
+    losses = 2 * ((target - forecast) * ((target <= forecast).to(samples.dtype) - q)).abs().sum((1, 2)) / target.abs().sum()
+    return float(losses.mean())
 
 
 FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer", "tcn", "llama", "autoencoder",
@@ -8957,7 +9209,7 @@ FIELD_ARCHS = ("gpt", "transformer", "resnet", "gru", "vit", "lstm_lm", "mixer",
                "set_transformer", "conformer", "gat", "neural_process", "kan", "hypernetwork", "dit", "sae",
                "sngan", "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst", "timm_mixup",
                "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco", "swa_gc",
-               "tacotron", "link_pred", "dino", "detr")
+               "tacotron", "link_pred", "dino", "detr", "deepar")
 CONTEXT = 32
 """Tokens per sequence of the language models."""
 
@@ -9050,6 +9302,7 @@ FIELD_MODELS: dict[str, Callable[[int], nn.Module]] = {
     "link_pred": lambda vocab: SageLinkPredictor(LINK_GRAPH.features),
     "dino": lambda vocab: dino_student(),
     "detr": lambda vocab: DETR(num_classes=vocab),
+    "deepar": lambda vocab: DeepAR(num_series=vocab),
 }
 """Each architecture's model from `vocab`: the LMs' and the seq2seq model's vocabulary, the classes
 of the segmentation and node classifiers, the CTC model's symbols + blank, the Conformer's tokens (its

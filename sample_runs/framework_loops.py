@@ -25,7 +25,8 @@ __all__ = ["train_hf_trainer", "train_lightning", "train_lightning_wgan"]
 
 def _before_step(fault: Fault, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> None:
     fault.before_step(step, model, optimizer)
-    scheduler.base_lrs = [group["base_lr"] for group in optimizer.param_groups]
+    if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):  # a plateau scheduler keeps no base_lrs
+        scheduler.base_lrs = [group["base_lr"] for group in optimizer.param_groups]
 
 
 def _scheduler(optimizer: torch.optim.Optimizer, lr_at: Callable[[int], float]):
@@ -113,21 +114,40 @@ def train_lightning(run_dir: Path | None, model: nn.Module, optimizer: torch.opt
                     val_batches, *, steps: int, lr_at: Callable[[int], float], fault: Fault,
                     loss_fn: Callable, accumulation: int, clip: float | None, bf16: bool,
                     after_step: Callable[[], None] | None = None, eval_every: int = 25, config: dict | None = None,
-                    recorder_options: dict | None = None) -> Outcome:
+                    recorder_options: dict | None = None,
+                    eval_metrics: Callable[[], dict[str, float]] | None = None,
+                    plateau: dict | None = None) -> Outcome:
     """`lightning.Trainer.fit` of a LightningModule that holds `model`'s modules under their own
     names (so the recorder and the faults see the same parameter names), automatic optimisation,
     `gradient_clip_val`, `accumulate_grad_batches`, `val_check_interval` (every `eval_every` optimizer
     steps, two validation batches), a step-interval `LambdaLR`, on CPU, with no logger, checkpoint
     or progress bar. `fault.batch` runs in `on_after_batch_transfer`, `fault.zero_grad` in an
     `optimizer_zero_grad` override, `fault.take_step` in an `optimizer_step` override, `after_step` (CLIP's logit-scale clamp) in
-    `on_train_batch_end` after a step."""
+    `on_train_batch_end` after a step.
+
+    `eval_metrics()` (GluonTS's DeepAR: the sample paths' weighted quantile loss on held-out windows)
+    runs in each `validation_step` beside `val_loss` (Lightning's eval mode, inference mode), logged with it (so our callback records it at the step
+    the validation followed) and kept in the outcome, one value a validation (a family judged on it
+    validates after every step: `eval_every=1`). `plateau` (ReduceLROnPlateau's keywords:
+    `DeepARLightningModule.configure_optimizers`) replaces the step `LambdaLR` by a
+    `ReduceLROnPlateau` on the epoch's mean `train_loss` (`training_step` logs it `on_epoch`, as
+    GluonTS's does), Lightning's default epoch interval; the lr is then `lr_at(0)` × each group's
+    `base_lr` throughout (`lr_at` must be constant), apart from the plateau's cuts and the faults."""
     import lightning as L
 
     from .training import _float32
 
     fault.install(model)
     outcome = Outcome()
-    scheduler = _scheduler(optimizer, lr_at)
+    if plateau is None:
+        scheduler = _scheduler(optimizer, lr_at)
+    else:
+        if lr_at(steps - 1) != lr_at(0):
+            raise ValueError("a plateau-scheduled loop takes a constant lr_at")
+        for group in optimizer.param_groups:
+            group["base_lr"] = group["lr"]
+            group["lr"] = group["base_lr"] * lr_at(0)
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, **plateau)
 
     class FieldModule(L.LightningModule):
         def __init__(self) -> None:
@@ -145,11 +165,26 @@ def train_lightning(run_dir: Path | None, model: nn.Module, optimizer: torch.opt
             inputs, targets = batch if isinstance(batch, (tuple, list)) else (batch, None)
             loss = loss_fn(_float32(model(inputs)), targets)
             self.micro_losses.append(loss.detach().item())
+            if plateau is not None:  # the monitor of the plateau scheduler, the epoch's mean
+                self.log("train_loss", loss, on_epoch=True, on_step=False)
             return loss
 
         def validation_step(self, batch, batch_idx):
             inputs, targets = batch if isinstance(batch, (tuple, list)) else (batch, None)
             self.log("val_loss", loss_fn(_float32(model(inputs)), targets))
+            if eval_metrics is not None:
+                values = eval_metrics()
+                self.eval_values.append(values)
+                for name, value in values.items():
+                    self.log(name, value)
+
+        def on_validation_epoch_start(self):
+            self.eval_values: list[dict[str, float]] = []
+
+        def on_validation_epoch_end(self):
+            for name in self.eval_values[0] if self.eval_values else ():  # the mean over batches, as logged
+                outcome.metrics.setdefault(name, []).append(
+                    sum(values[name] for values in self.eval_values) / len(self.eval_values))
 
         def on_after_batch_transfer(self, batch, dataloader_idx):
             if not self.trainer.training:
@@ -182,6 +217,8 @@ def train_lightning(run_dir: Path | None, model: nn.Module, optimizer: torch.opt
             self.micro_losses = []
 
         def configure_optimizers(self):
+            if plateau is not None:
+                return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "train_loss"}}
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     callbacks = []

@@ -64,7 +64,7 @@ def test_catalogue_looks_like_the_field():
                                        "neural_process", "kan", "hypernetwork", "dit", "sae", "sngan",
                                        "electra_ft", "muon_gpt", "deeplab", "decision_transformer", "patchtst",
                                        "timm_mixup", "gradual_pruning", "qat", "albert", "deq", "ddp_wrn", "moco", "swa_gc",
-                                       "tacotron", "link_pred", "dino", "detr"}
+                                       "tacotron", "link_pred", "dino", "detr", "deepar"}
     assert all(s.held_out for s in field)  # never used for choosing the analyzer's defaults
     for family in ("lr_spike", "weight_scale", "batch_scale", "batch_nan", "adam_state", "missing_zero_grad",
                    "missing_step", "detach", "lr_too_high", "lr_too_low", "healthy_accum", "healthy_bf16",
@@ -5855,3 +5855,198 @@ def test_detr_healthy_run_learns_raises_its_ap50_and_records_each_weighted_loss(
     io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 7)].set_index("name")
     assert io.loc["input", "shape"] == "16x3x32x32" and io.loc["target.labels", "dtype"] == "int64"
     assert io.loc["target.boxes", "shape"] == "16x2x4"
+def _deepar_batch(n=6, split=400, seed=0):
+    from sample_runs.data import related_series
+    from sample_runs.field import deepar_window
+
+    series = torch.arange(n) * 7 % 48
+    return deepar_window(related_series(), series, torch.full((n,), split) + torch.arange(n))
+
+
+def test_deepar_scaler_is_gluonts_mean_scaler_and_the_windows_are_the_instance_splitters():
+    from sample_runs.data import RELATED_SERIES, related_series
+    from sample_runs.field import DEEPAR_BATCHES_PER_EPOCH, _data, _deepar_held_out, deepar_window
+    from sample_runs.field_models import DEEPAR_LAGS, MeanScaler
+
+    values = related_series()
+    assert values.shape == (RELATED_SERIES.series, RELATED_SERIES.length) and (values >= 0).all()
+    counts = values[RELATED_SERIES.continuous:]
+    assert torch.equal(counts, counts.round()) and float((counts == 0).float().mean()) > 0.1  # intermittent counts
+    levels = values.mean(1)
+    assert float(levels.max() / levels.min()) > 100  # scales differ by orders of magnitude
+    data = torch.tensor([[1.0, -3.0, 2.0], [0.0, 0.0, 0.0], [4.0, 4.0, 9.0]])
+    observed = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    scaled, scale = MeanScaler()(data, observed)
+    batch_mean = (6.0 + 0.0 + 8.0) / 8  # the batch's |sum| over its observed values
+    assert scale.squeeze(1).tolist() == pytest.approx([2.0, batch_mean, 4.0])  # the all-zero context: the batch's
+    assert torch.allclose(scaled, data / scale) and not scale.requires_grad
+    assert float(MeanScaler()(torch.zeros(2, 3), torch.ones(2, 3))[1].min()) == pytest.approx(1e-10)  # the floor
+    past = 24 + max(DEEPAR_LAGS)
+    window = deepar_window(values, torch.tensor([3, 40]), torch.tensor([500, 100]))
+    assert window["past_target"].shape == (2, past) and window["future_target"].shape == (2, 24)
+    assert torch.equal(window["past_target"][0], values[3, 500 - past:500])
+    assert torch.equal(window["future_target"][1], values[40, 100:124])
+    pad = past - 100  # before the series began: pad_value 0, not observed
+    assert (window["past_target"][1, :pad] == 0).all() and (window["past_observed_values"][1, :pad] == 0).all()
+    assert (window["past_observed_values"][1, pad:] == 1).all() and (window["past_time_feat"][1, :pad] == 0).all()
+    hour, day, age = window["future_time_feat"][0, 0]
+    assert (float(hour), float(day), float(age)) == pytest.approx(((500 % 24) / 23 - 0.5, ((500 // 24) % 7) / 6 - 0.5,
+                                                                   math.log10(2 + 500)))
+    assert window["feat_static_cat"].tolist() == [[3], [40]] and (window["feat_static_real"] == 0).all()
+    held = _deepar_held_out()
+    assert torch.equal(held["future_target"], values[:, -24:])  # the test split: every series' last day
+    draws, val, classes, chance = _data("deepar", RECIPES["deepar"], 0, 1)
+    assert classes == RELATED_SERIES.series and len(draws) == DEEPAR_BATCHES_PER_EPOCH and 0 < chance < 1
+    first = list(draws)
+    assert len(first) == DEEPAR_BATCHES_PER_EPOCH and first[0]["past_target"].shape == (32, past)
+    assert not torch.equal(list(draws)[0]["past_target"], first[0]["past_target"])  # the stream goes on across epochs
+    train_part = values[:, :-24]  # no training window reaches into the held-out day
+    for batch in first:
+        ends = batch["future_target"]
+        assert all(any(torch.equal(ends[i], train_part[s, t:t + 24]) for t in range(train_part.shape[1] - 23))
+                   for i, s in enumerate(batch["feat_static_cat"][:2, 0].tolist()))
+    assert len(_data("deepar", RECIPES["deepar"], 0, 4)[0]) == 4 * DEEPAR_BATCHES_PER_EPOCH  # whole steps an epoch
+
+
+def test_deepar_unrolls_lagged_scaled_targets_teacher_forced_and_scores_the_scaled_t_nll():
+    from sample_runs.field_models import DEEPAR_LAGS, DeepAR, deepar_loss, student_t_log_prob
+
+    torch.manual_seed(0)
+    model = DeepAR(48).eval()
+    batch = _deepar_batch()
+    seen = []
+    model.rnn.register_forward_hook(lambda m, args, out: seen.append(args[0]))
+    with torch.no_grad():
+        params, scale, target, observed = model(batch)
+    steps = 24 - 1 + 24
+    assert params.shape == (6, steps, 3) and target.shape == observed.shape == (6, steps)
+    inputs = seen[0]
+    assert inputs.shape == (6, steps, len(DEEPAR_LAGS) + 3 + 24 + 1 + 1)
+    full = torch.cat([batch["past_target"], batch["future_target"]], dim=1) / scale
+    start = batch["past_target"].shape[1] - 24 + 1
+    for i, lag in enumerate(DEEPAR_LAGS):  # the scaled value l steps back, at every unrolled step
+        assert torch.allclose(inputs[..., i], full[:, start - lag:start - lag + steps])
+    context = batch["past_target"][:, -24:]
+    assert torch.allclose(scale.squeeze(1), context.abs().mean(1))
+    assert torch.allclose(inputs[:, 0, -1], scale.squeeze(1).log())  # log scale, a static feature
+    assert torch.equal(target, torch.cat([batch["past_target"][:, -23:], batch["future_target"]], dim=1))
+    later = dict(batch, future_target=batch["future_target"].clone())
+    later["future_target"][:, 5] += 10 * scale.squeeze(1)  # teacher forcing: a target moves only what follows it
+    with torch.no_grad():
+        moved = model(later)[0]
+    assert torch.allclose(moved[:, :23 + 6], params[:, :23 + 6], atol=1e-6)  # (a batched matmul's rounding)
+    assert ((moved[:, 23 + 6] - params[:, 23 + 6]).abs() > 1e-3).any(dim=-1).all()  # the next step's t, everywhere
+    df, loc, t_scale = params.unbind(-1)
+    assert (df > 2).all() and (t_scale > 0).all()  # StudentTOutput's domain map
+    reference = -torch.distributions.StudentT(df, loc, t_scale).log_prob(target / scale).mean()
+    assert float(deepar_loss((params, scale, target, observed))) == pytest.approx(float(reference), rel=1e-5)
+    # a sharp, right t: a positive log-likelihood, a negative NLL
+    assert float(student_t_log_prob(torch.tensor(0.001), torch.tensor(3.0), torch.tensor(0.0), torch.tensor(0.01))) > 0
+    half = observed.clone()
+    half[:, ::2] = 0  # unobserved steps weigh nothing
+    nll = -torch.distributions.StudentT(df, loc, t_scale).log_prob(target / scale)
+    assert float(deepar_loss((params, scale, target, half))) == pytest.approx(float(nll[:, 1::2].mean()), rel=1e-5)
+
+
+def test_deepar_forecasts_by_sampling_paths_fed_back_and_is_scored_by_the_mean_weighted_quantile_loss():
+    from sample_runs.field_models import DeepAR, deepar_sample_paths, mean_weighted_quantile_loss
+
+    torch.manual_seed(0)
+    model = DeepAR(48).eval()
+    batch = _deepar_batch(n=3)
+    params_seen = []
+    model.param_proj.register_forward_hook(lambda m, args, out: params_seen.append(out))
+    with torch.no_grad():
+        teacher = model(batch)[0]
+        params_seen.clear()
+        torch.manual_seed(1)
+        paths = deepar_sample_paths(model, batch, 5)
+    assert paths.shape == (3, 5, 24) and torch.isfinite(paths).all()
+    first = torch.stack(params_seen[0], dim=-1)  # the context's last step: the first future value's t
+    assert torch.allclose(first.view(3, 5, 3), teacher[:, 23].unsqueeze(1).expand(3, 5, 3), atol=1e-5)
+    assert len(params_seen) == 24
+    torch.manual_seed(1)
+    with torch.no_grad():
+        assert torch.equal(deepar_sample_paths(model, batch, 5), paths)
+    # mean_wQuantileLoss against a plain numpy reference (np.quantile, linear interpolation)
+    samples, target = torch.rand(4, 7, 5) * 10, torch.rand(4, 5) * 10
+    s, y = samples.double().numpy(), target.double().numpy()
+    expected = np.mean([2 * np.abs((y - np.quantile(s, q, axis=1)) * ((y <= np.quantile(s, q, axis=1)) - q)).sum()
+                        / np.abs(y).sum() for q in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)])
+    assert mean_weighted_quantile_loss(samples, target) == pytest.approx(expected, rel=1e-5)
+    assert mean_weighted_quantile_loss(target.unsqueeze(1).expand(4, 7, 5), target) == 0.0  # a perfect forecast
+
+
+def test_deepar_recipe_is_gluonts_adam_clip_10_and_a_plateau_on_the_epochs_train_loss():
+    from sample_runs.field import (DEEPAR_BATCHES_PER_EPOCH, DEEPAR_PLATEAU, EVAL_EVERY, FLOAT_INPUTS,
+                                   OPTIMIZERS, OUTCOME_METRICS, UNTARGETED, DeepARTrainingBatches)
+    from sample_runs.field_models import DeepAR, deepar_loss
+
+    model = build_field_model("deepar", 48)
+    recipe = RECIPES["deepar"]
+    groups = _param_groups(model, recipe, recipe.lr)
+    assert [g["layer"] for g in groups] == model.units == ["embedder", "rnn", "param_proj"]
+    assert all(g["weight_decay"] == 1e-8 for g in groups)  # Adam's L2 on every parameter
+    optimizer = OPTIMIZERS[recipe.optimizer](groups, recipe.lr, recipe)
+    assert type(optimizer) is torch.optim.Adam and (recipe.lr, recipe.batch, recipe.clip, recipe.warmup) == (
+        1e-3, 32, 10.0, 0)
+    assert DEEPAR_PLATEAU == {"mode": "min", "factor": 0.5, "patience": 3} and EVAL_EVERY["deepar"] == 1
+    assert OUTCOME_METRICS["deepar"].name == "val_wql" and not OUTCOME_METRICS["deepar"].higher_is_better
+    assert "deepar" in FLOAT_INPUTS and "deepar" in UNTARGETED and "deepar" not in LEFT_OUT
+    assert sum(s.arch == "deepar" for s in SCENARIOS.values()) == 39
+    assert isinstance(model.rnn, torch.nn.LSTM) and (model.rnn.num_layers, model.rnn.hidden_size,
+                                                     model.rnn.dropout) == (2, 40, 0.1)
+    detach = faults.DetachedLayer(t0=0, layer="rnn")  # the LSTM and the embedding cut off, the projection learns
+    detach.install(model)
+    detach.before_step(0, model, None)
+    deepar_loss(model(_deepar_batch())).backward()
+    assert all(p.grad is None for p in [*model.rnn.parameters(), *model.embedder.parameters()])
+    assert all(p.grad.abs().sum() > 0 for p in model.param_proj.parameters())
+    # The plateau: the same batch every step at a negligible lr, so no epoch's mean train_loss improves;
+    # ReduceLROnPlateau halves the lr after patience + 1 such epochs, and the lr stays halved.
+    torch.manual_seed(0)
+    model = DeepAR(48)
+    batch = _deepar_batch(n=4)
+
+    class Same(DeepARTrainingBatches):
+        def draw(self):
+            return batch
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-12)
+    lrs = []
+    outcome = train_lightning(None, model, optimizer, Same(4, 0), [batch], steps=6 * DEEPAR_BATCHES_PER_EPOCH,
+                              lr_at=lambda step: 1.0, fault=_LrSpy(lrs, optimizer), loss_fn=deepar_loss, accumulation=1,
+                              clip=10.0, bf16=False, eval_every=100, plateau=DEEPAR_PLATEAU)
+    assert len(outcome.losses) == 60
+    assert lrs[:50] == pytest.approx([1e-12] * 50) and lrs[50:] == pytest.approx([5e-13] * 10)
+    with pytest.raises(ValueError, match="constant"):
+        train_lightning(None, model, optimizer, Same(4, 0), [batch], steps=2, lr_at=lambda step: 1.0 - step,
+                        fault=faults.Fault(), loss_fn=deepar_loss, accumulation=1, clip=None, bf16=False,
+                        plateau=DEEPAR_PLATEAU)
+
+
+class _LrSpy(faults.Fault):
+    def __init__(self, lrs, optimizer):
+        super().__init__()
+        self.lrs, self.optimizer = lrs, optimizer
+
+    def before_step(self, step, model, optimizer):
+        self.lrs.append(self.optimizer.param_groups[0]["lr"])
+
+
+def test_deepar_healthy_run_learns_by_its_held_out_quantile_loss_each_step_under_lightning(tmp_path):
+    truth = make("healthy-deepar-s1", tmp_path / "run")
+    assert truth.verdict == "healthy" and "judged on val_wql" in truth.notes
+    by_name = _scalars_by_name(tmp_path / "run")
+    wql, val, loss = by_name["val_wql"], by_name["val_loss"], by_name["loss"]
+    assert len(wql) == len(val) == len(loss) == 150  # a validation after every step
+    assert _mean(wql[-10:]) < 0.3 * _mean(wql[:10]) and _mean(loss[-10:]) < 0.5 * _mean(loss[:10])
+    assert by_name["lr"] == pytest.approx([1e-3] * 150)  # the plateau never fired
+    manifest = (tmp_path / "run" / "manifest.json").read_text()
+    assert '"gradient_clip_val": 10.0' in manifest
+    stats = read_stats(tmp_path / "run")
+    io = stats[stats["role"].isin(["input", "target"]) & (stats["step"] == 3)].set_index("name")
+    assert set(io.index) == {f"input.{k}" for k in ("past_target", "past_observed_values", "past_time_feat",
+                                                    "future_target", "future_observed_values", "future_time_feat",
+                                                    "feat_static_cat", "feat_static_real")}
+    assert io.loc["input.past_target", "shape"] == "32x193" and io.loc["input.feat_static_cat", "dtype"] == "int64"
