@@ -63,14 +63,18 @@ def loss_curve(scalars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 AGENT_OUTCOMES = ("reward", "return")
 """Words of an agent's outcome, its reward or episodic return (CleanRL's `episodic_return`)."""
 HIGHER_IS_BETTER = ("acc", "top1", "top5", "top_1", "top_5", "f1", "auc", "score", "bleu", *AGENT_OUTCOMES, "iou",
-                    "dice", "hits", "mrr", "recall", "precision", "ndcg")
+                    "dice", "hits", "mrr", "recall", "precision", "ndcg", "ap50", "ap75", "ap_50", "ap_75", "mean_ap",
+                    "map50", "map75", "map_50", "map_75", "mAP", "AP50", "AP75")
 """Words of a metric that rises as a run learns: accuracies (timm's train.py logs them as `top1`
 and `top5`) and scores, an agent's reward, the ranking metrics of retrieval, recommenders and
-link prediction (PyKEEN's `hits_at_10`, MRR)."""
-LOWER_IS_BETTER = ("distance", "wasserstein", "fid", "perplexity", "error", "mean_rank", "mape", "mae", "mse")
+link prediction (PyKEEN's `hits_at_10`, MRR), a detector's average precision (detectron2's
+`bbox/AP50`, torchmetrics' `map_50`, MMDetection's `bbox_mAP`)."""
+LOWER_IS_BETTER = ("distance", "wasserstein", "fid", "perplexity", "error", "mean_rank", "mape", "mae", "mse",
+                   "wql", "crps", "mase", "msis")
 """Words of a metric that falls as a run learns, besides evaluation losses: a generator's
 distance to the data (sliced Wasserstein, FID), a language model's perplexity, an error rate,
-a link predictor's mean rank, a forecaster's or regressor's error (sMAPE, MAPE, MAE, (R)MSE)."""
+a link predictor's mean rank, a forecaster's or regressor's error (sMAPE, MAPE, MAE, (R)MSE) and
+a probabilistic forecaster's (GluonTS's Evaluator: weighted quantile loss, CRPS, MASE, MSIS)."""
 
 
 DIAGNOSTIC = ("codebook",)

@@ -17,7 +17,7 @@ from ..findings import Finding, FirstNonfinite, Onset
 from ..scalars import raised
 from ..series import SeriesTable
 from . import outcome, root_causes
-from .base import REGISTRY, Evidence, Outcome, judging_curve, loss_curve, main_loss
+from .base import REGISTRY, Evidence, Outcome, judging_curve, loss_curve, main_loss, metric_series
 from .thresholds import OutcomeThresholds, Thresholds
 
 __all__ = ["accumulation_onset", "after_learning", "came_back", "cause_onset", "nonfinite_input_onset", "regression_onset",
@@ -217,8 +217,24 @@ def came_back(table: SeriesTable, scalars: pd.DataFrame, onset: Onset | None, th
     # Back at its level is no recovery where the incident took the progress, for a metric as for
     # the loss (round 19, missing_zero_grad-sac-s0: its return stands at −14.6 from the fault on,
     # where it had been rising from −18.5; the fault-free twin's goes on to −6.3).
-    return back(steps, values, onset.step, th) and not outcome.learning_stopped(steps, values, onset.step,
-                                                                               run_outcome, th)
+    return (back(steps, values, onset.step, th)
+            and not outcome.learning_stopped(steps, values, onset.step, run_outcome, th)
+            and _metrics_came_back(scalars, onset.step, th, judged_by=run_outcome.judged_by))
+
+
+def _metrics_came_back(scalars: pd.DataFrame, step: int, th: OutcomeThresholds, *, judged_by: str | None) -> bool:
+    """Every held-out outcome metric logged beside what judges the run (`metric_series`) came back
+    too, where it has the points to say (`metric_came_back`: 3 before, `min_steps` after): a
+    forecaster whose training loss returned while its held-out quantile loss stayed ×1.8 where
+    it was (round 37, adam_state-deepar-s1: val_wql 0.127 → 0.405 → 0.232) lost what it had learned."""
+    for name, (steps, values, higher) in metric_series(scalars).items():
+        finite = np.isfinite(values)
+        steps, values = steps[finite], (-values if higher else values)[finite]
+        if name == judged_by or np.sum(steps < step) < 3 or np.sum(steps > step) < th.min_steps:
+            continue
+        if not outcome.metric_came_back(steps, values, step, th):
+            return False
+    return True
 
 
 def accumulation_onset(

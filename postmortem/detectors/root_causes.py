@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..findings import Finding
+from ..manifest import parameter_shapes
 from ..ranking import healthy_range, out_of_range
 from .base import ERROR, WARNING, Evidence, finding, register
 from .inputs import NOT_FEATURES
@@ -64,6 +65,7 @@ class OnsetWindow:
     batches: dict[str, Series]  # input/target max |x| (NaN where a batch held NaN/inf)
     severity: str  # error in a run that diverged, warning in one that came back
     batch_kinds: dict[str, str] = field(default_factory=dict)  # input/target name → "float", "index", "mask"
+    numel: dict[str, int] = field(default_factory=dict)  # parameter → its element count (the manifest's shapes)
 
     def lookback(self, th: RootCauseThresholds) -> tuple[int, int]:
         return max(self.first_step + 1, self.onset - th.lookback), self.onset + th.window
@@ -108,7 +110,8 @@ def onset_window(ev: Evidence) -> OnsetWindow:
     return OnsetWindow(
         onset, int(ev.table.step.min()) if len(ev.table.step) else 0,
         hp, groups, _series(ev, "param", near), _series(ev, "update", near), _series(ev, "grad", near),
-        _series(ev, "state", near, by_key=True), batches, WARNING if ev.recovered else ERROR, kinds)
+        _series(ev, "state", near, by_key=True), batches, WARNING if ev.recovered else ERROR, kinds,
+        {name: math.prod(shape) for name, shape in parameter_shapes(ev.manifest).items()})
 
 
 # Optimizer states that accumulate squares (Adam/AdamW/NAdam/RAdam, AMSGrad, RMSprop, Adagrad, Adadelta).
@@ -283,7 +286,8 @@ def weights_changed_outside_optimizer(window: OnsetWindow, th: RootCauseThreshol
             # optimizer's first moment explains nothing: its step is divided by the second's.
             buffer = window.states.get((name, "momentum_buffer"))
             moment_jump = (_jump_over_history(buffer, step) or 0.0) if buffer is not None and not _adaptive(window, name) else 0.0
-            if update_jump is None or update_jump < th.update_over_grad_jump * max(grad_jump or 1.0, moment_jump, 1.0):
+            if update_jump is None or (update_jump < th.update_over_grad_jump * max(grad_jump or 1.0, moment_jump, 1.0)
+                                       and not _beyond_adaptive_step(window, name, step, u, th)):
                 continue
             hits.append((step, -abs(math.log(jump)), name, jump, u / before, update_jump, grad_jump))
             break
@@ -303,6 +307,31 @@ def weights_changed_outside_optimizer(window: OnsetWindow, th: RootCauseThreshol
         "op on .data, a weight-tying or EMA bug)",
         window.severity,
     )]
+
+
+def _beyond_adaptive_step(window: OnsetWindow, name: str, step: int, update: float,
+                          th: RootCauseThresholds) -> bool:
+    """An update no Adam step can make: Adam's step (AdamW, NAdam, RAdam alike: the groups with
+    betas) is lr·m̂/(√v̂ + eps), at most lr·(1 − β1)/√(1 − β2) an element however large the
+    gradient (Kingma & Ba 2015, §2.1; 3.2·lr at the default betas), so `adaptive_step_margin`×
+    that over all its elements was not the optimizer's. A gradient that jumped with it explains
+    nothing: a tensor rescaled ×300 before the forward has its gradient jump too (round 37,
+    weight_scale-deepar-s2: an LSTM ×300, its gradient ×1e8). RMSprop's first steps reach
+    lr/√(1 − α) and are not bounded here."""
+    group = next((g for g, params in window.groups.items() if name in params), None)
+    if group is None or name not in window.numel:
+        return False
+
+    def value(hp: str) -> float:
+        series = window.hyperparameters.get(f"hp.{group}.{hp}")
+        known = series.values[series.steps <= step] if series is not None else np.array([])
+        return float(known[-1]) if len(known) and np.isfinite(known[-1]) else math.nan
+
+    lr, beta1, beta2 = value("lr"), value("beta1"), value("beta2")
+    if not (math.isfinite(lr) and 0 <= beta1 < 1 and 0 < beta2 < 1):  # NaN fails too: no betas recorded
+        return False
+    per_element = lr * (1 - beta1) / math.sqrt(1 - beta2)
+    return update > th.adaptive_step_margin * per_element * math.sqrt(window.numel[name])
 
 
 def _adaptive(window: OnsetWindow, name: str) -> bool:

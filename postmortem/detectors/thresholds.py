@@ -74,6 +74,7 @@ class RootCauseThresholds:
     param_jump_factor: float = 2.0  # a parameter norm ×2 (or ÷2) in one step
     outside_update_ratio: float = 0.5  # ...with an update at least half the parameter (a rescale)
     update_over_grad_jump: float = 10 / 3  # ...its update jumped ×3.3 more than its gradient (lr_too_high's 10 vs 3.3)
+    adaptive_step_margin: float = 3.0  # ...or, under Adam (a group with betas), an update beyond 3× the most its step can be, lr·(1 − β1)/√(1 − β2) an element (Kingma & Ba 2015, §2.1), over √numel elements: whatever its gradient did (round 37)
     state_jump_factor: float = 10.0  # an optimizer state norm ÷10 in one step (an EMA decays by β at most)
     state_reset_explains: float = 1.5  # a second moment ÷1.5 in one step (impossible for β2 ≥ 0.67) explains its tensor's update jump: not weights changed outside the optimizer (issue 12h: in adam_state-gpt-s1 the refilled states fell ÷1.8–÷19, only 3 past ÷10)
     batch_range_factor: float = 10.0  # a batch 10× outside the range of every batch before it (the chain's unusual-batch factor; the story and the ranking read it too)

@@ -780,6 +780,31 @@ def test_weights_changed_outside_the_optimizer():
     assert weights_changed_outside_optimizer(_window(onset=62, groups={}, **_param_case(60)), TH.root_causes)[0].step == 60
 
 
+def test_an_update_beyond_adams_largest_step_was_not_the_optimizers_whatever_its_gradient_did():
+    # Weights ×100 before the forward at 60: the gradient read after it jumps ×1e8 too (round 37's
+    # LSTM ×300), which would explain an SGD step; under Adam (its group has betas) a step is at
+    # most lr·(1 − β1)/√(1 − β2) an element, 3.2e-3 × √100 here, and the update was 495.
+    case = _param_case(60, grad_jump=1e8)
+    sgd = _window(onset=62, hyperparameters={"hp.opt.0.lr": Series(STEPS, np.full(N, 1e-3))}, numel={"fc1.weight": 100},
+                  **case)
+    assert weights_changed_outside_optimizer(sgd, TH.root_causes) == []
+    adam_hp = {"hp.opt.0.lr": Series(STEPS, np.full(N, 1e-3)), "hp.opt.0.eps": Series(STEPS, np.full(N, 1e-8)),
+               "hp.opt.0.beta1": Series(STEPS, np.full(N, 0.9)), "hp.opt.0.beta2": Series(STEPS, np.full(N, 0.999))}
+    adam = _window(onset=62, hyperparameters=adam_hp, numel={"fc1.weight": 100}, **case)
+    found = weights_changed_outside_optimizer(adam, TH.root_causes)
+    assert found[0].step == 60 and found[0].tensors == ["fc1.weight"]
+    # At an lr whose step can be that large (10: up to 950 over the tensor) it may be the optimizer's.
+    big_lr = {**adam_hp, "hp.opt.0.lr": Series(STEPS, np.full(N, 10.0))}
+    assert weights_changed_outside_optimizer(_window(onset=62, hyperparameters=big_lr, numel={"fc1.weight": 100}, **case),
+                                             TH.root_causes) == []
+    # Without the tensor's size, or the betas (RMSprop's first steps reach lr/√(1 − α)), no bound is
+    # known: the gradient's jump explains it, as for SGD.
+    assert weights_changed_outside_optimizer(_window(onset=62, hyperparameters=adam_hp, **case), TH.root_causes) == []
+    rmsprop = {k: v for k, v in adam_hp.items() if "beta" not in k}
+    assert weights_changed_outside_optimizer(_window(onset=62, hyperparameters=rmsprop, numel={"fc1.weight": 100}, **case),
+                                             TH.root_causes) == []
+
+
 def test_sgds_momentum_buffer_explains_an_update_that_outlived_its_gradients_jump():
     # Gradients ×300 at 58-59, back down by 60: SGD's buffer still carries them, so the step at 60
     # (×110, the weights ×2.1) follows the buffer, not the gradient of that step.
@@ -1061,6 +1086,10 @@ def test_metric_names_say_their_direction():
     assert [metric_direction(n) for n in ("hits_at_10", "val_mrr", "recall@20", "ndcg", "mean_rank", "val_smape",
                                           "val_rmse")] == [True, True, True, True, False, False, False]
     assert [metric_direction(n) for n in ("top1", "val_top5", "eval_top_1")] == [True] * 3  # timm's train.py names
+    # A detector's average precision (detectron2, torchmetrics, MMDetection) and a probabilistic
+    # forecaster's errors (GluonTS's Evaluator): named outcomes, not scalars of unknown direction.
+    assert [metric_direction(n) for n in ("bbox/AP50", "map_50", "bbox_mAP", "val_ap50", "val_wql", "crps", "MASE".lower(),
+                                          "heatmap_sharpness")] == [True, True, True, True, False, False, False, None]
     assert [metric_direction(n) for n in ("loss", "loss_d", "grad_norm", "lr", "clip_coef", "epoch",
                                           "codebook_perplexity")] == [None] * 7
 
@@ -1116,6 +1145,32 @@ def test_a_metric_that_ends_as_good_as_before_the_incident_came_back():
     assert not metric_came_back(steps, slow, 50, TH.outcome)  # ...after 42 of its 50 points
     assert metric_came_back(steps, np.concatenate([np.full(50, 1.0), np.linspace(1.4, 1.09, 20), np.full(N - 70, 1.0)]),
                             50, TH.outcome)
+
+
+def test_an_incident_came_back_only_where_every_held_out_metric_beside_the_loss_came_back():
+    from postmortem.detectors.onsets import _metrics_came_back
+
+    steps = np.arange(N)
+    level = np.concatenate([np.linspace(0.8, 0.13, 50), np.full(N - 50, 0.13)])
+
+    def scalars(**metrics):  # beside a training loss that came back
+        return pd.DataFrame([{"step": int(s), "name": name, "value": float(v)}
+                             for name, values in {"loss": level, **metrics}.items() for s, v in zip(steps, values)])
+
+    stayed = level * np.where(steps >= 50, 1.8, 1.0)  # a held-out quantile loss ×1.8 for good
+    back = level * np.where((steps >= 50) & (steps < 60), 3.0, 1.0)
+    assert not _metrics_came_back(scalars(val_wql=stayed), 50, TH.outcome, judged_by=None)
+    assert _metrics_came_back(scalars(val_wql=back), 50, TH.outcome, judged_by=None)
+    # A higher-is-better one is read the right way up; one with too few points after says nothing.
+    accuracy = np.minimum(0.9, np.linspace(0.1, 1.8, N))  # 0.9 from step 47
+    assert not _metrics_came_back(scalars(val_accuracy=np.where(steps >= 50, 0.6, accuracy)), 50, TH.outcome,
+                                  judged_by=None)
+    assert _metrics_came_back(scalars(val_accuracy=np.where((steps >= 50) & (steps < 60), 0.6, accuracy)), 50,
+                              TH.outcome, judged_by=None)
+    assert _metrics_came_back(scalars(val_wql=stayed), N - 5, TH.outcome, judged_by=None)
+    # The metric that judges the run is judged by came_back itself; names of no known direction are no outcome.
+    assert _metrics_came_back(scalars(val_wql=stayed), 50, TH.outcome, judged_by="val_wql")
+    assert _metrics_came_back(scalars(codebook_usage=stayed), 50, TH.outcome, judged_by=None)
 
 
 def test_a_one_off_batch_acts_at_once_or_spikes_the_loss():
