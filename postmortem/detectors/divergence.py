@@ -57,9 +57,10 @@ def clipping(scalars: pd.DataFrame, grad_norm: np.ndarray) -> Clipping:
     return Clipping(False, "")
 
 
-def lr_at(scalars: pd.DataFrame, step: int | None) -> float | None:
-    """The recorded lr at `step` (the last one before it when missing), else the first."""
-    rows = scalars[scalars["name"] == "lr"]
+def lr_at(scalars: pd.DataFrame, step: int | None, name: str = "lr") -> float | None:
+    """The recorded lr (or another scalar `name`) at `step` (the last one before it when
+    missing), else the first."""
+    rows = scalars[scalars["name"] == name]
     values = rows["value"].to_numpy(np.float64)
     steps = rows["step"].to_numpy(np.int64)
     keep = np.isfinite(values)
@@ -84,7 +85,7 @@ class Incident:
     grad_breaks: list[TensorBreak]  # amplified gradient series (none before a direct cause that dates the onset)
     update_breaks: list[TensorBreak]
     healthy_max_grad_norm: float | None
-    lr: float | None  # at the onset
+    lr: float | None  # at the onset: the first culprit's param group's where the groups' lrs differ
     first_update_ratio: float | None  # median over the weights (as `weight_update_ratios`) of their first update/param ratio
     weight_update_ratios: tuple[np.ndarray, ...]  # each weight's (`is_weight`: an init has a scale) first update/param ratios
     steps_from_start: int | None  # onset step − the run's first recorded step
@@ -105,6 +106,8 @@ class Incident:
     learned_by: str | None = None
     """The outcome metric that judged the run as learning where its loss did not
     (`Outcome.judged_by` of an Outcome that learns), None otherwise."""
+    lr_group: str | None = None
+    """The param group whose lr `lr` is, where the groups' lrs differ at the onset (`culprit_group_lr`)."""
     finite_shift: dict[str, float | str] | None = None
     """Of a run that stayed finite while diverging, what judges it (`judging_curve`: the loss, or
     the outcome metric) before the onset, after it and at the end: the outcome the verdict follows."""
@@ -130,6 +133,29 @@ def weight_update_ratios(table: SeriesTable, manifest: dict) -> tuple[np.ndarray
     return tuple(found)
 
 
+def culprit_group_lr(scalars: pd.DataFrame, manifest: dict, culprits: list[str],
+                     step: int | None) -> tuple[str, float] | None:
+    """(which param group, its lr at `step`) of the group holding the first culprit that is one
+    of its parameters (or a module of them), where the recorded per-group lrs differ at `step`:
+    the run's `lr` scalar is group 0's (DETR's backbone, at a tenth of the transformer's), not
+    the lr that drove the culprit (round 37)."""
+    lrs = {}
+    optimizers = manifest.get("optimizers")
+    for opt, entry in optimizers.items() if isinstance(optimizers, dict) else ():
+        groups = entry.get("param_groups") if isinstance(entry, dict) else None
+        for g, group in enumerate(groups) if isinstance(groups, list) else ():
+            lr = lr_at(scalars, step, f"hp.{opt}.{g}.lr")
+            if isinstance(group, dict) and isinstance(group.get("params"), list) and lr is not None:
+                lrs[(opt, g)] = (lr, [str(p) for p in group["params"]])
+    if len({lr for lr, _ in lrs.values()}) < 2:
+        return None
+    for culprit in culprits:
+        for (opt, g), (lr, params) in lrs.items():
+            if any(p == culprit or p.startswith(culprit + ".") for p in params):
+                return f"param group {g} of optimizer `{opt}`, which holds {culprit}", lr
+    return None
+
+
 def _incident(ev: Evidence) -> Incident:
     onset_step = ev.onset.step if ev.onset is not None else None
     steps, norms = grad_norm_series(ev.table, ev.scalars)
@@ -146,13 +172,15 @@ def _incident(ev: Evidence) -> Incident:
     dated_by_cause = any(f.step == onset_step for f in causes)
     near = [b for b in ev.breaks if b.fit.amplified
             and (onset_step is None or not dated_by_cause or b.fit.onset_step >= onset_step)]
+    group_lr = culprit_group_lr(ev.scalars, ev.manifest, culprits, onset_step)
     return Incident(
         diverged=ev.diverged, recovered=ev.recovered, onset=ev.onset, first_nonfinite=first,
         culprits=culprits,
         grad_breaks=[b for b in near if b.role == "grad" or (b.role == "scalar" and b.name.startswith("grad_norm"))],
         update_breaks=[b for b in ev.breaks if b.role in ("update", "grad")],
         healthy_max_grad_norm=float(np.max(norms[healthy])) if healthy.any() else None,
-        lr=lr_at(ev.scalars, onset_step),
+        lr=group_lr[1] if group_lr else lr_at(ev.scalars, onset_step),
+        lr_group=group_lr[0] if group_lr else None,
         first_update_ratio=float(np.median([r[0] for r in weights])) if weights else None,
         weight_update_ratios=weights,
         steps_from_start=onset_step - start if onset_step is not None and start is not None else None,
@@ -210,10 +238,14 @@ def _clip_advice(incident: Incident) -> str | None:
             f"model.parameters(), max_norm={incident.healthy_max_grad_norm:.3g})")
 
 
-def _lr_advice(lr: float | None) -> str:
+def _lr_advice(lr: float | None, group: str | None = None) -> str:
     if lr is None:
         return "lower the learning rate ×10"
-    return f"lower the learning rate ×10 (lr {lr:.3g} at the onset → {lr / 10:.3g})"
+    return f"lower the learning rate ×10 (lr {lr:.3g} at the onset → {lr / 10:.3g}{_in_group(group)})"
+
+
+def _in_group(group: str | None) -> str:
+    return f": the lr of {group}; the groups' lrs differ" if group else ""
 
 
 @register("diverged", "divergence", _incident)
@@ -228,6 +260,7 @@ def diverged(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
         "lead_steps": onset.lead_steps if onset else None,
         "healthy_max_grad_norm": incident.healthy_max_grad_norm,
         "lr_at_onset": incident.lr,
+        "lr_group": incident.lr_group,
         "clips_already": incident.clipping.clips,
         "root_causes": [f.label for f in incident.causes],
         **(incident.finite_shift or {}),
@@ -248,7 +281,7 @@ def diverged(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
         parts.append("the run already clips gradients (" + incident.clipping.how + "): clipping "
                      "bounds the step, not a cause; look at what changed at the onset")
     if not incident.causes and incident.nonfinite_input is None:
-        parts.append(_lr_advice(incident.lr))  # no direct cause seen: the step size is the suspect
+        parts.append(_lr_advice(incident.lr, incident.lr_group))  # no direct cause seen: the step size is the suspect
     return [finding("diverged", onset.step if onset else None, incident.culprits, evidence, "; ".join(parts))]
 
 
@@ -319,7 +352,7 @@ def lr_too_high(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
                f"at step {f.step} ({f.evidence['before']:.3g} → {f.evidence['after']:.3g}): keep it at "
                f"{f.evidence['before']:.3g} (check the scheduler / param_group['lr'] writes)")
     else:
-        fix = _lr_advice(lr) + " and retry; sweep 0.1, 0.01, 0.001"
+        fix = _lr_advice(lr, incident.lr_group) + " and retry; sweep 0.1, 0.01, 0.001"
         if lr_driven:
             fix += ("; the update of " + ", ".join(sorted({b.name for b in lr_driven}))
                     + " jumped while its gradient did not: check the LR schedule / param-group LR")
@@ -368,7 +401,8 @@ def _erased_init(incident: Incident, th: DivergenceThresholds) -> list[Finding]:
          "loss_improvement": incident.loss_improvement},
         f"the first {within} updates moved the weights by up to {ratio:.2g}× their norm (CS231n: ~1e-3), {effect}"
         + regardless
-        + (f"lower the learning rate ×10 (lr {lr:.3g} → {lr / 10:.3g})" if lr else "lower the learning rate ×10")
+        + (f"lower the learning rate ×10 (lr {lr:.3g} → {lr / 10:.3g}{_in_group(incident.lr_group)})" if lr
+           else "lower the learning rate ×10")
         + " or warm it up from ~0 over the first "
         "hundreds of steps; sweep 0.1, 0.01, 0.001",
         WARNING if learned else ERROR,

@@ -25,6 +25,7 @@ from postmortem.detectors.divergence import (
     LossSpike,
     _gradients_died_after,
     clipping,
+    culprit_group_lr,
     diverged,
     exploding_gradient,
     lr_too_high,
@@ -1207,3 +1208,20 @@ def test_a_nan_batch_at_the_first_nonfinite_step_after_a_learning_phase_break_is
     # A NaN batch that is not the run's first non-finite value explains nothing about it.
     later = Finding("nonfinite_input", at + 5, ["input"], {}, "", "error")
     assert nonfinite_input_onset(run, early, first, [later], TH) is None
+
+
+def test_the_lr_quoted_at_an_onset_is_the_culprits_param_groups_where_the_groups_differ():
+    # DETR's recipe: the backbone's group (0, the run's `lr` scalar) at a tenth of the transformer's.
+    manifest = {"optimizers": {"opt": {"param_groups": [{"params": ["backbone.conv.weight"]},
+                                                        {"params": ["transformer.linear1.weight", "head.weight"]}]}}}
+    rows = [{"step": s, "name": name, "value": v} for s in range(10)
+            for name, v in (("lr", 1e-4), ("hp.opt.0.lr", 1e-4), ("hp.opt.1.lr", 1e-3 if s < 5 else 0.3))]
+    scalars = pd.DataFrame(rows)
+    assert culprit_group_lr(scalars, manifest, ["transformer.linear1"], 7) == (
+        "param group 1 of optimizer `opt`, which holds transformer.linear1", 0.3)
+    assert culprit_group_lr(scalars, manifest, ["backbone.conv.weight"], 3)[1] == pytest.approx(1e-4)
+    # A culprit no group holds (an activation of a functional op) names none; equal lrs need no group.
+    assert culprit_group_lr(scalars, manifest, ["act0"], 7) is None
+    same = scalars.assign(value=np.where(scalars["name"].str.endswith("lr"), 1e-3, scalars["value"]))
+    assert culprit_group_lr(same, manifest, ["transformer.linear1"], 7) is None
+
