@@ -179,9 +179,14 @@ def _is_leaf(module: nn.Module) -> bool:
     """A module whose output is an activation of its own: no children, or none but the
     `parametrizations` of a parametrized weight (spectral_norm, weight_norm, orthogonal) and
     the fake quantizers and observers of quantization-aware training (a QAT `Linear` holds its
-    `weight_fake_quant`; round 32's qat: its classifier went unrecorded), which are no leaves."""
+    `weight_fake_quant`; round 32's qat: its classifier went unrecorded), which are no leaves;
+    and `nn.MultiheadAttention`, whose one child is never called."""
     if isinstance(module, _QUANTIZATION_PLUMBING):
         return False
+    if isinstance(module, nn.MultiheadAttention):
+        # Its `out_proj` is a parameter holder F.multi_head_attention_forward reads, never called:
+        # without this, no attention output of any nn.Transformer* model is recorded (round 37's DETR).
+        return True
     kept = getattr(module, "parametrizations", None) if parametrize.is_parametrized(module) else None
     return all(child is kept or isinstance(child, _QUANTIZATION_PLUMBING) for child in module.children())
 

@@ -361,6 +361,25 @@ def test_a_quantization_aware_model_records_its_layers_outputs_not_its_fake_quan
     assert {"1.weight", "3.weight"} <= set(stats[stats.role == "grad"].name)
 
 
+def test_an_attention_layer_records_its_output_though_its_out_proj_is_never_called(tmp_path):
+    """nn.MultiheadAttention holds `out_proj` as a child but applies its weights functionally
+    (F.multi_head_attention_forward): the attention module is the leaf whose output is recorded
+    (every nn.Transformer* model's attention went unrecorded before; round 37's DETR)."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0, batch_first=True)
+    model = nn.Sequential(nn.Unflatten(1, (1, 4)), nn.TransformerEncoder(layer, 1, enable_nested_tensor=False),
+                          nn.Flatten(), nn.Linear(4, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    outputs = []
+    attention = model[1].layers[0].self_attn
+    attention.register_forward_hook(lambda m, i, o: outputs.append(o[0].detach().abs().max().item()))
+    stats = _three_plain_steps(tmp_path, model, opt)
+    acts = set(stats[stats.role == "activation"].name)
+    assert "1.layers.0.self_attn.0" in acts and not any("out_proj" in n for n in acts)
+    np.testing.assert_allclose(rows(stats, "activation", "1.layers.0.self_attn.0").max_abs.to_numpy(), outputs, rtol=1e-5)
+    assert "1.layers.0.self_attn.out_proj.weight" in set(stats[stats.role == "grad"].name)
+
+
 class _Checkpointed(nn.Module):
     """Two blocks, each through torch.utils.checkpoint in training mode (HF's
     gradient_checkpointing_enable): a backward runs each block's forward again."""
