@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["manifest_order", "parameter_shapes", "frozen_parameters", "lookup_tables", "module_types", "is_weight"]
+__all__ = ["manifest_order", "parameter_shapes", "frozen_parameters", "lookup_tables", "module_types", "is_weight",
+           "optimizer_groups"]
 
 # Modules whose weight is a table of rows looked up by index, not a map applied to an input.
 _LOOKUP_MODULES = ("Embedding", "EmbeddingBag")
@@ -20,6 +21,19 @@ def _entries(manifest: dict, section: str):
         for entry in model.get(section) or []:
             if isinstance(entry, dict) and entry.get("name"):
                 yield prefix + str(entry["name"]), entry
+
+
+def optimizer_groups(manifest: dict) -> dict[str, list[str]]:
+    """"<optimizer>.<group index>" → the names of that param group's parameters, as the
+    recorded `hp.<optimizer>.<group>.<name>` scalars name the groups."""
+    groups = {}
+    optimizers = manifest.get("optimizers")
+    for opt, entry in optimizers.items() if isinstance(optimizers, dict) else ():
+        param_groups = entry.get("param_groups") if isinstance(entry, dict) else None
+        for g, group in enumerate(param_groups) if isinstance(param_groups, list) else ():
+            if isinstance(group, dict) and isinstance(group.get("params"), list):
+                groups[f"{opt}.{g}"] = [str(p) for p in group["params"]]
+    return groups
 
 
 def manifest_order(manifest: dict) -> dict[str, int]:

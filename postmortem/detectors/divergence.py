@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..findings import Finding, FirstNonfinite, Onset
-from ..manifest import is_weight, lookup_tables, parameter_shapes
+from ..manifest import is_weight, lookup_tables, optimizer_groups, parameter_shapes
 from ..ranking import TensorBreak, clips_recorded
 from ..scalars import is_loss
 from ..series import SeriesTable
@@ -139,20 +139,22 @@ def culprit_group_lr(scalars: pd.DataFrame, manifest: dict, culprits: list[str],
     of its parameters (or a module of them), where the recorded per-group lrs differ at `step`:
     the run's `lr` scalar is group 0's (DETR's backbone, at a tenth of the transformer's), not
     the lr that drove the culprit (round 37)."""
+    if not culprits:
+        return None
+    groups = optimizer_groups(manifest)
+    recorded = scalars[scalars["name"].isin([f"hp.{key}.lr" for key in groups])]  # filtered once, not per group
     lrs = {}
-    optimizers = manifest.get("optimizers")
-    for opt, entry in optimizers.items() if isinstance(optimizers, dict) else ():
-        groups = entry.get("param_groups") if isinstance(entry, dict) else None
-        for g, group in enumerate(groups) if isinstance(groups, list) else ():
-            lr = lr_at(scalars, step, f"hp.{opt}.{g}.lr")
-            if isinstance(group, dict) and isinstance(group.get("params"), list) and lr is not None:
-                lrs[(opt, g)] = (lr, [str(p) for p in group["params"]])
+    for key, params in groups.items():
+        lr = lr_at(recorded, step, f"hp.{key}.lr")
+        if lr is not None:
+            lrs[key] = (lr, params)
     if len({lr for lr, _ in lrs.values()}) < 2:
         return None
     for culprit in culprits:
-        for (opt, g), (lr, params) in lrs.items():
+        for key, (lr, params) in lrs.items():
             if any(p == culprit or p.startswith(culprit + ".") for p in params):
-                return f"param group {g} of optimizer `{opt}`, which holds {culprit}", lr
+                opt, group = key.rsplit(".", 1)
+                return f"param group {group} of optimizer `{opt}`, which holds {culprit}", lr
     return None
 
 

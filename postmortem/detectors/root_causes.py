@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..findings import Finding
-from ..manifest import parameter_shapes
+from ..manifest import optimizer_groups, parameter_shapes
 from ..ranking import healthy_range, out_of_range
 from .base import ERROR, WARNING, Evidence, finding, register
 from .inputs import NOT_FEATURES
@@ -67,6 +67,10 @@ class OnsetWindow:
     batch_kinds: dict[str, str] = field(default_factory=dict)  # input/target name → "float", "index", "mask"
     numel: dict[str, int] = field(default_factory=dict)  # parameter → its element count (the manifest's shapes)
 
+    def group_of(self, name: str) -> str | None:
+        """The "<optimizer>.<group>" holding parameter `name`, None where no group lists it."""
+        return next((group for group, params in self.groups.items() if name in params), None)
+
     def lookback(self, th: RootCauseThresholds) -> tuple[int, int]:
         return max(self.first_step + 1, self.onset - th.lookback), self.onset + th.window
 
@@ -95,13 +99,7 @@ def onset_window(ev: Evidence) -> OnsetWindow:
     for name, group in ev.scalars.groupby("name", sort=True, observed=True):
         if str(name).startswith("hp."):
             hp[str(name)] = Series(group["step"].to_numpy(np.int64), group["value"].to_numpy(np.float64))
-    groups = {}
-    optimizers = ev.manifest.get("optimizers")
-    for opt, entry in optimizers.items() if isinstance(optimizers, dict) else ():
-        param_groups = entry.get("param_groups") if isinstance(entry, dict) else None
-        for g, group in enumerate(param_groups) if isinstance(param_groups, list) else ():
-            if isinstance(group, dict) and isinstance(group.get("params"), list):
-                groups[f"{opt}.{g}"] = [str(p) for p in group["params"]]
+    groups = optimizer_groups(ev.manifest)
     batches = {**_series(ev, "input"), **_series(ev, "target")}
     kinds = {name: kind for (role, name), kind in ev.table.input_kinds.items() if role in ("input", "target")}
     onset = ev.onset.step if ev.onset is not None else None
@@ -318,7 +316,7 @@ def _beyond_adaptive_step(window: OnsetWindow, name: str, step: int, update: flo
     nothing: a tensor rescaled ×300 before the forward has its gradient jump too (round 37,
     weight_scale-deepar-s2: an LSTM ×300, its gradient ×1e8). RMSprop's first steps reach
     lr/√(1 − α) and are not bounded here."""
-    group = next((g for g, params in window.groups.items() if name in params), None)
+    group = window.group_of(name)
     if group is None or name not in window.numel:
         return False
 
@@ -337,7 +335,8 @@ def _beyond_adaptive_step(window: OnsetWindow, name: str, step: int, update: flo
 def _adaptive(window: OnsetWindow, name: str) -> bool:
     """Whether the parameter's optimizer divides its step by its gradients' scale: its group has
     an `eps` (Adam, RMSprop, Adagrad; `base.adaptive_optimizer`'s test, per group)."""
-    return any(f"hp.{group}.eps" in window.hyperparameters for group, params in window.groups.items() if name in params)
+    group = window.group_of(name)
+    return group is not None and f"hp.{group}.eps" in window.hyperparameters
 
 
 def _jump_over_history(series: Series, step: int) -> float | None:
